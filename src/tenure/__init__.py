@@ -1,0 +1,64 @@
+"""tenure: distributed coordination on Redis and Valkey.
+
+Locks that are correct, fair and fast; counting semaphores; read-write
+locks; failover-safe and multi-master locks; caches that never stampede;
+crash-safe chunked work distribution. Every primitive has a sync and an
+asyncio API and takes the redis-py client you already have.
+
+Errors all derive from :class:`TenureError`; the tree is drawn in
+``tenure._exceptions``.
+"""
+
+from tenure._async._fence import AsyncFencedKey
+from tenure._async._lock import AsyncLock, AsyncReentrantLock
+from tenure._exceptions import (
+    AcquireTimeoutError,
+    AlreadyHeldError,
+    ArgumentError,
+    BackendError,
+    ClientTypeError,
+    EmbeddedServerError,
+    LockLostError,
+    LockNotOwnedError,
+    LostError,
+    NotOwnedError,
+    PermissionDeniedError,
+    PrimitiveError,
+    ScriptError,
+    ServerNotFoundError,
+    ServerStartError,
+    ServerUnavailableError,
+    TenureError,
+)
+from tenure._lock_core import LockStatistics
+from tenure._sync._fence import FencedKey
+from tenure._sync._lock import Lock, ReentrantLock
+from tenure._version import __version__
+
+__all__ = [
+    "AcquireTimeoutError",
+    "AlreadyHeldError",
+    "ArgumentError",
+    "AsyncFencedKey",
+    "AsyncLock",
+    "AsyncReentrantLock",
+    "BackendError",
+    "ClientTypeError",
+    "EmbeddedServerError",
+    "FencedKey",
+    "Lock",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockStatistics",
+    "LostError",
+    "NotOwnedError",
+    "PermissionDeniedError",
+    "PrimitiveError",
+    "ReentrantLock",
+    "ScriptError",
+    "ServerNotFoundError",
+    "ServerStartError",
+    "ServerUnavailableError",
+    "TenureError",
+    "__version__",
+]

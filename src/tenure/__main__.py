@@ -1,0 +1,7 @@
+"""``python -m tenure`` runs the ``tenure`` command."""
+
+import sys
+
+from tenure.cli import main
+
+sys.exit(main())

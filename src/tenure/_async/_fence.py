@@ -1,0 +1,56 @@
+"""AsyncFencedKey: a value that refuses writes carrying an older fencing token.
+
+A lock's fencing token (:attr:`AsyncLock.fencing_token`) only grows. A holder
+that was paused past its lease (GC, SIGSTOP, a slow network) may still try
+to write after another holder took over; a store that remembers the highest
+token it has seen can refuse that late write. This is Kleppmann's fencing,
+for a value kept in Redis: one hash per key holding the value and the token
+that wrote it, compared and written by one script.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenure._async._scripting import AsyncClient, registry_for
+from tenure._backend_asyncio import IS_ASYNC
+from tenure._clients import require_client, translate_error
+from tenure._exceptions import ArgumentError
+from tenure._lock_core import check_seconds, to_ms
+
+__all__ = ["AsyncFencedKey"]
+
+
+class AsyncFencedKey:
+    """A Redis key whose writes are accepted only with a fencing token >= the last one."""
+
+    def __init__(self, client: AsyncClient, key: str) -> None:
+        require_client(client, is_async=IS_ASYNC, owner=type(self).__name__)
+        if not isinstance(key, str) or not key:
+            raise ArgumentError("key", "must be a non-empty str")
+        self.client = client
+        self.key = key
+
+    async def write(
+        self, value: str | bytes | int | float, fencing_token: int, ttl: float | None = None
+    ) -> bool:
+        """Store ``value`` unless a newer fencing token already wrote; True if stored."""
+        if isinstance(fencing_token, bool) or not isinstance(fencing_token, int):
+            raise ArgumentError("fencing_token", "must be an int (a lock's fencing_token)")
+        check_seconds("ttl", ttl, allow_none=True, name=None)
+        ttl_ms = 0 if ttl is None else to_ms(ttl)
+        reply = await registry_for(self.client).run(
+            "fenced_set", (self.key,), (fencing_token, value, ttl_ms)
+        )
+        return int(reply[0]) == 1
+
+    async def read(self) -> tuple[Any, int | None]:
+        """The stored value and the fencing token that wrote it (``(None, None)`` if unset)."""
+        try:
+            value, fence = await self.client.hmget(self.key, ["value", "fence"])
+        except Exception as exc:
+            raise translate_error(exc, doing=f"reading fenced key {self.key!r}") from exc
+        return value, None if fence is None else int(fence)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.key!r}>"

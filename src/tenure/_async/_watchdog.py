@@ -1,0 +1,191 @@
+"""The watchdog: one background renewer per event loop (per process for threads).
+
+Every held primitive that must be renewed (or confirmed after a handoff), and
+every waiter that must be woken at its deadline, is a :class:`Job`: a script
+call due at a monotonic time. One background task (thread, in the sync
+build) sleeps until the earliest job is due, then runs every due job, with
+the jobs of one client batched into a single pipeline round trip. A job's
+``on_result`` callback sees the reply (or the error) and returns when the job
+is next due, or ``None`` to drop it. The background task exits when no jobs
+remain and is started again by the next :meth:`AsyncWatchdog.schedule`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from tenure._async._scripting import AsyncClient, registry_for
+from tenure._backend_asyncio import Event, Mutex, scope_key, start_background
+from tenure._clients import is_cluster, translate_error
+from tenure._scripts import load_script
+
+__all__ = ["AsyncWatchdog", "Job", "watchdog"]
+
+logger = logging.getLogger("tenure.watchdog")
+
+OnResult = Callable[[Any, BaseException | None], float | None]
+
+
+@dataclass(eq=False)
+class Job:
+    """A script call due at ``due`` (monotonic seconds); see the module docstring."""
+
+    due: float
+    client: AsyncClient
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[str | int, ...]
+    on_result: OnResult
+    name: str | None = None
+    cancelled: bool = False
+    runs: int = field(default=0)
+
+
+class AsyncWatchdog:
+    """Runs due jobs in the background, batching those of one client."""
+
+    def __init__(self) -> None:
+        self._mutex = Mutex()
+        self._heap: list[tuple[float, int, Job]] = []
+        self._order = itertools.count()
+        self._wakeup = Event()
+        self._running = False
+        self.batches = 0
+        self.calls = 0
+
+    @property
+    def running(self) -> bool:
+        """Whether the background task (thread) is alive."""
+        return self._running
+
+    def pending(self) -> int:
+        """How many jobs are scheduled and not cancelled."""
+        with self._mutex:
+            return sum(1 for _, _, job in self._heap if not job.cancelled)
+
+    def schedule(self, job: Job) -> Job:
+        """Queue ``job`` to run at ``job.due``; return it (to cancel later)."""
+        with self._mutex:
+            first = not self._heap or job.due < self._heap[0][0]
+            heapq.heappush(self._heap, (job.due, next(self._order), job))
+            if not self._running:
+                self._running = True
+                start_background(self._run, "tenure-watchdog")
+            elif first:
+                self._wakeup.set()
+        return job
+
+    def cancel(self, job: Job | None) -> None:
+        """Drop ``job`` if it has not run yet (a running job's result is ignored)."""
+        if job is not None:
+            job.cancelled = True
+
+    def _take_due(self) -> tuple[list[Job], float | None]:
+        with self._mutex:
+            self._wakeup.clear()
+            while self._heap and self._heap[0][2].cancelled:
+                heapq.heappop(self._heap)
+            if not self._heap:
+                self._running = False
+                return [], None
+            now = time.monotonic()
+            due: list[Job] = []
+            while self._heap and self._heap[0][0] <= now + 0.001:
+                job = heapq.heappop(self._heap)[2]
+                if not job.cancelled:
+                    due.append(job)
+            if due:
+                return due, 0.0
+            return [], self._heap[0][0] - now
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                due, wait = self._take_due()
+                if wait is None:
+                    return
+                if due:
+                    await self._execute(due)
+                else:
+                    await self._wakeup.wait(wait)
+        except BaseException:
+            with self._mutex:
+                self._running = False
+            raise
+
+    async def _execute(self, due: list[Job]) -> None:
+        groups: dict[int, list[Job]] = {}
+        for job in due:
+            groups.setdefault(id(job.client), []).append(job)
+        for jobs in groups.values():
+            results = await self._call(jobs)
+            self.batches += 1
+            self.calls += len(jobs)
+            for job, (reply, error) in zip(jobs, results, strict=True):
+                job.runs += 1
+                if job.cancelled:
+                    continue
+                try:
+                    next_due = job.on_result(reply, error)
+                except Exception:  # a user's on_lost callback must not kill the watchdog
+                    logger.exception("tenure watchdog: callback of %s failed", job.name)
+                    next_due = None
+                if next_due is not None and not job.cancelled:
+                    job.due = next_due
+                    self.schedule(job)
+
+    async def _call(self, jobs: list[Job]) -> list[tuple[Any, BaseException | None]]:
+        client = jobs[0].client
+        if len(jobs) == 1 or is_cluster(client):
+            return [await self._call_one(job) for job in jobs]
+        results: list[tuple[Any, BaseException | None]] = []
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for job in jobs:
+                    script = load_script(job.script)
+                    pipe.execute_command("EVALSHA", script.sha, len(job.keys), *job.keys, *job.args)
+                replies = await pipe.execute(raise_on_error=False)
+        except (redis_errors.RedisError, redis_errors.RedisClusterException) as exc:
+            error = translate_error(exc, doing="renewing in the background")
+            return [(None, error) for _ in jobs]
+        for job, reply in zip(jobs, replies, strict=True):
+            if isinstance(reply, redis_errors.NoScriptError):
+                results.append(await self._call_one(job))
+            elif isinstance(reply, BaseException):
+                results.append((None, translate_error(reply, name=job.name, doing=job.script)))
+            else:
+                results.append((reply, None))
+        return results
+
+    async def _call_one(self, job: Job) -> tuple[Any, BaseException | None]:
+        try:
+            reply = await registry_for(job.client).run(
+                job.script, job.keys, job.args, name=job.name
+            )
+        except Exception as exc:
+            return None, exc
+        return reply, None
+
+
+_watchdogs: dict[object, AsyncWatchdog] = {}
+_watchdogs_mutex = Mutex()
+
+
+def watchdog() -> AsyncWatchdog:
+    """The watchdog of the running event loop (of this process, for threads)."""
+    key = scope_key()
+    with _watchdogs_mutex:
+        found = _watchdogs.get(key)
+        if found is None:
+            for other in [k for k, w in _watchdogs.items() if not w.running and k is not key]:
+                del _watchdogs[other]
+            found = _watchdogs[key] = AsyncWatchdog()
+        return found

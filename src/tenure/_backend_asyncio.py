@@ -1,0 +1,163 @@
+"""What asyncio does differently from threads: the hand-written half of a pair.
+
+``tenure._backend_threads`` has the same names with the same meanings; the
+generated sync code imports that module wherever the async source imports
+this one. Keep the two side by side and small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "CAN_CANCEL_HOLDER",
+    "IS_ASYNC",
+    "Event",
+    "Mutex",
+    "OwnerSlot",
+    "absorb_guard_cancel",
+    "cancel_holder",
+    "current_holder",
+    "scope_key",
+    "shielded",
+    "sleep",
+    "start_background",
+]
+
+IS_ASYNC = True
+CAN_CANCEL_HOLDER = True
+
+T = TypeVar("T")
+
+
+async def sleep(seconds: float) -> None:
+    """Sleep without blocking the event loop."""
+    await asyncio.sleep(seconds)
+
+
+class Event:
+    """An event a background job waits on with a timeout."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        """Wake the waiter."""
+        self._event.set()
+
+    def clear(self) -> None:
+        """Reset, so the next wait blocks."""
+        self._event.clear()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait until set or ``timeout`` seconds pass; True if it was set."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+        return self._event.is_set()
+
+
+class Mutex:
+    """No-op: asyncio code runs in one thread, so shared state needs no lock."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+def start_background(job: Callable[[], Coroutine[Any, Any, None]], name: str) -> Any:
+    """Run ``job`` as a task on the running loop; return the task."""
+    return asyncio.get_running_loop().create_task(job(), name=name)
+
+
+def scope_key() -> object:
+    """What a background service is shared by: the running event loop."""
+    return asyncio.get_running_loop()
+
+
+async def shielded(awaitable: Awaitable[T]) -> T:
+    """Finish ``awaitable`` even if the caller is cancelled meanwhile.
+
+    Cleanup that must reach the server (give up a place in a queue, hand a
+    lock on) runs to completion; the cancellation is re-raised afterwards.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+
+
+def current_holder() -> object:
+    """Who owns a token taken now: the current task."""
+    task = asyncio.current_task()
+    if task is None:  # pragma: no cover - asyncio code always runs in a task
+        raise RuntimeError("tenure's asyncio primitives must be used from a task")
+    return task
+
+
+def cancel_holder(holder: object) -> None:
+    """Cancel the task that holds a lost primitive (the opt-in guard)."""
+    if isinstance(holder, asyncio.Task) and not holder.done():
+        holder.cancel(msg="tenure: lock lost")
+
+
+def absorb_guard_cancel(holder: object, exc: BaseException | None) -> bool:
+    """True if ``exc`` is the cancellation the lost-lock guard sent to ``holder``.
+
+    The task's pending cancellation is withdrawn (``Task.uncancel``), so the
+    caller can raise :class:`~tenure.LockLostError` in its place.
+    """
+    if not isinstance(exc, asyncio.CancelledError) or holder is not asyncio.current_task():
+        return False
+    if isinstance(holder, asyncio.Task) and hasattr(holder, "uncancel"):
+        holder.uncancel()
+    return True
+
+
+class OwnerSlot(Generic[T]):
+    """Per-task storage of a primitive's hold (a token belongs to one task).
+
+    With ``per_owner=False`` every task shares one slot (redis-py's
+    ``thread_local=False``: acquire in one task, release in another).
+    """
+
+    def __init__(self, per_owner: bool) -> None:
+        self._per_owner = per_owner
+        self._shared: T | None = None
+        self._by_task: weakref.WeakKeyDictionary[object, T] = weakref.WeakKeyDictionary()
+
+    def get(self) -> T | None:
+        """The current owner's value, or None."""
+        if not self._per_owner:
+            return self._shared
+        return self._by_task.get(current_holder())
+
+    def set(self, value: T) -> None:
+        """Store the current owner's value."""
+        if not self._per_owner:
+            self._shared = value
+        else:
+            self._by_task[current_holder()] = value
+
+    def clear(self) -> None:
+        """Forget the current owner's value."""
+        if not self._per_owner:
+            self._shared = None
+        else:
+            self._by_task.pop(current_holder(), None)
+
+    def values(self) -> Iterator[T]:
+        """Every stored value (for statistics and repr)."""
+        if not self._per_owner:
+            if self._shared is not None:
+                yield self._shared
+            return
+        yield from list(self._by_task.values())

@@ -1,0 +1,152 @@
+"""What threads do differently from asyncio: the hand-written half of a pair.
+
+Same names and meanings as ``tenure._backend_asyncio``; the generated sync
+code imports this module wherever the async source imports that one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "CAN_CANCEL_HOLDER",
+    "IS_ASYNC",
+    "Event",
+    "Mutex",
+    "OwnerSlot",
+    "absorb_guard_cancel",
+    "cancel_holder",
+    "current_holder",
+    "scope_key",
+    "shielded",
+    "sleep",
+    "start_background",
+]
+
+IS_ASYNC = False
+CAN_CANCEL_HOLDER = False
+
+T = TypeVar("T")
+
+
+def sleep(seconds: float) -> None:
+    """Sleep the calling thread."""
+    time.sleep(seconds)
+
+
+class Event:
+    """An event a background thread waits on with a timeout."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        """Wake the waiter."""
+        self._event.set()
+
+    def clear(self) -> None:
+        """Reset, so the next wait blocks."""
+        self._event.clear()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until set or ``timeout`` seconds pass; True if it was set."""
+        return self._event.wait(timeout)
+
+
+class Mutex:
+    """A re-entrant lock guarding state shared between user threads and the watchdog."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+def start_background(job: Callable[[], None], name: str) -> Any:
+    """Run ``job`` in a daemon thread; return the thread."""
+    thread = threading.Thread(target=job, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def scope_key() -> object:
+    """What a background service is shared by: this process (a fork gets its own)."""
+    return os.getpid()
+
+
+def shielded(value: T) -> T:
+    """Threads cannot be cancelled half-way, so there is nothing to shield."""
+    return value
+
+
+def current_holder() -> object:
+    """Who owns a token taken now: the current thread."""
+    return threading.current_thread()
+
+
+def cancel_holder(holder: object) -> None:
+    """Threads cannot be cancelled; sync primitives report loss by flag and error."""
+    return
+
+
+def absorb_guard_cancel(holder: object, exc: BaseException | None) -> bool:
+    """Threads are never cancelled by the guard: always False."""
+    return False
+
+
+class OwnerSlot(Generic[T]):
+    """Per-thread storage of a primitive's hold (redis-py's ``thread_local``).
+
+    With ``per_owner=False`` every thread shares one slot: acquire in one
+    thread, release in another.
+    """
+
+    def __init__(self, per_owner: bool) -> None:
+        self._per_owner = per_owner
+        self._shared: T | None = None
+        self._local = threading.local()
+        self._all: dict[int, T] = {}
+        self._mutex = threading.Lock()
+
+    def get(self) -> T | None:
+        """The current owner's value, or None."""
+        if not self._per_owner:
+            return self._shared
+        value: T | None = getattr(self._local, "value", None)
+        return value
+
+    def set(self, value: T) -> None:
+        """Store the current owner's value."""
+        if not self._per_owner:
+            self._shared = value
+            return
+        self._local.value = value
+        with self._mutex:
+            self._all[threading.get_ident()] = value
+
+    def clear(self) -> None:
+        """Forget the current owner's value."""
+        if not self._per_owner:
+            self._shared = None
+            return
+        self._local.value = None
+        with self._mutex:
+            self._all.pop(threading.get_ident(), None)
+
+    def values(self) -> Iterator[T]:
+        """Every stored value (for statistics and repr)."""
+        if not self._per_owner:
+            if self._shared is not None:
+                yield self._shared
+            return
+        with self._mutex:
+            snapshot = list(self._all.values())
+        yield from snapshot

@@ -1,0 +1,151 @@
+"""Every error tenure raises, under one root.
+
+The tree::
+
+    TenureError
+    ├── ArgumentError (also ValueError)      bad value for a named argument
+    ├── ClientTypeError (also TypeError)     not a redis-py client we can use
+    ├── BackendError                         the server refused or failed a call
+    │   ├── ServerUnavailableError           connection refused, reset or timed out
+    │   ├── PermissionDeniedError            the server's ACL forbids a command
+    │   └── ScriptError                      a tenure script failed on the server
+    ├── EmbeddedServerError                  tenure.server could not run a server
+    │   ├── ServerNotFoundError              no server binary was found
+    │   └── ServerStartError                 the server did not start or answer
+    └── PrimitiveError                       a primitive's own rules were broken
+        ├── NotOwnedError                    the caller does not hold it (any more)
+        │   └── LockNotOwnedError
+        ├── LostError                        a held primitive was lost while held
+        │   └── LockLostError
+        ├── AlreadyHeldError                 re-acquire of a non-reentrant hold
+        └── AcquireTimeoutError              ``with`` could not acquire in time
+
+Errors that concern one primitive carry its ``name`` (the user's name for it,
+not the Redis key) so a log line says which lock misbehaved. Errors from
+redis-py are translated at tenure's boundary into :class:`BackendError`
+subclasses, with the original kept as ``__cause__``; tenure never leaks a
+half-translated error. No class here shadows a builtin name.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AcquireTimeoutError",
+    "AlreadyHeldError",
+    "ArgumentError",
+    "BackendError",
+    "ClientTypeError",
+    "EmbeddedServerError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LostError",
+    "NotOwnedError",
+    "PermissionDeniedError",
+    "PrimitiveError",
+    "ScriptError",
+    "ServerNotFoundError",
+    "ServerStartError",
+    "ServerUnavailableError",
+    "TenureError",
+]
+
+
+class TenureError(Exception):
+    """Root of every error tenure raises.
+
+    ``name`` is the primitive's name when the error concerns one primitive,
+    else ``None``.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.name = name
+
+    def __str__(self) -> str:
+        if self.name is None:
+            return self.message
+        return f"{self.message} [{self.name!r}]"
+
+
+class ArgumentError(TenureError, ValueError):
+    """An argument had a value tenure cannot accept.
+
+    ``argument`` names the offending parameter, e.g. ``"blocking_timeout"``.
+    """
+
+    def __init__(self, argument: str, message: str, *, name: str | None = None) -> None:
+        super().__init__(f"{argument}: {message}", name=name)
+        self.argument = argument
+
+
+class ClientTypeError(TenureError, TypeError):
+    """The object passed as a client is not one tenure can drive.
+
+    Sync primitives take ``redis.Redis`` or ``redis.cluster.RedisCluster``;
+    asyncio primitives take ``redis.asyncio.Redis`` or
+    ``redis.asyncio.cluster.RedisCluster``.
+    """
+
+    def __init__(self, argument: str, message: str, *, name: str | None = None) -> None:
+        super().__init__(f"{argument}: {message}", name=name)
+        self.argument = argument
+
+
+class BackendError(TenureError):
+    """The Redis/Valkey server failed or refused a call tenure made."""
+
+
+class ServerUnavailableError(BackendError):
+    """The server could not be reached: refused, reset, or timed out."""
+
+
+class PermissionDeniedError(BackendError):
+    """The server's ACL forbids a command or key that tenure needs."""
+
+
+class ScriptError(BackendError):
+    """A tenure Lua script raised an error on the server."""
+
+
+class EmbeddedServerError(TenureError):
+    """tenure.server could not run a server process."""
+
+
+class ServerNotFoundError(EmbeddedServerError):
+    """No server binary was found (install ``tenure[embedded]`` or set TENURE_SERVER_BIN)."""
+
+
+class ServerStartError(EmbeddedServerError):
+    """A server process exited early or did not answer in time."""
+
+
+class PrimitiveError(TenureError):
+    """A primitive's own rules were broken (ownership, lease, timeout)."""
+
+
+class NotOwnedError(PrimitiveError):
+    """The caller does not hold the primitive, or no longer does."""
+
+
+class LockNotOwnedError(NotOwnedError):
+    """Release, extend or reacquire on a lock the caller does not hold."""
+
+
+class LostError(PrimitiveError):
+    """A primitive was lost while its holder believed it held it."""
+
+
+class LockLostError(LostError):
+    """The lock's lease ran out or was taken while the holder was in its body."""
+
+
+class AlreadyHeldError(PrimitiveError):
+    """The owner (thread or task) already holds this non-reentrant primitive."""
+
+
+class AcquireTimeoutError(PrimitiveError):
+    """Entering ``with`` / ``async with`` could not acquire within its blocking timeout.
+
+    ``acquire()`` itself returns False instead, as redis-py's does.
+    """

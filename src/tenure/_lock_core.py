@@ -1,0 +1,289 @@
+"""The sans-IO part of the lock: settings, key names, script arguments, replies.
+
+Nothing here talks to a server. ``tenure._async._lock`` (and its generated
+sync twin) call these functions around each script call, so the rules of the
+lock are written once and tested without a server.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenure._exceptions import ArgumentError
+
+__all__ = [
+    "DEFAULT_LEASE",
+    "Acquired",
+    "Hold",
+    "LockKeys",
+    "LockSettings",
+    "LockStatistics",
+    "Queued",
+    "check_name",
+    "check_seconds",
+    "new_token",
+    "parse_acquire",
+    "parse_wake",
+    "to_ms",
+    "to_text",
+]
+
+DEFAULT_LEASE = 30.0
+"""Lease of a lock taken with ``timeout=None``, renewed by the watchdog at a third."""
+
+DEFAULT_WAITER_LEASE = 2.0
+"""A waiter refreshes its place every half of this; a dead one is dropped after it."""
+
+DEFAULT_HANDOFF_LEASE = 1.0
+"""Lease a waiter is handed the lock with, until it confirms its full lease."""
+
+
+def to_text(value: Any) -> str:
+    """Decode a reply element that may be bytes (``decode_responses=False``)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def to_ms(seconds: float) -> int:
+    """Seconds to whole milliseconds, at least 1."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+def check_seconds(
+    argument: str, value: float | None, *, allow_none: bool, name: str | None
+) -> None:
+    """Refuse negative, NaN or non-numeric durations, naming the argument."""
+    if value is None:
+        if allow_none:
+            return
+        raise ArgumentError(argument, "must be a number of seconds, not None", name=name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentError(
+            argument, f"must be a number of seconds, got {type(value).__name__}", name=name
+        )
+    if math.isnan(value) or value < 0:
+        raise ArgumentError(argument, f"must be >= 0 seconds, got {value!r}", name=name)
+
+
+def check_name(name: object) -> str:
+    """A primitive's name: a non-empty string without ``{`` or ``}``.
+
+    Braces are refused because the name becomes the keys' hash tag; a brace
+    in it would split one primitive's keys across cluster slots.
+    """
+    if not isinstance(name, str):
+        raise ArgumentError("name", f"must be a str, got {type(name).__name__}")
+    if not name:
+        raise ArgumentError("name", "must not be empty")
+    if "{" in name or "}" in name:
+        raise ArgumentError("name", f"must not contain '{{' or '}}' (it is the hash tag): {name!r}")
+    return name
+
+
+def new_token() -> str:
+    """A fresh random token for one acquisition."""
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    """The Redis keys of one lock; all share the ``{name}`` hash tag (one slot)."""
+
+    owner: str
+    queue: str
+    waiters: str
+    fence: str
+
+    @classmethod
+    def for_name(cls, prefix: str, name: str) -> LockKeys:
+        """Keys for lock ``name`` under ``prefix``."""
+        owner = f"{prefix}{{{name}}}"
+        return cls(
+            owner=owner, queue=f"{owner}:queue", waiters=f"{owner}:waiters", fence=f"{owner}:fence"
+        )
+
+    def wake(self, token: str) -> str:
+        """The list the waiter with ``token`` blocks on."""
+        return f"{self.owner}:wake:{token}"
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    """A lock's validated configuration (the constructor's arguments)."""
+
+    name: str
+    lease: float
+    auto_renew: bool
+    blocking: bool
+    blocking_timeout: float | None
+    reentrant: bool
+    max_hold: float | None
+    waiter_lease: float
+    handoff_lease: float
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease in milliseconds."""
+        return to_ms(self.lease)
+
+    @property
+    def handoff_ms(self) -> int:
+        """The handoff lease in milliseconds (never longer than the lease)."""
+        return min(to_ms(self.handoff_lease), self.lease_ms)
+
+    @classmethod
+    def build(
+        cls,
+        name: object,
+        *,
+        timeout: float | None,
+        blocking: bool,
+        blocking_timeout: float | None,
+        auto_renew: bool | None,
+        reentrant: bool,
+        max_hold: float | None,
+        waiter_lease: float,
+        handoff_lease: float,
+    ) -> LockSettings:
+        """Validate the constructor's arguments; raise ArgumentError naming the bad one."""
+        checked = check_name(name)
+        check_seconds("timeout", timeout, allow_none=True, name=checked)
+        check_seconds("blocking_timeout", blocking_timeout, allow_none=True, name=checked)
+        check_seconds("max_hold", max_hold, allow_none=True, name=checked)
+        check_seconds("waiter_lease", waiter_lease, allow_none=False, name=checked)
+        check_seconds("handoff_lease", handoff_lease, allow_none=False, name=checked)
+        if timeout is not None and timeout <= 0:
+            raise ArgumentError("timeout", f"must be > 0 seconds, got {timeout!r}", name=checked)
+        if waiter_lease < 0.2:
+            raise ArgumentError("waiter_lease", "must be at least 0.2 seconds", name=checked)
+        if handoff_lease < 0.05:
+            raise ArgumentError("handoff_lease", "must be at least 0.05 seconds", name=checked)
+        if max_hold is not None and max_hold <= 0:
+            raise ArgumentError("max_hold", f"must be > 0 seconds, got {max_hold!r}", name=checked)
+        lease = DEFAULT_LEASE if timeout is None else float(timeout)
+        renew = (timeout is None) if auto_renew is None else bool(auto_renew)
+        return cls(
+            name=checked,
+            lease=lease,
+            auto_renew=renew,
+            blocking=bool(blocking),
+            blocking_timeout=blocking_timeout,
+            reentrant=bool(reentrant),
+            max_hold=max_hold,
+            waiter_lease=float(waiter_lease),
+            handoff_lease=float(handoff_lease),
+        )
+
+
+@dataclass
+class Hold:
+    """One acquisition, as its owner sees it.
+
+    ``expires_at`` is a conservative estimate on the client's monotonic
+    clock: measured from *before* the request that set the lease was sent.
+    """
+
+    token: str
+    fence: int
+    acquired_at: float
+    expires_at: float
+    count: int = 1
+    lost: bool = False
+    guarded: bool = False
+    holder: object = None
+    renewal: Any = None
+    waited: float = 0.0
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """The script's answer: the caller holds the lock."""
+
+    fence: int
+    lease_ms: int
+
+
+@dataclass(frozen=True)
+class Queued:
+    """The script's answer: someone else holds it (``owner_ttl_ms`` < 0: nobody)."""
+
+    owner_ttl_ms: int
+    position: int
+
+
+def parse_acquire(reply: Any) -> Acquired | Queued:
+    """Interpret ``lock_acquire``'s reply."""
+    if int(reply[0]) == 1:
+        return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
+    return Queued(owner_ttl_ms=int(reply[1]), position=int(reply[2]))
+
+
+def parse_wake(value: Any) -> Acquired | None:
+    """Interpret a value popped from a wake list: a grant, or a plain wake-up."""
+    text = to_text(value)
+    if text == "wake":
+        return None
+    fence, _, lease = text.partition(":")
+    return Acquired(fence=int(fence), lease_ms=int(lease))
+
+
+@dataclass
+class LockStatistics:
+    """What one lock object has seen (this process only).
+
+    Times are in seconds. ``contended`` counts acquisitions that had to wait;
+    ``timeouts`` counts acquire calls that gave up; ``lost`` counts holds that
+    were lost while held.
+    """
+
+    name: str
+    held: bool
+    fencing_token: int | None
+    acquisitions: int = 0
+    contended: int = 0
+    timeouts: int = 0
+    releases: int = 0
+    lost: int = 0
+    renewals: int = 0
+    wait_total: float = 0.0
+    wait_max: float = 0.0
+    hold_total: float = 0.0
+    hold_max: float = 0.0
+    waiters: int = 0
+
+
+@dataclass
+class Counters:
+    """Mutable counters behind :class:`LockStatistics`."""
+
+    acquisitions: int = 0
+    contended: int = 0
+    timeouts: int = 0
+    releases: int = 0
+    lost: int = 0
+    renewals: int = 0
+    wait_total: float = 0.0
+    wait_max: float = 0.0
+    hold_total: float = 0.0
+    hold_max: float = 0.0
+    waiters: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def record_acquired(self, waited: float, contended: bool) -> None:
+        """Count one acquisition that waited ``waited`` seconds."""
+        self.acquisitions += 1
+        self.contended += int(contended)
+        self.wait_total += waited
+        self.wait_max = max(self.wait_max, waited)
+
+    def record_released(self, hold: Hold) -> None:
+        """Count one release of ``hold``."""
+        held_for = time.monotonic() - hold.acquired_at
+        self.releases += 1
+        self.hold_total += held_for
+        self.hold_max = max(self.hold_max, held_for)

@@ -1,0 +1,118 @@
+"""The ``tenure`` command: ``demo``, ``server`` and ``--version``.
+
+tenure demo                 # contention demo on an embedded server
+tenure demo --url URL       # ... on your server instead
+tenure server --port 6400   # run an embedded server in the foreground
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from tenure._exceptions import TenureError
+from tenure._version import __version__
+
+__all__ = ["build_parser", "main"]
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``tenure`` command."""
+    parser = argparse.ArgumentParser(
+        prog="tenure",
+        description="Distributed coordination on Redis and Valkey.",
+    )
+    parser.add_argument("--version", action="version", version=f"tenure {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="contention demo on an embedded server (or --url)",
+        description="Processes race on one counter, with and without a lock; "
+        "prints what was lost. Starts its own server unless --url or REDIS_URL is given.",
+    )
+    demo.add_argument("--url", help="use this server instead of an embedded one")
+    demo.add_argument("--workers", type=_positive_int, default=4, help="processes (default 4)")
+    demo.add_argument(
+        "--seconds", type=_positive_float, default=3.0, help="seconds per mode (default 3)"
+    )
+    demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    server = commands.add_parser(
+        "server",
+        help="run an embedded server in the foreground",
+        description="Run a private Valkey (or Redis) server on loopback until Ctrl-C.",
+    )
+    server.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
+    server.add_argument("--unix-socket", action="store_true", help="listen on a unix socket")
+    server.add_argument("--engine", choices=("valkey", "redis"), default=None)
+    server.add_argument("--appendonly", action="store_true", help="persist with AOF")
+    return parser
+
+
+def _run_server(options: argparse.Namespace) -> int:
+    from tenure.server import ServerProcess
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    with ServerProcess(
+        options.engine,
+        port=options.port,
+        unix_socket=options.unix_socket,
+        appendonly=options.appendonly,
+        name="tenure-server",
+    ) as server:
+        print(f"{server.engine.name} {server.engine.version} (pid {server.pid}) at {server.url}")
+        print(f"data folder: {server.directory}; Ctrl-C to stop", flush=True)
+        while not stop.is_set() and server.running:
+            stop.wait(0.5)
+    print("server stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tenure`` command; returns the exit status."""
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    try:
+        if options.command == "demo":
+            from tenure._demo import run_demo
+
+            run_demo(
+                url=options.url,
+                workers=options.workers,
+                seconds=options.seconds,
+                as_json=options.json,
+            )
+            return 0
+        if options.command == "server":
+            return _run_server(options)
+    except TenureError as exc:
+        print(f"tenure: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

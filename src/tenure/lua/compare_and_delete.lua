@@ -1,0 +1,9 @@
+-- tenure script: compare_and_delete
+-- Delete a key only if it still holds the caller's token (a naive lock's release).
+-- KEYS[1] the key to delete
+-- ARGV[1] the token it must hold
+-- returns 1 if the key held the token and was deleted, 0 otherwise
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0

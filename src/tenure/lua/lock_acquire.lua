@@ -1,0 +1,58 @@
+-- tenure script: lock_acquire
+-- Take the lock if it is free and the caller is first in line; else join the
+-- FIFO queue (or refresh the caller's place and waiter lease in it).
+-- KEYS[1] owner hash {token, fence, count}, PEXPIRE = lease
+-- KEYS[2] queue zset: token -> arrival (us, server clock)
+-- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
+-- KEYS[4] fencing counter (never expires)
+-- KEYS[5] the caller's wake list
+-- ARGV[1] token
+-- ARGV[2] lease in ms
+-- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
+-- ARGV[4] 1 = the caller holds it and re-enters (count + 1), 0 = plain acquire
+-- ARGV[5] handoff lease in ms, for granting a free lock to the first waiter
+-- returns {1, fence, lease ms} when the caller holds the lock, or
+--         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none)}
+
+--! include lock
+local owner_key, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, lease = ARGV[1], ARGV[2]
+local waiter_lease = tonumber(ARGV[3])
+local now = now_ms()
+purge_waiters(queue, waiters, now)
+
+local owner = redis.call('HGET', owner_key, 'token')
+if owner == token then
+    -- Already ours: a re-entry, or a waiter that was handed the lock confirming it.
+    if ARGV[4] == '1' then
+        redis.call('HINCRBY', owner_key, 'count', 1)
+    end
+    redis.call('PEXPIRE', owner_key, lease)
+    redis.call('DEL', wake)
+    return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
+end
+
+if not owner then
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if (not head) or head == token then
+        redis.call('ZREM', queue, token)
+        redis.call('ZREM', waiters, token)
+        redis.call('DEL', wake)
+        return {1, take(owner_key, fence, token, lease), tonumber(lease)}
+    end
+    -- Free, but a live waiter is ahead of us (its owner's lease ran out with
+    -- nobody to hand it on): give it to that waiter now, then queue behind.
+    grant_next(owner_key, queue, waiters, fence, ARGV[5])
+end
+
+if waiter_lease <= 0 then
+    return {0, redis.call('PTTL', owner_key), -1}
+end
+redis.call('ZADD', queue, 'NX', now_us_string(), token)
+redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
+local keep = waiter_lease * 2
+if redis.call('PTTL', queue) < keep then
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', waiters, keep)
+end
+return {0, redis.call('PTTL', owner_key), redis.call('ZRANK', queue, token)}

@@ -1,0 +1,35 @@
+-- tenure script: lock_leave
+-- A waiter gives up (timed out, cancelled, or failed): leave the queue. If the
+-- lock was handed to it meanwhile, keep it (ARGV[3] = keep) or pass it on
+-- (ARGV[3] = pass). If the lock is free, wake the next waiter so a departing
+-- head of the line stalls nobody.
+-- KEYS[1] owner hash {token, fence, count}
+-- KEYS[2] queue zset
+-- KEYS[3] waiter leases zset
+-- KEYS[4] fencing counter
+-- KEYS[5] the caller's wake list
+-- ARGV[1] token
+-- ARGV[2] handoff lease in ms
+-- ARGV[3] keep | pass
+-- returns {1, fence, remaining lease ms} if the caller holds the lock (keep),
+--         {0} otherwise
+
+--! include lock
+local owner_key, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token = ARGV[1]
+redis.call('DEL', wake)
+redis.call('ZREM', queue, token)
+redis.call('ZREM', waiters, token)
+purge_waiters(queue, waiters, now_ms())
+local owner = redis.call('HGET', owner_key, 'token')
+if owner == token then
+    if ARGV[3] == 'keep' then
+        return {1, tonumber(redis.call('HGET', owner_key, 'fence')), redis.call('PTTL', owner_key)}
+    end
+    redis.call('DEL', owner_key)
+    owner = false
+end
+if not owner then
+    grant_next(owner_key, queue, waiters, fence, ARGV[2])
+end
+return {0}

@@ -1,0 +1,24 @@
+-- tenure script: lock_release
+-- Release the lock if the token owns it, handing it straight to the first
+-- live waiter (who becomes the owner here, so no newcomer can barge in).
+-- KEYS[1] owner hash {token, fence, count}
+-- KEYS[2] queue zset
+-- KEYS[3] waiter leases zset
+-- KEYS[4] fencing counter
+-- ARGV[1] token
+-- ARGV[2] handoff lease in ms
+-- returns 0 not owned by the token, 1 released (and handed on if anyone
+--         waited), 2 still held (a re-entrant hold counted down)
+
+--! include lock
+local owner_key, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if redis.call('HGET', owner_key, 'token') ~= ARGV[1] then
+    return 0
+end
+if redis.call('HINCRBY', owner_key, 'count', -1) > 0 then
+    return 2
+end
+redis.call('DEL', owner_key)
+purge_waiters(queue, waiters, now_ms())
+grant_next(owner_key, queue, waiters, fence, ARGV[2])
+return 1
