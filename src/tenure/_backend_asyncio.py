@@ -40,24 +40,47 @@ async def sleep(seconds: float) -> None:
 
 
 class Event:
-    """An event a background job waits on with a timeout."""
+    """An event a background job waits on with a timeout.
+
+    Built on bare futures rather than ``asyncio.wait_for``, which before
+    Python 3.12 can swallow a cancellation that races with its timeout and
+    leave a background task running through event-loop shutdown.
+    """
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._flag = False
+        self._waiters: set[asyncio.Future[None]] = set()
 
     def set(self) -> None:
         """Wake the waiter."""
-        self._event.set()
+        self._flag = True
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def clear(self) -> None:
         """Reset, so the next wait blocks."""
-        self._event.clear()
+        self._flag = False
 
     async def wait(self, timeout: float) -> bool:
         """Wait until set or ``timeout`` seconds pass; True if it was set."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
-        return self._event.is_set()
+        if self._flag:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(max(0.0, timeout), _resolve, waiter)
+        self._waiters.add(waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
+        return self._flag
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Mutex:
@@ -135,10 +158,14 @@ class OwnerSlot(Generic[T]):
         self._by_task: weakref.WeakKeyDictionary[object, T] = weakref.WeakKeyDictionary()
 
     def get(self) -> T | None:
-        """The current owner's value, or None."""
+        """The current owner's value, or None (also outside any task, e.g. in repr)."""
         if not self._per_owner:
             return self._shared
-        return self._by_task.get(current_holder())
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            return None
+        return None if task is None else self._by_task.get(task)
 
     def set(self, value: T) -> None:
         """Store the current owner's value."""

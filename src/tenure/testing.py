@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import redis
@@ -46,6 +46,7 @@ import redis.cluster
 from tenure.server import Cluster, Engine, Replicated, Sentinel, ServerProcess, find_engine
 
 __all__ = [
+    "ServerFactory",
     "pytest_addoption",
     "pytest_report_header",
     "tenure_async_client",
@@ -61,6 +62,20 @@ __all__ = [
 ]
 
 ServerFactory = Callable[..., ServerProcess]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+if TYPE_CHECKING:
+
+    def async_fixture(function: _F) -> _F:
+        """Declare an async fixture (pytest-asyncio's decorator when installed)."""
+        return function
+
+else:
+    try:  # async fixtures need pytest-asyncio's decorator in its (default) strict mode
+        from pytest_asyncio import fixture as async_fixture
+    except ImportError:  # pragma: no cover - without pytest-asyncio they cannot run anyway
+        async_fixture = pytest.fixture
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -113,7 +128,7 @@ def tenure_client(tenure_server: ServerProcess) -> Iterator[redis.Redis]:
         client.close()
 
 
-@pytest.fixture
+@async_fixture
 async def tenure_async_client(tenure_server: ServerProcess) -> AsyncIterator[redis.asyncio.Redis]:
     """A ``redis.asyncio.Redis`` to the session server, keyspace and scripts flushed."""
     client = tenure_server.async_client()
@@ -170,7 +185,7 @@ def tenure_cluster_client(tenure_cluster: Cluster) -> Iterator[redis.cluster.Red
         client.close()
 
 
-@pytest.fixture
+@async_fixture
 async def tenure_async_cluster_client(
     tenure_cluster: Cluster,
 ) -> AsyncIterator[redis.asyncio.cluster.RedisCluster]:

@@ -369,7 +369,18 @@ class ServerProcess(_Lifecycle):
     The command line always has ``--bind 127.0.0.1 --protected-mode yes
     --daemonize no --save ""`` (no RDB snapshots), ``--enable-debug-command
     local`` (DEBUG from loopback only, for fault injection), and its own
-    ``--dir`` and ``--logfile``.
+    ``--dir`` and ``--logfile``; the console output goes to ``server.out`` in
+    the same folder. :meth:`start` waits until the server answers PING *and*
+    reports its own PID (so a stranger holding the port is never mistaken for
+    it); an early exit raises :class:`~tenure.ServerStartError` ending with
+    the tail of the server's output.
+
+    :meth:`stop` sends ``SHUTDOWN NOSAVE NOW`` (an AOF is still flushed; no
+    waiting for lagging replicas), falls back to SIGTERM, kills with SIGKILL
+    after ``timeout``, reaps the child and removes the temporary folder.
+    :meth:`kill`, :meth:`pause` and :meth:`resume` inject faults. Methods are
+    thread-safe; servers are stopped at interpreter exit and die with the
+    parent process (see the module docstring of ``tenure.server._process``).
     """
 
     def __init__(

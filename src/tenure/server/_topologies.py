@@ -33,8 +33,9 @@ _T = TypeVar("_T")
 
 _SLOTS = 16384
 _POLL = 0.02
-# Start full syncs at once instead of waiting 5 s for more replicas to join.
-_REPLICATION_ARGS = ("--repl-diskless-sync-delay", "0")
+# Full syncs through a disk RDB: diskless sync waits 5 s for more replicas to join, and
+# after it a replica's first acknowledgement can lag ~1 s, so a first WAIT stalls.
+_REPLICATION_ARGS = ("--repl-diskless-sync", "no")
 
 
 def _resolve(engine: Engine | str | None) -> Engine:
@@ -198,6 +199,11 @@ class Standalone(_Topology):
     def port(self) -> int:
         """The TCP port (0 for a unix-socket-only server)."""
         return self._server.port
+
+    @property
+    def unix_socket_path(self) -> str | None:
+        """The unix socket's path (``unix_socket=True``), else ``None``."""
+        return self._server.unix_socket_path
 
     def client(self, **kwargs: Any) -> redis.Redis:
         """A new ``redis.Redis`` connected to the server."""
@@ -423,7 +429,8 @@ class Cluster(_Topology):
     folder and ``--cluster-node-timeout`` ``node_timeout`` ms (2000: failover
     tests stay fast). The cluster is assembled with plain commands (no
     ``*-cli``): ``CLUSTER ADDSLOTSRANGE`` splits the 16384 slots evenly,
-    ``CLUSTER MEET`` joins every node to the first, ``CLUSTER REPLICATE``
+    ``CLUSTER MEET`` joins every node to the first (and to every other, so no
+    node waits for gossip to learn of a peer), ``CLUSTER REPLICATE``
     attaches the replicas. :meth:`start` returns when every node reports
     ``cluster_state:ok``, knows every node, and all nodes agree on the slot
     map and on who replicates whom.
@@ -640,9 +647,11 @@ class Cluster(_Topology):
                 clients, _slot_ranges(len(self._masters)), strict=False
             ):
                 execute(client, "CLUSTER", "ADDSLOTSRANGE", start, end)
-            first = nodes[0]
-            for client in clients[1:]:
-                execute(client, "CLUSTER", "MEET", HOST, first.port)
+            # Every node meets every earlier node (the first one included): with the
+            # whole mesh introduced up front, nobody waits for gossip to learn of a peer.
+            for index, client in enumerate(clients):
+                for earlier in nodes[:index]:
+                    execute(client, "CLUSTER", "MEET", HOST, earlier.port)
             self._attach_replicas(clients[len(self._masters) :], deadline)
         finally:
             for client in clients:

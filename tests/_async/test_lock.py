@@ -1,0 +1,399 @@
+"""Lock contract tests, written once for asyncio and generated for threads."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis.asyncio
+import redis.asyncio.cluster
+from redis.crc import key_slot
+
+from tenure import (
+    AcquireTimeoutError,
+    AlreadyHeldError,
+    ArgumentError,
+    AsyncFencedKey,
+    AsyncLock,
+    AsyncReentrantLock,
+    ClientTypeError,
+    LockLostError,
+    LockNotOwnedError,
+)
+from tenure.server import ServerProcess
+from tests._backend_asyncio import gather, join, sleep, spawn
+from tests.conftest import ServerFactory
+
+
+async def test_acquire_release_and_fencing(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncLock(tenure_async_client, "basic")
+    assert not await lock.locked()
+    assert await lock.acquire()
+    first = lock.fencing_token
+    assert first is not None
+    assert await lock.locked()
+    assert await lock.owned()
+    await lock.release()
+    assert lock.statistics().fencing_token is None
+    assert not await lock.locked()
+    assert not await lock.owned()
+    assert await lock.acquire()
+    second = lock.fencing_token
+    assert second is not None
+    assert second > first
+    await lock.release()
+    stats = lock.statistics()
+    assert stats.acquisitions == 2
+    assert stats.releases == 2
+    assert not stats.held
+
+
+async def test_context_manager_and_repr(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncLock(tenure_async_client, "ctx")
+    assert "not held" in repr(lock)
+    async with lock:
+        assert "held fence=" in repr(lock)
+        assert await lock.owned()
+    assert not await lock.locked()
+
+
+async def test_second_owner_cannot_acquire_or_release(
+    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+) -> None:
+    other_client = tenure_server.async_client()
+    try:
+        holder = AsyncLock(tenure_async_client, "busy")
+        other = AsyncLock(other_client, "busy")
+        assert await holder.acquire()
+        assert not await other.acquire(blocking=False)
+        with pytest.raises(LockNotOwnedError):
+            await other.release()
+        with pytest.raises(LockNotOwnedError):
+            await other.extend(1)
+        await holder.release()
+        assert await other.acquire(blocking=False)
+        await other.release()
+    finally:
+        await other_client.aclose()
+
+
+async def test_blocking_timeout_is_precise(
+    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+) -> None:
+    other_client = tenure_server.async_client()
+    try:
+        holder = AsyncLock(tenure_async_client, "slow")
+        assert await holder.acquire()
+        waiter = AsyncLock(other_client, "slow")
+        for wanted in (0.05, 0.2, 0.35):
+            began = time.monotonic()
+            assert not await waiter.acquire(blocking_timeout=wanted)
+            took = time.monotonic() - began
+            assert wanted <= took <= wanted + 0.05, (wanted, took)
+        assert waiter.statistics().timeouts == 3
+        await holder.release()
+        # The waiter left the queue: the lock is free for anyone at once.
+        assert await waiter.acquire(blocking=False)
+        await waiter.release()
+    finally:
+        await other_client.aclose()
+
+
+async def test_with_raises_when_it_cannot_acquire(
+    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+) -> None:
+    other_client = tenure_server.async_client()
+    try:
+        holder = AsyncLock(tenure_async_client, "held")
+        await holder.acquire()
+        with pytest.raises(AcquireTimeoutError):
+            async with AsyncLock(other_client, "held", blocking_timeout=0.05):
+                pass
+        await holder.release()
+    finally:
+        await other_client.aclose()
+
+
+async def test_release_wakes_the_waiter_without_polling(
+    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+) -> None:
+    other_client = tenure_server.async_client()
+    try:
+        holder = AsyncLock(tenure_async_client, "wake")
+        waiter = AsyncLock(other_client, "wake")
+        assert await holder.acquire()
+
+        async def wait_for_it() -> float:
+            assert await waiter.acquire(blocking_timeout=5)
+            got = time.monotonic()
+            await waiter.release()
+            return got
+
+        handle = spawn(wait_for_it)
+        await sleep(0.3)
+        released = time.monotonic()
+        await holder.release()
+        got = await join(handle)
+        # A handoff, not a poll: the waiter has it within a few milliseconds.
+        assert got - released < 0.05
+        assert waiter.statistics().contended == 1
+    finally:
+        await other_client.aclose()
+
+
+async def test_fifo_order_of_queued_waiters(
+    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+) -> None:
+    holder = AsyncLock(tenure_async_client, "fifo", thread_local=False)
+    assert await holder.acquire()
+    clients = [tenure_server.async_client() for _ in range(8)]
+    order: list[int] = []
+    try:
+
+        def waiter(index: int) -> object:
+            async def job() -> None:
+                await sleep(0.05 * index)  # arrive in index order
+                lock = AsyncLock(clients[index], "fifo")
+                assert await lock.acquire(blocking_timeout=10)
+                order.append(index)
+                await sleep(0.005)
+                await lock.release()
+
+            return job
+
+        async def release_later() -> None:
+            await sleep(0.05 * 8 + 0.2)
+            assert await tenure_async_client.zcard(holder.keys.queue) == 8
+            await holder.release()
+
+        await gather(release_later, *(waiter(i) for i in range(8)))  # type: ignore[arg-type]
+        assert order == list(range(8))
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+async def test_lease_expires_without_renewal(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncLock(tenure_async_client, "lease", timeout=0.2)
+    assert await lock.acquire()
+    ttl = await tenure_async_client.pttl(lock.keys.owner)
+    assert 0 < ttl <= 200
+    await sleep(0.3)
+    assert not await lock.locked()
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()
+
+
+async def test_auto_renew_keeps_it_past_the_lease(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "renewed", timeout=0.3, auto_renew=True)
+    async with lock:
+        await sleep(1.0)
+        assert await lock.owned()
+        assert lock.statistics().renewals >= 2
+    assert not await lock.locked()
+
+
+async def test_extend_and_reacquire(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncLock(tenure_async_client, "extend", timeout=1)
+    with pytest.raises(LockNotOwnedError):
+        await lock.extend(1)
+    await lock.acquire()
+    assert await lock.extend(2)
+    assert 2000 < await tenure_async_client.pttl(lock.keys.owner) <= 3000
+    assert await lock.extend(0.5, replace_ttl=True)
+    assert await tenure_async_client.pttl(lock.keys.owner) <= 500
+    assert await lock.reacquire()
+    assert 500 < await tenure_async_client.pttl(lock.keys.owner) <= 1000
+    await lock.release()
+    with pytest.raises(LockNotOwnedError):
+        await lock.reacquire()
+
+
+async def test_lost_lock_is_reported(tenure_async_client: redis.asyncio.Redis) -> None:
+    lost: list[str] = []
+    lock = AsyncLock(
+        tenure_async_client,
+        "stolen",
+        timeout=0.3,
+        auto_renew=True,
+        on_lost=lambda lk: lost.append(lk.name),
+    )
+    with pytest.raises(LockLostError):
+        async with lock:
+            await tenure_async_client.delete(lock.keys.owner)  # someone breaks it
+            await sleep(0.3)  # the next renewal (every 0.1 s) finds out
+            assert lock.lost
+            assert lost == ["stolen"]
+    assert lock.statistics().lost == 1
+    assert not lock.lost  # forgotten after the block
+
+
+async def test_max_hold_stops_renewing(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncLock(tenure_async_client, "bounded", timeout=0.2, auto_renew=True, max_hold=0.5)
+    await lock.acquire()
+    await sleep(0.3)
+    assert await lock.owned()  # renewed past its first lease
+    await sleep(0.5)
+    assert not await lock.locked()  # but not past max_hold
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()
+
+
+async def test_reentrant(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncReentrantLock(tenure_async_client, "again")
+    async with lock:
+        fence = lock.fencing_token
+        async with lock:
+            assert lock.fencing_token == fence
+            assert "count=2" in repr(lock)
+        assert await lock.owned()
+    assert not await lock.locked()
+
+
+async def test_non_reentrant_reacquire_is_refused(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "once")
+    async with lock:
+        with pytest.raises(AlreadyHeldError):
+            await lock.acquire()
+
+
+async def test_fencing_survives_key_expiry(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncLock(tenure_async_client, "fenced", timeout=0.05)
+    seen: list[int] = []
+    for _ in range(3):
+        await lock.acquire()
+        token = lock.fencing_token
+        assert token is not None
+        seen.append(token)
+        await sleep(0.08)  # let the lease run out instead of releasing
+        with pytest.raises(LockNotOwnedError):
+            await lock.release()
+    assert seen == sorted(seen) and len(set(seen)) == 3
+
+
+async def test_fencing_survives_restart_with_aof(tenure_server_factory: ServerFactory) -> None:
+    server = tenure_server_factory(appendonly=True)
+    client = server.async_client()
+    try:
+        lock = AsyncLock(client, "durable")
+        await lock.acquire()
+        before = lock.fencing_token
+        await lock.release()
+        await client.aclose()
+        server.restart()
+        client = server.async_client()
+        lock = AsyncLock(client, "durable")
+        await lock.acquire()
+        assert lock.fencing_token is not None and before is not None
+        assert lock.fencing_token > before
+        await lock.release()
+    finally:
+        await client.aclose()
+
+
+async def test_fenced_key_rejects_older_token(tenure_async_client: redis.asyncio.Redis) -> None:
+    store = AsyncFencedKey(tenure_async_client, "account:7")
+    assert await store.read() == (None, None)
+    assert await store.write("v5", 5)
+    assert await store.write("v5-again", 5)
+    assert not await store.write("late", 4)
+    assert await store.write("v9", 9, ttl=10)
+    assert await store.read() == (b"v9", 9)
+    with pytest.raises(ArgumentError, match="fencing_token"):
+        await store.write("x", "9")  # type: ignore[arg-type]
+
+
+async def test_tokens_belong_to_their_owner(tenure_async_client: redis.asyncio.Redis) -> None:
+    shared = AsyncLock(tenure_async_client, "mine")
+
+    async def take() -> None:
+        assert await shared.acquire()
+
+    async def steal() -> str:
+        try:
+            await shared.release()
+        except LockNotOwnedError:
+            return "refused"
+        return "released"
+
+    await gather(take)
+    assert await shared.locked()
+    assert await gather(steal) == ["refused"]
+
+
+async def test_not_thread_local_lets_another_owner_release(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    shared = AsyncLock(tenure_async_client, "handover", thread_local=False)
+
+    async def take() -> None:
+        assert await shared.acquire()
+
+    async def give_back() -> None:
+        await shared.release()
+
+    await gather(take)
+    await gather(give_back)
+    assert not await shared.locked()
+
+
+async def test_cluster_client(
+    tenure_async_cluster_client: redis.asyncio.cluster.RedisCluster,
+) -> None:
+    for name in ("alpha", "beta", "gamma", "delta"):
+        lock = AsyncLock(tenure_async_cluster_client, name, auto_renew=True)
+        async with lock:
+            assert await lock.owned()
+            slot = key_slot(lock.keys.owner.encode())
+            assert key_slot(lock.keys.queue.encode()) == slot
+            assert key_slot(lock.keys.fence.encode()) == slot
+            assert key_slot(lock.keys.wake("t").encode()) == slot
+        assert not await lock.locked()
+
+
+async def test_decoded_responses(tenure_server: ServerProcess) -> None:
+    client = tenure_server.async_client(decode_responses=True)
+    try:
+        first = AsyncLock(client, "decoded")
+        second = AsyncLock(client, "decoded")
+        await first.acquire()
+        first_fence = first.fencing_token
+        assert first_fence is not None
+
+        async def wait() -> int | None:
+            assert await second.acquire(blocking_timeout=5)
+            fence = second.fencing_token
+            await second.release()
+            return fence
+
+        handle = spawn(wait)
+        await sleep(0.1)
+        await first.release()
+        assert await join(handle) == first_fence + 1
+        assert await first.owned() is False
+    finally:
+        await client.aclose()
+
+
+async def test_bad_arguments_are_named(tenure_async_client: redis.asyncio.Redis) -> None:
+    with pytest.raises(ArgumentError, match="^name"):
+        AsyncLock(tenure_async_client, "")
+    with pytest.raises(ArgumentError, match="hash tag"):
+        AsyncLock(tenure_async_client, "a{b}")
+    with pytest.raises(ArgumentError, match="^timeout"):
+        AsyncLock(tenure_async_client, "x", timeout=-1)
+    with pytest.raises(ArgumentError, match="^blocking_timeout"):
+        AsyncLock(tenure_async_client, "x", blocking_timeout=-0.5)
+    with pytest.raises(ArgumentError, match="^sleep"):
+        AsyncLock(tenure_async_client, "x", sleep=float("nan"))
+    lock = AsyncLock(tenure_async_client, "x")
+    with pytest.raises(ArgumentError, match="^blocking_timeout"):
+        await lock.acquire(blocking_timeout=-1)
+    with pytest.raises(ArgumentError, match="^additional_time"):
+        await lock.extend(-1)
+    with pytest.raises(ClientTypeError, match="^client"):
+        AsyncLock(object(), "x")  # type: ignore[arg-type]

@@ -1,0 +1,105 @@
+"""Worker processes for the fault tests (asyncio source; the sync twin is generated).
+
+Run as ``python -m tests._async.workers ROLE ...`` (or ``tests._sync.workers``).
+Each worker prints one JSON object per line on stdout, with times from
+``time.monotonic()`` (one clock for every process on a Linux machine).
+
+Roles:
+  history URL NAME COUNT   acquire/release COUNT times; print the hold windows
+  hold URL NAME LEASE      acquire (lease LEASE s, auto-renewed), print it, wait
+                           for a line on stdin, then try a fenced write and a
+                           release and print what happened
+  wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import redis.asyncio
+
+from tenure import AsyncFencedKey, AsyncLock, LockNotOwnedError
+from tests._backend_asyncio import read_line, run
+
+
+def emit(**fields: Any) -> None:
+    """Print one JSON line and flush it."""
+    print(json.dumps(fields), flush=True)
+
+
+async def history(url: str, name: str, count: int) -> None:
+    """Acquire and release ``count`` times; print every hold window."""
+    client = redis.asyncio.Redis.from_url(url)
+    lock = AsyncLock(client, name, timeout=10)
+    windows = []
+    emit(event="ready")
+    for _ in range(count):
+        assert await lock.acquire(blocking_timeout=60)
+        began = time.monotonic()
+        value = int(await client.get(f"{name}:counter") or 0)  # a racy read-modify-write
+        await client.set(f"{name}:counter", value + 1)
+        ended = time.monotonic()
+        windows.append((began, ended))
+        await lock.release()
+    emit(event="done", windows=windows)
+    await client.aclose()
+
+
+async def hold(url: str, name: str, lease: float) -> None:
+    """Hold the lock until told to go on, then report what a stale holder sees."""
+    client = redis.asyncio.Redis.from_url(url)
+    lost: list[bool] = []
+    lock = AsyncLock(
+        client, name, timeout=lease, auto_renew=True, on_lost=lambda _: lost.append(True)
+    )
+    assert await lock.acquire()
+    emit(event="acquired", t=time.monotonic(), fence=lock.fencing_token)
+    await read_line()
+    fence = lock.fencing_token
+    assert fence is not None
+    written = await AsyncFencedKey(client, f"{name}:data").write("stale write", fence)
+    try:
+        await lock.release()
+        released = "released"
+    except LockNotOwnedError:
+        released = "not owned"
+    emit(event="after", written=written, release=released, lost=bool(lost))
+    await client.aclose()
+
+
+async def wait(url: str, name: str, timeout: float) -> None:
+    """Queue for the lock; print when it was acquired."""
+    client = redis.asyncio.Redis.from_url(url)
+    lock = AsyncLock(client, name, timeout=10)
+    emit(event="waiting", t=time.monotonic())
+    got = await lock.acquire(blocking_timeout=timeout)
+    emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
+    if got:
+        await lock.release()
+    await client.aclose()
+
+
+async def work(argv: list[str]) -> int:
+    """Dispatch on the role named in ``argv[0]``; return the exit status."""
+    role, url, name, value = argv[0], argv[1], argv[2], argv[3]
+    if role == "history":
+        await history(url, name, int(value))
+    elif role == "hold":
+        await hold(url, name, float(value))
+    elif role == "wait":
+        await wait(url, name, float(value))
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+    return 0
+
+
+def main() -> None:
+    """Entry point."""
+    sys.exit(run(work(sys.argv[1:])))
+
+
+if __name__ == "__main__":
+    main()

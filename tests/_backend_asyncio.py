@@ -1,0 +1,40 @@
+"""Test helpers where asyncio and threads differ (paired with _backend_threads.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def gather(*jobs: Callable[[], Awaitable[T]]) -> list[T]:
+    """Run each job concurrently (as tasks) and return their results in order."""
+    return list(await asyncio.gather(*(job() for job in jobs)))
+
+
+async def sleep(seconds: float) -> None:
+    """Sleep without blocking the loop."""
+    await asyncio.sleep(seconds)
+
+
+def spawn(job: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+    """Start ``job`` in the background; ``await join(handle)`` for its result."""
+    return asyncio.ensure_future(job())
+
+
+async def join(handle: asyncio.Task[T]) -> T:
+    """Wait for a job started by :func:`spawn`."""
+    return await handle
+
+
+async def read_line() -> str:
+    """Read a line from stdin without blocking the loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run a worker's main coroutine."""
+    return asyncio.run(main)

@@ -1,0 +1,46 @@
+"""Test helpers where threads and asyncio differ (paired with _backend_asyncio.py)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def gather(*jobs: Callable[[], T]) -> list[T]:
+    """Run each job concurrently (in threads) and return their results in order."""
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        return [future.result() for future in futures]
+
+
+def sleep(seconds: float) -> None:
+    """Sleep the calling thread."""
+    time.sleep(seconds)
+
+
+def spawn(job: Callable[[], T]) -> Future[T]:
+    """Start ``job`` in a background thread; ``join(handle)`` for its result."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(job)
+    pool.shutdown(wait=False)
+    return future
+
+
+def join(handle: Future[T]) -> T:
+    """Wait for a job started by :func:`spawn`."""
+    return handle.result(timeout=60)
+
+
+def read_line() -> str:
+    """Read a line from stdin."""
+    return sys.stdin.readline()
+
+
+def run(result: T) -> T:
+    """The sync twin of ``asyncio.run``: the work already ran; pass its result on."""
+    return result
