@@ -25,6 +25,7 @@ __all__ = [
     "Queued",
     "check_name",
     "check_seconds",
+    "grant_time",
     "new_token",
     "parse_acquire",
     "parse_wake",
@@ -202,25 +203,34 @@ class Hold:
 
 @dataclass(frozen=True)
 class Acquired:
-    """The script's answer: the caller holds the lock."""
+    """The script's answer: the caller holds the lock.
+
+    ``server_ms`` is the server's clock when a waiter was handed the lock
+    (``None`` when the caller's own call took it).
+    """
 
     fence: int
     lease_ms: int
+    server_ms: int | None = None
 
 
 @dataclass(frozen=True)
 class Queued:
-    """The script's answer: someone else holds it (``owner_ttl_ms`` < 0: nobody)."""
+    """The script's answer: someone else holds it (``owner_ttl_ms`` < 0: nobody).
+
+    ``server_ms`` is the server's clock when the script ran.
+    """
 
     owner_ttl_ms: int
     position: int
+    server_ms: int
 
 
 def parse_acquire(reply: Any) -> Acquired | Queued:
     """Interpret ``lock_acquire``'s reply."""
     if int(reply[0]) == 1:
         return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
-    return Queued(owner_ttl_ms=int(reply[1]), position=int(reply[2]))
+    return Queued(owner_ttl_ms=int(reply[1]), position=int(reply[2]), server_ms=int(reply[3]))
 
 
 def parse_wake(value: Any) -> Acquired | None:
@@ -228,8 +238,20 @@ def parse_wake(value: Any) -> Acquired | None:
     text = to_text(value)
     if text == "wake":
         return None
-    fence, _, lease = text.partition(":")
-    return Acquired(fence=int(fence), lease_ms=int(lease))
+    fence, lease, server_ms = text.split(":")
+    return Acquired(fence=int(fence), lease_ms=int(lease), server_ms=int(server_ms))
+
+
+def grant_time(sent: float, queued: Queued, granted: Acquired) -> float:
+    """When a handoff happened, on the client's monotonic clock (never too late).
+
+    ``queued`` is the reply of the acquire call sent at ``sent``; the server
+    ran it after ``sent``, so the grant, ``granted.server_ms - queued.server_ms``
+    later by the server's clock, happened at or after the returned time.
+    """
+    if granted.server_ms is None:
+        return sent
+    return sent + max(0, granted.server_ms - queued.server_ms) / 1000
 
 
 @dataclass

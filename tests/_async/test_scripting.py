@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import redis.asyncio
 import redis.asyncio.cluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
 from tenure import ArgumentError, ServerUnavailableError
@@ -88,7 +90,7 @@ async def test_call_must_match_script_header(tenure_async_client: redis.asyncio.
 
 async def test_unreachable_server_is_translated(tenure_server_factory: ServerFactory) -> None:
     server = tenure_server_factory()
-    client = server.async_client(socket_connect_timeout=0.5)
+    client = server.async_client(socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     try:
         server.stop()
         with pytest.raises(ServerUnavailableError, match="compare_and_delete") as caught:

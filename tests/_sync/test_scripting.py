@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import redis
 import redis.cluster
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.retry import Retry
 
 from tenure import ArgumentError, ServerUnavailableError
 from tenure._sync._scripting import registry_for
@@ -89,7 +91,7 @@ def test_call_must_match_script_header(tenure_client: redis.Redis) -> None:
 
 def test_unreachable_server_is_translated(tenure_server_factory: ServerFactory) -> None:
     server = tenure_server_factory()
-    client = server.client(socket_connect_timeout=0.5)
+    client = server.client(socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     try:
         server.stop()
         with pytest.raises(ServerUnavailableError, match="compare_and_delete") as caught:

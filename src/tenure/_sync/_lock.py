@@ -63,6 +63,7 @@ from tenure._lock_core import (
     LockSettings,
     LockStatistics,
     check_seconds,
+    grant_time,
     new_token,
     parse_acquire,
     parse_wake,
@@ -287,7 +288,8 @@ class Lock:
                     wake_at = min(wake_at, deadline)
                 granted = self._wait(token, wake_at)
                 if granted is not None:
-                    self._took(token, granted, sent, started, holder, queued)
+                    at = grant_time(sent, answer, granted)
+                    self._took(token, granted, at, started, holder, queued)
                     return True
         except BaseException:
             if wait:
@@ -391,8 +393,9 @@ class Lock:
         self._counters.record_acquired(hold.waited, contended=queued)
         settings = self._settings
         if answer.lease_ms < settings.lease_ms:
-            # Handed over on a short lease: confirm the full lease right away.
-            self._schedule_renewal(hold, now)
+            # Handed over on a short lease: confirm the full lease at a third of
+            # it. A short hold is released before then and never pays for it.
+            self._schedule_renewal(hold, sent + answer.lease_ms / 3000)
         elif settings.auto_renew or settings.max_hold is not None:
             self._schedule_renewal(hold, sent + settings.lease / 3)
 

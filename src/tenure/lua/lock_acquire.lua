@@ -12,7 +12,8 @@
 -- ARGV[4] 1 = the caller holds it and re-enters (count + 1), 0 = plain acquire
 -- ARGV[5] handoff lease in ms, for granting a free lock to the first waiter
 -- returns {1, fence, lease ms} when the caller holds the lock, or
---         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none)}
+--         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
+--          server time in ms}
 
 --! include lock
 local owner_key, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -42,11 +43,11 @@ if not owner then
     end
     -- Free, but a live waiter is ahead of us (its owner's lease ran out with
     -- nobody to hand it on): give it to that waiter now, then queue behind.
-    grant_next(owner_key, queue, waiters, fence, ARGV[5])
+    grant_next(owner_key, queue, waiters, fence, ARGV[5], now)
 end
 
 if waiter_lease <= 0 then
-    return {0, redis.call('PTTL', owner_key), -1}
+    return {0, redis.call('PTTL', owner_key), -1, now}
 end
 redis.call('ZADD', queue, 'NX', now_us_string(), token)
 redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
@@ -55,4 +56,4 @@ if redis.call('PTTL', queue) < keep then
     redis.call('PEXPIRE', queue, keep)
     redis.call('PEXPIRE', waiters, keep)
 end
-return {0, redis.call('PTTL', owner_key), redis.call('ZRANK', queue, token)}
+return {0, redis.call('PTTL', owner_key), redis.call('ZRANK', queue, token), now}

@@ -20,7 +20,8 @@ local token = ARGV[1]
 redis.call('DEL', wake)
 redis.call('ZREM', queue, token)
 redis.call('ZREM', waiters, token)
-purge_waiters(queue, waiters, now_ms())
+local now = now_ms()
+purge_waiters(queue, waiters, now)
 local owner = redis.call('HGET', owner_key, 'token')
 if owner == token then
     if ARGV[3] == 'keep' then
@@ -30,6 +31,6 @@ if owner == token then
     owner = false
 end
 if not owner then
-    grant_next(owner_key, queue, waiters, fence, ARGV[2])
+    grant_next(owner_key, queue, waiters, fence, ARGV[2], now)
 end
 return {0}

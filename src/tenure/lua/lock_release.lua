@@ -19,6 +19,7 @@ if redis.call('HINCRBY', owner_key, 'count', -1) > 0 then
     return 2
 end
 redis.call('DEL', owner_key)
-purge_waiters(queue, waiters, now_ms())
-grant_next(owner_key, queue, waiters, fence, ARGV[2])
+local now = now_ms()
+purge_waiters(queue, waiters, now)
+grant_next(owner_key, queue, waiters, fence, ARGV[2], now)
 return 1

@@ -38,7 +38,8 @@ end
 -- newcomer can barge in; wake exactly that waiter. The handed-over lease is
 -- short (handoff_ms) until the new owner confirms it with its full lease, so
 -- a waiter that died just before its turn delays the others by at most that.
-local function grant_next(owner, queue, waiters, fence, handoff_ms)
+-- The wake-up carries "fence:handoff_ms:server time of the grant in ms".
+local function grant_next(owner, queue, waiters, fence, handoff_ms, now)
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
         return false
@@ -47,7 +48,7 @@ local function grant_next(owner, queue, waiters, fence, handoff_ms)
     redis.call('ZREM', waiters, head)
     local f = take(owner, fence, head, handoff_ms)
     local wake = owner .. ':wake:' .. head
-    redis.call('RPUSH', wake, f .. ':' .. handoff_ms)
+    redis.call('RPUSH', wake, f .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
     redis.call('PEXPIRE', wake, handoff_ms * 2 + 1000)
     return head
 end

@@ -1,0 +1,138 @@
+"""The ``tenure`` command and the pytest plugin, run as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+import tenure
+from tests.test_server import wait_dead
+
+TENURE = [sys.executable, "-m", "tenure"]
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TENURE, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_version_and_help() -> None:
+    version = run("--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"tenure {tenure.__version__}"
+    helped = run("--help")
+    assert helped.returncode == 0
+    for command in ("demo", "server"):
+        assert command in helped.stdout
+    assert run().returncode == 0  # no command: help, not a traceback
+
+
+def test_bad_arguments_exit_with_usage() -> None:
+    bad = run("demo", "--seconds", "-1")
+    assert bad.returncode == 2
+    assert "must be > 0" in bad.stderr
+
+
+@pytest.mark.slow
+def test_demo_json_on_its_own_server() -> None:
+    done = run("demo", "--seconds", "0.5", "--workers", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [row["mode"] for row in rows] == ["no lock", "SET NX + 1 ms retry", "tenure.Lock"]
+    for row in rows[1:]:
+        assert row["lost_updates"] == 0
+        assert row["increments"] == row["counter"] > 0
+    assert rows[2]["fairness"] > 0.5
+    started = re.search(r"started \S+ \S+ \(pid (\d+)\)", done.stderr)
+    assert started, done.stderr
+    assert wait_dead(int(started.group(1)), 2.0), "the demo left its server running"
+
+
+@pytest.mark.slow
+def test_demo_on_a_given_url(tenure_server_url: str) -> None:
+    done = run("demo", "--seconds", "0.3", "--workers", "2", "--url", tenure_server_url)
+    assert done.returncode == 0, done.stderr
+    assert "tenure.Lock" in done.stdout
+    assert "started" not in done.stdout
+
+
+@pytest.fixture
+def tenure_server_url(tenure_client: redis.Redis) -> str:
+    kwargs = tenure_client.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}"
+
+
+def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, "no output in time"
+    return process.stdout.readline()
+
+
+def test_server_command_runs_until_interrupted() -> None:
+    process = subprocess.Popen([*TENURE, "server"], stdout=subprocess.PIPE, text=True)
+    try:
+        first = _read_line(process, 20)
+        match = re.search(r"\(pid (\d+)\) at (redis://\S+)", first)
+        assert match, first
+        pid, url = int(match.group(1)), match.group(2)
+        with redis.Redis.from_url(url) as client:
+            assert client.ping()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0
+        assert wait_dead(pid, 2.0)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+PLUGIN_TEST = """
+    import os, time
+
+    def test_hold_a_server(tenure_server, tenure_client):
+        tenure_client.set("k", "v")
+        with open(os.environ["PID_FILE"], "w") as out:
+            out.write(str(tenure_server.pid))
+        time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_killing_a_test_run_leaves_no_server(tmp_path: Path) -> None:
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(PLUGIN_TEST))
+    pid_file = tmp_path / "pid"
+    env = {**os.environ, "PID_FILE": str(pid_file)}
+    run_ = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert run_.poll() is None, "the user's test run ended early"
+            assert time.monotonic() < deadline, "the plugin never started a server"
+            time.sleep(0.05)
+        server_pid = int(pid_file.read_text())
+        run_.send_signal(signal.SIGKILL)
+        run_.wait(timeout=10)
+        assert wait_dead(server_pid, 2.0), "a killed test run left its server behind"
+    finally:
+        if run_.poll() is None:
+            run_.kill()
