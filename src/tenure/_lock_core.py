@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tenure._exceptions import ArgumentError
@@ -254,18 +254,15 @@ def grant_time(sent: float, queued: Queued, granted: Acquired) -> float:
     return sent + max(0, granted.server_ms - queued.server_ms) / 1000
 
 
-@dataclass
-class LockStatistics:
-    """What one lock object has seen (this process only).
+@dataclass(kw_only=True)
+class Counters:
+    """What one lock object has counted (this process only); times in seconds.
 
-    Times are in seconds. ``contended`` counts acquisitions that had to wait;
-    ``timeouts`` counts acquire calls that gave up; ``lost`` counts holds that
-    were lost while held.
+    ``contended`` counts acquisitions that had to wait; ``timeouts`` counts
+    acquire calls that gave up; ``lost`` counts holds that were lost while
+    held; ``waiters`` is how many of this object's acquisitions wait now.
     """
 
-    name: str
-    held: bool
-    fencing_token: int | None
     acquisitions: int = 0
     contended: int = 0
     timeouts: int = 0
@@ -277,24 +274,6 @@ class LockStatistics:
     hold_total: float = 0.0
     hold_max: float = 0.0
     waiters: int = 0
-
-
-@dataclass
-class Counters:
-    """Mutable counters behind :class:`LockStatistics`."""
-
-    acquisitions: int = 0
-    contended: int = 0
-    timeouts: int = 0
-    releases: int = 0
-    lost: int = 0
-    renewals: int = 0
-    wait_total: float = 0.0
-    wait_max: float = 0.0
-    hold_total: float = 0.0
-    hold_max: float = 0.0
-    waiters: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
     def record_acquired(self, waited: float, contended: bool) -> None:
         """Count one acquisition that waited ``waited`` seconds."""
@@ -309,3 +288,16 @@ class Counters:
         self.releases += 1
         self.hold_total += held_for
         self.hold_max = max(self.hold_max, held_for)
+
+
+@dataclass(kw_only=True)
+class LockStatistics(Counters):
+    """A snapshot of a lock object's counters, with its current state.
+
+    ``held`` and ``fencing_token`` describe the calling thread's (or task's)
+    hold.
+    """
+
+    name: str
+    held: bool
+    fencing_token: int | None

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pytest
 import redis
@@ -61,7 +61,14 @@ __all__ = [
     "tenure_server_factory",
 ]
 
-ServerFactory = Callable[..., ServerProcess]
+
+class ServerFactory(Protocol):
+    """The ``tenure_server_factory`` fixture: ``factory(**ServerProcess kwargs)``."""
+
+    def __call__(self, **kwargs: Any) -> ServerProcess:
+        """Start a private server; it is stopped after the test."""
+        ...
+
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
@@ -184,22 +185,11 @@ class Lock:
     def statistics(self) -> LockStatistics:
         """Counters of this lock object in this process (see :class:`LockStatistics`)."""
         hold = self._slot.get()
-        c = self._counters
         return LockStatistics(
             name=self.name,
             held=hold is not None and not hold.lost,
             fencing_token=None if hold is None else hold.fence,
-            acquisitions=c.acquisitions,
-            contended=c.contended,
-            timeouts=c.timeouts,
-            releases=c.releases,
-            lost=c.lost,
-            renewals=c.renewals,
-            wait_total=c.wait_total,
-            wait_max=c.wait_max,
-            hold_total=c.hold_total,
-            hold_max=c.hold_max,
-            waiters=c.waiters,
+            **asdict(self._counters),
         )
 
     def __repr__(self) -> str:

@@ -34,9 +34,6 @@ return them not yet started.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-
 from tenure.server._binaries import Engine, find_engine
 from tenure.server._process import ServerProcess
 from tenure.server._topologies import Cluster, Replicated, Sentinel, Standalone
@@ -56,85 +53,9 @@ __all__ = [
 ]
 
 
-def standalone(
-    engine: Engine | str | None = None,
-    *,
-    port: int | None = None,
-    unix_socket: bool = False,
-    directory: str | os.PathLike[str] | None = None,
-    appendonly: bool = False,
-    extra_args: Sequence[str] = (),
-    startup_timeout: float = 10.0,
-) -> Standalone:
-    """A single server, not yet started (see :class:`Standalone`)."""
-    return Standalone(
-        engine,
-        port=port,
-        unix_socket=unix_socket,
-        directory=directory,
-        appendonly=appendonly,
-        extra_args=extra_args,
-        startup_timeout=startup_timeout,
-    )
-
-
-def replicated(
-    replicas: int = 1,
-    engine: Engine | str | None = None,
-    appendonly: bool = False,
-    *,
-    extra_args: Sequence[str] = (),
-    startup_timeout: float = 20.0,
-) -> Replicated:
-    """A primary with ``replicas`` replicas, not yet started (see :class:`Replicated`)."""
-    return Replicated(
-        replicas, engine, appendonly, extra_args=extra_args, startup_timeout=startup_timeout
-    )
-
-
-def cluster(
-    masters: int = 3,
-    replicas_per_master: int = 0,
-    engine: Engine | str | None = None,
-    *,
-    node_timeout: int = 2000,
-    appendonly: bool = False,
-    extra_args: Sequence[str] = (),
-    startup_timeout: float = 30.0,
-) -> Cluster:
-    """A Redis Cluster, not yet started (see :class:`Cluster`)."""
-    return Cluster(
-        masters,
-        replicas_per_master,
-        engine,
-        node_timeout=node_timeout,
-        appendonly=appendonly,
-        extra_args=extra_args,
-        startup_timeout=startup_timeout,
-    )
-
-
-def sentinel(
-    replicas: int = 1,
-    sentinels: int = 1,
-    service_name: str = "tenure",
-    engine: Engine | str | None = None,
-    *,
-    appendonly: bool = False,
-    quorum: int | None = None,
-    down_after_ms: int = 1000,
-    failover_timeout_ms: int = 5000,
-    startup_timeout: float = 30.0,
-) -> Sentinel:
-    """A primary, replicas and Sentinel processes, not yet started (see :class:`Sentinel`)."""
-    return Sentinel(
-        replicas,
-        sentinels,
-        service_name,
-        engine,
-        appendonly=appendonly,
-        quorum=quorum,
-        down_after_ms=down_after_ms,
-        failover_timeout_ms=failover_timeout_ms,
-        startup_timeout=startup_timeout,
-    )
+# Lower-case spellings, for ``with cluster(masters=3) as nodes:``; each returns
+# the topology not yet started.
+standalone = Standalone
+replicated = Replicated
+cluster = Cluster
+sentinel = Sentinel

@@ -1,0 +1,147 @@
+"""The locks under test, each behind the same two calls: acquire and release.
+
+Every contender uses a 10 s lease (``LEASE_SECONDS``) except tenure's
+default, which holds "until released" on a renewed 30 s lease. A blocking
+acquire is bounded by ``ACQUIRE_TIMEOUT`` so that no run can hang.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+import redis_lock  # type: ignore[import-untyped]
+from pottery import Redlock
+
+import tenure
+
+__all__ = [
+    "ACQUIRE_TIMEOUT",
+    "CONTENDERS",
+    "LEASE_SECONDS",
+    "REFERENCE",
+    "BenchLock",
+    "Contender",
+    "by_key",
+]
+
+LEASE_SECONDS = 10
+ACQUIRE_TIMEOUT = 10.0  # python-redis-lock refuses a timeout longer than its expire
+
+_COMPARE_AND_DELETE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class BenchLock:
+    """One lock object, reduced to a bounded blocking acquire and a release."""
+
+    acquire: Callable[[], bool]
+    release: Callable[[], None]
+
+
+Maker = Callable[["redis.Redis", str], BenchLock]
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A lock implementation with its settings, as one row of the report."""
+
+    key: str
+    label: str
+    make: Maker
+    contended: bool = True  # False: measured solo only (the bare baseline)
+
+
+def _tenure(timeout: float | None) -> Maker:
+    def make(client: redis.Redis, name: str) -> BenchLock:
+        lock = tenure.Lock(client, name, timeout=timeout)
+        return BenchLock(lambda: lock.acquire(blocking_timeout=ACQUIRE_TIMEOUT), lock.release)
+
+    return make
+
+
+def _redis_py(sleep: float) -> Maker:
+    def make(client: redis.Redis, name: str) -> BenchLock:
+        lock = client.lock(name, timeout=LEASE_SECONDS, sleep=sleep)
+        return BenchLock(lambda: lock.acquire(blocking_timeout=ACQUIRE_TIMEOUT), lock.release)
+
+    return make
+
+
+def _python_redis_lock(client: redis.Redis, name: str) -> BenchLock:
+    lock = redis_lock.Lock(client, name, expire=LEASE_SECONDS)
+
+    def acquire() -> bool:
+        return bool(lock.acquire(timeout=ACQUIRE_TIMEOUT))
+
+    return BenchLock(acquire, lock.release)
+
+
+def _pottery(client: redis.Redis, name: str) -> BenchLock:
+    lock = Redlock(key=name, masters={client}, auto_release_time=LEASE_SECONDS)
+    return BenchLock(lambda: lock.acquire(timeout=ACQUIRE_TIMEOUT), lock.release)
+
+
+class _SetNxLock:
+    """The minimal correct lock: ``SET key token NX PX`` and a compare-and-delete script.
+
+    It never waits (a failed SET returns False), so it is only a solo baseline.
+    """
+
+    def __init__(self, client: redis.Redis, name: str) -> None:
+        self._client = client
+        self._key = name
+        self._delete = client.register_script(_COMPARE_AND_DELETE)
+        self._token = ""
+
+    def acquire(self) -> bool:
+        token = secrets.token_hex(16)
+        if not self._client.set(self._key, token, nx=True, px=LEASE_SECONDS * 1000):
+            return False
+        self._token = token
+        return True
+
+    def release(self) -> None:
+        self._delete(keys=[self._key], args=[self._token])
+
+
+def _set_nx(client: redis.Redis, name: str) -> BenchLock:
+    lock = _SetNxLock(client, name)
+    return BenchLock(lock.acquire, lock.release)
+
+
+REFERENCE = "tenure"
+
+CONTENDERS: tuple[Contender, ...] = (
+    Contender(REFERENCE, "tenure `Lock(timeout=10)`", _tenure(LEASE_SECONDS)),
+    Contender("tenure-default", "tenure `Lock()` (30 s lease, background renewal)", _tenure(None)),
+    Contender("redis-py", "redis-py `client.lock(timeout=10)` (sleep=0.1)", _redis_py(0.1)),
+    Contender(
+        "redis-py-1ms",
+        "redis-py `client.lock(timeout=10, sleep=0.001)` (tuned)",
+        _redis_py(0.001),
+    ),
+    Contender("python-redis-lock", "python-redis-lock `Lock(expire=10)`", _python_redis_lock),
+    Contender("pottery", "pottery `Redlock(auto_release_time=10)`, one master", _pottery),
+    Contender(
+        "set-nx",
+        "baseline: `SET NX PX` + compare-and-delete script",
+        _set_nx,
+        contended=False,
+    ),
+)
+
+
+def by_key(key: str) -> Contender:
+    """The contender called ``key`` (worker processes receive keys, not functions)."""
+    for contender in CONTENDERS:
+        if contender.key == key:
+            return contender
+    raise KeyError(key)

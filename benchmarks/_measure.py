@@ -1,0 +1,300 @@
+"""The two measurements: solo acquire/release cycles and a contended run.
+
+Solo runs in the calling process. The contended run uses a pool of worker
+processes (multiprocessing ``spawn``), reused for every contender: each
+worker makes its own client and lock, reports ready, and all of them start
+at one wall-clock instant chosen by the parent and stop at a deadline.
+Inside the lock a worker does a racy ``GET`` / sleep / ``SET`` increment of
+a counter: any overlap of two holders shows up as a lost update.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.context import SpawnProcess
+from types import TracebackType
+from typing import Any
+
+import redis
+
+from benchmarks._contenders import ACQUIRE_TIMEOUT, BenchLock, by_key
+
+__all__ = [
+    "BenchmarkError",
+    "ContendedResult",
+    "Plan",
+    "SoloResult",
+    "WorkerPool",
+    "summarize",
+    "time_solo",
+]
+
+LOCK_NAME = "bench:lock"
+COUNTER_KEY = "bench:counter"
+STARTUP_TIMEOUT = 60.0  # spawn, import, connect
+START_MARGIN = 0.3  # seconds between "all ready" and the common start instant
+SOLO_WARMUP_CYCLES = 20  # loads the scripts before timing
+MAX_SOLO_CYCLES = 2_000_000
+MAX_ACQUISITIONS_PER_WORKER = 500_000
+
+
+class BenchmarkError(RuntimeError):
+    """A run could not be completed (a worker failed, hung, or a lock misbehaved)."""
+
+
+# -- solo ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SoloResult:
+    """Acquire+release cycles per second of one contender, uncontended."""
+
+    key: str
+    runs: tuple[float, ...]
+    median: float
+
+
+def time_solo(lock: BenchLock, seconds: float) -> float:
+    """Cycles per second of acquire+release for ``seconds`` (or MAX_SOLO_CYCLES)."""
+    acquire, release = lock.acquire, lock.release
+    for _ in range(SOLO_WARMUP_CYCLES):
+        _cycle(acquire, release)
+    cycles = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    now = start
+    while now < deadline and cycles < MAX_SOLO_CYCLES:
+        _cycle(acquire, release)
+        cycles += 1
+        now = time.perf_counter()
+    return cycles / (now - start)
+
+
+def _cycle(acquire: Callable[[], bool], release: Callable[[], None]) -> None:
+    if not acquire():
+        raise BenchmarkError("an uncontended acquire failed")
+    release()
+
+
+# -- contended: one worker -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every worker runs in one contended measurement."""
+
+    url: str
+    contender: str
+    seconds: float
+    critical_ms: float
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    """One worker's record of a contended run."""
+
+    index: int
+    waits: tuple[float, ...]  # seconds, from calling acquire to it returning
+    in_window: int  # acquisitions that returned before the deadline
+    increments: int  # critical sections run (the counter should grow by the sum)
+    failures: int  # acquires that timed out
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _Ready:
+    index: int
+    error: str | None
+
+
+def _worker_main(index: int, commands: Any, replies: Any) -> None:
+    """Entry point of a worker process: run plans until told to stop (None).
+
+    For each plan: connect and build the lock, reply ``_Ready``, receive the
+    common start instant (wall clock), run, reply the ``WorkerResult``.
+    """
+    while True:
+        plan = commands.get()
+        if plan is None:
+            return
+        _serve(index, plan, commands, replies)
+
+
+def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> None:
+    try:
+        client = redis.Redis.from_url(plan.url)
+        lock = by_key(plan.contender).make(client, LOCK_NAME)
+        client.ping()
+    except Exception as exc:
+        replies.put(_Ready(index, repr(exc)))
+        return
+    try:
+        replies.put(_Ready(index, None))
+        start_at = commands.get()
+        if start_at is None:  # the run was called off
+            return
+        replies.put(_run_worker(index, plan, client, lock, start_at))
+    except Exception as exc:
+        replies.put(WorkerResult(index, (), 0, 0, 0, error=repr(exc)))
+    finally:
+        client.close()
+
+
+def _run_worker(
+    index: int, plan: Plan, client: redis.Redis, lock: BenchLock, start_at: float
+) -> WorkerResult:
+    time.sleep(max(0.0, start_at - time.time()))
+    deadline = time.perf_counter() + (start_at + plan.seconds - time.time())
+    critical = plan.critical_ms / 1000
+    acquire, release = lock.acquire, lock.release
+    waits: list[float] = []
+    in_window = increments = failures = 0
+    while len(waits) < MAX_ACQUISITIONS_PER_WORKER:
+        called = time.perf_counter()
+        if called >= deadline:
+            break
+        if not acquire():
+            failures += 1
+            break
+        returned = time.perf_counter()
+        waits.append(returned - called)
+        in_window += returned <= deadline
+        value = int(client.get(COUNTER_KEY) or 0)
+        time.sleep(critical)
+        client.set(COUNTER_KEY, value + 1)
+        increments += 1
+        release()
+    return WorkerResult(index, tuple(waits), in_window, increments, failures)
+
+
+# -- contended: the pool and the summary -----------------------------------------
+
+
+class WorkerPool:
+    """``processes`` spawned workers, reused for every contended measurement."""
+
+    def __init__(self, processes: int) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._replies: Any = self._context.Queue()
+        self._commands: list[Any] = [self._context.Queue() for _ in range(processes)]
+        self._workers: list[SpawnProcess] = []
+
+    def __enter__(self) -> WorkerPool:
+        for index, commands in enumerate(self._commands):
+            worker = self._context.Process(
+                target=_worker_main,
+                args=(index, commands, self._replies),
+                name=f"bench-worker-{index}",
+                daemon=True,
+            )
+            worker.start()
+            self._workers.append(worker)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for commands in self._commands:
+            commands.put(None)
+        for worker in self._workers:
+            worker.join(timeout=5)
+            if worker.is_alive():
+                worker.terminate()
+                worker.join(timeout=5)
+
+    def run(self, plan: Plan) -> list[WorkerResult]:
+        """Run ``plan`` in every worker at once; return their records."""
+        for commands in self._commands:
+            commands.put(plan)
+        for ready in self._collect(_Ready, STARTUP_TIMEOUT):
+            if ready.error is not None:
+                raise BenchmarkError(f"worker {ready.index} could not start: {ready.error}")
+        start_at = time.time() + START_MARGIN
+        for commands in self._commands:
+            commands.put(start_at)
+        budget = START_MARGIN + plan.seconds + ACQUIRE_TIMEOUT + 30
+        results = self._collect(WorkerResult, budget)
+        for result in results:
+            if result.error is not None:
+                raise BenchmarkError(f"worker {result.index} failed: {result.error}")
+        return sorted(results, key=lambda r: r.index)
+
+    def _collect(self, kind: type[Any], budget: float) -> list[Any]:
+        deadline = time.monotonic() + budget
+        replies: list[Any] = []
+        while len(replies) < len(self._commands):
+            left = deadline - time.monotonic()
+            try:
+                reply = self._replies.get(timeout=max(0.01, left))
+            except queue.Empty:
+                raise BenchmarkError(f"workers did not answer within {budget:.0f}s") from None
+            if not isinstance(reply, kind):
+                raise BenchmarkError(f"unexpected reply from a worker: {reply!r}")
+            replies.append(reply)
+        return replies
+
+
+@dataclass(frozen=True)
+class ContendedResult:
+    """One contender under contention, summarized over all workers."""
+
+    key: str
+    processes: int
+    seconds: float
+    critical_ms: float
+    acquisitions: int  # returned before the deadline, all workers
+    per_process: tuple[int, ...]
+    throughput: float  # acquisitions per second
+    wait_p50_ms: float
+    wait_p99_ms: float
+    wait_max_ms: float
+    worst_over_median: float  # wait max / wait p50
+    fairness: float  # least served process / most served process
+    increments: int  # critical sections run
+    counter: int  # the counter's final value
+    lost_updates: int  # increments - counter: 0 unless mutual exclusion broke
+    timeouts: int  # acquires that gave up after ACQUIRE_TIMEOUT
+
+
+def summarize(
+    plan: Plan, processes: int, results: list[WorkerResult], counter: int
+) -> ContendedResult:
+    """Fold the workers' records and the counter's final value into one result."""
+    waits = sorted(w for r in results for w in r.waits)
+    per_process = tuple(r.in_window for r in results)
+    increments = sum(r.increments for r in results)
+    p50 = _percentile(waits, 50)
+    worst = waits[-1] if waits else 0.0
+    return ContendedResult(
+        key=plan.contender,
+        processes=processes,
+        seconds=plan.seconds,
+        critical_ms=plan.critical_ms,
+        acquisitions=sum(per_process),
+        per_process=per_process,
+        throughput=sum(per_process) / plan.seconds,
+        wait_p50_ms=p50 * 1000,
+        wait_p99_ms=_percentile(waits, 99) * 1000,
+        wait_max_ms=worst * 1000,
+        worst_over_median=worst / p50 if p50 > 0 else float("inf"),
+        fairness=min(per_process) / max(per_process) if max(per_process, default=0) else 0.0,
+        increments=increments,
+        counter=counter,
+        lost_updates=increments - counter,
+        timeouts=sum(r.failures for r in results),
+    )
+
+
+def _percentile(ordered: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending list (0.0 when empty)."""
+    if not ordered:
+        return 0.0
+    rank = max(1, -(-len(ordered) * pct // 100))
+    return ordered[int(rank) - 1]

@@ -1,0 +1,78 @@
+"""The public API: documented, flat, and the same in its sync and asyncio halves."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import tenure
+import tenure.server
+import tenure.testing
+
+
+@pytest.mark.parametrize("module", [tenure, tenure.server, tenure.testing])
+def test_every_public_name_is_documented(module: object) -> None:
+    names: list[str] = getattr(module, "__all__")  # noqa: B009
+    assert names == sorted(names, key=str.lower) or names == sorted(names)
+    missing = []
+    for name in names:
+        if name.startswith("__"):
+            continue
+        obj = getattr(module, name)
+        if not (inspect.getdoc(obj) or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                if (
+                    attr.startswith("_")
+                    or (not callable(member)
+                    and not isinstance(member, property))
+                ):
+                    continue
+                if not (inspect.getdoc(member) or "").strip():
+                    missing.append(f"{name}.{attr}")
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("sync", "asynchronous"),
+    [
+        (tenure.Lock, tenure.AsyncLock),
+        (tenure.ReentrantLock, tenure.AsyncReentrantLock),
+        (tenure.FencedKey, tenure.AsyncFencedKey),
+    ],
+)
+def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:
+    def public(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(member)
+            for name, member in inspect.getmembers(cls)
+            if not name.startswith("_") and inspect.isfunction(member)
+        }
+
+    sync_api, async_api = public(sync), public(asynchronous)
+    assert sync_api.keys() == async_api.keys()
+    for name, signature in sync_api.items():
+        assert list(signature.parameters) == list(async_api[name].parameters), name
+    for name in async_api:
+        member = getattr(asynchronous, name)
+        if name not in {"statistics"}:
+            assert inspect.iscoroutinefunction(member), f"{asynchronous.__name__}.{name}"
+    assert list(inspect.signature(sync).parameters) == list(
+        inspect.signature(asynchronous).parameters
+    )
+
+
+def test_error_tree_has_one_root() -> None:
+    errors = [
+        getattr(tenure, name)
+        for name in tenure.__all__
+        if name.endswith("Error") and inspect.isclass(getattr(tenure, name))
+    ]
+    assert len(errors) >= 10
+    for error in errors:
+        assert issubclass(error, tenure.TenureError)
+    assert issubclass(tenure.ArgumentError, ValueError)
+    assert issubclass(tenure.ClientTypeError, TypeError)
+    assert "TenureError" in (tenure._exceptions.__doc__ or "")
