@@ -10,6 +10,7 @@ a counter: any overlap of two holders shows up as a lost update.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import queue
 import time
@@ -98,7 +99,9 @@ class WorkerResult:
     """One worker's record of a contended run."""
 
     index: int
-    waits: tuple[float, ...]  # seconds, from calling acquire to it returning
+    # One (acquire called, acquire returned, release called) per acquisition, in
+    # time.perf_counter() seconds: CLOCK_MONOTONIC, comparable across processes.
+    holds: tuple[tuple[float, float, float], ...]
     in_window: int  # acquisitions that returned before the deadline
     increments: int  # critical sections run (the counter should grow by the sum)
     failures: int  # acquires that timed out
@@ -151,9 +154,9 @@ def _run_worker(
     deadline = time.perf_counter() + (start_at + plan.seconds - time.time())
     critical = plan.critical_ms / 1000
     acquire, release = lock.acquire, lock.release
-    waits: list[float] = []
-    in_window = increments = failures = 0
-    while len(waits) < MAX_ACQUISITIONS_PER_WORKER:
+    holds: list[tuple[float, float, float]] = []
+    in_window = failures = 0
+    while len(holds) < MAX_ACQUISITIONS_PER_WORKER:
         called = time.perf_counter()
         if called >= deadline:
             break
@@ -161,14 +164,13 @@ def _run_worker(
             failures += 1
             break
         returned = time.perf_counter()
-        waits.append(returned - called)
         in_window += returned <= deadline
         value = int(client.get(COUNTER_KEY) or 0)
         time.sleep(critical)
         client.set(COUNTER_KEY, value + 1)
-        increments += 1
+        holds.append((called, returned, time.perf_counter()))
         release()
-    return WorkerResult(index, tuple(waits), in_window, increments, failures)
+    return WorkerResult(index, tuple(holds), in_window, len(holds), failures)
 
 
 # -- contended: the pool and the summary -----------------------------------------
@@ -257,17 +259,47 @@ class ContendedResult:
     wait_max_ms: float
     worst_over_median: float  # wait max / wait p50
     fairness: float  # least served process / most served process
+    hold_p50_ms: float  # acquire returned -> release called (the critical section)
+    gap_p50_ms: float  # one holder's release called -> the next holder's acquire returned
+    gap_p99_ms: float
+    handed_on: float  # share of consecutive holds taken by another process
+    overlaps: int  # hold windows that overlap the previous one (0 unless exclusion broke)
     increments: int  # critical sections run
     counter: int  # the counter's final value
     lost_updates: int  # increments - counter: 0 unless mutual exclusion broke
     timeouts: int  # acquires that gave up after ACQUIRE_TIMEOUT
 
 
+@dataclass(frozen=True)
+class _History:
+    """The hold windows of all workers in time order, and what lies between them."""
+
+    gaps: list[float]
+    handed_on: float
+    overlaps: int
+
+
+def _history(results: list[WorkerResult]) -> _History:
+    windows = sorted(
+        (returned, releasing, r.index) for r in results for _, returned, releasing in r.holds
+    )
+    gaps: list[float] = []
+    handed = overlaps = 0
+    for (_, prev_end, prev_owner), (start, _, owner) in itertools.pairwise(windows):
+        gaps.append(start - prev_end)
+        overlaps += start < prev_end
+        handed += owner != prev_owner
+    pairs = max(1, len(windows) - 1)
+    return _History(sorted(gaps), handed / pairs, overlaps)
+
+
 def summarize(
     plan: Plan, processes: int, results: list[WorkerResult], counter: int
 ) -> ContendedResult:
     """Fold the workers' records and the counter's final value into one result."""
-    waits = sorted(w for r in results for w in r.waits)
+    waits = sorted(returned - called for r in results for called, returned, _ in r.holds)
+    held = sorted(releasing - returned for r in results for _, returned, releasing in r.holds)
+    history = _history(results)
     per_process = tuple(r.in_window for r in results)
     increments = sum(r.increments for r in results)
     p50 = _percentile(waits, 50)
@@ -285,6 +317,11 @@ def summarize(
         wait_max_ms=worst * 1000,
         worst_over_median=worst / p50 if p50 > 0 else float("inf"),
         fairness=min(per_process) / max(per_process) if max(per_process, default=0) else 0.0,
+        hold_p50_ms=_percentile(held, 50) * 1000,
+        gap_p50_ms=_percentile(history.gaps, 50) * 1000,
+        gap_p99_ms=_percentile(history.gaps, 99) * 1000,
+        handed_on=history.handed_on,
+        overlaps=history.overlaps,
         increments=increments,
         counter=counter,
         lost_updates=increments - counter,

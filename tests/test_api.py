@@ -24,10 +24,8 @@ def test_every_public_name_is_documented(module: object) -> None:
             missing.append(name)
         if inspect.isclass(obj):
             for attr, member in vars(obj).items():
-                if (
-                    attr.startswith("_")
-                    or (not callable(member)
-                    and not isinstance(member, property))
+                if attr.startswith("_") or (
+                    not callable(member) and not isinstance(member, property)
                 ):
                     continue
                 if not (inspect.getdoc(member) or "").strip():

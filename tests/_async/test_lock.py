@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -20,6 +21,8 @@ from tenure import (
     LockLostError,
     LockNotOwnedError,
 )
+from tenure._async._watchdog import watchdog
+from tenure._backend_asyncio import IS_ASYNC
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
 from tests.conftest import ServerFactory
@@ -397,3 +400,26 @@ async def test_bad_arguments_are_named(tenure_async_client: redis.asyncio.Redis)
         await lock.extend(-1)
     with pytest.raises(ClientTypeError, match="^client"):
         AsyncLock(object(), "x")  # type: ignore[arg-type]
+
+
+async def test_one_watchdog_batches_the_renewals_of_many_locks(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    dog = watchdog()
+    batches, calls = dog.batches, dog.calls
+    locks = [
+        AsyncLock(tenure_async_client, f"many-{i}", timeout=0.3, auto_renew=True) for i in range(6)
+    ]
+    for lock in locks:
+        assert await lock.acquire()
+    await sleep(0.65)
+    for lock in locks:
+        assert await lock.owned()
+        await lock.release()
+    assert watchdog() is dog  # one renewer for every lock of this loop / process
+    renewals = dog.calls - calls
+    assert renewals >= 6 * 2
+    assert dog.batches - batches < renewals / 2  # several renewals per round trip
+    if not IS_ASYNC:
+        names = [thread.name for thread in threading.enumerate()]
+        assert names.count("tenure-watchdog") <= 1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -21,6 +22,8 @@ from tenure import (
     LockNotOwnedError,
     ReentrantLock,
 )
+from tenure._backend_threads import IS_ASYNC
+from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
 from tests.conftest import ServerFactory
@@ -398,3 +401,24 @@ def test_bad_arguments_are_named(tenure_client: redis.Redis) -> None:
         lock.extend(-1)
     with pytest.raises(ClientTypeError, match="^client"):
         Lock(object(), "x")  # type: ignore[arg-type]
+
+
+def test_one_watchdog_batches_the_renewals_of_many_locks(
+    tenure_client: redis.Redis,
+) -> None:
+    dog = watchdog()
+    batches, calls = dog.batches, dog.calls
+    locks = [Lock(tenure_client, f"many-{i}", timeout=0.3, auto_renew=True) for i in range(6)]
+    for lock in locks:
+        assert lock.acquire()
+    sleep(0.65)
+    for lock in locks:
+        assert lock.owned()
+        lock.release()
+    assert watchdog() is dog  # one renewer for every lock of this loop / process
+    renewals = dog.calls - calls
+    assert renewals >= 6 * 2
+    assert dog.batches - batches < renewals / 2  # several renewals per round trip
+    if not IS_ASYNC:
+        names = [thread.name for thread in threading.enumerate()]
+        assert names.count("tenure-watchdog") <= 1
