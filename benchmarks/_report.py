@@ -27,6 +27,7 @@ class RunInfo:
     command: str
     date: str
     nproc: int
+    load: str
     python: str
     platform: str
     server: str
@@ -68,7 +69,7 @@ def targets(solo: Sequence[SoloResult], contended: Sequence[ContendedResult]) ->
                     "contended throughput >= best peer's",
                     result.key,
                     f"{result.throughput:,.0f}/s vs {best.throughput:,.0f}/s "
-                    f"({best.key}): {ratio:.2f}x",
+                    f"({best.key}, fairness {best.fairness:.2f}): {ratio:.2f}x",
                     ratio >= 1.0,
                 )
             )
@@ -127,10 +128,10 @@ def render(info: RunInfo, solo: Sequence[SoloResult], contended: Sequence[Conten
     """The whole of ``docs/benchmarks.md``."""
     parts = [
         _header(info),
+        _targets_table(targets(solo, contended)),
         _solo_table(solo, info),
         _contended_table(contended, info),
         _handoff_table(contended),
-        _targets_table(targets(solo, contended)),
         _contenders_notes(),
     ]
     return "\n".join(parts)
@@ -149,22 +150,39 @@ To run it (from the repository root, with the peers installed:
 `pip install -r benchmarks/requirements.txt`):
 
 ```
-python -m benchmarks.locks [--seconds 5] [--solo-seconds 3] [--processes 4] \\
-    [--critical-ms 1] [--url redis://host:port] [--output docs/benchmarks.md] [--json FILE]
+python -m benchmarks.locks [--seconds 5] [--solo-seconds 3] [--solo-runs 3] \\
+    [--processes 4] [--critical-ms 1] [--url redis://host:port] \\
+    [--output docs/benchmarks.md] [--json FILE] [--only tenure,redis-py,...]
 ```
 
 Without `--url` it starts a private server (`tenure.server.ServerProcess`) on
-loopback and stops it at the end.
-
+loopback and stops it at the end; a server given by `--url` is emptied
+(`FLUSHALL`). The default run takes about a minute.
+{_busy_note(info)}
 | Machine | |
 |---|---|
 | CPUs (`nproc`) | {info.nproc} |
+| Load average at start (1 / 5 / 15 min) | {info.load} |
 | Python | {info.python} |
 | Platform | {info.platform} |
 | Server | {info.server} ({info.server_source}) |
 | `PING` round trip, median | {info.round_trip_us:.0f} µs |
 | Packages | {packages} |
 """
+
+
+def _busy_note(info: RunInfo) -> str:
+    try:
+        busy = float(info.load.split("/")[0]) > info.nproc / 2
+    except ValueError:
+        return ""
+    if not busy:
+        return ""
+    return (
+        f"\n**The machine was busy when this run started (load {info.load.split('/')[0].strip()} "
+        f"on {info.nproc} CPUs): other processes competed for the CPUs, so the numbers "
+        "are noisier than usual.**\n"
+    )
 
 
 def _label(key: str) -> str:
@@ -183,6 +201,7 @@ def _solo_table(solo: Sequence[SoloResult], info: RunInfo) -> str:
     by_key_ = {r.key: r for r in solo}
     reference = by_key_.get(REFERENCE)
     mine = None if reference is None else reference.median
+    baseline = by_key_.get(BASELINE)
     each = info.solo_seconds / info.solo_runs
     lines = [
         "## Solo: one process, acquire + release, no critical section",
@@ -190,15 +209,21 @@ def _solo_table(solo: Sequence[SoloResult], info: RunInfo) -> str:
         f"Cycles per second, median of {info.solo_runs} runs of {each:g} s "
         "(runs interleaved across contenders).",
         "",
-        "| Lock | cycles/s | runs | tenure / row |",
-        "|---|---:|---|---:|",
+        "| Lock | cycles/s (median) | runs | row / bare SET NX | tenure / row |",
+        "|---|---:|---|---:|---:|",
     ]
     for result in solo:
         runs = ", ".join(f"{r:,.0f}" for r in result.runs)
+        floor = "—" if baseline is None else _ratio(result.median, baseline.median)
         lines.append(
-            f"| {_label(result.key)} | {result.median:,.0f} | {runs} "
+            f"| {_label(result.key)} | {result.median:,.0f} | {runs} | {floor} "
             f"| {_ratio(mine, result.median)} |"
         )
+    lines += [
+        "",
+        "Runs that disagree by more than a few percent mean the machine was "
+        "disturbed (another process, the hypervisor): compare ratios within one run only.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -260,7 +285,7 @@ def _targets_table(found: Sequence[Target]) -> str:
     lines = [
         "## Targets",
         "",
-        "The issue's goals for tenure, checked against this run.",
+        "The issue's goals for tenure, checked against this run (details in the tables below).",
         "",
         "| Goal | Lock | Measured | Met |",
         "|---|---|---|---|",

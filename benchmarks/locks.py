@@ -2,12 +2,14 @@
 
 Run from the repository root::
 
-    python -m benchmarks.locks [--seconds S] [--solo-seconds S] [--processes 4]
-        [--critical-ms 1] [--url URL] [--output docs/benchmarks.md] [--json FILE]
+    python -m benchmarks.locks [--seconds S] [--solo-seconds S] [--solo-runs 3]
+        [--processes 4] [--critical-ms 1] [--url URL] [--output docs/benchmarks.md]
+        [--json FILE] [--only KEY,KEY]
 
 Without ``--url`` a private valkey-server is started on loopback
-(``tenure.server.ServerProcess``) and stopped at the end. Two measurements,
-each contender after the other with ``FLUSHALL`` between:
+(``tenure.server.ServerProcess``) and stopped at the end. A server given by
+``--url`` is emptied: every measurement starts with ``FLUSHALL``. Two
+measurements, each contender after the other:
 
 * solo: acquire+release cycles per second in this process (median of runs);
 * contended: ``--processes`` spawned processes loop over a critical section
@@ -51,7 +53,6 @@ from tenure.server import ServerProcess
 
 __all__ = ["main"]
 
-SOLO_RUNS = 3
 _PACKAGES = ("tenure", "redis", "hiredis", "python-redis-lock", "pottery")
 
 
@@ -62,8 +63,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="per contended run (5)")
     parser.add_argument(
-        "--solo-seconds", type=float, default=3.0, help=f"per solo contender, {SOLO_RUNS} runs (3)"
+        "--solo-seconds", type=float, default=3.0, help="per solo contender, all runs (3)"
     )
+    parser.add_argument("--solo-runs", type=int, default=3, help="solo runs, median taken (3)")
     parser.add_argument("--processes", type=int, default=4, help="contending processes (4)")
     parser.add_argument("--critical-ms", type=float, default=1.0, help="time held (1 ms)")
     parser.add_argument("--url", help="use this server instead of starting one")
@@ -75,6 +77,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not 0 < args.seconds <= 600 or not 0 < args.solo_seconds <= 600:
         parser.error("--seconds and --solo-seconds must be in (0, 600]")
+    if not 1 <= args.solo_runs <= 99:
+        parser.error("--solo-runs must be in 1..99")
     if not 1 <= args.processes <= 64:
         parser.error("--processes must be in 1..64")
     if not 0 <= args.critical_ms <= 1000:
@@ -109,16 +113,20 @@ def progress(message: str) -> None:
 
 
 def measure_solo(
-    client: redis.Redis, contenders: Sequence[Contender], seconds: float
+    client: redis.Redis, contenders: Sequence[Contender], seconds: float, rounds: int
 ) -> list[SoloResult]:
-    """Median of SOLO_RUNS runs per contender; rounds interleave the contenders."""
+    """Median of ``rounds`` runs per contender, ``seconds`` in all.
+
+    Rounds interleave the contenders, every other round in reverse order, so
+    that a drift in the machine's speed does not favour whoever runs first.
+    """
     runs: dict[str, list[float]] = {c.key: [] for c in contenders}
-    for round_ in range(SOLO_RUNS):
-        for contender in contenders:
+    for round_ in range(rounds):
+        for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
             client.flushall()
-            rate = time_solo(contender.make(client, LOCK_NAME), seconds / SOLO_RUNS)
+            rate = time_solo(contender.make(client, LOCK_NAME), seconds / rounds)
             runs[contender.key].append(rate)
-            progress(f"solo {round_ + 1}/{SOLO_RUNS} {contender.key}: {rate:,.0f} cycles/s")
+            progress(f"solo {round_ + 1}/{rounds} {contender.key}: {rate:,.0f} cycles/s")
     return [SoloResult(key, tuple(rates), statistics.median(rates)) for key, rates in runs.items()]
 
 
@@ -153,6 +161,14 @@ def server_version(client: redis.Redis) -> str:
     return f"redis {info.get('redis_version', '?')}"
 
 
+def load_average() -> str:
+    """The 1/5/15-minute load averages: other work on the machine skews the numbers."""
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def round_trip_us(client: redis.Redis, count: int = 500) -> float:
     """Median ``PING`` round trip in microseconds: the floor of every lock operation."""
     samples = []
@@ -178,6 +194,7 @@ def run_info(
     server: str,
     source: str,
     rtt_us: float,
+    load: str,
     elapsed: float,
 ) -> RunInfo:
     """Describe this run for the report."""
@@ -185,6 +202,7 @@ def run_info(
         command=shlex.join(["python", "-m", "benchmarks.locks", *argv]),
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         nproc=os.cpu_count() or 0,
+        load=load,
         python=f"{platform.python_implementation()} {platform.python_version()}",
         platform=platform.platform(terse=True),
         server=server,
@@ -193,7 +211,7 @@ def run_info(
         packages=package_versions(),
         seconds=args.seconds,
         solo_seconds=args.solo_seconds,
-        solo_runs=SOLO_RUNS,
+        solo_runs=args.solo_runs,
         processes=args.processes,
         critical_ms=args.critical_ms,
         elapsed=elapsed,
@@ -206,18 +224,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     contenders = select(args.only)
     started = time.monotonic()
+    load = load_average()
     with server_url(args.url) as (url, source):
         client = redis.Redis.from_url(url)
         try:
             server = server_version(client)
             rtt_us = round_trip_us(client)
             progress(f"server: {server} at {url}, PING round trip {rtt_us:.0f} us")
-            solo = measure_solo(client, contenders, args.solo_seconds)
+            solo = measure_solo(client, contenders, args.solo_seconds, args.solo_runs)
             contended = measure_contended(client, url, contenders, args)
             client.flushall()
         finally:
             client.close()
-    info = run_info(args, argv, server, source, rtt_us, time.monotonic() - started)
+    info = run_info(args, argv, server, source, rtt_us, load, time.monotonic() - started)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(render(info, solo, contended), encoding="utf-8")
     progress(f"wrote {args.output} in {info.elapsed:.0f} s")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 __all__ = [
@@ -180,11 +180,3 @@ class OwnerSlot(Generic[T]):
             self._shared = None
         else:
             self._by_task.pop(current_holder(), None)
-
-    def values(self) -> Iterator[T]:
-        """Every stored value (for statistics and repr)."""
-        if not self._per_owner:
-            if self._shared is not None:
-                yield self._shared
-            return
-        yield from list(self._by_task.values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 __all__ = [
@@ -113,8 +113,6 @@ class OwnerSlot(Generic[T]):
         self._per_owner = per_owner
         self._shared: T | None = None
         self._local = threading.local()
-        self._all: dict[int, T] = {}
-        self._mutex = threading.Lock()
 
     def get(self) -> T | None:
         """The current owner's value, or None."""
@@ -125,28 +123,14 @@ class OwnerSlot(Generic[T]):
 
     def set(self, value: T) -> None:
         """Store the current owner's value."""
-        if not self._per_owner:
+        if self._per_owner:
+            self._local.value = value
+        else:
             self._shared = value
-            return
-        self._local.value = value
-        with self._mutex:
-            self._all[threading.get_ident()] = value
 
     def clear(self) -> None:
         """Forget the current owner's value."""
-        if not self._per_owner:
+        if self._per_owner:
+            self._local.value = None
+        else:
             self._shared = None
-            return
-        self._local.value = None
-        with self._mutex:
-            self._all.pop(threading.get_ident(), None)
-
-    def values(self) -> Iterator[T]:
-        """Every stored value (for statistics and repr)."""
-        if not self._per_owner:
-            if self._shared is not None:
-                yield self._shared
-            return
-        with self._mutex:
-            snapshot = list(self._all.values())
-        yield from snapshot

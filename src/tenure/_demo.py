@@ -137,13 +137,13 @@ def _server_url(url: str | None, out: TextIO) -> Iterator[str]:
     from tenure.server import ServerProcess
 
     with ServerProcess(name="tenure-demo") as server:
+        pid = server.pid
         print(
-            f"started {server.engine.name} {server.engine.version} "
-            f"(pid {server.pid}) at {server.url}",
+            f"started {server.engine.name} {server.engine.version} (pid {pid}) at {server.url}",
             file=out,
         )
         yield server.url
-    print(f"stopped the server (pid {server.pid})", file=out)
+    print(f"stopped the server (pid {pid})", file=out)
 
 
 def _table(results: list[DemoResult]) -> str:

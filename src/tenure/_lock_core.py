@@ -115,7 +115,11 @@ class LockKeys:
 
 @dataclass(frozen=True)
 class LockSettings:
-    """A lock's validated configuration (the constructor's arguments)."""
+    """A lock's validated configuration (the constructor's arguments).
+
+    The ``*_ms`` fields are the leases in whole milliseconds, as the scripts
+    take them; the handoff lease is never longer than the lease.
+    """
 
     name: str
     lease: float
@@ -127,15 +131,9 @@ class LockSettings:
     waiter_lease: float
     handoff_lease: float
 
-    @property
-    def lease_ms(self) -> int:
-        """The lease in milliseconds."""
-        return to_ms(self.lease)
-
-    @property
-    def handoff_ms(self) -> int:
-        """The handoff lease in milliseconds (never longer than the lease)."""
-        return min(to_ms(self.handoff_lease), self.lease_ms)
+    lease_ms: int
+    handoff_ms: int
+    waiter_lease_ms: int
 
     @classmethod
     def build(
@@ -168,6 +166,7 @@ class LockSettings:
             raise ArgumentError("max_hold", f"must be > 0 seconds, got {max_hold!r}", name=checked)
         lease = DEFAULT_LEASE if timeout is None else float(timeout)
         renew = (timeout is None) if auto_renew is None else bool(auto_renew)
+        lease_ms = to_ms(lease)
         return cls(
             name=checked,
             lease=lease,
@@ -178,10 +177,13 @@ class LockSettings:
             max_hold=max_hold,
             waiter_lease=float(waiter_lease),
             handoff_lease=float(handoff_lease),
+            lease_ms=lease_ms,
+            handoff_ms=min(to_ms(handoff_lease), lease_ms),
+            waiter_lease_ms=to_ms(waiter_lease),
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class Hold:
     """One acquisition, as its owner sees it.
 

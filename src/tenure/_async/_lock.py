@@ -152,6 +152,8 @@ class AsyncLock:
         self.timeout = timeout
         self.sleep = sleep
         self._keys = LockKeys.for_name(prefix, name)
+        keys = self._keys
+        self._release_keys = (keys.owner, keys.queue, keys.waiters, keys.fence)
         self._registry = registry_for(client)
         self._slot: OwnerSlot[Hold] = OwnerSlot(per_owner=thread_local)
         self._counters = Counters()
@@ -250,7 +252,7 @@ class AsyncLock:
         args = (
             token,
             settings.lease_ms,
-            to_ms(settings.waiter_lease) if wait else 0,
+            settings.waiter_lease_ms if wait else 0,
             0,
             settings.handoff_ms,
         )
@@ -461,8 +463,9 @@ class AsyncLock:
             self._on_lost(self)
 
     def _forget(self, hold: Hold) -> None:
-        watchdog().cancel(hold.renewal)
-        hold.renewal = None
+        if hold.renewal is not None:
+            watchdog().cancel(hold.renewal)
+            hold.renewal = None
         self._slot.clear()
 
     # -- release, extend -------------------------------------------------------
@@ -480,8 +483,7 @@ class AsyncLock:
             raise LockNotOwnedError(
                 "cannot release: this owner does not hold the lock", name=self.name
             )
-        k = self._keys
-        keys = (k.owner, k.queue, k.waiters, k.fence)
+        keys = self._release_keys
         if hold.count == 1:
             self._forget(hold)  # stop renewing before the lock can change hands
         reply = int(

@@ -18,11 +18,16 @@
 --! include lock
 local owner_key, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, lease = ARGV[1], ARGV[2]
+
+-- Fast path: free and nobody waiting. Take it in four commands.
+local owner = redis.call('HGET', owner_key, 'token')
+if (not owner) and redis.call('EXISTS', queue) == 0 then
+    return {1, take(owner_key, fence, token, lease), tonumber(lease)}
+end
+
 local waiter_lease = tonumber(ARGV[3])
 local now = now_ms()
 purge_waiters(queue, waiters, now)
-
-local owner = redis.call('HGET', owner_key, 'token')
 if owner == token then
     -- Already ours: a re-entry, or a waiter that was handed the lock confirming it.
     if ARGV[4] == '1' then

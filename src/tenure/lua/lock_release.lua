@@ -12,13 +12,18 @@
 
 --! include lock
 local owner_key, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if redis.call('HGET', owner_key, 'token') ~= ARGV[1] then
+local owner = redis.call('HMGET', owner_key, 'token', 'count')
+if owner[1] ~= ARGV[1] then
     return 0
 end
-if redis.call('HINCRBY', owner_key, 'count', -1) > 0 then
+if owner[2] and tonumber(owner[2]) > 0 then
+    redis.call('HINCRBY', owner_key, 'count', -1)
     return 2
 end
 redis.call('DEL', owner_key)
+if redis.call('EXISTS', queue) == 0 then
+    return 1
+end
 local now = now_ms()
 purge_waiters(queue, waiters, now)
 grant_next(owner_key, queue, waiters, fence, ARGV[2], now)

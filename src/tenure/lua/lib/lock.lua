@@ -1,6 +1,7 @@
 -- Shared by the lock scripts (included, not run on its own).
 -- Key layout of one lock, all under one {hash tag} so a cluster keeps them in one slot:
---   owner   hash {token, fence, count}; its PEXPIRE is the lease
+--   owner   hash {token, fence, count}; its PEXPIRE is the lease; count (re-entries
+--           beyond the first) is absent until the owner re-enters
 --   queue   zset token -> arrival time in microseconds (server clock): FIFO order
 --   waiters zset token -> expiry of the waiter's own lease in ms (server clock)
 --   fence   counter, never expires: the fencing token of each acquisition
@@ -29,7 +30,7 @@ end
 -- Make `token` the owner for `lease_ms`; return its fencing token.
 local function take(owner, fence, token, lease_ms)
     local f = redis.call('INCR', fence)
-    redis.call('HSET', owner, 'token', token, 'fence', f, 'count', 1)
+    redis.call('HSET', owner, 'token', token, 'fence', f)
     redis.call('PEXPIRE', owner, lease_ms)
     return f
 end
