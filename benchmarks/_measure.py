@@ -122,34 +122,37 @@ def _worker_main(index: int, commands: Any, replies: Any) -> None:
     """
     while True:
         plan = commands.get()
-        if plan is None:
+        if plan is None or not _serve(index, plan, commands, replies):
             return
-        _serve(index, plan, commands, replies)
 
 
-def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> None:
+def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> bool:
+    """Run one plan; return False when the parent called the run off (stop)."""
     try:
         client = redis.Redis.from_url(plan.url)
         lock = by_key(plan.contender).make(client, LOCK_NAME)
         client.ping()
     except Exception as exc:
         replies.put(_Ready(index, repr(exc)))
-        return
+        return False
     try:
         replies.put(_Ready(index, None))
         start_at = commands.get()
-        if start_at is None:  # the run was called off
-            return
+        if start_at is None:
+            return False
         replies.put(_run_worker(index, plan, client, lock, start_at))
     except Exception as exc:
         replies.put(WorkerResult(index, (), 0, 0, 0, error=repr(exc)))
+        return False
     finally:
         client.close()
+    return True
 
 
 def _run_worker(
     index: int, plan: Plan, client: redis.Redis, lock: BenchLock, start_at: float
 ) -> WorkerResult:
+    """Loop acquire → racy increment inside the lock → release until the deadline."""
     time.sleep(max(0.0, start_at - time.time()))
     deadline = time.perf_counter() + (start_at + plan.seconds - time.time())
     critical = plan.critical_ms / 1000

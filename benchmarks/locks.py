@@ -41,6 +41,7 @@ from benchmarks._contenders import CONTENDERS, Contender
 from benchmarks._measure import (
     COUNTER_KEY,
     LOCK_NAME,
+    BenchmarkError,
     ContendedResult,
     Plan,
     SoloResult,
@@ -135,10 +136,11 @@ def measure_contended(
 ) -> list[ContendedResult]:
     """One contended run per contender, all in one pool of worker processes."""
     results: list[ContendedResult] = []
+    contenders = [c for c in contenders if c.contended]
+    if not contenders:
+        return results
     with WorkerPool(args.processes) as pool:
         for contender in contenders:
-            if not contender.contended:
-                continue
             client.flushall()
             plan = Plan(url, contender.key, args.seconds, args.critical_ms)
             records = pool.run(plan)
@@ -222,6 +224,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and write the report; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    try:
+        run(args, argv)
+    except (BenchmarkError, redis.RedisError) as exc:
+        progress(f"benchmark failed: {type(exc).__name__}: {exc}")
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """Measure every selected contender and write the report(s)."""
     contenders = select(args.only)
     started = time.monotonic()
     load = load_average()
@@ -243,7 +255,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         data = as_data(info, solo, contended)
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ call due at a monotonic time. One background task (thread, in the sync
 build) sleeps until the earliest job is due, then runs every due job, with
 the jobs of one client batched into a single pipeline round trip. A job's
 ``on_result`` callback sees the reply (or the error) and returns when the job
-is next due, or ``None`` to drop it. The background task exits when no jobs
-remain and is started again by the next :meth:`AsyncWatchdog.schedule`.
+is next due, or ``None`` to drop it. The background task lingers for a
+second once no jobs remain (a loop that takes and releases locks does not
+start a thread per lock), then exits; the next :meth:`AsyncWatchdog.schedule`
+starts it again. Cancelled jobs are dropped lazily, and the heap is rebuilt
+when they outnumber the live ones.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from tenure._clients import is_cluster, translate_error
 from tenure._scripts import load_script
 
 __all__ = ["AsyncWatchdog", "Job", "watchdog"]
+
+IDLE_LINGER = 1.0
+"""Seconds the background task stays alive with nothing to do."""
 
 logger = logging.getLogger("tenure.watchdog")
 
@@ -58,6 +64,9 @@ class AsyncWatchdog:
         self._order = itertools.count()
         self._wakeup = Event()
         self._running = False
+        self._idle_since: float | None = None
+        self._sleep_until = float("-inf")  # when the sleeping task wakes by itself
+        self._cancelled = 0
         self.batches = 0
         self.calls = 0
 
@@ -74,36 +83,54 @@ class AsyncWatchdog:
     def schedule(self, job: Job) -> Job:
         """Queue ``job`` to run at ``job.due``; return it (to cancel later)."""
         with self._mutex:
-            first = not self._heap or job.due < self._heap[0][0]
             heapq.heappush(self._heap, (job.due, next(self._order), job))
             if not self._running:
                 self._running = True
+                self._sleep_until = float("-inf")
                 start_background(self._run, "tenure-watchdog")
-            elif first:
-                self._wakeup.set()
+            elif job.due < self._sleep_until:
+                self._wakeup.set()  # it sleeps past this job's time: wake it to re-plan
         return job
 
     def cancel(self, job: Job | None) -> None:
         """Drop ``job`` if it has not run yet (a running job's result is ignored)."""
-        if job is not None:
-            job.cancelled = True
+        if job is None or job.cancelled:
+            return
+        job.cancelled = True
+        with self._mutex:
+            self._cancelled += 1
+            if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
 
     def _take_due(self) -> tuple[list[Job], float | None]:
         with self._mutex:
             self._wakeup.clear()
             while self._heap and self._heap[0][2].cancelled:
                 heapq.heappop(self._heap)
-            if not self._heap:
-                self._running = False
-                return [], None
+                self._cancelled = max(0, self._cancelled - 1)
             now = time.monotonic()
+            if not self._heap:
+                if self._idle_since is None:
+                    self._idle_since = now
+                idle = now - self._idle_since
+                if idle >= IDLE_LINGER:
+                    self._running = False
+                    self._idle_since = None
+                    return [], None
+                self._sleep_until = now + IDLE_LINGER - idle
+                return [], IDLE_LINGER - idle
+            self._idle_since = None
             due: list[Job] = []
             while self._heap and self._heap[0][0] <= now + 0.001:
                 job = heapq.heappop(self._heap)[2]
                 if not job.cancelled:
                     due.append(job)
             if due:
+                self._sleep_until = float("-inf")  # busy: it re-plans when done
                 return due, 0.0
+            self._sleep_until = self._heap[0][0]
             return [], self._heap[0][0] - now
 
     async def _run(self) -> None:
@@ -185,7 +212,7 @@ def watchdog() -> AsyncWatchdog:
     with _watchdogs_mutex:
         found = _watchdogs.get(key)
         if found is None:
-            for other in [k for k, w in _watchdogs.items() if not w.running and k is not key]:
+            for other in [k for k, w in _watchdogs.items() if not w.running and k != key]:
                 del _watchdogs[other]
             found = _watchdogs[key] = AsyncWatchdog()
         return found
