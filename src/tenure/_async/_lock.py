@@ -154,6 +154,7 @@ class AsyncLock:
         self._keys = LockKeys.for_name(prefix, name)
         keys = self._keys
         self._release_keys = (keys.owner, keys.queue, keys.waiters, keys.fence)
+        self._try_keys = (keys.owner, keys.queue, keys.fence)
         self._registry = registry_for(client)
         self._slot: OwnerSlot[Hold] = OwnerSlot(per_owner=thread_local)
         self._counters = Counters()
@@ -248,6 +249,14 @@ class AsyncLock:
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
+        sent = time.monotonic()
+        fence = int(await self._run("lock_try", self._try_keys, (token, settings.lease_ms)))
+        if fence > 0:  # free and nobody waiting: the one-round-trip path
+            taken = Acquired(fence=fence, lease_ms=settings.lease_ms)
+            self._took(token, taken, sent, started, holder, queued=False)
+            return True
+        if not wait:
+            return False
         keys = self._acquire_keys(token)
         args = (
             token,

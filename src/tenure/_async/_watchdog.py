@@ -209,6 +209,9 @@ _watchdogs_mutex = Mutex()
 def watchdog() -> AsyncWatchdog:
     """The watchdog of the running event loop (of this process, for threads)."""
     key = scope_key()
+    found = _watchdogs.get(key)  # the common case needs no lock
+    if found is not None:
+        return found
     with _watchdogs_mutex:
         found = _watchdogs.get(key)
         if found is None:
