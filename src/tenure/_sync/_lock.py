@@ -161,6 +161,7 @@ class Lock:
         self._counters = Counters()
         self._on_lost = on_lost
         self._cancel_on_lost = cancel_on_lost
+        self._seen_busy = False  # the last acquire had to wait: skip the fast path
 
     # -- state -----------------------------------------------------------------
 
@@ -250,14 +251,18 @@ class Lock:
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
-        sent = time.monotonic()
-        fence = int(self._run("lock_try", self._try_keys, (token, settings.lease_ms)))
-        if fence > 0:  # free and nobody waiting: the one-round-trip path
-            taken = Acquired(fence=fence, lease_ms=settings.lease_ms)
-            self._took(token, taken, sent, started, holder, queued=False)
-            return True
-        if not wait:
-            return False
+        if not (wait and self._seen_busy):
+            # Free and nobody waiting: one round trip. Skipped while this lock
+            # object keeps finding the lock busy, where it would be wasted.
+            sent = time.monotonic()
+            fence = int(self._run("lock_try", self._try_keys, (token, settings.lease_ms)))
+            if fence > 0:
+                taken = Acquired(fence=fence, lease_ms=settings.lease_ms)
+                self._took(token, taken, sent, started, holder, queued=False)
+                self._seen_busy = False
+                return True
+            if not wait:
+                return False
         keys = self._acquire_keys(token)
         args = (
             token,
@@ -273,11 +278,11 @@ class Lock:
                 answer = parse_acquire(self._run("lock_acquire", keys, args))
                 if isinstance(answer, Acquired):
                     self._took(token, answer, sent, started, holder, queued)
+                    self._seen_busy = queued
                     return True
-                if not wait:
-                    return False
                 if not queued:
                     queued = True
+                    self._seen_busy = True
                     self._counters.waiters += 1
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:

@@ -26,7 +26,7 @@ if (not owner) and redis.call('EXISTS', queue) == 0 then
 end
 
 local waiter_lease = tonumber(ARGV[3])
-local now = now_ms()
+local now, now_us = server_time()
 purge_waiters(queue, waiters, now)
 if owner == token then
     -- Already ours: a re-entry, or a waiter that was handed the lock confirming it.
@@ -54,7 +54,7 @@ end
 if waiter_lease <= 0 then
     return {0, redis.call('PTTL', owner_key), -1, now}
 end
-redis.call('ZADD', queue, 'NX', now_us_string(), token)
+redis.call('ZADD', queue, 'NX', now_us, token)
 redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
 local keep = waiter_lease * 2
 if redis.call('PTTL', queue) < keep then

@@ -20,7 +20,7 @@ local token = ARGV[1]
 redis.call('DEL', wake)
 redis.call('ZREM', queue, token)
 redis.call('ZREM', waiters, token)
-local now = now_ms()
+local now = server_time()
 purge_waiters(queue, waiters, now)
 local owner = redis.call('HGET', owner_key, 'token')
 if owner == token then

@@ -20,11 +20,12 @@ if owner[2] and tonumber(owner[2]) > 0 then
     redis.call('HINCRBY', owner_key, 'count', -1)
     return 2
 end
-redis.call('DEL', owner_key)
-if redis.call('EXISTS', queue) == 0 then
-    return 1
+if redis.call('EXISTS', queue) == 1 then
+    local now = server_time()
+    purge_waiters(queue, waiters, now)
+    if grant_next(owner_key, queue, waiters, fence, ARGV[2], now) then
+        return 1  -- the owner hash now names the next waiter
+    end
 end
-local now = now_ms()
-purge_waiters(queue, waiters, now)
-grant_next(owner_key, queue, waiters, fence, ARGV[2], now)
+redis.call('DEL', owner_key)
 return 1

@@ -8,14 +8,12 @@
 --   owner .. ':wake:' .. token   list a waiter blocks on (BLPOP); derived from the
 --           owner key, so it shares the hash tag and the slot.
 
-local function now_ms()
+-- The server's clock: milliseconds (a number) and microseconds (a string,
+-- exact: a Lua number would print it in floating-point notation).
+local function server_time()
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function now_us_string()
-    local t = redis.call('TIME')
-    return t[1] .. string.format('%06d', tonumber(t[2]))
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+        t[1] .. string.format('%06d', tonumber(t[2]))
 end
 
 -- Drop waiters whose own lease ran out (a dead or vanished waiter stalls nobody).
@@ -27,7 +25,8 @@ local function purge_waiters(queue, waiters, now)
     end
 end
 
--- Make `token` the owner for `lease_ms`; return its fencing token.
+-- Make `token` the owner for `lease_ms`; return its fencing token. The hash
+-- may still hold the previous owner (a handoff): its fields are overwritten.
 local function take(owner, fence, token, lease_ms)
     local f = redis.call('INCR', fence)
     redis.call('HSET', owner, 'token', token, 'fence', f)
