@@ -287,12 +287,15 @@ class Lock:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     return self._give_up(token, started, holder)
-                wake_at = now + settings.waiter_lease / 2
+                # Wake at the first of: our deadline, the owner's lease running
+                # out (a crashed owner), the time to refresh our place in line.
+                refresh_at = now + settings.waiter_lease * 0.4
+                wake_at = refresh_at
                 if answer.owner_ttl_ms >= 0:
                     wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + 0.002)
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
-                granted = self._wait(token, wake_at)
+                granted = self._wait(token, wake_at, precise=wake_at < refresh_at)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
                     self._took(token, granted, at, started, holder, queued)
@@ -321,22 +324,29 @@ class Lock:
         k = self._keys
         return (k.owner, k.queue, k.waiters, k.fence, k.wake(token))
 
-    def _wait(self, token: str, wake_at: float) -> Acquired | None:
-        """Block until woken: a grant from a release, or the watchdog at ``wake_at``."""
+    def _wait(self, token: str, wake_at: float, precise: bool) -> Acquired | None:
+        """Block until woken: by a release's grant, or at ``wake_at``.
+
+        The server's BLPOP timeout can be up to 100 ms late, which is fine
+        for refreshing our place in line; a ``precise`` wake-up (a deadline,
+        an owner's lease running out) is pushed by the watchdog instead.
+        """
         wake_key = self._keys.wake(token)
         dog = watchdog()
-        poke = dog.schedule(
-            Job(
-                due=wake_at,
-                client=self.client,
-                script="wake",
-                keys=(wake_key,),
-                args=("wake", _WAKE_TTL_MS),
-                on_result=_ignore,
-                name=self.name,
+        poke = None
+        if precise:
+            poke = dog.schedule(
+                Job(
+                    due=wake_at,
+                    client=self.client,
+                    script="wake",
+                    keys=(wake_key,),
+                    args=("wake", _WAKE_TTL_MS),
+                    on_result=_ignore,
+                    name=self.name,
+                )
             )
-        )
-        timeout = max(0.05, wake_at - time.monotonic()) + _WAKE_SAFETY
+        timeout = max(0.05, wake_at - time.monotonic()) + (_WAKE_SAFETY if precise else 0.0)
         try:
             reply = self.client.blpop([wake_key], timeout=timeout)
         except Exception as exc:
@@ -423,6 +433,7 @@ class Lock:
             args=(hold.token, ms, "set"),
             on_result=on_result,
             name=self.name,
+            slack=(due - time.monotonic()) / 2,
         )
         hold.renewal = watchdog().schedule(job)
 

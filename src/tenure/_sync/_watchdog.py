@@ -10,14 +10,15 @@ the jobs of one client batched into a single pipeline round trip. A job's
 is next due, or ``None`` to drop it. The background task lingers for a
 second once no jobs remain (a loop that takes and releases locks does not
 start a thread per lock), then exits; the next :meth:`Watchdog.schedule`
-starts it again. Cancelled jobs are dropped lazily, and the heap is rebuilt
-when they outnumber the live ones.
+starts it again. Jobs carry a slack: the task sleeps until the first job's
+window closes and then runs every job whose window has opened, so jobs that
+are cancelled before they run (a renewal of a lock released quickly) rarely
+cost a wake-up. The job list is scanned at each wake-up: a process holds few
+locks at a time.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -43,7 +44,13 @@ OnResult = Callable[[Any, BaseException | None], float | None]
 
 @dataclass(eq=False)
 class Job:
-    """A script call due at ``due`` (monotonic seconds); see the module docstring."""
+    """A script call due at ``due`` (monotonic seconds); see the module docstring.
+
+    ``slack`` is how far from ``due`` the job may run, early or late: a
+    renewal due at a third of its lease is as good a little sooner or later,
+    and the slack lets the watchdog serve many such jobs with one wake-up. A
+    wake-up of a waiter has no slack.
+    """
 
     due: float
     client: Client
@@ -52,6 +59,7 @@ class Job:
     args: tuple[str | int, ...]
     on_result: OnResult
     name: str | None = None
+    slack: float = 0.0
     cancelled: bool = False
     runs: int = field(default=0)
 
@@ -61,8 +69,7 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._mutex = Mutex()
-        self._heap: list[tuple[float, int, Job]] = []
-        self._order = itertools.count()
+        self._jobs: list[Job] = []
         self._wakeup = Event()
         self._running = False
         self._idle_since: float | None = None
@@ -70,6 +77,7 @@ class Watchdog:
         self._cancelled = 0
         self.batches = 0
         self.calls = 0
+        self.wakeups = 0
 
     @property
     def running(self) -> bool:
@@ -79,18 +87,18 @@ class Watchdog:
     def pending(self) -> int:
         """How many jobs are scheduled and not cancelled."""
         with self._mutex:
-            return sum(1 for _, _, job in self._heap if not job.cancelled)
+            return sum(1 for job in self._jobs if not job.cancelled)
 
     def schedule(self, job: Job) -> Job:
-        """Queue ``job`` to run at ``job.due``; return it (to cancel later)."""
+        """Queue ``job`` to run at ``job.due`` (within its slack); return it."""
         with self._mutex:
-            heapq.heappush(self._heap, (job.due, next(self._order), job))
+            self._jobs.append(job)
             if not self._running:
                 self._running = True
                 self._sleep_until = float("-inf")
                 start_background(self._run, "tenure-watchdog")
-            elif job.due < self._sleep_until:
-                self._wakeup.set()  # it sleeps past this job's time: wake it to re-plan
+            elif job.due + job.slack < self._sleep_until:
+                self._wakeup.set()  # it sleeps past this job's window: wake it to re-plan
         return job
 
     def cancel(self, job: Job | None) -> None:
@@ -100,19 +108,34 @@ class Watchdog:
         job.cancelled = True
         with self._mutex:
             self._cancelled += 1
-            if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
-                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
-                heapq.heapify(self._heap)
+            if self._cancelled > 64 and self._cancelled * 2 > len(self._jobs):
+                self._jobs = [entry for entry in self._jobs if not entry.cancelled]
                 self._cancelled = 0
 
     def _take_due(self) -> tuple[list[Job], float | None]:
+        """Split off the jobs to run now; return them and how long to sleep after."""
         with self._mutex:
             self._wakeup.clear()
-            while self._heap and self._heap[0][2].cancelled:
-                heapq.heappop(self._heap)
-                self._cancelled = max(0, self._cancelled - 1)
+            self.wakeups += 1
             now = time.monotonic()
-            if not self._heap:
+            due: list[Job] = []
+            waiting: list[Job] = []
+            wake = float("inf")
+            for job in self._jobs:
+                if job.cancelled:
+                    continue
+                if job.due - job.slack <= now + 0.001:
+                    due.append(job)
+                else:
+                    waiting.append(job)
+                    wake = min(wake, job.due + job.slack)
+            self._jobs = waiting
+            self._cancelled = 0
+            if due:
+                self._idle_since = None
+                self._sleep_until = float("-inf")  # busy: it re-plans when done
+                return due, 0.0
+            if not waiting:
                 if self._idle_since is None:
                     self._idle_since = now
                 idle = now - self._idle_since
@@ -120,19 +143,11 @@ class Watchdog:
                     self._running = False
                     self._idle_since = None
                     return [], None
-                self._sleep_until = now + IDLE_LINGER - idle
-                return [], IDLE_LINGER - idle
-            self._idle_since = None
-            due: list[Job] = []
-            while self._heap and self._heap[0][0] <= now + 0.001:
-                job = heapq.heappop(self._heap)[2]
-                if not job.cancelled:
-                    due.append(job)
-            if due:
-                self._sleep_until = float("-inf")  # busy: it re-plans when done
-                return due, 0.0
-            self._sleep_until = self._heap[0][0]
-            return [], self._heap[0][0] - now
+                wake = now + IDLE_LINGER - idle
+            else:
+                self._idle_since = None
+            self._sleep_until = wake
+            return [], max(0.0, wake - now)
 
     def _run(self) -> None:
         try:
@@ -167,6 +182,7 @@ class Watchdog:
                     logger.exception("tenure watchdog: callback of %s failed", job.name)
                     next_due = None
                 if next_due is not None and not job.cancelled:
+                    job.slack = min(job.slack, max(0.0, next_due - time.monotonic()) / 2)
                     job.due = next_due
                     self.schedule(job)
 
