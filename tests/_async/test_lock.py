@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
@@ -26,6 +27,14 @@ from tenure._backend_asyncio import IS_ASYNC
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
 from tests.conftest import ServerFactory
+
+
+@pytest.fixture
+async def other_client(tenure_server: ServerProcess) -> AsyncIterator[redis.asyncio.Redis]:
+    """A second client to the same server, as a second process would have."""
+    client = tenure_server.async_client()
+    yield client
+    await client.aclose()
 
 
 async def test_acquire_release_and_fencing(tenure_async_client: redis.asyncio.Redis) -> None:
@@ -61,87 +70,71 @@ async def test_context_manager_and_repr(tenure_async_client: redis.asyncio.Redis
 
 
 async def test_second_owner_cannot_acquire_or_release(
-    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:
-    other_client = tenure_server.async_client()
-    try:
-        holder = AsyncLock(tenure_async_client, "busy")
-        other = AsyncLock(other_client, "busy")
-        assert await holder.acquire()
-        assert not await other.acquire(blocking=False)
-        with pytest.raises(LockNotOwnedError):
-            await other.release()
-        with pytest.raises(LockNotOwnedError):
-            await other.extend(1)
-        await holder.release()
-        assert await other.acquire(blocking=False)
+    holder = AsyncLock(tenure_async_client, "busy")
+    other = AsyncLock(other_client, "busy")
+    assert await holder.acquire()
+    assert not await other.acquire(blocking=False)
+    with pytest.raises(LockNotOwnedError):
         await other.release()
-    finally:
-        await other_client.aclose()
+    with pytest.raises(LockNotOwnedError):
+        await other.extend(1)
+    await holder.release()
+    assert await other.acquire(blocking=False)
+    await other.release()
 
 
 async def test_blocking_timeout_is_precise(
-    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:
-    other_client = tenure_server.async_client()
-    try:
-        holder = AsyncLock(tenure_async_client, "slow")
-        assert await holder.acquire()
-        waiter = AsyncLock(other_client, "slow")
-        for wanted in (0.05, 0.2, 0.35):
-            began = time.monotonic()
-            assert not await waiter.acquire(blocking_timeout=wanted)
-            took = time.monotonic() - began
-            assert wanted <= took <= wanted + 0.05, (wanted, took)
-        assert waiter.statistics().timeouts == 3
-        await holder.release()
-        # The waiter left the queue: the lock is free for anyone at once.
-        assert await waiter.acquire(blocking=False)
-        await waiter.release()
-    finally:
-        await other_client.aclose()
+    holder = AsyncLock(tenure_async_client, "slow")
+    assert await holder.acquire()
+    waiter = AsyncLock(other_client, "slow")
+    for wanted in (0.05, 0.2, 0.35):
+        began = time.monotonic()
+        assert not await waiter.acquire(blocking_timeout=wanted)
+        took = time.monotonic() - began
+        assert wanted <= took <= wanted + 0.05, (wanted, took)
+    assert waiter.statistics().timeouts == 3
+    await holder.release()
+    # The waiter left the queue: the lock is free for anyone at once.
+    assert await waiter.acquire(blocking=False)
+    await waiter.release()
 
 
 async def test_with_raises_when_it_cannot_acquire(
-    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:
-    other_client = tenure_server.async_client()
-    try:
-        holder = AsyncLock(tenure_async_client, "held")
-        await holder.acquire()
-        with pytest.raises(AcquireTimeoutError):
-            async with AsyncLock(other_client, "held", blocking_timeout=0.05):
-                pass
-        await holder.release()
-    finally:
-        await other_client.aclose()
+    holder = AsyncLock(tenure_async_client, "held")
+    await holder.acquire()
+    with pytest.raises(AcquireTimeoutError):
+        async with AsyncLock(other_client, "held", blocking_timeout=0.05):
+            pass
+    await holder.release()
 
 
 async def test_release_wakes_the_waiter_without_polling(
-    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:
-    other_client = tenure_server.async_client()
-    try:
-        holder = AsyncLock(tenure_async_client, "wake")
-        waiter = AsyncLock(other_client, "wake")
-        assert await holder.acquire()
+    holder = AsyncLock(tenure_async_client, "wake")
+    waiter = AsyncLock(other_client, "wake")
+    assert await holder.acquire()
 
-        async def wait_for_it() -> float:
-            assert await waiter.acquire(blocking_timeout=5)
-            got = time.monotonic()
-            await waiter.release()
-            return got
+    async def wait_for_it() -> float:
+        assert await waiter.acquire(blocking_timeout=5)
+        got = time.monotonic()
+        await waiter.release()
+        return got
 
-        handle = spawn(wait_for_it)
-        await sleep(0.3)
-        released = time.monotonic()
-        await holder.release()
-        got = await join(handle)
-        # A handoff, not a poll: the waiter has it within a few milliseconds.
-        assert got - released < 0.05
-        assert waiter.statistics().contended == 1
-    finally:
-        await other_client.aclose()
+    handle = spawn(wait_for_it)
+    await sleep(0.3)
+    released = time.monotonic()
+    await holder.release()
+    got = await join(handle)
+    # A handoff, not a poll: the waiter has it within a few milliseconds.
+    assert got - released < 0.05
+    assert waiter.statistics().contended == 1
 
 
 async def test_fifo_order_of_queued_waiters(

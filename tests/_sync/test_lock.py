@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -27,6 +28,14 @@ from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
 from tests.conftest import ServerFactory
+
+
+@pytest.fixture
+def other_client(tenure_server: ServerProcess) -> Iterator[redis.Redis]:
+    """A second client to the same server, as a second process would have."""
+    client = tenure_server.client()
+    yield client
+    client.close()
 
 
 def test_acquire_release_and_fencing(tenure_client: redis.Redis) -> None:
@@ -62,87 +71,69 @@ def test_context_manager_and_repr(tenure_client: redis.Redis) -> None:
 
 
 def test_second_owner_cannot_acquire_or_release(
-    tenure_client: redis.Redis, tenure_server: ServerProcess
+    tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
-    other_client = tenure_server.client()
-    try:
-        holder = Lock(tenure_client, "busy")
-        other = Lock(other_client, "busy")
-        assert holder.acquire()
-        assert not other.acquire(blocking=False)
-        with pytest.raises(LockNotOwnedError):
-            other.release()
-        with pytest.raises(LockNotOwnedError):
-            other.extend(1)
-        holder.release()
-        assert other.acquire(blocking=False)
+    holder = Lock(tenure_client, "busy")
+    other = Lock(other_client, "busy")
+    assert holder.acquire()
+    assert not other.acquire(blocking=False)
+    with pytest.raises(LockNotOwnedError):
         other.release()
-    finally:
-        other_client.close()
+    with pytest.raises(LockNotOwnedError):
+        other.extend(1)
+    holder.release()
+    assert other.acquire(blocking=False)
+    other.release()
 
 
-def test_blocking_timeout_is_precise(
-    tenure_client: redis.Redis, tenure_server: ServerProcess
-) -> None:
-    other_client = tenure_server.client()
-    try:
-        holder = Lock(tenure_client, "slow")
-        assert holder.acquire()
-        waiter = Lock(other_client, "slow")
-        for wanted in (0.05, 0.2, 0.35):
-            began = time.monotonic()
-            assert not waiter.acquire(blocking_timeout=wanted)
-            took = time.monotonic() - began
-            assert wanted <= took <= wanted + 0.05, (wanted, took)
-        assert waiter.statistics().timeouts == 3
-        holder.release()
-        # The waiter left the queue: the lock is free for anyone at once.
-        assert waiter.acquire(blocking=False)
-        waiter.release()
-    finally:
-        other_client.close()
+def test_blocking_timeout_is_precise(tenure_client: redis.Redis, other_client: redis.Redis) -> None:
+    holder = Lock(tenure_client, "slow")
+    assert holder.acquire()
+    waiter = Lock(other_client, "slow")
+    for wanted in (0.05, 0.2, 0.35):
+        began = time.monotonic()
+        assert not waiter.acquire(blocking_timeout=wanted)
+        took = time.monotonic() - began
+        assert wanted <= took <= wanted + 0.05, (wanted, took)
+    assert waiter.statistics().timeouts == 3
+    holder.release()
+    # The waiter left the queue: the lock is free for anyone at once.
+    assert waiter.acquire(blocking=False)
+    waiter.release()
 
 
 def test_with_raises_when_it_cannot_acquire(
-    tenure_client: redis.Redis, tenure_server: ServerProcess
+    tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
-    other_client = tenure_server.client()
-    try:
-        holder = Lock(tenure_client, "held")
-        holder.acquire()
-        with pytest.raises(AcquireTimeoutError):
-            with Lock(other_client, "held", blocking_timeout=0.05):
-                pass
-        holder.release()
-    finally:
-        other_client.close()
+    holder = Lock(tenure_client, "held")
+    holder.acquire()
+    with pytest.raises(AcquireTimeoutError):
+        with Lock(other_client, "held", blocking_timeout=0.05):
+            pass
+    holder.release()
 
 
 def test_release_wakes_the_waiter_without_polling(
-    tenure_client: redis.Redis, tenure_server: ServerProcess
+    tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
-    other_client = tenure_server.client()
-    try:
-        holder = Lock(tenure_client, "wake")
-        waiter = Lock(other_client, "wake")
-        assert holder.acquire()
+    holder = Lock(tenure_client, "wake")
+    waiter = Lock(other_client, "wake")
+    assert holder.acquire()
 
-        def wait_for_it() -> float:
-            assert waiter.acquire(blocking_timeout=5)
-            got = time.monotonic()
-            waiter.release()
-            return got
+    def wait_for_it() -> float:
+        assert waiter.acquire(blocking_timeout=5)
+        got = time.monotonic()
+        waiter.release()
+        return got
 
-        handle = spawn(wait_for_it)
-        sleep(0.3)
-        released = time.monotonic()
-        holder.release()
-        got = join(handle)
-        # A handoff, not a poll: the waiter has it within a few milliseconds.
-        assert got - released < 0.05
-        assert waiter.statistics().contended == 1
-    finally:
-        other_client.close()
+    handle = spawn(wait_for_it)
+    sleep(0.3)
+    released = time.monotonic()
+    holder.release()
+    got = join(handle)
+    # A handoff, not a poll: the waiter has it within a few milliseconds.
+    assert got - released < 0.05
+    assert waiter.statistics().contended == 1
 
 
 def test_fifo_order_of_queued_waiters(
