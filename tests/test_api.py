@@ -39,6 +39,7 @@ def test_every_public_name_is_documented(module: object) -> None:
         (tenure.Lock, tenure.AsyncLock),
         (tenure.ReentrantLock, tenure.AsyncReentrantLock),
         (tenure.FencedKey, tenure.AsyncFencedKey),
+        (tenure.Semaphore, tenure.AsyncSemaphore),
     ],
 )
 def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:

@@ -11,6 +11,7 @@ Errors all derive from :class:`TenureError`; the tree is drawn in
 
 from tenure._async._fence import AsyncFencedKey
 from tenure._async._lock import AsyncLock, AsyncReentrantLock
+from tenure._async._semaphore import AsyncSemaphore
 from tenure._exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
@@ -25,6 +26,8 @@ from tenure._exceptions import (
     PermissionDeniedError,
     PrimitiveError,
     ScriptError,
+    SemaphoreLostError,
+    SemaphoreNotOwnedError,
     ServerNotFoundError,
     ServerStartError,
     ServerUnavailableError,
@@ -33,6 +36,7 @@ from tenure._exceptions import (
 from tenure._lock_core import LockStatistics
 from tenure._sync._fence import FencedKey
 from tenure._sync._lock import Lock, ReentrantLock
+from tenure._sync._semaphore import Semaphore
 from tenure._version import __version__
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "AsyncFencedKey",
     "AsyncLock",
     "AsyncReentrantLock",
+    "AsyncSemaphore",
     "BackendError",
     "ClientTypeError",
     "EmbeddedServerError",
@@ -56,6 +61,9 @@ __all__ = [
     "PrimitiveError",
     "ReentrantLock",
     "ScriptError",
+    "Semaphore",
+    "SemaphoreLostError",
+    "SemaphoreNotOwnedError",
     "ServerNotFoundError",
     "ServerStartError",
     "ServerUnavailableError",

@@ -14,9 +14,11 @@ The tree::
     │   └── ServerStartError                 the server did not start or answer
     └── PrimitiveError                       a primitive's own rules were broken
         ├── NotOwnedError                    the caller does not hold it (any more)
-        │   └── LockNotOwnedError
+        │   ├── LockNotOwnedError
+        │   └── SemaphoreNotOwnedError
         ├── LostError                        a held primitive was lost while held
-        │   └── LockLostError
+        │   ├── LockLostError
+        │   └── SemaphoreLostError
         ├── AlreadyHeldError                 re-acquire of a non-reentrant hold
         └── AcquireTimeoutError              ``with`` could not acquire in time
 
@@ -43,6 +45,8 @@ __all__ = [
     "PermissionDeniedError",
     "PrimitiveError",
     "ScriptError",
+    "SemaphoreLostError",
+    "SemaphoreNotOwnedError",
     "ServerNotFoundError",
     "ServerStartError",
     "ServerUnavailableError",
@@ -132,12 +136,20 @@ class LockNotOwnedError(NotOwnedError):
     """Release, extend or reacquire on a lock the caller does not hold."""
 
 
+class SemaphoreNotOwnedError(NotOwnedError):
+    """Release, refresh or extend of a permit the caller does not hold (any more)."""
+
+
 class LostError(PrimitiveError):
     """A primitive was lost while its holder believed it held it."""
 
 
 class LockLostError(LostError):
     """The lock's lease ran out or was taken while the holder was in its body."""
+
+
+class SemaphoreLostError(LostError):
+    """A permit's lease ran out while its holder was in its body."""
 
 
 class AlreadyHeldError(PrimitiveError):

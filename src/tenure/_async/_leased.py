@@ -232,7 +232,7 @@ class AsyncLeased:
         if held is not None and not held.lost:
             if not settings.reentrant:
                 raise AlreadyHeldError(
-                    "this owner already holds the lock; pass reentrant=True to re-enter",
+                    f"this owner already holds the {self._noun}; pass reentrant=True to re-enter",
                     name=self.name,
                 )
             return await self._reenter(held)
@@ -311,7 +311,7 @@ class AsyncLeased:
         )
         if not isinstance(answer, Acquired):
             self._mark_lost(hold)
-            raise self._not_owned("re-entry found the lock lost", name=self.name)
+            raise self._not_owned(f"re-entry found the {self._noun} lost", name=self.name)
         hold.count += 1
         hold.expires_at = sent + answer.lease_ms / 1000
         return True
@@ -346,7 +346,9 @@ class AsyncLeased:
         try:
             reply = await self.client.blpop([wake_key], timeout=timeout)
         except Exception as exc:
-            raise translate_error(exc, name=self.name, doing="waiting for the lock") from exc
+            raise translate_error(
+                exc, name=self.name, doing=f"waiting for the {self._noun}"
+            ) from exc
         finally:
             dog.cancel(poke)
         if not reply:
@@ -500,7 +502,7 @@ class AsyncLeased:
         hold = self._slot.get()
         if hold is None:
             raise self._not_owned(
-                "cannot release: this owner does not hold the lock", name=self.name
+                f"cannot release: this owner does not hold the {self._noun}", name=self.name
             )
         keys = self._release_keys
         if hold.count == 1:
@@ -517,7 +519,7 @@ class AsyncLeased:
                 hold.lost = True
                 self._counters.lost += 1
             raise self._not_owned(
-                "cannot release: the lease ran out or the lock was taken", name=self.name
+                f"cannot release: the lease ran out or the {self._noun} was taken", name=self.name
             )
         self._counters.record_released(hold)
 
@@ -542,7 +544,9 @@ class AsyncLeased:
         )
         if reply <= 0:
             self._mark_lost(hold)
-            raise self._not_owned("the lock is no longer held by this owner", name=self.name)
+            raise self._not_owned(
+                f"the {self._noun} is no longer held by this owner", name=self.name
+            )
         hold.expires_at = sent + reply / 1000
         return True
 
@@ -582,17 +586,19 @@ class AsyncLeased:
             self._forget(hold)
             if absorb_guard_cancel(hold.holder, exc):
                 raise self._lost_error(
-                    "the lock was lost; the block was cancelled", name=self.name
+                    f"the {self._noun} was lost; the block was cancelled", name=self.name
                 ) from exc
             if exc is None:
-                raise self._lost_error("the lock was lost while the block ran", name=self.name)
+                raise self._lost_error(
+                    f"the {self._noun} was lost while the block ran", name=self.name
+                )
             return
         try:
             await self.release()
         except self._not_owned as error:
             if exc is None:
                 raise self._lost_error(
-                    "the lock was lost before the block ended", name=self.name
+                    f"the {self._noun} was lost before the block ended", name=self.name
                 ) from error
 
 

@@ -1,0 +1,56 @@
+-- tenure script: semaphore_acquire
+-- Take a permit if one is free and nobody is ahead of the caller; else join
+-- the FIFO queue (or refresh the caller's place and waiter lease in it).
+-- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
+-- KEYS[2] queue zset: token -> arrival (us, server clock)
+-- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
+-- KEYS[4] fencing counter (never expires)
+-- KEYS[5] the caller's wake list
+-- ARGV[1] token
+-- ARGV[2] lease in ms
+-- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
+-- ARGV[4] limit: how many permits exist
+-- ARGV[5] handoff lease in ms, for granting free permits to waiters
+-- returns {1, fence, lease ms} when the caller holds a permit, or
+--         {0, ms until the first permit expires (-2 none), 0-based place in queue
+--          (-1 none), server time in ms}
+
+--! include lock
+--! include semaphore
+local holders, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, lease, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
+local waiter_lease = tonumber(ARGV[3])
+local now, now_us = server_time()
+redis.call('ZREMRANGEBYSCORE', holders, '-inf', string.format('%d', now))
+purge_waiters(queue, waiters, now)
+grant_permits(holders, queue, waiters, fence, limit, ARGV[5], now)
+
+if redis.call('ZSCORE', holders, token) then
+    -- Granted while we waited (or just now): confirm the full lease.
+    redis.call('ZADD', holders, string.format('%d', now + lease), token)
+    keep_alive(holders, lease)
+    local f = fence_from_wake(wake)
+    redis.call('DEL', wake)
+    return {1, f, lease}
+end
+if redis.call('EXISTS', queue) == 0 and redis.call('ZCARD', holders) < limit then
+    local f = redis.call('INCR', fence)
+    redis.call('ZADD', holders, string.format('%d', now + lease), token)
+    keep_alive(holders, lease)
+    redis.call('DEL', wake)
+    return {1, f, lease}
+end
+
+local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+local ttl = -2
+if first[2] then
+    ttl = tonumber(first[2]) - now
+end
+if waiter_lease <= 0 then
+    return {0, ttl, -1, now}
+end
+redis.call('ZADD', queue, 'NX', now_us, token)
+redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
+keep_alive(queue, waiter_lease * 2)
+keep_alive(waiters, waiter_lease * 2)
+return {0, ttl, redis.call('ZRANK', queue, token), now}

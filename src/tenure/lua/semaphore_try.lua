@@ -1,0 +1,21 @@
+-- tenure script: semaphore_try
+-- The fast path of acquire: take a permit if one is free and nobody waits.
+-- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
+-- KEYS[2] queue zset (only its existence is checked)
+-- KEYS[3] fencing counter (never expires)
+-- ARGV[1] token
+-- ARGV[2] lease in ms
+-- ARGV[3] limit: how many permits exist
+-- returns the permit's fencing token (> 0) if taken, else 0
+
+--! include lock
+--! include semaphore
+local now = server_time()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+    return 0
+end
+local fence = redis.call('INCR', KEYS[3])
+redis.call('ZADD', KEYS[1], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+keep_alive(KEYS[1], ARGV[2])
+return fence

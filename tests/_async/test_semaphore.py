@@ -1,0 +1,183 @@
+"""Semaphore contract tests, written once for asyncio and generated for threads."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio
+import redis.asyncio.cluster
+
+from tenure import (
+    AlreadyHeldError,
+    ArgumentError,
+    AsyncSemaphore,
+    SemaphoreLostError,
+    SemaphoreNotOwnedError,
+)
+from tenure.server import ServerProcess
+from tests._backend_asyncio import gather, join, sleep, spawn
+
+
+@pytest.fixture
+async def clients(tenure_server: ServerProcess) -> AsyncIterator[list[redis.asyncio.Redis]]:
+    """Eight clients to the same server, as eight processes would have."""
+    made = [tenure_server.async_client() for _ in range(8)]
+    yield made
+    for client in made:
+        await client.aclose()
+
+
+async def test_at_most_limit_holders(clients: list[redis.asyncio.Redis]) -> None:
+    permits = [AsyncSemaphore(client, "pool", 3) for client in clients[:4]]
+    assert await permits[0].acquire()
+    assert await permits[1].acquire()
+    assert await permits[2].acquire()
+    assert not await permits[3].acquire(blocking=False)
+    assert await permits[0].holders() == 3
+    fences = [p.fencing_token for p in permits[:3]]
+    assert len(set(fences)) == 3
+    await permits[1].release()
+    assert await permits[3].acquire(blocking=False)
+    for permit in (permits[0], permits[2], permits[3]):
+        await permit.release()
+    assert await permits[0].holders() == 0
+
+
+async def test_concurrent_holders_never_exceed_the_limit(
+    clients: list[redis.asyncio.Redis],
+) -> None:
+    inside = 0
+    most = 0
+
+    def worker(index: int) -> object:
+        async def job() -> None:
+            nonlocal inside, most
+            permit = AsyncSemaphore(clients[index], "bounded", 3, timeout=10)
+            for _ in range(15):
+                async with permit:
+                    inside += 1
+                    most = max(most, inside)
+                    await sleep(0.002)
+                    inside -= 1
+
+        return job
+
+    await gather(*(worker(i) for i in range(8)))  # type: ignore[arg-type]
+    assert most == 3
+
+
+async def test_release_wakes_the_first_waiter(clients: list[redis.asyncio.Redis]) -> None:
+    holder = AsyncSemaphore(clients[0], "wake", 1, thread_local=False)
+    await holder.acquire()
+    order: list[int] = []
+
+    def waiter(index: int) -> Any:
+        async def job() -> float:
+            await sleep(0.05 * index)
+            permit = AsyncSemaphore(clients[index], "wake", 1)
+            assert await permit.acquire(blocking_timeout=10)
+            got = time.monotonic()
+            order.append(index)
+            await sleep(0.005)
+            await permit.release()
+            return got
+
+        return job
+
+    handles = [spawn(waiter(i)) for i in range(1, 5)]
+    await sleep(0.4)
+    released = time.monotonic()
+    await holder.release()
+    times = [await join(handle) for handle in handles]
+    assert order == [1, 2, 3, 4]
+    assert times[0] - released < 0.05  # handed over, not polled
+
+
+async def test_expired_permit_returns_and_refresh_fails(
+    clients: list[redis.asyncio.Redis],
+) -> None:
+    stale = AsyncSemaphore(clients[0], "leased", 1, timeout=0.2)
+    fresh = AsyncSemaphore(clients[1], "leased", 1)
+    assert await stale.acquire()
+    began = time.monotonic()
+    assert await fresh.acquire(blocking_timeout=2)
+    assert time.monotonic() - began < 0.2 + 0.1
+    with pytest.raises(SemaphoreNotOwnedError):
+        await stale.refresh()
+    with pytest.raises(SemaphoreNotOwnedError):
+        await stale.release()
+    await fresh.release()
+
+
+async def test_refresh_extends_the_lease(clients: list[redis.asyncio.Redis]) -> None:
+    permit = AsyncSemaphore(clients[0], "refreshed", 1, timeout=0.3)
+    other = AsyncSemaphore(clients[1], "refreshed", 1)
+    await permit.acquire()
+    for _ in range(3):
+        await sleep(0.15)
+        assert await permit.refresh()
+    assert not await other.acquire(blocking=False)
+    assert await permit.owned()
+    await permit.release()
+
+
+async def test_auto_refresh_and_lost_notice(clients: list[redis.asyncio.Redis]) -> None:
+    lost: list[str] = []
+    permit = AsyncSemaphore(
+        clients[0],
+        "watched",
+        2,
+        timeout=0.3,
+        auto_renew=True,
+        on_lost=lambda s: lost.append(s.name),
+    )
+    with pytest.raises(SemaphoreLostError):
+        async with permit:
+            await sleep(0.5)
+            assert await permit.owned()  # refreshed past its lease
+            await clients[1].delete(permit.keys.owner)  # someone wipes it
+            await sleep(0.3)
+            assert permit.lost
+    assert lost == ["watched"]
+
+
+async def test_blocking_timeout_and_queue_cleanup(clients: list[redis.asyncio.Redis]) -> None:
+    holder = AsyncSemaphore(clients[0], "busy", 1)
+    waiter = AsyncSemaphore(clients[1], "busy", 1)
+    await holder.acquire()
+    began = time.monotonic()
+    assert not await waiter.acquire(blocking_timeout=0.2)
+    assert 0.2 <= time.monotonic() - began <= 0.25
+    assert await clients[0].exists(holder.keys.queue) == 0
+    await holder.release()
+    assert await waiter.acquire(blocking=False)
+    await waiter.release()
+
+
+async def test_one_permit_per_owner_and_bad_arguments(
+    clients: list[redis.asyncio.Redis],
+) -> None:
+    permit = AsyncSemaphore(clients[0], "args", 2)
+    async with permit:
+        with pytest.raises(AlreadyHeldError):
+            await permit.acquire()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ArgumentError, match="limit"):
+            AsyncSemaphore(clients[0], "args", bad)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="timeout"):
+        AsyncSemaphore(clients[0], "args", 2, timeout=-1)
+
+
+async def test_cluster_client(
+    tenure_async_cluster_client: redis.asyncio.cluster.RedisCluster,
+) -> None:
+    for name in ("s1", "s2", "s3"):
+        first = AsyncSemaphore(tenure_async_cluster_client, name, 2)
+        second = AsyncSemaphore(tenure_async_cluster_client, name, 2, thread_local=False)
+        async with first:
+            assert await second.acquire()
+            assert await first.holders() == 2
+            await second.release()
