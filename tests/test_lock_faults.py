@@ -212,3 +212,37 @@ def test_dead_waiter_stalls_the_queue_at_most_the_handoff_lease(
     bound = 1.0 + SLACK if pause == 0 else SLACK  # handoff_lease once, or nothing
     assert second_at - released <= bound
     assert third_at - second_at <= SLACK
+
+
+def test_semaphore_holds_at_most_limit_under_kills_and_stops(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    limit, processes, count = 2, 8, 40
+    for _ in range(processes):
+        workers.append(Worker(api, "permits", tenure_server.url, "permits", str(count), str(limit)))
+    for worker in workers:
+        assert worker.read(60)["event"] == "ready"
+    time.sleep(0.3)
+    killed, stopped = workers[0], workers[1]
+    os.kill(killed.pid, signal.SIGKILL)
+    os.kill(stopped.pid, signal.SIGSTOP)
+    time.sleep(1.5)  # past the 1 s lease: the stopped process loses its permit
+    os.kill(stopped.pid, signal.SIGCONT)
+    windows: list[tuple[float, float]] = []
+    for worker in workers[1:]:
+        while True:
+            event = worker.read(120)
+            if event["event"] == "done":
+                break
+            if event["kept"]:
+                windows.append((event["start"], event["end"]))
+    # Sweep the kept hold windows: never more than `limit` at once.
+    edges = sorted([(start, 1) for start, _ in windows] + [(end, -1) for _, end in windows])
+    inside = most = 0
+    for _, step in edges:
+        inside += step
+        most = max(most, inside)
+    assert most <= limit
+    assert len(windows) >= (processes - 2) * count
+    # The dead process's permit came back: its lease ran out and it holds none.
+    assert client.zcard("tenure:semaphore:{permits}") == 0

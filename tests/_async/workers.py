@@ -10,6 +10,10 @@ Roles:
                            for a line on stdin, then try a fenced write and a
                            release and print what happened
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
+  permits URL NAME COUNT LIMIT
+                           take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
+                           lease, renewed) COUNT times, holding each 1 ms; print
+                           every hold window and whether its release succeeded
 """
 
 from __future__ import annotations
@@ -21,8 +25,14 @@ from typing import Any
 
 import redis.asyncio
 
-from tenure import AsyncFencedKey, AsyncLock, LockNotOwnedError
-from tests._backend_asyncio import read_line, run
+from tenure import (
+    AsyncFencedKey,
+    AsyncLock,
+    AsyncSemaphore,
+    LockNotOwnedError,
+    SemaphoreNotOwnedError,
+)
+from tests._backend_asyncio import read_line, run, sleep
 
 
 def emit(**fields: Any) -> None:
@@ -82,6 +92,26 @@ async def wait(url: str, name: str, timeout: float) -> None:
     await client.aclose()
 
 
+async def permits(url: str, name: str, count: int, limit: int) -> None:
+    """Take and return permits; print each hold window and whether it stayed held."""
+    client = redis.asyncio.Redis.from_url(url)
+    permit = AsyncSemaphore(client, name, limit, timeout=1, auto_renew=True)
+    emit(event="ready")
+    for _ in range(count):
+        assert await permit.acquire(blocking_timeout=60)
+        began = time.monotonic()
+        await sleep(0.001)
+        ended = time.monotonic()
+        try:
+            await permit.release()
+            kept = True
+        except SemaphoreNotOwnedError:
+            kept = False  # stopped past its lease: the permit went to someone else
+        emit(event="window", start=began, end=ended, kept=kept)
+    emit(event="done")
+    await client.aclose()
+
+
 async def work(argv: list[str]) -> int:
     """Dispatch on the role named in ``argv[0]``; return the exit status."""
     role, url, name, value = argv[0], argv[1], argv[2], argv[3]
@@ -91,6 +121,8 @@ async def work(argv: list[str]) -> int:
         await hold(url, name, float(value))
     elif role == "wait":
         await wait(url, name, float(value))
+    elif role == "permits":
+        await permits(url, name, int(value), int(argv[4]))
     else:
         raise SystemExit(f"unknown role {role!r}")
     return 0
