@@ -109,14 +109,32 @@ class AsyncLeased:
         self,
         client: AsyncClient,
         name: str,
-        settings: LockSettings,
         *,
+        timeout: float | None,
+        blocking: bool,
+        blocking_timeout: float | None,
+        auto_renew: bool | None,
+        reentrant: bool,
+        max_hold: float | None,
+        waiter_lease: float,
+        handoff_lease: float,
         thread_local: bool,
         on_lost: Callable[[Any], None] | None,
         cancel_on_lost: bool,
         prefix: str,
     ) -> None:
         """Validate the shared arguments and set up the state (called by __init__)."""
+        settings = LockSettings.build(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            reentrant=reentrant,
+            max_hold=max_hold,
+            waiter_lease=waiter_lease,
+            handoff_lease=handoff_lease,
+        )
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         if not isinstance(prefix, str):
             raise ArgumentError("prefix", f"must be a str, got {type(prefix).__name__}", name=name)

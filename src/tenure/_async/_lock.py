@@ -1,29 +1,10 @@
 """AsyncLock: a fair, fenced, lease-based lock that never polls.
 
-How it works (each step is one atomic Lua script, see ``tenure/lua``):
-
-* **acquire** takes the lock when it is free and nobody waits, in one round
-  trip, and returns a fencing token (a counter that only grows). Otherwise
-  the caller joins a FIFO queue with a short waiter lease and blocks on its
-  own wake list (BLPOP): no sleep loop.
-* **release** hands the lock straight to the first live waiter inside the
-  script (so no newcomer can barge in) and pushes the grant onto that
-  waiter's wake list: the next waiter learns of the release within about one
-  round trip. The handed-over lease is short (``handoff_lease``, 1 s) until
-  the new owner's watchdog confirms its full lease, so a waiter that died
-  just before its turn delays the queue by at most that.
-* A waiter refreshes its place every ``waiter_lease / 2`` (1 s); a waiter
-  that died is dropped from the queue within ``waiter_lease`` (2 s). A
-  waiter that gives up (timeout, cancellation, error) leaves the queue at
-  once and passes on a lock that was handed to it meanwhile.
-* Waiters are also woken by the watchdog at their deadline and when the
-  owner's lease runs out, because the server's own BLPOP timeout is only as
-  precise as its event loop (up to 100 ms late).
-* ``timeout=None`` means "held until released": a 30 s lease renewed by the
-  watchdog every 10 s, so a crashed holder frees the lock within 30 s. When
-  a renewal finds the lock gone, the holder is told (``lost``, ``on_lost``,
-  :class:`~tenure.LockLostError` at ``with`` exit, and optionally the body of
-  ``async with`` is cancelled).
+The mechanism — one-round-trip acquire, FIFO queue with handoff inside the
+release script, wake lists instead of polling, the watchdog, lost-lock
+notice — is described in :mod:`tenure._async._leased`, which implements it
+for every leased primitive; this module adds the lock's scripts, re-entry,
+and redis-py's signature.
 """
 
 from __future__ import annotations
@@ -38,7 +19,6 @@ from tenure._exceptions import LockLostError, LockNotOwnedError
 from tenure._lock_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
-    LockSettings,
     check_seconds,
     to_text,
 )
@@ -100,7 +80,9 @@ class AsyncLock(AsyncLeased):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
     ) -> None:
-        settings = LockSettings.build(
+        check_seconds("sleep", sleep, allow_none=False, name=name)
+        self._setup(
+            client,
             name,
             timeout=timeout,
             blocking=blocking,
@@ -110,12 +92,6 @@ class AsyncLock(AsyncLeased):
             max_hold=max_hold,
             waiter_lease=waiter_lease,
             handoff_lease=handoff_lease,
-        )
-        check_seconds("sleep", sleep, allow_none=False, name=name)
-        self._setup(
-            client,
-            name,
-            settings,
             thread_local=thread_local,
             on_lost=on_lost,
             cancel_on_lost=cancel_on_lost,

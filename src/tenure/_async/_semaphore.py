@@ -19,7 +19,7 @@ from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
 from tenure._clients import translate_error
 from tenure._exceptions import ArgumentError, SemaphoreLostError, SemaphoreNotOwnedError
-from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, LockSettings
+from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE
 
 __all__ = ["AsyncSemaphore"]
 
@@ -71,7 +71,10 @@ class AsyncSemaphore(AsyncLeased):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
     ) -> None:
-        settings = LockSettings.build(
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ArgumentError("limit", f"must be an int >= 1, got {limit!r}", name=name)
+        self._setup(
+            client,
             name,
             timeout=timeout,
             blocking=blocking,
@@ -81,13 +84,6 @@ class AsyncSemaphore(AsyncLeased):
             max_hold=max_hold,
             waiter_lease=waiter_lease,
             handoff_lease=handoff_lease,
-        )
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ArgumentError("limit", f"must be an int >= 1, got {limit!r}", name=name)
-        self._setup(
-            client,
-            name,
-            settings,
             thread_local=thread_local,
             on_lost=on_lost,
             cancel_on_lost=cancel_on_lost,

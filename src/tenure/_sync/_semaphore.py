@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from tenure._clients import translate_error
 from tenure._exceptions import ArgumentError, SemaphoreLostError, SemaphoreNotOwnedError
-from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, LockSettings
+from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE
 from tenure._sync._leased import Leased, LeasedScripts
 from tenure._sync._scripting import Client
 
@@ -72,7 +72,10 @@ class Semaphore(Leased):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
     ) -> None:
-        settings = LockSettings.build(
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ArgumentError("limit", f"must be an int >= 1, got {limit!r}", name=name)
+        self._setup(
+            client,
             name,
             timeout=timeout,
             blocking=blocking,
@@ -82,13 +85,6 @@ class Semaphore(Leased):
             max_hold=max_hold,
             waiter_lease=waiter_lease,
             handoff_lease=handoff_lease,
-        )
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ArgumentError("limit", f"must be an int >= 1, got {limit!r}", name=name)
-        self._setup(
-            client,
-            name,
-            settings,
             thread_local=thread_local,
             on_lost=on_lost,
             cancel_on_lost=cancel_on_lost,
