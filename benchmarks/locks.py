@@ -16,7 +16,8 @@ measurements, each contender after the other:
   of ``--critical-ms`` from a common start instant until a deadline.
 
 The results, with "tenure / peer" ratios and the issue's targets, are
-written to ``--output`` (regenerated whole) and optionally to ``--json``.
+written to its own section of ``--output`` (other benchmarks' sections are
+kept) and optionally to ``--json``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from benchmarks._measure import (
     time_solo,
 )
 from benchmarks._report import RunInfo, as_data, render
+from benchmarks._sections import write_section
 from tenure.server import ServerProcess
 
 __all__ = ["main"]
@@ -250,7 +252,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> None:
             client.close()
     info = run_info(args, argv, server, source, rtt_us, load, time.monotonic() - started)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(render(info, solo, contended), encoding="utf-8")
+    write_section(Path(args.output), "locks", render(info, solo, contended))
     progress(f"wrote {args.output} in {info.elapsed:.0f} s")
     if args.json:
         data = as_data(info, solo, contended)
