@@ -40,6 +40,9 @@ def test_every_public_name_is_documented(module: object) -> None:
         (tenure.ReentrantLock, tenure.AsyncReentrantLock),
         (tenure.FencedKey, tenure.AsyncFencedKey),
         (tenure.Semaphore, tenure.AsyncSemaphore),
+        (tenure.ReadLock, tenure.AsyncReadLock),
+        (tenure.WriteLock, tenure.AsyncWriteLock),
+        (tenure.ReadWriteLock, tenure.AsyncReadWriteLock),
     ],
 )
 def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:

@@ -11,6 +11,7 @@ Errors all derive from :class:`TenureError`; the tree is drawn in
 
 from tenure._async._fence import AsyncFencedKey
 from tenure._async._lock import AsyncLock, AsyncReentrantLock
+from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from tenure._async._semaphore import AsyncSemaphore
 from tenure._exceptions import (
     AcquireTimeoutError,
@@ -36,6 +37,7 @@ from tenure._exceptions import (
 from tenure._lock_core import LockStatistics
 from tenure._sync._fence import FencedKey
 from tenure._sync._lock import Lock, ReentrantLock
+from tenure._sync._rwlock import ReadLock, ReadWriteLock, WriteLock
 from tenure._sync._semaphore import Semaphore
 from tenure._version import __version__
 
@@ -45,8 +47,11 @@ __all__ = [
     "ArgumentError",
     "AsyncFencedKey",
     "AsyncLock",
+    "AsyncReadLock",
+    "AsyncReadWriteLock",
     "AsyncReentrantLock",
     "AsyncSemaphore",
+    "AsyncWriteLock",
     "BackendError",
     "ClientTypeError",
     "EmbeddedServerError",
@@ -59,6 +64,8 @@ __all__ = [
     "NotOwnedError",
     "PermissionDeniedError",
     "PrimitiveError",
+    "ReadLock",
+    "ReadWriteLock",
     "ReentrantLock",
     "ScriptError",
     "Semaphore",
@@ -68,5 +75,6 @@ __all__ = [
     "ServerStartError",
     "ServerUnavailableError",
     "TenureError",
+    "WriteLock",
     "__version__",
 ]

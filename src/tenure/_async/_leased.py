@@ -162,6 +162,9 @@ class AsyncLeased:
 
     # -- hooks: the arguments each kind adds to its scripts ------------------------
 
+    def _new_token(self) -> str:
+        return new_token()
+
     def _try_args(self, token: str) -> tuple[str | int, ...]:
         return (token, self._settings.lease_ms)
 
@@ -256,7 +259,7 @@ class AsyncLeased:
             return await self._reenter(held)
         if held is not None:
             self._forget(held)
-        return await self._acquire(wait, blocking_timeout, token or new_token())
+        return await self._acquire(wait, blocking_timeout, token or self._new_token())
 
     async def _acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
         settings = self._settings
@@ -575,6 +578,18 @@ class AsyncLeased:
                 f"cannot {action}: this owner does not hold the lock", name=self.name
             )
         return hold
+
+    async def owned(self) -> bool:
+        """True if this owner holds it, as the server sees it (one round trip)."""
+        hold = self._slot.get()
+        if hold is None:
+            return False
+        try:
+            score = await self.client.zscore(self._keys.owner, hold.token)
+        except Exception as exc:
+            doing = f"checking the {self._noun}"
+            raise translate_error(exc, name=self.name, doing=doing) from exc
+        return score is not None
 
     async def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
         return await self._registry.run(script, keys, args, name=self.name)

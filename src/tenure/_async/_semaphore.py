@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
-from tenure._clients import translate_error
 from tenure._exceptions import ArgumentError, SemaphoreLostError, SemaphoreNotOwnedError
 from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE
 
@@ -115,14 +114,3 @@ class AsyncSemaphore(AsyncLeased):
     async def holders(self) -> int:
         """How many permits are held now, counting only live leases (one round trip)."""
         return int(await self._run("semaphore_holders", (self._keys.owner,), ()))
-
-    async def owned(self) -> bool:
-        """True if this owner holds a permit, as the server sees it (one round trip)."""
-        hold = self._slot.get()
-        if hold is None:
-            return False
-        try:
-            score = await self.client.zscore(self._keys.owner, hold.token)
-        except Exception as exc:
-            raise translate_error(exc, name=self.name, doing="checking the permit") from exc
-        return score is not None

@@ -1,0 +1,143 @@
+"""AsyncReadWriteLock: shared readers, one exclusive writer, writers never starve.
+
+Policy: FIFO with a writer barrier. Readers share the lock while no writer
+holds it; a writer waits for the current readers to finish, and every
+reader that arrives after a waiting writer queues behind it. So a steady
+stream of readers cannot starve a writer (Redisson's read-write lock
+prefers readers and does), and readers arriving after the writer share the
+lock together once it is done. :meth:`AsyncWriteLock.downgrade` turns a
+write hold into a read hold without letting go, and lets in the readers at
+the head of the queue.
+
+Both sides are leased primitives (:mod:`tenure._async._leased`): the same
+one-round-trip fast path, handoff, wake-ups, watchdog and lost-hold notice
+as the lock. One sorted set holds every holder, whose token's first letter
+says its mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from tenure._async._leased import AsyncLeased, LeasedScripts
+from tenure._async._scripting import AsyncClient
+from tenure._exceptions import LockLostError, LockNotOwnedError
+from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, new_token
+
+__all__ = ["AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]
+
+
+class _AsyncSide(AsyncLeased):
+    """One side of a read-write lock."""
+
+    _scripts = LeasedScripts(
+        try_="rw_try",
+        acquire="rw_acquire",
+        release="rw_release",
+        leave="rw_leave",
+        extend="semaphore_extend",
+    )
+    _not_owned = LockNotOwnedError
+    _lost_error = LockLostError
+    _mode: ClassVar[str] = "r"
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        auto_renew: bool | None = None,
+        *,
+        on_lost: Callable[[Any], None] | None = None,
+        cancel_on_lost: bool = False,
+        max_hold: float | None = None,
+        prefix: str = "tenure:rwlock:",
+        waiter_lease: float = DEFAULT_WAITER_LEASE,
+        handoff_lease: float = DEFAULT_HANDOFF_LEASE,
+    ) -> None:
+        self._setup(
+            client,
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            reentrant=False,
+            max_hold=max_hold,
+            waiter_lease=waiter_lease,
+            handoff_lease=handoff_lease,
+            thread_local=thread_local,
+            on_lost=on_lost,
+            cancel_on_lost=cancel_on_lost,
+            prefix=prefix,
+        )
+        self.timeout = timeout
+
+    def _new_token(self) -> str:
+        return self._mode + new_token()
+
+    def _acquire_extra(self, reenter: bool) -> int:
+        return 0
+
+
+class AsyncReadLock(_AsyncSide):
+    """The shared side of an :class:`AsyncReadWriteLock`: many readers at once."""
+
+    _mode = "r"
+    _noun = "read lock"
+
+
+class AsyncWriteLock(_AsyncSide):
+    """The exclusive side of an :class:`AsyncReadWriteLock`: one writer, no readers."""
+
+    _mode = "w"
+    _noun = "write lock"
+
+    async def downgrade(self) -> None:
+        """Keep holding, as a reader: other readers may now join; writers still wait.
+
+        The hold stays with this object: :meth:`release` ends it. Raises
+        :class:`~tenure.LockNotOwnedError` if this owner holds no write lock.
+        """
+        hold = self._require_hold("downgrade")
+        if not hold.token.startswith("w"):
+            raise self._not_owned("already downgraded to a read lock", name=self.name)
+        read_token = "r" + hold.token[1:]
+        args = (hold.token, read_token, self._settings.handoff_ms)
+        if int(await self._run("rw_downgrade", self._release_keys, args)) == 0:
+            self._mark_lost(hold)
+            raise self._not_owned("the write lock is no longer held", name=self.name)
+        hold.token = read_token
+        if hold.renewal is not None:
+            hold.renewal.args = (read_token, *hold.renewal.args[1:])
+
+
+class AsyncReadWriteLock:
+    """A distributed read-write lock: ``.read`` and ``.write`` share one name.
+
+    ``async with rw.read:`` for shared access, ``async with rw.write:`` for
+    exclusive access. The arguments are those of :class:`~tenure.AsyncLock`
+    (``timeout=None``: held until released, renewed by the watchdog) and
+    apply to both sides. See the module docstring for the fairness policy.
+    """
+
+    def __init__(self, client: AsyncClient, name: str, **options: Any) -> None:
+        self.name = name
+        self.read = AsyncReadLock(client, name, **options)
+        self.write = AsyncWriteLock(client, name, **options)
+
+    async def readers(self) -> int:
+        """How many read holds there are now (0 while a writer holds)."""
+        holders = await self.read.client.zrange(self.read.keys.owner, 0, -1)
+        return sum(1 for token in holders if _text(token).startswith("r"))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} read={self.read!r} write={self.write!r}>"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

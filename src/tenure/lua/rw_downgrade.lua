@@ -1,0 +1,26 @@
+-- tenure script: rw_downgrade
+-- Turn the caller's write hold into a read hold without letting go, then let
+-- in the readers waiting at the head of the queue.
+-- KEYS[1] holders zset
+-- KEYS[2] queue zset
+-- KEYS[3] waiter leases zset
+-- KEYS[4] fencing counter
+-- ARGV[1] the write token ("w...")
+-- ARGV[2] the read token ("r...") that replaces it
+-- ARGV[3] handoff lease in ms
+-- returns 1 downgraded, 0 the caller held no live write lock
+
+--! include lock
+--! include semaphore
+--! include rw
+local holders, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = server_time()
+local expiry = redis.call('ZSCORE', holders, ARGV[1])
+if not expiry or tonumber(expiry) <= now then
+    return 0
+end
+redis.call('ZREM', holders, ARGV[1])
+redis.call('ZADD', holders, expiry, ARGV[2])
+purge_waiters(queue, waiters, now)
+grant_rw(holders, queue, waiters, fence, ARGV[3], now)
+return 1
