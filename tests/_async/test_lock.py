@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
@@ -27,14 +26,6 @@ from tenure._backend_asyncio import IS_ASYNC
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
 from tests.conftest import ServerFactory
-
-
-@pytest.fixture
-async def other_client(tenure_server: ServerProcess) -> AsyncIterator[redis.asyncio.Redis]:
-    """A second client to the same server, as a second process would have."""
-    client = tenure_server.async_client()
-    yield client
-    await client.aclose()
 
 
 async def test_acquire_release_and_fencing(tenure_async_client: redis.asyncio.Redis) -> None:

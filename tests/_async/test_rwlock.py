@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis.asyncio
 
 from tenure import AsyncReadWriteLock, LockNotOwnedError
-from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
-
-
-@pytest.fixture
-async def clients(tenure_server: ServerProcess) -> AsyncIterator[list[redis.asyncio.Redis]]:
-    """Eight clients to the same server, as eight processes would have."""
-    made = [tenure_server.async_client() for _ in range(8)]
-    yield made
-    for client in made:
-        await client.aclose()
 
 
 async def test_readers_share_and_writers_exclude(clients: list[redis.asyncio.Redis]) -> None:

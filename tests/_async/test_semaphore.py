@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,17 +16,7 @@ from tenure import (
     SemaphoreLostError,
     SemaphoreNotOwnedError,
 )
-from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
-
-
-@pytest.fixture
-async def clients(tenure_server: ServerProcess) -> AsyncIterator[list[redis.asyncio.Redis]]:
-    """Eight clients to the same server, as eight processes would have."""
-    made = [tenure_server.async_client() for _ in range(8)]
-    yield made
-    for client in made:
-        await client.aclose()
 
 
 async def test_at_most_limit_holders(clients: list[redis.asyncio.Redis]) -> None:

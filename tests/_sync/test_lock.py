@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -28,14 +27,6 @@ from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
 from tests.conftest import ServerFactory
-
-
-@pytest.fixture
-def other_client(tenure_server: ServerProcess) -> Iterator[redis.Redis]:
-    """A second client to the same server, as a second process would have."""
-    client = tenure_server.client()
-    yield client
-    client.close()
 
 
 def test_acquire_release_and_fencing(tenure_client: redis.Redis) -> None:

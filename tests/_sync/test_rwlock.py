@@ -4,24 +4,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
 from tenure import LockNotOwnedError, ReadWriteLock
-from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
-
-
-@pytest.fixture
-def clients(tenure_server: ServerProcess) -> Iterator[list[redis.Redis]]:
-    """Eight clients to the same server, as eight processes would have."""
-    made = [tenure_server.client() for _ in range(8)]
-    yield made
-    for client in made:
-        client.close()
 
 
 def test_readers_share_and_writers_exclude(clients: list[redis.Redis]) -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,17 +17,7 @@ from tenure import (
     SemaphoreLostError,
     SemaphoreNotOwnedError,
 )
-from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
-
-
-@pytest.fixture
-def clients(tenure_server: ServerProcess) -> Iterator[list[redis.Redis]]:
-    """Eight clients to the same server, as eight processes would have."""
-    made = [tenure_server.client() for _ in range(8)]
-    yield made
-    for client in made:
-        client.close()
 
 
 def test_at_most_limit_holders(clients: list[redis.Redis]) -> None:

@@ -14,10 +14,17 @@ in one round trip.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
-from tenure._exceptions import ArgumentError, SemaphoreLostError, SemaphoreNotOwnedError
+from tenure._exceptions import (
+    ArgumentError,
+    LostError,
+    NotOwnedError,
+    SemaphoreLostError,
+    SemaphoreNotOwnedError,
+)
 from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE
 
 __all__ = ["AsyncSemaphore"]
@@ -48,8 +55,8 @@ class AsyncSemaphore(AsyncLeased):
         leave="semaphore_leave",
         extend="semaphore_extend",
     )
-    _not_owned = SemaphoreNotOwnedError
-    _lost_error = SemaphoreLostError
+    _not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
+    _lost_error: ClassVar[type[LostError]] = SemaphoreLostError
     _noun = "permit"
 
     def __init__(

@@ -11,10 +11,10 @@ and redis-py's signature.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from tenure._clients import translate_error
-from tenure._exceptions import LockLostError, LockNotOwnedError
+from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
 from tenure._lock_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
@@ -58,8 +58,8 @@ class Lock(Leased):
         leave="lock_leave",
         extend="lock_extend",
     )
-    _not_owned = LockNotOwnedError
-    _lost_error = LockLostError
+    _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
+    _lost_error: ClassVar[type[LostError]] = LockLostError
     _noun = "lock"
 
     def __init__(

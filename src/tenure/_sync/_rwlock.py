@@ -10,79 +10,41 @@ lock together once it is done. :meth:`WriteLock.downgrade` turns a
 write hold into a read hold without letting go, and lets in the readers at
 the head of the queue.
 
-Both sides are leased primitives (:mod:`tenure._sync._leased`): the same
-one-round-trip fast path, handoff, wake-ups, watchdog and lost-hold notice
-as the lock. One sorted set holds every holder, whose token's first letter
-says its mode.
+Both sides are semaphores with no limit whose tokens carry their mode in
+their first letter; the semaphore's scripts admit a writer only alone and a
+reader only beside readers. So the same one-round-trip fast path, handoff,
+wake-ups, watchdog and lost-hold notice as the lock apply, from one source.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
-from tenure._exceptions import LockLostError, LockNotOwnedError
-from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, new_token
-from tenure._sync._leased import Leased, LeasedScripts
+from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
+from tenure._lock_core import new_token
 from tenure._sync._scripting import Client
+from tenure._sync._semaphore import Semaphore
 
 __all__ = ["ReadLock", "ReadWriteLock", "WriteLock"]
 
 
-class _AsyncSide(Leased):
-    """One side of a read-write lock."""
+RW_LIMIT = 2**31 - 1
+"""A read-write lock is a semaphore with no limit whose tokens carry a mode."""
 
-    _scripts = LeasedScripts(
-        try_="rw_try",
-        acquire="rw_acquire",
-        release="rw_release",
-        leave="rw_leave",
-        extend="semaphore_extend",
-    )
-    _not_owned = LockNotOwnedError
-    _lost_error = LockLostError
+
+class _AsyncSide(Semaphore):
+    """One side of a read-write lock: the semaphore's scripts, the lock's errors."""
+
+    _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
+    _lost_error: ClassVar[type[LostError]] = LockLostError
     _mode: ClassVar[str] = "r"
 
-    def __init__(
-        self,
-        client: Client,
-        name: str,
-        timeout: float | None = None,
-        blocking: bool = True,
-        blocking_timeout: float | None = None,
-        thread_local: bool = True,
-        auto_renew: bool | None = None,
-        *,
-        on_lost: Callable[[Any], None] | None = None,
-        cancel_on_lost: bool = False,
-        max_hold: float | None = None,
-        prefix: str = "tenure:rwlock:",
-        waiter_lease: float = DEFAULT_WAITER_LEASE,
-        handoff_lease: float = DEFAULT_HANDOFF_LEASE,
-    ) -> None:
-        self._setup(
-            client,
-            name,
-            timeout=timeout,
-            blocking=blocking,
-            blocking_timeout=blocking_timeout,
-            auto_renew=auto_renew,
-            reentrant=False,
-            max_hold=max_hold,
-            waiter_lease=waiter_lease,
-            handoff_lease=handoff_lease,
-            thread_local=thread_local,
-            on_lost=on_lost,
-            cancel_on_lost=cancel_on_lost,
-            prefix=prefix,
-        )
-        self.timeout = timeout
+    def __init__(self, client: Client, name: str, **options: Any) -> None:
+        options.setdefault("prefix", "tenure:rwlock:")
+        super().__init__(client, name, RW_LIMIT, **options)
 
     def _new_token(self) -> str:
         return self._mode + new_token()
-
-    def _acquire_extra(self, reenter: bool) -> int:
-        return 0
 
 
 class ReadLock(_AsyncSide):
@@ -108,7 +70,7 @@ class WriteLock(_AsyncSide):
         if not hold.token.startswith("w"):
             raise self._not_owned("already downgraded to a read lock", name=self.name)
         read_token = "r" + hold.token[1:]
-        args = (hold.token, read_token, self._settings.handoff_ms)
+        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT)
         if int(self._run("rw_downgrade", self._release_keys, args)) == 0:
             self._mark_lost(hold)
             raise self._not_owned("the write lock is no longer held", name=self.name)

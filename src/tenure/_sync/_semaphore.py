@@ -15,8 +15,15 @@ in one round trip.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
-from tenure._exceptions import ArgumentError, SemaphoreLostError, SemaphoreNotOwnedError
+from tenure._exceptions import (
+    ArgumentError,
+    LostError,
+    NotOwnedError,
+    SemaphoreLostError,
+    SemaphoreNotOwnedError,
+)
 from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE
 from tenure._sync._leased import Leased, LeasedScripts
 from tenure._sync._scripting import Client
@@ -49,8 +56,8 @@ class Semaphore(Leased):
         leave="semaphore_leave",
         extend="semaphore_extend",
     )
-    _not_owned = SemaphoreNotOwnedError
-    _lost_error = SemaphoreLostError
+    _not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
+    _lost_error: ClassVar[type[LostError]] = SemaphoreLostError
     _noun = "permit"
 
     def __init__(

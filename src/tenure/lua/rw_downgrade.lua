@@ -8,11 +8,11 @@
 -- ARGV[1] the write token ("w...")
 -- ARGV[2] the read token ("r...") that replaces it
 -- ARGV[3] handoff lease in ms
+-- ARGV[4] limit (the read-write lock's: no limit)
 -- returns 1 downgraded, 0 the caller held no live write lock
 
 --! include lock
 --! include semaphore
---! include rw
 local holders, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = server_time()
 local expiry = redis.call('ZSCORE', holders, ARGV[1])
@@ -22,5 +22,5 @@ end
 redis.call('ZREM', holders, ARGV[1])
 redis.call('ZADD', holders, expiry, ARGV[2])
 purge_waiters(queue, waiters, now)
-grant_rw(holders, queue, waiters, fence, ARGV[3], now)
+grant_permits(holders, queue, waiters, fence, tonumber(ARGV[4]), ARGV[3], now)
 return 1

@@ -33,7 +33,7 @@ if redis.call('ZSCORE', holders, token) then
     redis.call('DEL', wake)
     return {1, f, lease}
 end
-if redis.call('EXISTS', queue) == 0 and redis.call('ZCARD', holders) < limit then
+if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
     local f = redis.call('INCR', fence)
     redis.call('ZADD', holders, string.format('%d', now + lease), token)
     keep_alive(holders, lease)

@@ -1,5 +1,6 @@
 -- tenure script: semaphore_try
 -- The fast path of acquire: take a permit if one is free and nobody waits.
+-- (Also the read-write lock's: see lib/semaphore.lua.)
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset (only its existence is checked)
 -- KEYS[3] fencing counter (never expires)
@@ -12,7 +13,7 @@
 --! include semaphore
 local now = server_time()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], tonumber(ARGV[3])) then
     return 0
 end
 local fence = redis.call('INCR', KEYS[3])
