@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from tenure import FencedKey, Lock
+from tenure import FencedKey, Lock, Semaphore
 from tenure.server import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,3 +246,19 @@ def test_semaphore_holds_at_most_limit_under_kills_and_stops(
     assert len(windows) >= (processes - 2) * count
     # The dead process's permit came back: its lease ran out and it holds none.
     assert client.zcard("tenure:semaphore:{permits}") == 0
+
+
+def test_killed_holder_gives_its_permit_back_within_its_lease(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    holder = Worker(api, "permit", tenure_server.url, "reclaim", "1")
+    workers.append(holder)
+    assert holder.read()["event"] == "acquired"
+    time.sleep(1.5 * LEASE)  # refreshed a few times
+    waiter = Semaphore(client, "reclaim", 1, timeout=10)
+    assert not waiter.acquire(blocking=False)
+    os.kill(holder.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    assert waiter.acquire(blocking_timeout=5)
+    assert time.monotonic() - killed <= LEASE + SLACK  # the issue allows lease + 1 s
+    waiter.release()

@@ -10,6 +10,8 @@ Roles:
                            for a line on stdin, then try a fenced write and a
                            release and print what happened
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
+  permit URL NAME LIMIT    take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
+                           lease, renewed), print it, then wait for stdin
   permits URL NAME COUNT LIMIT
                            take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -112,6 +114,17 @@ async def permits(url: str, name: str, count: int, limit: int) -> None:
     await client.aclose()
 
 
+async def permit(url: str, name: str, limit: int) -> None:
+    """Hold one permit until told to go on (or killed)."""
+    client = redis.asyncio.Redis.from_url(url)
+    held = AsyncSemaphore(client, name, limit, timeout=1, auto_renew=True)
+    assert await held.acquire()
+    emit(event="acquired", t=time.monotonic(), fence=held.fencing_token)
+    await read_line()
+    await held.release()
+    await client.aclose()
+
+
 async def work(argv: list[str]) -> int:
     """Dispatch on the role named in ``argv[0]``; return the exit status."""
     role, url, name, value = argv[0], argv[1], argv[2], argv[3]
@@ -121,6 +134,8 @@ async def work(argv: list[str]) -> int:
         await hold(url, name, float(value))
     elif role == "wait":
         await wait(url, name, float(value))
+    elif role == "permit":
+        await permit(url, name, int(value))
     elif role == "permits":
         await permits(url, name, int(value), int(argv[4]))
     else:

@@ -11,6 +11,8 @@ Roles:
                            for a line on stdin, then try a fenced write and a
                            release and print what happened
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
+  permit URL NAME LIMIT    take a permit of an Semaphore(limit=LIMIT, 1 s
+                           lease, renewed), print it, then wait for stdin
   permits URL NAME COUNT LIMIT
                            take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -111,6 +113,17 @@ def permits(url: str, name: str, count: int, limit: int) -> None:
     client.close()
 
 
+def permit(url: str, name: str, limit: int) -> None:
+    """Hold one permit until told to go on (or killed)."""
+    client = redis.Redis.from_url(url)
+    held = Semaphore(client, name, limit, timeout=1, auto_renew=True)
+    assert held.acquire()
+    emit(event="acquired", t=time.monotonic(), fence=held.fencing_token)
+    read_line()
+    held.release()
+    client.close()
+
+
 def work(argv: list[str]) -> int:
     """Dispatch on the role named in ``argv[0]``; return the exit status."""
     role, url, name, value = argv[0], argv[1], argv[2], argv[3]
@@ -120,6 +133,8 @@ def work(argv: list[str]) -> int:
         hold(url, name, float(value))
     elif role == "wait":
         wait(url, name, float(value))
+    elif role == "permit":
+        permit(url, name, int(value))
     elif role == "permits":
         permits(url, name, int(value), int(argv[4]))
     else:
