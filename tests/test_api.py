@@ -43,6 +43,7 @@ def test_every_public_name_is_documented(module: object) -> None:
         (tenure.ReadLock, tenure.AsyncReadLock),
         (tenure.WriteLock, tenure.AsyncWriteLock),
         (tenure.ReadWriteLock, tenure.AsyncReadWriteLock),
+        (tenure.ConnectionLock, tenure.AsyncConnectionLock),
     ],
 )
 def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:

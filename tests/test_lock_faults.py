@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from tenure import FencedKey, Lock, Semaphore
+from tenure import ConnectionLock, FencedKey, Lock, Semaphore
 from tenure.server import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,4 +261,19 @@ def test_killed_holder_gives_its_permit_back_within_its_lease(
     killed = time.monotonic()
     assert waiter.acquire(blocking_timeout=5)
     assert time.monotonic() - killed <= LEASE + SLACK  # the issue allows lease + 1 s
+    waiter.release()
+
+
+def test_killed_connection_lock_holder_frees_it_within_a_second(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    holder = Worker(api, "connlock", tenure_server.url, "booked", "-")
+    workers.append(holder)
+    assert holder.read()["event"] == "acquired"
+    waiter = ConnectionLock(client, "booked")
+    assert not waiter.acquire(blocking=False)
+    os.kill(holder.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    assert waiter.acquire(blocking_timeout=5)
+    assert time.monotonic() - killed < 1.0  # no lease to wait out
     waiter.release()

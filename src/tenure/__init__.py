@@ -9,6 +9,7 @@ Errors all derive from :class:`TenureError`; the tree is drawn in
 ``tenure._exceptions``.
 """
 
+from tenure._async._connlock import AsyncConnectionLock
 from tenure._async._fence import AsyncFencedKey
 from tenure._async._lock import AsyncLock, AsyncReentrantLock
 from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
@@ -35,6 +36,7 @@ from tenure._exceptions import (
     TenureError,
 )
 from tenure._lock_core import LockStatistics
+from tenure._sync._connlock import ConnectionLock
 from tenure._sync._fence import FencedKey
 from tenure._sync._lock import Lock, ReentrantLock
 from tenure._sync._rwlock import ReadLock, ReadWriteLock, WriteLock
@@ -45,6 +47,7 @@ __all__ = [
     "AcquireTimeoutError",
     "AlreadyHeldError",
     "ArgumentError",
+    "AsyncConnectionLock",
     "AsyncFencedKey",
     "AsyncLock",
     "AsyncReadLock",
@@ -54,6 +57,7 @@ __all__ = [
     "AsyncWriteLock",
     "BackendError",
     "ClientTypeError",
+    "ConnectionLock",
     "EmbeddedServerError",
     "FencedKey",
     "Lock",

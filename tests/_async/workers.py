@@ -12,6 +12,7 @@ Roles:
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
   permit URL NAME LIMIT    take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed), print it, then wait for stdin
+  connlock URL NAME -       take an AsyncConnectionLock, print it, wait for stdin
   permits URL NAME COUNT LIMIT
                            take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -28,6 +29,7 @@ from typing import Any
 import redis.asyncio
 
 from tenure import (
+    AsyncConnectionLock,
     AsyncFencedKey,
     AsyncLock,
     AsyncSemaphore,
@@ -125,6 +127,17 @@ async def permit(url: str, name: str, limit: int) -> None:
     await client.aclose()
 
 
+async def connlock(url: str, name: str) -> None:
+    """Hold a connection lock until told to go on (or killed)."""
+    client = redis.asyncio.Redis.from_url(url)
+    lock = AsyncConnectionLock(client, name)
+    assert await lock.acquire()
+    emit(event="acquired", t=time.monotonic(), owner=lock.owner_id)
+    await read_line()
+    await lock.release()
+    await client.aclose()
+
+
 async def work(argv: list[str]) -> int:
     """Dispatch on the role named in ``argv[0]``; return the exit status."""
     role, url, name, value = argv[0], argv[1], argv[2], argv[3]
@@ -134,6 +147,8 @@ async def work(argv: list[str]) -> int:
         await hold(url, name, float(value))
     elif role == "wait":
         await wait(url, name, float(value))
+    elif role == "connlock":
+        await connlock(url, name)
     elif role == "permit":
         await permit(url, name, int(value))
     elif role == "permits":

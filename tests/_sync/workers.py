@@ -13,6 +13,7 @@ Roles:
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
   permit URL NAME LIMIT    take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed), print it, then wait for stdin
+  connlock URL NAME -       take an ConnectionLock, print it, wait for stdin
   permits URL NAME COUNT LIMIT
                            take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -29,6 +30,7 @@ from typing import Any
 import redis
 
 from tenure import (
+    ConnectionLock,
     FencedKey,
     Lock,
     LockNotOwnedError,
@@ -124,6 +126,17 @@ def permit(url: str, name: str, limit: int) -> None:
     client.close()
 
 
+def connlock(url: str, name: str) -> None:
+    """Hold a connection lock until told to go on (or killed)."""
+    client = redis.Redis.from_url(url)
+    lock = ConnectionLock(client, name)
+    assert lock.acquire()
+    emit(event="acquired", t=time.monotonic(), owner=lock.owner_id)
+    read_line()
+    lock.release()
+    client.close()
+
+
 def work(argv: list[str]) -> int:
     """Dispatch on the role named in ``argv[0]``; return the exit status."""
     role, url, name, value = argv[0], argv[1], argv[2], argv[3]
@@ -133,6 +146,8 @@ def work(argv: list[str]) -> int:
         hold(url, name, float(value))
     elif role == "wait":
         wait(url, name, float(value))
+    elif role == "connlock":
+        connlock(url, name)
     elif role == "permit":
         permit(url, name, int(value))
     elif role == "permits":

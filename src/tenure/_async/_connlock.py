@@ -1,0 +1,230 @@
+"""AsyncConnectionLock: a lock owned by a connection, freed the moment it closes.
+
+From "Locking Redis clients for distributed calculations": the owner of a
+booking is a connection, and a booking whose connection is gone is free. A
+holder killed with ``kill -9`` frees the lock as soon as the server notices
+the closed socket: no lease to wait out. The source's holes are closed:
+
+* the holder gets a **dedicated connection** of its own (a one-connection
+  pool copied from the client's settings), so no pool can swap it, lend it
+  out, or rename it; the lock key names that connection's ``CLIENT ID``;
+* the check that the current owner is gone and the booking are **one
+  transaction** (WATCH the key, look the owner up with ``CLIENT LIST ID``,
+  then MULTI/SET/EXEC), so two clients can never both take a dead owner's
+  lock;
+* a server whose ACL forbids ``CLIENT ID`` or ``CLIENT LIST`` gives a
+  :class:`~tenure.PermissionDeniedError` that names them;
+* a holder that is alive but hung keeps its connection open, so it keeps
+  the lock: pass ``lease=`` to also expire the booking unless the holder
+  calls :meth:`refresh` in time (opt-in: it trades the "never expires while
+  connected" guarantee for liveness).
+
+Redis tells nobody when a connection closes, so waiters look again every
+``poll_interval`` (default 50 ms), and at once when a holder releases.
+Standalone servers only: a cluster client raises ClientTypeError.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any
+
+import redis.asyncio
+from redis import exceptions as redis_errors
+
+from tenure._async._scripting import registry_for
+from tenure._backend_asyncio import IS_ASYNC, shielded, sleep
+from tenure._clients import is_cluster, require_client, translate_error
+from tenure._exceptions import (
+    AcquireTimeoutError,
+    ArgumentError,
+    ClientTypeError,
+    LockNotOwnedError,
+    PermissionDeniedError,
+)
+from tenure._lock_core import check_name, check_seconds, to_ms, to_text
+
+__all__ = ["AsyncConnectionLock"]
+
+
+class AsyncConnectionLock:
+    """A lock held by a dedicated connection; see the module docstring."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        name: str,
+        *,
+        lease: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        poll_interval: float = 0.05,
+        prefix: str = "tenure:connlock:",
+    ) -> None:
+        check_name(name)
+        require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        if is_cluster(client):
+            raise ClientTypeError(
+                "client", "a ConnectionLock needs a standalone server client", name=name
+            )
+        check_seconds("lease", lease, allow_none=True, name=name)
+        check_seconds("blocking_timeout", blocking_timeout, allow_none=True, name=name)
+        check_seconds("poll_interval", poll_interval, allow_none=False, name=name)
+        if lease is not None and lease <= 0:
+            raise ArgumentError("lease", f"must be > 0 seconds, got {lease!r}", name=name)
+        if not 0.001 <= poll_interval <= 5:
+            raise ArgumentError("poll_interval", "must be between 1 ms and 5 s", name=name)
+        self.client = client
+        self.name = name
+        self.key = f"{prefix}{{{name}}}"
+        self.lease = lease
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.poll_interval = poll_interval
+        self._connection: redis.asyncio.Redis | None = None
+        self._owner_id: str | None = None
+
+    @property
+    def owner_id(self) -> str | None:
+        """The ``CLIENT ID`` of this object's dedicated connection while it holds."""
+        return self._owner_id
+
+    def __repr__(self) -> str:
+        state = f"held by connection {self._owner_id}" if self._owner_id else "not held"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+    async def acquire(
+        self, blocking: bool | None = None, blocking_timeout: float | None = None
+    ) -> bool:
+        """Take the lock on a new dedicated connection; False if busy (or timed out)."""
+        if self._owner_id is not None:
+            raise ArgumentError("acquire", "this ConnectionLock already holds", name=self.name)
+        wait = self.blocking if blocking is None else blocking
+        timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
+        check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        connection = self._dedicated()
+        try:
+            try:
+                my_id = str(await connection.client_id())
+            except redis_errors.RedisError as exc:
+                raise self._translate(exc, "CLIENT ID") from exc
+            while True:
+                if await self._try_book(connection, my_id):
+                    self._connection, self._owner_id = connection, my_id
+                    return True
+                if not wait or (deadline is not None and time.monotonic() >= deadline):
+                    await self._close(connection)
+                    return False
+                pause = self.poll_interval
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - time.monotonic()))
+                await sleep(pause)
+        except BaseException:
+            await shielded(self._close(connection))
+            raise
+
+    async def _close(self, connection: redis.asyncio.Redis) -> bool:
+        await connection.aclose()
+        await connection.connection_pool.disconnect()  # the pool is ours alone
+        return True
+
+    def _dedicated(self) -> redis.asyncio.Redis:
+        pool = self.client.connection_pool
+        own_pool = type(pool)(
+            connection_class=pool.connection_class, max_connections=1, **pool.connection_kwargs
+        )
+        # One connection, used for every command of this hold: the ID booked is
+        # the connection that stays open. If it drops, redis-py's reconnect gets
+        # a new ID and the booking is (correctly) lost.
+        return redis.asyncio.Redis(connection_pool=own_pool)
+
+    async def _try_book(self, connection: redis.asyncio.Redis, my_id: str) -> bool:
+        """WATCH, check the owner is gone, and book, as one transaction."""
+        try:
+            async with connection.pipeline(transaction=True) as transaction:
+                pipe: Any = transaction  # redis-py leaves watch/multi untyped
+                await pipe.watch(self.key)
+                owner = await pipe.get(self.key)
+                if owner is not None and await self._alive(pipe, to_text(owner)):
+                    await pipe.unwatch()
+                    return False
+                pipe.multi()
+                if self.lease is None:
+                    pipe.set(self.key, my_id)
+                else:
+                    pipe.set(self.key, my_id, px=to_ms(self.lease))
+                await pipe.execute()
+                return True
+        except redis_errors.WatchError:
+            return False  # someone booked between the check and EXEC
+        except redis_errors.RedisError as exc:
+            raise self._translate(exc, "booking") from exc
+
+    async def _alive(self, pipe: Any, owner: str) -> bool:
+        try:
+            found = await pipe.client_list(client_id=[owner])
+        except redis_errors.RedisError as exc:
+            raise self._translate(exc, "CLIENT LIST") from exc
+        return bool(found)
+
+    async def release(self) -> None:
+        """Delete the booking (if it is still ours) and close the dedicated connection."""
+        connection, my_id = self._connection, self._owner_id
+        if connection is None or my_id is None:
+            raise LockNotOwnedError("cannot release: this object does not hold", name=self.name)
+        self._connection = self._owner_id = None
+        try:
+            deleted = await shielded(
+                registry_for(connection).run("compare_and_delete", (self.key,), (my_id,))
+            )
+        finally:
+            await shielded(self._close(connection))
+        if int(deleted) != 1:
+            raise LockNotOwnedError("the booking was gone (lease ran out)", name=self.name)
+
+    async def refresh(self) -> None:
+        """Reset the opt-in lease; raise :class:`LockNotOwnedError` if no longer held."""
+        connection, my_id = self._connection, self._owner_id
+        if connection is None or my_id is None or self.lease is None:
+            raise LockNotOwnedError("nothing to refresh: not held with a lease", name=self.name)
+        reply = await registry_for(connection).run(
+            "pexpire_if", (self.key,), (my_id, to_ms(self.lease))
+        )
+        if int(reply) != 1:
+            raise LockNotOwnedError("the booking was gone (lease ran out)", name=self.name)
+
+    async def locked(self) -> bool:
+        """True if a live connection holds the lock (two round trips)."""
+        try:
+            owner = await self.client.get(self.key)
+            if owner is None:
+                return False
+            return bool(await self.client.client_list(client_id=[to_text(owner)]))
+        except redis_errors.RedisError as exc:
+            raise self._translate(exc, "checking") from exc
+
+    def _translate(self, exc: BaseException, doing: str) -> BaseException:
+        if isinstance(exc, redis_errors.NoPermissionError) or "NOPERM" in str(exc):
+            return PermissionDeniedError(
+                "ConnectionLock needs CLIENT ID, CLIENT LIST, WATCH, MULTI, GET, SET and "
+                f"EVALSHA on {self.key!r}; the server's ACL refused one ({exc})",
+                name=self.name,
+            )
+        return translate_error(exc, name=self.name, doing=doing)
+
+    async def __aenter__(self) -> AsyncConnectionLock:
+        if not await self.acquire():
+            raise AcquireTimeoutError(
+                f"could not acquire within {self.blocking_timeout}s", name=self.name
+            )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
