@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import select
 import signal
 import subprocess
@@ -223,13 +224,15 @@ def test_semaphore_holds_at_most_limit_under_kills_and_stops(
     for worker in workers:
         assert worker.read(60)["event"] == "ready"
     time.sleep(0.3)
-    killed, stopped = workers[0], workers[1]
+    killed, stopped = random.sample(workers, 2)
     os.kill(killed.pid, signal.SIGKILL)
     os.kill(stopped.pid, signal.SIGSTOP)
     time.sleep(1.5)  # past the 1 s lease: the stopped process loses its permit
     os.kill(stopped.pid, signal.SIGCONT)
     windows: list[tuple[float, float]] = []
-    for worker in workers[1:]:
+    for worker in workers:
+        if worker is killed:
+            continue
         while True:
             event = worker.read(120)
             if event["event"] == "done":
