@@ -7,11 +7,12 @@ import inspect
 import pytest
 
 import tenure
+import tenure.inspect
 import tenure.server
 import tenure.testing
 
 
-@pytest.mark.parametrize("module", [tenure, tenure.server, tenure.testing])
+@pytest.mark.parametrize("module", [tenure, tenure.inspect, tenure.server, tenure.testing])
 def test_every_public_name_is_documented(module: object) -> None:
     names: list[str] = getattr(module, "__all__")  # noqa: B009
     assert names == sorted(names, key=str.lower) or names == sorted(names)

@@ -55,6 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    look = commands.add_parser(
+        "inspect",
+        help="list tenure's primitives and who holds and waits for them",
+        description="Lists locks, semaphores, read-write locks and connection locks under a "
+        "name prefix, with their holders, fencing tokens, leases and waiters. Uses SCAN.",
+    )
+    look.add_argument("--url", help="server URL (default: $REDIS_URL)")
+    look.add_argument("--cluster", action="store_true", help="the URL is a cluster node")
+    look.add_argument("--prefix", default="", help="only names that start with this")
+    look.add_argument("--json", action="store_true", help="print JSON")
+    look.add_argument("--watch", type=_positive_float, help="refresh every N seconds")
+    look.add_argument("--count", type=_positive_int, help="with --watch: stop after N rounds")
+
     server = commands.add_parser(
         "server",
         help="run an embedded server in the foreground",
@@ -88,6 +101,42 @@ def _run_server(options: argparse.Namespace) -> int:
     return 0
 
 
+def _run_inspect(options: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+    import os
+    import time
+
+    import redis
+    import redis.cluster
+
+    from tenure.inspect import inspect, render_table
+
+    url = options.url or os.environ.get("REDIS_URL")
+    if not url:
+        print("tenure inspect: give --url or set REDIS_URL", file=sys.stderr)
+        return 2
+    client: redis.Redis | redis.cluster.RedisCluster = (
+        redis.cluster.RedisCluster.from_url(url) if options.cluster else redis.Redis.from_url(url)
+    )
+    rounds = 0
+    try:
+        while True:
+            rows = inspect(client, options.prefix)
+            if options.json:
+                print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2), flush=True)
+            else:
+                print(render_table(rows), flush=True)
+            rounds += 1
+            if options.watch is None or (options.count is not None and rounds >= options.count):
+                return 0
+            time.sleep(options.watch)
+            if not options.json:
+                print()
+    finally:
+        client.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tenure`` command; returns the exit status."""
     parser = build_parser()
@@ -105,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if options.command == "server":
             return _run_server(options)
+        if options.command == "inspect":
+            return _run_inspect(options)
     except TenureError as exc:
         print(f"tenure: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
