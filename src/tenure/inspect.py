@@ -20,6 +20,8 @@ from typing import Any
 import redis
 import redis.cluster
 
+from tenure._lock_core import to_text
+
 __all__ = ["Primitive", "View", "inspect", "register_view", "render_table", "views"]
 
 Client = redis.Redis | redis.cluster.RedisCluster
@@ -67,14 +69,10 @@ def views() -> list[View]:
     return list(_VIEWS)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _queue(client: Client, base: str, now_ms: int) -> list[dict[str, Any]]:
     entries: list[Any] = list(client.zrange(f"{base}:queue", 0, -1, withscores=True))
     return [
-        {"token": _text(token), "waited_ms": max(0, now_ms - int(score) // 1000)}
+        {"token": to_text(token), "waited_ms": max(0, now_ms - int(score) // 1000)}
         for token, score in entries
     ]
 
@@ -88,18 +86,18 @@ def _describe_lock(client: Client, base: str, name: str, now_ms: int) -> Primiti
     token, fence = client.hmget(base, ["token", "fence"])
     holders = []
     if token is not None:
-        holders.append({"token": _text(token), "lease_ms": int(client.pttl(base))})
+        holders.append({"token": to_text(token), "lease_ms": int(client.pttl(base))})
     waiters = _queue(client, base, now_ms)
     state = "held" if holders else "free"
-    last = _fence(client, base)
-    return Primitive("lock", name, state, int(fence) if fence else last, holders, waiters)
+    last = int(fence) if fence else _fence(client, base)  # the counter only when free
+    return Primitive("lock", name, state, last, holders, waiters)
 
 
 def _describe_leases(kind: str) -> Callable[[Client, str, str, int], Primitive]:
     def describe(client: Client, base: str, name: str, now_ms: int) -> Primitive:
         members: list[Any] = list(client.zrange(base, 0, -1, withscores=True))
         holders: list[dict[str, Any]] = [
-            {"token": _text(token), "lease_ms": int(score) - now_ms}
+            {"token": to_text(token), "lease_ms": int(score) - now_ms}
             for token, score in members
             if int(score) > now_ms
         ]
@@ -119,7 +117,7 @@ def _describe_connlock(client: Client, base: str, name: str, now_ms: int) -> Pri
     owner = client.get(base)
     if owner is None:
         return Primitive("connlock", name, "free")
-    owner_id = _text(owner)
+    owner_id = to_text(owner)
     alive = bool(client.client_list(client_id=[owner_id]))
     holder = {"id": owner_id, "connected": alive, "lease_ms": int(client.pttl(base))}
     return Primitive("connlock", name, "held" if alive else "stale", None, [holder])
@@ -140,7 +138,7 @@ def _names(client: Client, view_prefix: str, name_prefix: str) -> Iterable[str]:
     seen: set[str] = set()
     pattern = f"{view_prefix}{{{name_prefix}*"
     for key in client.scan_iter(match=pattern, count=500):
-        rest = _text(key)[len(view_prefix) :]
+        rest = to_text(key)[len(view_prefix) :]
         match = _NAME.match(rest)
         if match and match["name"] not in seen:
             seen.add(match["name"])

@@ -178,14 +178,19 @@ def tenure_cluster(tenure_engine: Engine) -> Iterator[Cluster]:
         yield topology
 
 
+def _flush_cluster(cluster: Cluster) -> None:
+    """Empty every master's keyspace and script cache."""
+    for node in cluster.masters:
+        with node.client() as direct:
+            direct.flushall()
+            direct.script_flush()
+
+
 @pytest.fixture
 def tenure_cluster_client(tenure_cluster: Cluster) -> Iterator[redis.cluster.RedisCluster]:
     """A ``RedisCluster`` to the session cluster, every master flushed first."""
     client = tenure_cluster.client()
-    for node in tenure_cluster.masters:
-        with node.client() as direct:
-            direct.flushall()
-            direct.script_flush()
+    _flush_cluster(tenure_cluster)
     try:
         yield client
     finally:
@@ -197,10 +202,7 @@ async def tenure_async_cluster_client(
     tenure_cluster: Cluster,
 ) -> AsyncIterator[redis.asyncio.cluster.RedisCluster]:
     """A ``redis.asyncio.cluster.RedisCluster`` to the session cluster, flushed first."""
-    for node in tenure_cluster.masters:
-        with node.client() as direct:
-            direct.flushall()
-            direct.script_flush()
+    _flush_cluster(tenure_cluster)
     client = tenure_cluster.async_client()
     try:
         yield client

@@ -534,7 +534,8 @@ class AsyncLeased:
         if reply == 2:
             hold.count -= 1
             return
-        self._forget(hold)
+        if hold.count > 1:
+            self._forget(hold)  # the server held no more re-entries than this one
         if reply == 0:
             if not hold.lost:
                 hold.lost = True

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -60,7 +60,6 @@ class Job:
     name: str | None = None
     slack: float = 0.0
     cancelled: bool = False
-    runs: int = field(default=0)
 
 
 class AsyncWatchdog:
@@ -76,17 +75,11 @@ class AsyncWatchdog:
         self._cancelled = 0
         self.batches = 0
         self.calls = 0
-        self.wakeups = 0
 
     @property
     def running(self) -> bool:
         """Whether the background task (thread) is alive."""
         return self._running
-
-    def pending(self) -> int:
-        """How many jobs are scheduled and not cancelled."""
-        with self._mutex:
-            return sum(1 for job in self._jobs if not job.cancelled)
 
     def schedule(self, job: Job) -> Job:
         """Queue ``job`` to run at ``job.due`` (within its slack); return it."""
@@ -115,7 +108,6 @@ class AsyncWatchdog:
         """Split off the jobs to run now; return them and how long to sleep after."""
         with self._mutex:
             self._wakeup.clear()
-            self.wakeups += 1
             now = time.monotonic()
             due: list[Job] = []
             waiting: list[Job] = []
@@ -172,7 +164,6 @@ class AsyncWatchdog:
             self.batches += 1
             self.calls += len(jobs)
             for job, (reply, error) in zip(jobs, results, strict=True):
-                job.runs += 1
                 if job.cancelled:
                     continue
                 try:

@@ -196,20 +196,19 @@ class ConnectionLock:
         """True if a live connection holds the lock (two round trips)."""
         try:
             owner = self.client.get(self.key)
-            if owner is None:
-                return False
-            return bool(self.client.client_list(client_id=[to_text(owner)]))
         except redis_errors.RedisError as exc:
             raise self._translate(exc, "checking") from exc
+        return owner is not None and self._alive(self.client, to_text(owner))
 
     def _translate(self, exc: BaseException, doing: str) -> BaseException:
-        if isinstance(exc, redis_errors.NoPermissionError) or "NOPERM" in str(exc):
+        error = translate_error(exc, name=self.name, doing=doing)
+        if isinstance(error, PermissionDeniedError):  # say which commands it needs
             return PermissionDeniedError(
                 "ConnectionLock needs CLIENT ID, CLIENT LIST, WATCH, MULTI, GET, SET and "
                 f"EVALSHA on {self.key!r}; the server's ACL refused one ({exc})",
                 name=self.name,
             )
-        return translate_error(exc, name=self.name, doing=doing)
+        return error
 
     def __enter__(self) -> ConnectionLock:
         if not self.acquire():

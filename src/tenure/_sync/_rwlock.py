@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
-from tenure._lock_core import new_token
+from tenure._lock_core import new_token, to_text
 from tenure._sync._scripting import Client
 from tenure._sync._semaphore import Semaphore
 
@@ -96,11 +96,7 @@ class ReadWriteLock:
     def readers(self) -> int:
         """How many read holds there are now (0 while a writer holds)."""
         holders = self.read.client.zrange(self.read.keys.owner, 0, -1)
-        return sum(1 for token in holders if _text(token).startswith("r"))
+        return sum(1 for token in holders if to_text(token).startswith("r"))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} read={self.read!r} write={self.write!r}>"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

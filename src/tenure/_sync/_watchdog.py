@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -61,7 +61,6 @@ class Job:
     name: str | None = None
     slack: float = 0.0
     cancelled: bool = False
-    runs: int = field(default=0)
 
 
 class Watchdog:
@@ -77,17 +76,11 @@ class Watchdog:
         self._cancelled = 0
         self.batches = 0
         self.calls = 0
-        self.wakeups = 0
 
     @property
     def running(self) -> bool:
         """Whether the background task (thread) is alive."""
         return self._running
-
-    def pending(self) -> int:
-        """How many jobs are scheduled and not cancelled."""
-        with self._mutex:
-            return sum(1 for job in self._jobs if not job.cancelled)
 
     def schedule(self, job: Job) -> Job:
         """Queue ``job`` to run at ``job.due`` (within its slack); return it."""
@@ -116,7 +109,6 @@ class Watchdog:
         """Split off the jobs to run now; return them and how long to sleep after."""
         with self._mutex:
             self._wakeup.clear()
-            self.wakeups += 1
             now = time.monotonic()
             due: list[Job] = []
             waiting: list[Job] = []
@@ -173,7 +165,6 @@ class Watchdog:
             self.batches += 1
             self.calls += len(jobs)
             for job, (reply, error) in zip(jobs, results, strict=True):
-                job.runs += 1
                 if job.cancelled:
                     continue
                 try:

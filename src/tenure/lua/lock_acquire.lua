@@ -15,6 +15,7 @@
 --         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
 --          server time in ms}
 
+--! include queue
 --! include lock
 local owner_key, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, lease = ARGV[1], ARGV[2]
@@ -41,8 +42,7 @@ end
 if not owner then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if (not head) or head == token then
-        redis.call('ZREM', queue, token)
-        redis.call('ZREM', waiters, token)
+        leave_queue(queue, waiters, token)
         redis.call('DEL', wake)
         return {1, take(owner_key, fence, token, lease), tonumber(lease)}
     end
@@ -54,11 +54,5 @@ end
 if waiter_lease <= 0 then
     return {0, redis.call('PTTL', owner_key), -1, now}
 end
-redis.call('ZADD', queue, 'NX', now_us, token)
-redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
-local keep = waiter_lease * 2
-if redis.call('PTTL', queue) < keep then
-    redis.call('PEXPIRE', queue, keep)
-    redis.call('PEXPIRE', waiters, keep)
-end
-return {0, redis.call('PTTL', owner_key), redis.call('ZRANK', queue, token), now}
+local place = join_queue(queue, waiters, token, now, now_us, waiter_lease)
+return {0, redis.call('PTTL', owner_key), place, now}

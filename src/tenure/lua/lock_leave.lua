@@ -14,12 +14,12 @@
 -- returns {1, fence, remaining lease ms} if the caller holds the lock (keep),
 --         {0} otherwise
 
+--! include queue
 --! include lock
 local owner_key, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token = ARGV[1]
 redis.call('DEL', wake)
-redis.call('ZREM', queue, token)
-redis.call('ZREM', waiters, token)
+leave_queue(queue, waiters, token)
 local now = server_time()
 purge_waiters(queue, waiters, now)
 local owner = redis.call('HGET', owner_key, 'token')

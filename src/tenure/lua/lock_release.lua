@@ -10,6 +10,7 @@
 -- returns 0 not owned by the token, 1 released (and handed on if anyone
 --         waited), 2 still held (a re-entrant hold counted down)
 
+--! include queue
 --! include lock
 local owner_key, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner = redis.call('HMGET', owner_key, 'token', 'count')

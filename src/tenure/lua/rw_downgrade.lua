@@ -11,7 +11,7 @@
 -- ARGV[4] limit (the read-write lock's: no limit)
 -- returns 1 downgraded, 0 the caller held no live write lock
 
---! include lock
+--! include queue
 --! include semaphore
 local holders, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = server_time()

@@ -15,7 +15,7 @@
 --         {0, ms until the first permit expires (-2 none), 0-based place in queue
 --          (-1 none), server time in ms}
 
---! include lock
+--! include queue
 --! include semaphore
 local holders, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, lease, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
@@ -34,11 +34,8 @@ if redis.call('ZSCORE', holders, token) then
     return {1, f, lease}
 end
 if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
-    local f = redis.call('INCR', fence)
-    redis.call('ZADD', holders, string.format('%d', now + lease), token)
-    keep_alive(holders, lease)
     redis.call('DEL', wake)
-    return {1, f, lease}
+    return {1, take_permit(holders, fence, token, lease, now), lease}
 end
 
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
@@ -49,8 +46,4 @@ end
 if waiter_lease <= 0 then
     return {0, ttl, -1, now}
 end
-redis.call('ZADD', queue, 'NX', now_us, token)
-redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
-keep_alive(queue, waiter_lease * 2)
-keep_alive(waiters, waiter_lease * 2)
-return {0, ttl, redis.call('ZRANK', queue, token), now}
+return {0, ttl, join_queue(queue, waiters, token, now, now_us, waiter_lease), now}

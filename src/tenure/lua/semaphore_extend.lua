@@ -6,7 +6,7 @@
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)
 -- returns the new remaining lease in ms, or 0 if the caller holds no live permit
 
---! include lock
+--! include queue
 --! include semaphore
 local now = server_time()
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])

@@ -13,13 +13,12 @@
 -- ARGV[4] limit
 -- returns {1, fence, remaining lease ms} if the caller keeps a permit, {0} otherwise
 
---! include lock
+--! include queue
 --! include semaphore
 local holders, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token = ARGV[1]
 local now = server_time()
-redis.call('ZREM', queue, token)
-redis.call('ZREM', waiters, token)
+leave_queue(queue, waiters, token)
 redis.call('ZREMRANGEBYSCORE', holders, '-inf', string.format('%d', now))
 purge_waiters(queue, waiters, now)
 local expiry = redis.call('ZSCORE', holders, token)

@@ -9,7 +9,7 @@
 -- ARGV[3] limit
 -- returns 1 released, 0 the caller held no live permit (it had expired)
 
---! include lock
+--! include queue
 --! include semaphore
 local holders, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = server_time()

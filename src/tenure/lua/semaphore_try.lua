@@ -9,14 +9,11 @@
 -- ARGV[3] limit: how many permits exist
 -- returns the permit's fencing token (> 0) if taken, else 0
 
---! include lock
+--! include queue
 --! include semaphore
 local now = server_time()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
 if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], tonumber(ARGV[3])) then
     return 0
 end
-local fence = redis.call('INCR', KEYS[3])
-redis.call('ZADD', KEYS[1], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
-keep_alive(KEYS[1], ARGV[2])
-return fence
+return take_permit(KEYS[1], KEYS[3], ARGV[1], ARGV[2], now)

@@ -1,14 +1,7 @@
--- Shared by the semaphore scripts (included after lib/lock).
+-- Shared by the semaphore scripts (included after lib/queue).
 -- Key layout: like a lock's, but the owner is a sorted set of holders:
 --   holders  zset token -> expiry of that holder's permit in ms (server clock)
 --   queue, waiters, fence, holders .. ':wake:' .. token   as for a lock
-
--- Keep a key alive at least `ms` more (it vanishes once every member is dead).
-local function keep_alive(key, ms)
-    if redis.call('PTTL', key) < tonumber(ms) then
-        redis.call('PEXPIRE', key, ms)
-    end
-end
 
 -- A read-write lock is this semaphore with no limit and a mode in each
 -- token's first letter: "w" holds alone, "r" shares with other readers. A
@@ -32,6 +25,14 @@ local function admissible(holders, token, limit)
     return not is_writer(redis.call('ZRANGE', holders, 0, 0)[1])
 end
 
+-- Give `token` a permit until now + lease_ms; return its fencing token.
+local function take_permit(holders, fence, token, lease_ms, now)
+    local f = redis.call('INCR', fence)
+    redis.call('ZADD', holders, string.format('%d', now + tonumber(lease_ms)), token)
+    keep_alive(holders, lease_ms)
+    return f
+end
+
 -- Serve the queue in order, inside this script (FIFO: a newcomer never gets
 -- in while someone waits): grant the waiters at the head for as long as they
 -- are admissible. A writer waiting at the head stops the readers behind it,
@@ -43,14 +44,9 @@ local function grant_permits(holders, queue, waiters, fence, limit, handoff_ms, 
         if not head or not admissible(holders, head, limit) then
             return
         end
-        redis.call('ZREM', queue, head)
-        redis.call('ZREM', waiters, head)
-        local f = redis.call('INCR', fence)
-        redis.call('ZADD', holders, string.format('%d', now + tonumber(handoff_ms)), head)
-        keep_alive(holders, handoff_ms)
-        local wake = holders .. ':wake:' .. head
-        redis.call('RPUSH', wake, f .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
-        redis.call('PEXPIRE', wake, handoff_ms * 2 + 1000)
+        leave_queue(queue, waiters, head)
+        local f = take_permit(holders, fence, head, handoff_ms, now)
+        wake_waiter(holders .. ':wake:' .. head, f, handoff_ms, now)
         if is_writer(head) then
             return
         end

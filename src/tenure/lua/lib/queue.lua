@@ -1,0 +1,51 @@
+-- Shared by every queued primitive (included, not run on its own): the
+-- server's clock, the FIFO queue of waiters and their leases.
+--   queue   zset token -> arrival time in microseconds (server clock): FIFO order
+--   waiters zset token -> expiry of the waiter's own lease in ms (server clock)
+
+-- The server's clock: milliseconds (a number) and microseconds (a string,
+-- exact: a Lua number would print it in floating-point notation).
+local function server_time()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+        t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
+-- Take `token` out of the queue and forget its waiter lease.
+local function leave_queue(queue, waiters, token)
+    redis.call('ZREM', queue, token)
+    redis.call('ZREM', waiters, token)
+end
+
+-- Drop waiters whose own lease ran out (a dead or vanished waiter stalls nobody).
+local function purge_waiters(queue, waiters, now)
+    local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', string.format('%d', now))
+    for i = 1, #dead do
+        leave_queue(queue, waiters, dead[i])
+    end
+end
+
+-- Keep a key alive at least `ms` more (it vanishes once every member is dead).
+local function keep_alive(key, ms)
+    if redis.call('PTTL', key) < tonumber(ms) then
+        redis.call('PEXPIRE', key, ms)
+    end
+end
+
+-- Join the queue (keeping one's place if already in it) and refresh one's
+-- waiter lease; return one's 0-based place in line.
+local function join_queue(queue, waiters, token, now, now_us, waiter_lease)
+    redis.call('ZADD', queue, 'NX', now_us, token)
+    redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
+    keep_alive(queue, waiter_lease * 2)
+    keep_alive(waiters, waiter_lease * 2)
+    return redis.call('ZRANK', queue, token)
+end
+
+-- Tell the waiter with list `wake` that it was granted `fence` on a handoff
+-- lease: "fence:handoff_ms:server time of the grant in ms". The list expires
+-- if the waiter is gone.
+local function wake_waiter(wake, fence, handoff_ms, now)
+    redis.call('RPUSH', wake, fence .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
+    redis.call('PEXPIRE', wake, handoff_ms * 2 + 1000)
+end
