@@ -43,29 +43,90 @@ def test_bad_arguments_exit_with_usage() -> None:
     bad = run("demo", "--seconds", "-1")
     assert bad.returncode == 2
     assert "must be > 0" in bad.stderr
+    rows = run("demo", "--rows", "five/one")
+    assert rows.returncode == 2
+    assert "listers/buyers" in rows.stderr
+    empty = run("demo", "--rows", "0/1")
+    assert empty.returncode == 2
+    assert "ArgumentError: rows: 0/1" in empty.stderr
+    modes = run("demo", "--modes", "watch,optimism")
+    assert modes.returncode == 2
+    assert "ArgumentError: modes" in modes.stderr
 
 
 @pytest.mark.slow
 def test_demo_json_on_its_own_server() -> None:
-    done = run("demo", "--seconds", "0.5", "--workers", "2", "--json")
+    done = run("demo", "--seconds", "0.5", "--rows", "1/1,2/2", "--json")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    assert [row["mode"] for row in rows] == ["no lock", "SET NX + 1 ms retry", "tenure.Lock"]
-    for row in rows[1:]:
-        assert row["lost_updates"] == 0
-        assert row["increments"] == row["counter"] > 0
-    assert rows[2]["fairness"] > 0.5
+    assert [(r["listers"], r["buyers"], r["mode"]) for r in rows] == [
+        (listers, buyers, mode)
+        for listers, buyers in ((1, 1), (2, 2))
+        for mode in ("watch", "lock", "script")
+    ]
+    for row in rows:
+        assert row["consistent"], row  # no money, no item created or lost
+        assert 0 < row["bought"] <= row["listed"], row
+        assert row["bought"] + row["missed"] <= row["purchases"], row
+        if row["mode"] != "watch":
+            assert row["retries"] == 0, row
+    book = {(r["listers"], r["mode"]): r for r in rows}
+    assert book[(1, "lock")]["book_bought"] == "417"  # 50,000 in 60 s, scaled to 0.5 s
+    assert book[(2, "lock")]["book_bought"] is None  # not a row of the book
+    assert book[(1, "script")]["book_listed"] is None
     started = re.search(r"started \S+ \S+ \(pid (\d+)\)", done.stderr)
     assert started, done.stderr
     assert wait_dead(int(started.group(1)), 2.0), "the demo left its server running"
 
 
 @pytest.mark.slow
-def test_demo_on_a_given_url(tenure_server_url: str) -> None:
-    done = run("demo", "--seconds", "0.3", "--workers", "2", "--url", tenure_server_url)
+def test_demo_on_a_given_url(tenure_server_url: str, tenure_client: redis.Redis) -> None:
+    done = run(
+        "demo", "--seconds", "0.3", "--rows", "2/1", "--modes", "lock,script",
+        "--url", tenure_server_url,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "tenure.Lock" in done.stdout
+    assert "tenure.Lock" in done.stdout and "Lua script" in done.stdout
+    assert "WATCH" not in done.stdout
+    assert "WRONG" not in done.stdout
     assert "started" not in done.stdout
+    assert list(tenure_client.scan_iter(match="tenure:demo:*")) == []  # it cleaned up
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+@pytest.mark.slow
+def test_killing_the_demo_leaves_no_process() -> None:
+    demo = subprocess.Popen(
+        [*TENURE, "demo", "--seconds", "30", "--rows", "1/1", "--modes", "lock"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        first = _read_line(demo, 30)
+        started = re.search(r"pid (\d+)", first)
+        assert started, first
+        deadline = time.monotonic() + 30
+        while len(_children(demo.pid)) < 3:  # the server and two traders
+            assert time.monotonic() < deadline, "the demo never started its traders"
+            time.sleep(0.1)
+        time.sleep(1.0)  # let them trade
+        processes = _children(demo.pid)
+        demo.send_signal(signal.SIGKILL)
+        demo.wait(timeout=10)
+        for pid in processes:
+            assert wait_dead(pid, 5.0), f"process {pid} outlived the killed demo"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        if demo.stdout is not None:
+            demo.stdout.close()
 
 
 @pytest.fixture

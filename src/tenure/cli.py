@@ -1,6 +1,6 @@
 """The ``tenure`` command: ``demo``, ``server`` and ``--version``.
 
-tenure demo                 # contention demo on an embedded server
+tenure demo                 # the marketplace demo on an embedded server
 tenure demo --url URL       # ... on your server instead
 tenure server --port 6400   # run an embedded server in the foreground
 """
@@ -33,6 +33,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _rows(text: str) -> list[tuple[int, int]]:
+    rows = []
+    for part in text.split(","):
+        listers, _, buyers = part.strip().partition("/")
+        try:
+            rows.append((int(listers), int(buyers)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected pairs like 5/1 (listers/buyers), got {part.strip()!r}"
+            ) from None
+    return rows
+
+
+def _modes(text: str) -> list[str]:
+    return [mode.strip() for mode in text.split(",") if mode.strip()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tenure`` command."""
     parser = argparse.ArgumentParser(
@@ -44,14 +61,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="contention demo on an embedded server (or --url)",
-        description="Processes race on one counter, with and without a lock; "
-        "prints what was lost. Starts its own server unless --url or REDIS_URL is given.",
+        help="the Redis in Action marketplace, three ways, on an embedded server (or --url)",
+        description="Listers and buyers trade on one market (Redis in Action 6.2) guarded by "
+        "WATCH/MULTI/EXEC, by tenure.Lock, and by one Lua script per operation; prints "
+        "what each got done beside the book's figures. Starts its own server unless --url "
+        "or REDIS_URL is given.",
     )
     demo.add_argument("--url", help="use this server instead of an embedded one")
-    demo.add_argument("--workers", type=_positive_int, default=4, help="processes (default 4)")
     demo.add_argument(
-        "--seconds", type=_positive_float, default=3.0, help="seconds per mode (default 3)"
+        "--seconds", type=_positive_float, default=4.0, help="seconds per run (default 4)"
+    )
+    demo.add_argument(
+        "--rows",
+        type=_rows,
+        default=None,
+        help="listers/buyers pairs, comma-separated (default 1/1,5/1,5/5)",
+    )
+    demo.add_argument(
+        "--modes",
+        type=_modes,
+        default=None,
+        help="some of watch,lock,script (default: all three)",
     )
     demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -143,12 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     try:
         if options.command == "demo":
-            from tenure._demo import run_demo
+            from tenure._demo import DEFAULT_ROWS, run_demo
+            from tenure._market import MODES
 
             run_demo(
                 url=options.url,
-                workers=options.workers,
                 seconds=options.seconds,
+                rows=options.rows or DEFAULT_ROWS,
+                modes=options.modes or MODES,
                 as_json=options.json,
             )
             return 0
