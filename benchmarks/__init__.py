@@ -1,6 +1,7 @@
-"""Benchmarks of tenure against its peers, run by a command, never asserted in tests.
+"""Runners for the benchmarks of tenure against its peers (never asserted in tests).
 
-``python -m benchmarks.locks`` compares ``tenure.Lock`` with redis-py's
-``Lock``, python-redis-lock and pottery's ``Redlock`` on one server in one
-run, and writes ``docs/benchmarks.md``.
+``python -m benchmarks.locks`` and ``python -m benchmarks.semaphores`` run
+``tenure bench locks`` and ``tenure bench semaphores`` (``tenure._bench``)
+and write their sections of ``docs/benchmarks.md``. The peers and matplotlib
+come with ``pip install -e ".[bench]"``.
 """

@@ -1,7 +1,9 @@
-"""The ``tenure`` command: ``demo``, ``server`` and ``--version``.
+"""The ``tenure`` command: ``demo``, ``bench``, ``inspect``, ``server`` and ``--version``.
 
 tenure demo                 # the marketplace demo on an embedded server
 tenure demo --url URL       # ... on your server instead
+tenure bench locks --plot waits.png   # tenure.Lock beside its peers
+tenure inspect --url URL    # who holds and waits for what
 tenure server --port 6400   # run an embedded server in the foreground
 """
 
@@ -13,6 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from tenure._bench import BENCHMARKS, load_benchmark
 from tenure._exceptions import TenureError
 from tenure._version import __version__
 
@@ -84,6 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="some of watch,lock,script (default: all three)",
     )
     demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark a primitive beside its peers (needs the bench extra)",
+        description="Side-by-side benchmarks on one server in one run; prints a table with "
+        'tenure\'s ratio to each peer. The peers come with: pip install "tenure[bench]".',
+    )
+    benches = bench.add_subparsers(dest="bench", metavar="NAME", required=True)
+    for name, (_, summary) in BENCHMARKS.items():
+        one = benches.add_parser(name, help=summary, description=summary)
+        load_benchmark(name).add_arguments(one)
 
     look = commands.add_parser(
         "inspect",
@@ -186,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if options.command == "server":
             return _run_server(options)
+        if options.command == "bench":
+            command = ["tenure", *(sys.argv[1:] if argv is None else argv)]
+            return int(load_benchmark(options.bench).run_command(options, command))
         if options.command == "inspect":
             return _run_inspect(options)
     except TenureError as exc:

@@ -1,5 +1,8 @@
 """The locks under test, each behind the same two calls: acquire and release.
 
+The peers are imported only when a contender is made, so ``tenure bench``
+without the ``bench`` extra fails with a message that says what to install.
+
 Every contender uses a 10 s lease (``LEASE_SECONDS``) except tenure's
 default, which holds "until released" on a renewed 30 s lease. A blocking
 acquire is bounded by ``ACQUIRE_TIMEOUT`` so that no run can hang.
@@ -12,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
-import redis_lock  # type: ignore[import-untyped]
-from pottery import Redlock
 
 import tenure
+from tenure._bench import require_peer
 
 __all__ = [
     "ACQUIRE_TIMEOUT",
@@ -57,6 +59,7 @@ class Contender:
     label: str
     make: Maker
     contended: bool = True  # False: measured solo only (the bare baseline)
+    peer: tuple[str, str] | None = None  # (module, package) it needs, for a clear error
 
 
 def _tenure(timeout: float | None) -> Maker:
@@ -76,6 +79,7 @@ def _redis_py(sleep: float) -> Maker:
 
 
 def _python_redis_lock(client: redis.Redis, name: str) -> BenchLock:
+    redis_lock = require_peer("redis_lock", "python-redis-lock")
     lock = redis_lock.Lock(client, name, expire=LEASE_SECONDS)
 
     def acquire() -> bool:
@@ -85,7 +89,9 @@ def _python_redis_lock(client: redis.Redis, name: str) -> BenchLock:
 
 
 def _pottery(client: redis.Redis, name: str) -> BenchLock:
-    lock = Redlock(key=name, masters={client}, auto_release_time=LEASE_SECONDS)
+    lock = require_peer("pottery", "pottery").Redlock(
+        key=name, masters={client}, auto_release_time=LEASE_SECONDS
+    )
     return BenchLock(lambda: lock.acquire(timeout=ACQUIRE_TIMEOUT), lock.release)
 
 
@@ -128,8 +134,18 @@ CONTENDERS: tuple[Contender, ...] = (
         "redis-py `client.lock(timeout=10, sleep=0.001)` (tuned)",
         _redis_py(0.001),
     ),
-    Contender("python-redis-lock", "python-redis-lock `Lock(expire=10)`", _python_redis_lock),
-    Contender("pottery", "pottery `Redlock(auto_release_time=10)`, one master", _pottery),
+    Contender(
+        "python-redis-lock",
+        "python-redis-lock `Lock(expire=10)`",
+        _python_redis_lock,
+        peer=("redis_lock", "python-redis-lock"),
+    ),
+    Contender(
+        "pottery",
+        "pottery `Redlock(auto_release_time=10)`, one master",
+        _pottery,
+        peer=("pottery", "pottery"),
+    ),
     Contender(
         "set-nx",
         "baseline: `SET NX PX` + compare-and-delete script",

@@ -15,17 +15,17 @@ import multiprocessing
 import queue
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.context import SpawnProcess
 from types import TracebackType
 from typing import Any
 
 import redis
 
-from benchmarks._contenders import ACQUIRE_TIMEOUT, BenchLock, by_key
+from tenure._bench import BenchmarkError
+from tenure._bench.contenders import ACQUIRE_TIMEOUT, BenchLock, by_key
 
 __all__ = [
-    "BenchmarkError",
     "ContendedResult",
     "Plan",
     "SoloResult",
@@ -41,10 +41,6 @@ START_MARGIN = 0.3  # seconds between "all ready" and the common start instant
 SOLO_WARMUP_CYCLES = 20  # loads the scripts before timing
 MAX_SOLO_CYCLES = 2_000_000
 MAX_ACQUISITIONS_PER_WORKER = 500_000
-
-
-class BenchmarkError(RuntimeError):
-    """A run could not be completed (a worker failed, hung, or a lock misbehaved)."""
 
 
 # -- solo ------------------------------------------------------------------------
@@ -271,6 +267,7 @@ class ContendedResult:
     counter: int  # the counter's final value
     lost_updates: int  # increments - counter: 0 unless mutual exclusion broke
     timeouts: int  # acquires that gave up after ACQUIRE_TIMEOUT
+    waits_ms: tuple[float, ...] = field(default=(), repr=False)  # every wait, for plots
 
 
 @dataclass(frozen=True)
@@ -329,6 +326,7 @@ def summarize(
         counter=counter,
         lost_updates=increments - counter,
         timeouts=sum(r.failures for r in results),
+        waits_ms=tuple(wait * 1000 for wait in waits),
     )
 
 

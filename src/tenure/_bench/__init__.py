@@ -1,0 +1,45 @@
+"""Side-by-side benchmarks of tenure and its peers: ``tenure bench <name>``.
+
+Each benchmark is a module with ``add_arguments(parser)`` and
+``run_command(args, command) -> int``, listed in :data:`BENCHMARKS`; the
+``tenure bench`` command builds one subcommand per entry, so a later
+primitive adds its benchmark here and touches nothing else. The peers and
+matplotlib come with the ``bench`` extra (``pip install "tenure[bench]"``).
+``benchmarks/<name>.py`` in the repository are thin runners that write
+``docs/benchmarks.md``.
+
+Numbers are measured by running these, never asserted in timed tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from tenure._exceptions import TenureError
+
+__all__ = ["BENCHMARKS", "BenchmarkError", "load_benchmark", "require_peer"]
+
+# subcommand -> (module under tenure._bench, one line of help)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "locks": ("locks", "tenure.Lock beside redis-py, python-redis-lock and pottery"),
+    "semaphores": ("semaphores", "tenure.Semaphore beside Redis in Action's fair semaphore"),
+}
+
+
+class BenchmarkError(TenureError):
+    """A benchmark could not run or complete (a peer missing, a worker failed or hung)."""
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """The module of benchmark ``name`` (a key of :data:`BENCHMARKS`)."""
+    module, _ = BENCHMARKS[name]
+    return importlib.import_module(f"tenure._bench.{module}")
+
+
+def require_peer(module: str, package: str) -> ModuleType:
+    """Import a peer library, or say which package to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise BenchmarkError(f'the benchmark needs {package}: pip install "tenure[bench]"') from exc
