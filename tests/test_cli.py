@@ -34,7 +34,7 @@ def test_version_and_help() -> None:
     assert version.stdout.strip() == f"tenure {tenure.__version__}"
     helped = run("--help")
     assert helped.returncode == 0
-    for command in ("demo", "server"):
+    for command in ("demo", "bench", "inspect", "server"):
         assert command in helped.stdout
     assert run().returncode == 0  # no command: help, not a traceback
 

@@ -282,14 +282,6 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
             client.close()
     info = run_info(args, command, server, source, rtt_us, load, time.monotonic() - started)
     print(summary_table(solo, contended), flush=True)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        write_section(Path(args.output), "locks", render(info, solo, contended))
-        progress(f"wrote {args.output}")
-    if args.json:
-        data = as_data(info, solo, contended)
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        progress(f"wrote {args.json}")
     if args.plot:
         plot_waits(
             Path(args.plot),
@@ -299,6 +291,16 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
             series={by_key(r.key).label.replace("`", ""): r.waits_ms for r in contended},
         )
         progress(f"wrote {args.plot}")
+    if args.output:
+        output = Path(args.output)
+        figure = os.path.relpath(args.plot, output.parent) if args.plot else None
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_section(output, "locks", render(info, solo, contended, figure))
+        progress(f"wrote {args.output}")
+    if args.json:
+        data = as_data(info, solo, contended)
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        progress(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -124,13 +124,19 @@ def as_data(
     }
 
 
-def render(info: RunInfo, solo: Sequence[SoloResult], contended: Sequence[ContendedResult]) -> str:
-    """The whole of ``docs/benchmarks.md``."""
+def render(
+    info: RunInfo,
+    solo: Sequence[SoloResult],
+    contended: Sequence[ContendedResult],
+    plot: str | None = None,
+) -> str:
+    """The ``locks`` section of the report; ``plot`` is the wait-time figure's relative path."""
     parts = [
         _header(info),
         _targets_table(targets(solo, contended)),
         _solo_table(solo, info),
         _contended_table(contended, info),
+        _plot_figure(plot, info),
         _handoff_table(contended),
         _contenders_notes(),
     ]
@@ -258,6 +264,21 @@ def _contended_table(contended: Sequence[ContendedResult], info: RunInfo) -> str
     for r in timeouts:
         lines.append(f"\n{_label(r.key)}: {r.timeouts} acquire(s) gave up after the bound.")
     return "\n".join(lines) + "\n"
+
+
+def _plot_figure(plot: str | None, info: RunInfo) -> str:
+    if plot is None:
+        return ""
+    return f"""### Wait-time distributions from the same run
+
+![Wait times per lock: cumulative share, and the tail on log-log axes]({plot})
+
+Left: the share of acquisitions that waited at most t (log time axis). Right:
+the share that waited at least t, on log-log axes, where the worst waits show.
+A lock that barges (the releaser retakes it at once) has many tiny waits and
+a long tail; a FIFO handoff has every wait near (processes - 1) x the hold
+time, and no tail. Drawn by `--plot`.
+"""
 
 
 def _handoff_table(contended: Sequence[ContendedResult]) -> str:

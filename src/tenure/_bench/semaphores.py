@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import shlex
 import statistics
@@ -205,7 +206,12 @@ def measure(
 
 
 def render(
-    results: dict[str, Measured], server: str, seconds: float, limit: int, command: str
+    results: dict[str, Measured],
+    server: str,
+    seconds: float,
+    limit: int,
+    command: str,
+    plot: str | None = None,
 ) -> str:
     """The Markdown section."""
     mine = results["tenure"]
@@ -231,6 +237,17 @@ def render(
             "free, and its permits are leases on the server's clock, so client clock",
             "skew cannot reorder or expire them.",
         ]
+        + (
+            [
+                "",
+                f"![Acquire times of both semaphores, same run]({plot})",
+                "",
+                "The time each acquire took, every cycle of the run: cumulative share "
+                "(left) and the tail on log-log axes (right). Drawn by `--plot`.",
+            ]
+            if plot
+            else []
+        )
     )
 
 
@@ -263,10 +280,6 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
                 f"{label:<34}{result.per_second:>10,.0f}{result.round_trips:>13.1f}"
                 f"{mine.per_second / result.per_second:>12.2f}"
             )
-        if args.output:
-            report = render(results, server, args.seconds, args.limit, shlex.join(command))
-            write_section(Path(args.output), "semaphores", report)
-            print(f"wrote {args.output}", file=sys.stderr)
         if args.plot:
             plot_waits(
                 Path(args.plot),
@@ -279,6 +292,13 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
                 },
             )
             print(f"wrote {args.plot}", file=sys.stderr)
+        if args.output:
+            output = Path(args.output)
+            figure = os.path.relpath(args.plot, output.parent) if args.plot else None
+            command_line = shlex.join(command)
+            report = render(results, server, args.seconds, args.limit, command_line, figure)
+            write_section(output, "semaphores", report)
+            print(f"wrote {args.output}", file=sys.stderr)
 
     try:
         if args.url:
