@@ -129,6 +129,36 @@ def test_killing_the_demo_leaves_no_process() -> None:
             demo.stdout.close()
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_and_everything_it_started() -> None:
+    demo = subprocess.Popen(
+        [*TENURE, "demo", "--seconds", "20", "--rows", "2/2", "--modes", "lock"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal would make it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert "started" in _read_line(demo, 30)
+        deadline = time.monotonic() + 30
+        while len(_children(demo.pid)) < 5:  # the server and four traders
+            assert time.monotonic() < deadline, "the demo never started its traders"
+            time.sleep(0.1)
+        time.sleep(0.5)
+        processes = _children(demo.pid)
+        os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C does
+        _, errors = demo.communicate(timeout=15)
+        assert demo.returncode == 130
+        assert "Traceback" not in errors  # the traders leave Ctrl-C to the demo
+        for pid in processes:
+            assert wait_dead(pid, 5.0), f"process {pid} outlived Ctrl-C"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate()
+
+
 @pytest.fixture
 def tenure_server_url(tenure_client: redis.Redis) -> str:
     kwargs = tenure_client.connection_pool.connection_kwargs

@@ -20,6 +20,7 @@ import math
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import textwrap
 import time
@@ -110,6 +111,7 @@ def _trade(slot: int, job: _Job, client: redis.Redis, progress: Any) -> Tally:
 
 def _worker(slot: int, jobs: Any, results: Any, progress: Any) -> None:
     """One trading process: run jobs until told to stop or the parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     parent = os.getppid()
     clients: dict[str, redis.Redis] = {}
     while True:
@@ -170,10 +172,13 @@ class _Pool:
             tallies.append(Tally(**tally))
         return tallies
 
-    def close(self) -> None:
+    def close(self, *, abort: bool = False) -> None:
+        """Stop the processes: after their current job, or at once when ``abort``."""
         for jobs in self._jobs:
             jobs.put(None)
         for process in self._processes:
+            if abort:
+                process.terminate()
             process.join(timeout=5)
             if process.is_alive():
                 process.terminate()
@@ -400,8 +405,10 @@ def run_demo(
             for listers, buyers in rows:
                 for mode in modes:
                     results.append(_run(pool, server_url, listers, buyers, mode, seconds, progress))
-        finally:
-            pool.close()
+        except BaseException:  # Ctrl-C or a failed run: stop the traders now
+            pool.close(abort=True)
+            raise
+        pool.close()
     if as_json:
         json.dump([asdict(r) for r in results], stream, indent=2)
         stream.write("\n")
