@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 from tenure._bench import BENCHMARKS, BenchmarkError, require_peer
 
@@ -96,3 +97,14 @@ def test_bench_refuses_bad_values() -> None:
     semaphores = run("bench", "semaphores", "--limit", "0")
     assert semaphores.returncode == 2
     assert "--limit in 1..10000" in semaphores.stderr
+
+
+def test_a_given_server_with_data_is_not_emptied(tenure_client: redis.Redis) -> None:
+    tenure_client.set("precious", "data")
+    kwargs = tenure_client.connection_pool.connection_kwargs
+    url = f"redis://{kwargs['host']}:{kwargs['port']}"
+    for name in BENCHMARKS:
+        refused = run("bench", name, "--seconds", "0.2", "--url", url)
+        assert refused.returncode == 2, refused.stderr
+        assert "holds 1 keys" in refused.stderr and "--allow-flush" in refused.stderr
+    assert tenure_client.get("precious") == b"data"

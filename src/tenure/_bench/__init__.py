@@ -16,9 +16,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+import redis
+
 from tenure._exceptions import TenureError
 
-__all__ = ["BENCHMARKS", "BenchmarkError", "load_benchmark", "require_peer"]
+__all__ = ["BENCHMARKS", "BenchmarkError", "check_empty", "load_benchmark", "require_peer"]
 
 # subcommand -> (module under tenure._bench, one line of help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
@@ -43,3 +45,20 @@ def require_peer(module: str, package: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise BenchmarkError(f'the benchmark needs {package}: pip install "tenure[bench]"') from exc
+
+
+def check_empty(url: str, allow_flush: bool) -> None:
+    """Refuse to empty a server's database that holds data, unless told it may.
+
+    The benchmarks reset their state with FLUSHDB between measurements; on a
+    private server that costs nothing, on a server given by ``--url`` it
+    would delete the user's data.
+    """
+    with redis.Redis.from_url(url) as client:
+        keys = int(client.dbsize())
+    if keys and not allow_flush:
+        raise BenchmarkError(
+            f"the database at {url} holds {keys:,} keys, and the benchmark empties it "
+            "(FLUSHDB) between measurements: point --url at an empty database, or pass "
+            "--allow-flush"
+        )

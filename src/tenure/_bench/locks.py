@@ -7,9 +7,9 @@
 (``python -m benchmarks.locks`` is the same, writing docs/benchmarks.md.)
 The peers come with ``pip install "tenure[bench]"``. Without ``--url`` a
 private valkey-server is started on loopback (``tenure.server.ServerProcess``)
-and stopped at the end. A server given by ``--url`` is emptied: every
-measurement starts with ``FLUSHALL``. Two measurements, each contender after
-the other:
+and stopped at the end. Every measurement starts with ``FLUSHDB``, so a
+server given by ``--url`` must have an empty database (or ``--allow-flush``).
+Two measurements, each contender after the other:
 
 * solo: acquire+release cycles per second in this process (median of runs);
 * contended: ``--processes`` spawned processes loop over a critical section
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import redis
 
-from tenure._bench import BenchmarkError, require_peer
+from tenure._bench import BenchmarkError, check_empty, require_peer
 from tenure._bench.contenders import CONTENDERS, Contender, by_key
 from tenure._bench.measure import (
     COUNTER_KEY,
@@ -70,7 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument("--solo-runs", type=int, default=3, help="solo runs, median taken (3)")
     parser.add_argument("--processes", type=int, default=4, help="contending processes (4)")
     parser.add_argument("--critical-ms", type=float, default=1.0, help="time held (1 ms)")
-    parser.add_argument("--url", help="use this server (it is emptied) instead of starting one")
+    parser.add_argument("--url", help="use this server instead of starting one")
+    parser.add_argument(
+        "--allow-flush",
+        action="store_true",
+        help="let the benchmark empty (FLUSHDB) a --url database that holds keys",
+    )
     parser.add_argument(
         "--output", default=output, help=f"write the Markdown report here ({output})"
     )
@@ -132,7 +137,7 @@ def measure_solo(
     runs: dict[str, list[float]] = {c.key: [] for c in contenders}
     for round_ in range(rounds):
         for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
-            client.flushall()
+            client.flushdb()
             rate = time_solo(contender.make(client, LOCK_NAME), seconds / rounds)
             runs[contender.key].append(rate)
             progress(f"solo {round_ + 1}/{rounds} {contender.key}: {rate:,.0f} cycles/s")
@@ -149,7 +154,7 @@ def measure_contended(
         return results
     with WorkerPool(args.processes) as pool:
         for contender in contenders:
-            client.flushall()
+            client.flushdb()
             plan = Plan(url, contender.key, args.seconds, args.critical_ms)
             records = pool.run(plan)
             counter = int(client.get(COUNTER_KEY) or 0)
@@ -253,6 +258,8 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     that fails midway is reported on stderr and returns 1.
     """
     check_arguments(args)
+    if args.url:
+        check_empty(args.url, args.allow_flush)
     try:
         run(args, command)
     except (BenchmarkError, redis.RedisError) as exc:
@@ -277,7 +284,7 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
             progress(f"server: {server} at {url}, PING round trip {rtt_us:.0f} us")
             solo = measure_solo(client, contenders, args.solo_seconds, args.solo_runs)
             contended = measure_contended(client, url, contenders, args)
-            client.flushall()
+            client.flushdb()
         finally:
             client.close()
     info = run_info(args, command, server, source, rtt_us, load, time.monotonic() - started)

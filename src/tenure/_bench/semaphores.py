@@ -35,7 +35,7 @@ import redis
 from redis.connection import Connection
 
 import tenure
-from tenure._bench import BenchmarkError
+from tenure._bench import BenchmarkError, check_empty
 from tenure._bench.plot import plot_waits
 from tenure._bench.sections import write_section
 from tenure.server import ServerProcess
@@ -184,7 +184,7 @@ def measure(
     """Cycles per second (median of 3 runs), round trips per cycle, acquire durations."""
     pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection)
     client = redis.Redis(connection_pool=pool)
-    client.flushall()
+    client.flushdb()
     cycle = make(client, limit)
     for _ in range(100):
         cycle()
@@ -255,7 +255,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     """The options of this benchmark (see the module docstring)."""
     parser.add_argument("--seconds", type=float, default=3.0, help="per semaphore (3)")
     parser.add_argument("--limit", type=int, default=5, help="permits (5)")
-    parser.add_argument("--url", help="use this server (it is emptied) instead of starting one")
+    parser.add_argument("--url", help="use this server instead of starting one")
+    parser.add_argument(
+        "--allow-flush",
+        action="store_true",
+        help="let the benchmark empty (FLUSHDB) a --url database that holds keys",
+    )
     parser.add_argument(
         "--output", default=output, help=f"write the Markdown section here ({output})"
     )
@@ -302,6 +307,7 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
 
     try:
         if args.url:
+            check_empty(args.url, args.allow_flush)
             run(args.url, args.url)
         else:
             with ServerProcess(name="bench-semaphores") as server:
