@@ -115,6 +115,36 @@ def test_mutual_exclusion_from_histories(
     assert int(client.get("history:counter") or 0) == processes * count
 
 
+def test_read_write_exclusion_from_histories(
+    api: str, tenure_server: ServerProcess, workers: list[Worker]
+) -> None:
+    """Eight processes read (3 in 4) or write (1 in 4): no writer overlaps anyone."""
+    processes, count = 8, 60
+    for _ in range(processes):
+        workers.append(Worker(api, "rw", tenure_server.url, "catalog", str(count)))
+    for worker in workers:
+        assert worker.read(60)["event"] == "ready"
+    windows: list[tuple[float, float, str]] = []
+    for worker in workers:
+        report = worker.read(120)
+        assert report["event"] == "done"
+        windows.extend((start, end, mode) for start, end, mode in report["windows"])
+    assert len(windows) == processes * count
+    writes = [w for w in windows if w[2] == "write"]
+    reads = [w for w in windows if w[2] == "read"]
+    assert writes and reads
+    clashes = [
+        (w, other)
+        for w in writes
+        for other in windows
+        if other is not w and other[0] < w[1] and w[0] < other[1]
+    ]
+    assert clashes == []  # a writer is alone: no reader, no other writer
+    reads.sort()
+    shared = sum(1 for a, b in itertools.pairwise(reads) if b[0] < a[1])
+    assert shared > 0  # readers did hold it together
+
+
 def test_stopped_holder_loses_the_lock_and_its_write(
     api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
 ) -> None:

@@ -13,6 +13,9 @@ Roles:
   permit URL NAME LIMIT    take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed), print it, then wait for stdin
   connlock URL NAME -       take an AsyncConnectionLock, print it, wait for stdin
+  rw URL NAME COUNT        take an AsyncReadWriteLock COUNT times, as a writer one
+                           time in four (at random), holding each 1 ms; print
+                           every hold window with its mode
   permits URL NAME COUNT LIMIT
                            take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -22,6 +25,7 @@ Roles:
 from __future__ import annotations
 
 import json
+import random
 import sys
 import time
 from typing import Any
@@ -32,6 +36,7 @@ from tenure import (
     AsyncConnectionLock,
     AsyncFencedKey,
     AsyncLock,
+    AsyncReadWriteLock,
     AsyncSemaphore,
     LockNotOwnedError,
     SemaphoreNotOwnedError,
@@ -116,6 +121,26 @@ async def permits(url: str, name: str, count: int, limit: int) -> None:
     await client.aclose()
 
 
+async def rw(url: str, name: str, count: int) -> None:
+    """Read or write under a read-write lock; print every hold window with its mode."""
+    client = redis.asyncio.Redis.from_url(url)
+    lock = AsyncReadWriteLock(client, name, timeout=10)
+    chooser = random.Random()
+    windows = []
+    emit(event="ready")
+    for _ in range(count):
+        mode = "write" if chooser.random() < 0.25 else "read"
+        side = lock.write if mode == "write" else lock.read
+        assert await side.acquire(blocking_timeout=60)
+        began = time.monotonic()
+        await sleep(0.001)
+        ended = time.monotonic()
+        windows.append((began, ended, mode))
+        await side.release()
+    emit(event="done", windows=windows)
+    await client.aclose()
+
+
 async def permit(url: str, name: str, limit: int) -> None:
     """Hold one permit until told to go on (or killed)."""
     client = redis.asyncio.Redis.from_url(url)
@@ -151,6 +176,8 @@ async def work(argv: list[str]) -> int:
         await connlock(url, name)
     elif role == "permit":
         await permit(url, name, int(value))
+    elif role == "rw":
+        await rw(url, name, int(value))
     elif role == "permits":
         await permits(url, name, int(value), int(argv[4]))
     else:

@@ -14,6 +14,9 @@ Roles:
   permit URL NAME LIMIT    take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed), print it, then wait for stdin
   connlock URL NAME -       take an ConnectionLock, print it, wait for stdin
+  rw URL NAME COUNT        take an ReadWriteLock COUNT times, as a writer one
+                           time in four (at random), holding each 1 ms; print
+                           every hold window with its mode
   permits URL NAME COUNT LIMIT
                            take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -23,6 +26,7 @@ Roles:
 from __future__ import annotations
 
 import json
+import random
 import sys
 import time
 from typing import Any
@@ -34,6 +38,7 @@ from tenure import (
     FencedKey,
     Lock,
     LockNotOwnedError,
+    ReadWriteLock,
     Semaphore,
     SemaphoreNotOwnedError,
 )
@@ -115,6 +120,26 @@ def permits(url: str, name: str, count: int, limit: int) -> None:
     client.close()
 
 
+def rw(url: str, name: str, count: int) -> None:
+    """Read or write under a read-write lock; print every hold window with its mode."""
+    client = redis.Redis.from_url(url)
+    lock = ReadWriteLock(client, name, timeout=10)
+    chooser = random.Random()
+    windows = []
+    emit(event="ready")
+    for _ in range(count):
+        mode = "write" if chooser.random() < 0.25 else "read"
+        side = lock.write if mode == "write" else lock.read
+        assert side.acquire(blocking_timeout=60)
+        began = time.monotonic()
+        sleep(0.001)
+        ended = time.monotonic()
+        windows.append((began, ended, mode))
+        side.release()
+    emit(event="done", windows=windows)
+    client.close()
+
+
 def permit(url: str, name: str, limit: int) -> None:
     """Hold one permit until told to go on (or killed)."""
     client = redis.Redis.from_url(url)
@@ -150,6 +175,8 @@ def work(argv: list[str]) -> int:
         connlock(url, name)
     elif role == "permit":
         permit(url, name, int(value))
+    elif role == "rw":
+        rw(url, name, int(value))
     elif role == "permits":
         permits(url, name, int(value), int(argv[4]))
     else:
