@@ -124,9 +124,9 @@ def _worker(slot: int, jobs: Any, results: Any, progress: Any) -> None:
         if job is None:
             break
         try:
-            client = clients.get(job.url) or clients.setdefault(
-                job.url, redis.Redis.from_url(job.url)
-            )
+            if job.url not in clients:
+                clients[job.url] = redis.Redis.from_url(job.url)
+            client = clients[job.url]
             results.put((slot, asdict(_trade(slot, job, client, progress)), None))
         except Exception as exc:  # reported to the parent, which raises it
             results.put((slot, None, f"{type(exc).__name__}: {exc}"))
