@@ -112,6 +112,7 @@ def _trade(slot: int, job: _Job, client: redis.Redis, progress: Any) -> Tally:
 def _worker(slot: int, jobs: Any, results: Any, progress: Any) -> None:
     """One trading process: run jobs until told to stop or the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent
     parent = os.getppid()
     clients: dict[str, redis.Redis] = {}
     while True:
@@ -151,8 +152,15 @@ class _Pool:
             )
             for slot in range(size)
         ]
-        for process in self._processes:
-            process.start()
+        # Started with SIGINT blocked, which they inherit until they ignore it:
+        # a Ctrl-C, even one that comes while they are still importing, is the
+        # parent's alone, and the parent gets it as soon as they are started.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for process in self._processes:
+                process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def submit(self, jobs: Sequence[_Job]) -> None:
         for slot in range(len(self.progress) // 2):
