@@ -20,7 +20,6 @@ import math
 import multiprocessing
 import os
 import queue
-import signal
 import sys
 import textwrap
 import time
@@ -33,6 +32,7 @@ from typing import Any, TextIO
 
 import redis
 
+from tenure._children import ignore_sigint, sigint_blocked
 from tenure._exceptions import ArgumentError, TenureError
 from tenure._market import MODES, Market, Tally, Trader, audit, close_market, open_market
 
@@ -111,8 +111,7 @@ def _trade(slot: int, job: _Job, client: redis.Redis, progress: Any) -> Tally:
 
 def _worker(slot: int, jobs: Any, results: Any, progress: Any) -> None:
     """One trading process: run jobs until told to stop or the parent is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent
+    ignore_sigint()  # Ctrl-C is the parent's to handle
     parent = os.getppid()
     clients: dict[str, redis.Redis] = {}
     while True:
@@ -152,15 +151,9 @@ class _Pool:
             )
             for slot in range(size)
         ]
-        # Started with SIGINT blocked, which they inherit until they ignore it:
-        # a Ctrl-C, even one that comes while they are still importing, is the
-        # parent's alone, and the parent gets it as soon as they are started.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with sigint_blocked():  # Ctrl-C is the parent's alone, even during start-up
             for process in self._processes:
                 process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def submit(self, jobs: Sequence[_Job]) -> None:
         for slot in range(len(self.progress) // 2):

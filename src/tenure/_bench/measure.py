@@ -24,6 +24,7 @@ import redis
 
 from tenure._bench import BenchmarkError
 from tenure._bench.contenders import ACQUIRE_TIMEOUT, BenchLock, by_key
+from tenure._children import ignore_sigint, sigint_blocked
 
 __all__ = [
     "ContendedResult",
@@ -116,6 +117,7 @@ def _worker_main(index: int, commands: Any, replies: Any) -> None:
     For each plan: connect and build the lock, reply ``_Ready``, receive the
     common start instant (wall clock), run, reply the ``WorkerResult``.
     """
+    ignore_sigint()  # Ctrl-C is the parent's to handle
     while True:
         plan = commands.get()
         if plan is None or not _serve(index, plan, commands, replies):
@@ -185,15 +187,16 @@ class WorkerPool:
         self._workers: list[SpawnProcess] = []
 
     def __enter__(self) -> WorkerPool:
-        for index, commands in enumerate(self._commands):
-            worker = self._context.Process(
-                target=_worker_main,
-                args=(index, commands, self._replies),
-                name=f"bench-worker-{index}",
-                daemon=True,
-            )
-            worker.start()
-            self._workers.append(worker)
+        with sigint_blocked():
+            for index, commands in enumerate(self._commands):
+                worker = self._context.Process(
+                    target=_worker_main,
+                    args=(index, commands, self._replies),
+                    name=f"bench-worker-{index}",
+                    daemon=True,
+                )
+                worker.start()
+                self._workers.append(worker)
         return self
 
     def __exit__(
@@ -205,6 +208,8 @@ class WorkerPool:
         for commands in self._commands:
             commands.put(None)
         for worker in self._workers:
+            if exc_type is not None:  # Ctrl-C or a failed run: stop them now
+                worker.terminate()
             worker.join(timeout=5)
             if worker.is_alive():
                 worker.terminate()

@@ -1,0 +1,34 @@
+"""Helper processes that leave Ctrl-C to the process that started them.
+
+A terminal's Ctrl-C reaches every process of the foreground group: without
+care, each spawned helper of ``tenure demo`` or ``tenure bench`` prints its
+own KeyboardInterrupt traceback, and one that is still importing can die
+half-way. Start helpers inside :func:`sigint_blocked` and call
+:func:`ignore_sigint` first thing in each: the helper inherits SIGINT
+blocked, ignores it before unblocking, and the parent receives its Ctrl-C
+as soon as it has started them.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["ignore_sigint", "sigint_blocked"]
+
+
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread (and so in processes started here) for the block."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def ignore_sigint() -> None:
+    """In a helper process: ignore SIGINT, then unblock it (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
