@@ -13,6 +13,7 @@ Numbers are measured by running these, never asserted in timed tests.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from types import ModuleType
 
@@ -20,7 +21,14 @@ import redis
 
 from tenure._exceptions import TenureError
 
-__all__ = ["BENCHMARKS", "BenchmarkError", "check_empty", "load_benchmark", "require_peer"]
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkError",
+    "add_output_arguments",
+    "check_empty",
+    "load_benchmark",
+    "require_peer",
+]
 
 # subcommand -> (module under tenure._bench, one line of help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
@@ -62,3 +70,17 @@ def check_empty(url: str, allow_flush: bool) -> None:
             "(FLUSHDB) between measurements: point --url at an empty database, or pass "
             "--allow-flush"
         )
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, output: str | None, plotted: str) -> None:
+    """The options every benchmark shares: where it runs and what it writes."""
+    parser.add_argument("--url", help="use this server instead of starting one")
+    parser.add_argument(
+        "--allow-flush",
+        action="store_true",
+        help="let the benchmark empty (FLUSHDB) a --url database that holds keys",
+    )
+    parser.add_argument(
+        "--output", default=output, help=f"write the Markdown report section here ({output})"
+    )
+    parser.add_argument("--plot", help=f"draw the {plotted} distributions to this PNG")

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import redis
 
-from tenure._bench import BenchmarkError, check_empty, require_peer
+from tenure._bench import BenchmarkError, add_output_arguments, check_empty, require_peer
 from tenure._bench.contenders import CONTENDERS, Contender, by_key
 from tenure._bench.measure import (
     COUNTER_KEY,
@@ -70,17 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument("--solo-runs", type=int, default=3, help="solo runs, median taken (3)")
     parser.add_argument("--processes", type=int, default=4, help="contending processes (4)")
     parser.add_argument("--critical-ms", type=float, default=1.0, help="time held (1 ms)")
-    parser.add_argument("--url", help="use this server instead of starting one")
-    parser.add_argument(
-        "--allow-flush",
-        action="store_true",
-        help="let the benchmark empty (FLUSHDB) a --url database that holds keys",
-    )
-    parser.add_argument(
-        "--output", default=output, help=f"write the Markdown report here ({output})"
-    )
+    add_output_arguments(parser, output, "wait-time")
     parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument("--plot", help="draw the wait-time distributions to this PNG")
     parser.add_argument(
         "--only", help="comma-separated contender keys (default: all)", default=None
     )

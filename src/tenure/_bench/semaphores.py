@@ -35,7 +35,7 @@ import redis
 from redis.connection import Connection
 
 import tenure
-from tenure._bench import BenchmarkError, check_empty
+from tenure._bench import BenchmarkError, add_output_arguments, check_empty
 from tenure._bench.plot import plot_waits
 from tenure._bench.sections import write_section
 from tenure.server import ServerProcess
@@ -255,16 +255,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     """The options of this benchmark (see the module docstring)."""
     parser.add_argument("--seconds", type=float, default=3.0, help="per semaphore (3)")
     parser.add_argument("--limit", type=int, default=5, help="permits (5)")
-    parser.add_argument("--url", help="use this server instead of starting one")
-    parser.add_argument(
-        "--allow-flush",
-        action="store_true",
-        help="let the benchmark empty (FLUSHDB) a --url database that holds keys",
-    )
-    parser.add_argument(
-        "--output", default=output, help=f"write the Markdown section here ({output})"
-    )
-    parser.add_argument("--plot", help="draw the acquire-time distributions to this PNG")
+    add_output_arguments(parser, output, "acquire-time")
 
 
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
