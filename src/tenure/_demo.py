@@ -35,6 +35,7 @@ import redis
 from tenure._children import ignore_sigint, sigint_blocked
 from tenure._exceptions import ArgumentError, TenureError
 from tenure._market import MODES, Market, Tally, Trader, audit, close_market, open_market
+from tenure.server._process import given_or_private
 
 __all__ = ["BOOK", "DEFAULT_ROWS", "DemoResult", "run_demo"]
 
@@ -78,7 +79,6 @@ class DemoResult:
 
 @dataclass(frozen=True)
 class _Job:
-    url: str
     prefix: str
     mode: str
     role: str  # "lister" or "buyer"
@@ -109,11 +109,11 @@ def _trade(slot: int, job: _Job, client: redis.Redis, progress: Any) -> Tally:
     return tally
 
 
-def _worker(slot: int, jobs: Any, results: Any, progress: Any) -> None:
+def _worker(slot: int, url: str, jobs: Any, results: Any, progress: Any) -> None:
     """One trading process: run jobs until told to stop or the parent is gone."""
     ignore_sigint()  # Ctrl-C is the parent's to handle
     parent = os.getppid()
-    clients: dict[str, redis.Redis] = {}
+    client = redis.Redis.from_url(url)
     while True:
         try:
             job = jobs.get(timeout=1.0)
@@ -124,20 +124,16 @@ def _worker(slot: int, jobs: Any, results: Any, progress: Any) -> None:
         if job is None:
             break
         try:
-            if job.url not in clients:
-                clients[job.url] = redis.Redis.from_url(job.url)
-            client = clients[job.url]
             results.put((slot, asdict(_trade(slot, job, client, progress)), None))
         except Exception as exc:  # reported to the parent, which raises it
             results.put((slot, None, f"{type(exc).__name__}: {exc}"))
-    for client in clients.values():
-        client.close()
+    client.close()
 
 
 class _Pool:
     """Trading processes, started once and reused by every run."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, url: str) -> None:
         context = multiprocessing.get_context("spawn")
         self.progress: Any = RawArray("q", 2 * size)
         self.results: Any = context.Queue()
@@ -145,7 +141,7 @@ class _Pool:
         self._processes = [
             context.Process(
                 target=_worker,
-                args=(slot, self._jobs[slot], self.results, self.progress),
+                args=(slot, url, self._jobs[slot], self.results, self.progress),
                 name=f"tenure-demo-{slot}",
                 daemon=True,
             )
@@ -247,7 +243,7 @@ def _run(
         open_market(client, market, sellers, shoppers)
         start_at = time.time() + 0.2
         jobs = [
-            _Job(url, market.prefix, mode, role, user, start_at, seconds)
+            _Job(market.prefix, mode, role, user, start_at, seconds)
             for role, users in (("lister", sellers), ("buyer", shoppers))
             for user in users
         ]
@@ -257,12 +253,9 @@ def _run(
             elapsed = max(0.0, time.time() - start_at)
             progress.show(label, elapsed, seconds, sum(values[0::2]), sum(values[1::2]))
             time.sleep(0.1)
-        tallies = pool.collect(len(jobs), timeout=seconds + 60)
-        created = sum(tally.created for tally in tallies)
-        books = audit(client, market, sellers, shoppers, created)
+        whole = Tally.total(pool.collect(len(jobs), timeout=seconds + 60))
+        books = audit(client, market, sellers, shoppers, whole.created)
         close_market(client, market)
-    purchases = sum(tally.attempts for tally in tallies)
-    waited = sum(tally.waited for tally in tallies)
     book = BOOK.get((listers, buyers, mode))
     scale = seconds / BOOK_SECONDS
     result = DemoResult(
@@ -270,12 +263,12 @@ def _run(
         buyers=buyers,
         mode=mode,
         seconds=seconds,
-        listed=sum(tally.listed for tally in tallies),
-        bought=sum(tally.bought for tally in tallies),
-        missed=sum(tally.missed for tally in tallies),
-        retries=sum(tally.retries for tally in tallies),
-        purchases=purchases,
-        avg_wait_ms=1000 * waited / purchases if purchases else 0.0,
+        listed=whole.listed,
+        bought=whole.bought,
+        missed=whole.missed,
+        retries=whole.retries,
+        purchases=whole.attempts,
+        avg_wait_ms=1000 * whole.waited / whole.attempts if whole.attempts else 0.0,
         consistent=books.consistent,
         book_listed=_scaled(book[0], scale) if book else None,
         book_bought=_scaled(book[1], scale) if book else None,
@@ -288,19 +281,16 @@ def _run(
 
 @contextmanager
 def _server_url(url: str | None, out: TextIO) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from tenure.server import ServerProcess
-
-    with ServerProcess(name="tenure-demo") as server:
-        pid = server.pid
-        print(
-            f"started {server.engine.name} {server.engine.version} (pid {pid}) at {server.url}",
-            file=out,
-        )
-        yield server.url
-    print(f"stopped the server (pid {pid})", file=out)
+    with given_or_private(url, name="tenure-demo") as (server_url, server):
+        if server is not None:
+            print(
+                f"started {server.engine.name} {server.engine.version} (pid {server.pid}) "
+                f"at {server_url}",
+                file=out,
+            )
+        yield server_url
+    if server is not None:
+        print(f"stopped the server (pid {server.pid})", file=out)
 
 
 def _table(results: list[DemoResult], seconds: float) -> str:
@@ -400,7 +390,7 @@ def run_demo(
             file=log,
             flush=True,
         )
-        pool = _Pool(size)
+        pool = _Pool(size, server_url)
         progress = _Progress(sys.stderr, len(rows) * len(modes), seconds)
         try:
             for listers, buyers in rows:

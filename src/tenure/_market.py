@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
 from typing import Any
 
 import redis
@@ -76,6 +76,15 @@ class Tally:
     retries: int = 0
     attempts: int = 0  # purchases tried (bought + missed + cut off by the deadline)
     waited: float = 0.0  # seconds spent inside purchase attempts
+
+    @classmethod
+    def total(cls, tallies: Iterable[Tally]) -> Tally:
+        """The counters of several traders added together."""
+        whole = cls()
+        for tally in tallies:
+            for field in fields(cls):
+                setattr(whole, field.name, getattr(whole, field.name) + getattr(tally, field.name))
+        return whole
 
 
 class Trader:

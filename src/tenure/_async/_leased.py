@@ -96,6 +96,11 @@ class LeasedScripts:
     leave: str
     extend: str
 
+    @classmethod
+    def of(cls, kind: str) -> LeasedScripts:
+        """The scripts ``{kind}_try``, ``{kind}_acquire`` and so on."""
+        return cls(*(f"{kind}_{step}" for step in ("try", "acquire", "release", "leave", "extend")))
+
 
 class AsyncLeased:
     """Base of the leased primitives; see the module docstring."""

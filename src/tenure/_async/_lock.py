@@ -50,13 +50,7 @@ class AsyncLock(AsyncLeased):
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
     """
 
-    _scripts = LeasedScripts(
-        try_="lock_try",
-        acquire="lock_acquire",
-        release="lock_release",
-        leave="lock_leave",
-        extend="lock_extend",
-    )
+    _scripts = LeasedScripts.of("lock")
     _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
     _lost_error: ClassVar[type[LostError]] = LockLostError
     _noun = "lock"

@@ -48,13 +48,7 @@ class AsyncSemaphore(AsyncLeased):
     once the permit is gone. A holder's permit carries a fencing token.
     """
 
-    _scripts = LeasedScripts(
-        try_="semaphore_try",
-        acquire="semaphore_acquire",
-        release="semaphore_release",
-        leave="semaphore_leave",
-        extend="semaphore_extend",
-    )
+    _scripts = LeasedScripts.of("semaphore")
     _not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
     _lost_error: ClassVar[type[LostError]] = SemaphoreLostError
     _noun = "permit"

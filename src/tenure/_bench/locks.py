@@ -33,7 +33,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -54,7 +54,7 @@ from tenure._bench.measure import (
 from tenure._bench.plot import plot_waits
 from tenure._bench.report import RunInfo, as_data, render, summary_table
 from tenure._bench.sections import write_section
-from tenure.server import ServerProcess
+from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "check_arguments", "main", "run_command"]
 
@@ -100,16 +100,6 @@ def select(only: str | None) -> list[Contender]:
         known = ", ".join(c.key for c in CONTENDERS)
         raise BenchmarkError(f"unknown contender(s) {', '.join(sorted(unknown))}; known: {known}")
     return [c for c in CONTENDERS if c.key in keys]
-
-
-@contextlib.contextmanager
-def server_url(url: str | None) -> Iterator[tuple[str, str]]:
-    """Yield ``(url, where it came from)``: the given server or a private one."""
-    if url is not None:
-        yield url, "given by --url"
-        return
-    with ServerProcess() as server:
-        yield server.url, "private `tenure.server.ServerProcess`, loopback TCP"
 
 
 def progress(message: str) -> None:
@@ -267,7 +257,10 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
             require_peer(*contender.peer)  # fail now, not in a worker process
     started = time.monotonic()
     load = load_average()
-    with server_url(args.url) as (url, source):
+    with given_or_private(args.url, name="bench-locks") as (url, private):
+        source = "given by --url"
+        if private is not None:
+            source = "private `tenure.server.ServerProcess`, loopback TCP"
         client = redis.Redis.from_url(url)
         try:
             server = server_version(client)

@@ -38,7 +38,7 @@ import tenure
 from tenure._bench import BenchmarkError, add_output_arguments, check_empty
 from tenure._bench.plot import plot_waits
 from tenure._bench.sections import write_section
-from tenure.server import ServerProcess
+from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "main", "run_command"]
 
@@ -299,10 +299,13 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     try:
         if args.url:
             check_empty(args.url, args.allow_flush)
-            run(args.url, args.url)
-        else:
-            with ServerProcess(name="bench-semaphores") as server:
-                run(server.url, f"{server.engine.name} {server.engine.version} (private, loopback)")
+        with given_or_private(args.url, name="bench-semaphores") as (url, server):
+            where = (
+                url
+                if server is None
+                else (f"{server.engine.name} {server.engine.version} (private, loopback)")
+            )
+            run(url, where)
     except redis.RedisError as exc:
         print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

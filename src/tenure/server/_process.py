@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from queue import SimpleQueue
 from typing import Any, TypeVar, cast
@@ -47,7 +47,7 @@ from redis.retry import Retry
 from tenure._exceptions import ArgumentError, EmbeddedServerError, ServerStartError
 from tenure.server._binaries import Engine, find_engine
 
-__all__ = ["HOST", "ServerProcess"]
+__all__ = ["HOST", "ServerProcess", "given_or_private"]
 
 #: The only address servers bind to.
 HOST = "127.0.0.1"
@@ -898,3 +898,16 @@ class ServerProcess(_Lifecycle):
             state = f"exited ({popen.returncode})"
         pid = f" pid={popen.pid}" if popen is not None and state in ("running", "paused") else ""
         return f"<ServerProcess {self._name!r} {self._engine} {where}{pid} {state}>"
+
+
+@contextlib.contextmanager
+def given_or_private(url: str | None, *, name: str) -> Iterator[tuple[str, ServerProcess | None]]:
+    """Yield ``(url, None)`` for a given server, else a private one's URL and process.
+
+    The private server (loopback, temporary folder) is stopped when the block ends.
+    """
+    if url:
+        yield url, None
+        return
+    with ServerProcess(name=name) as server:
+        yield server.url, server
