@@ -77,6 +77,7 @@ def test_demo_json_on_its_own_server() -> None:
     started = re.search(r"started \S+ \S+ \(pid (\d+)\)", done.stderr)
     assert started, done.stderr
     assert wait_dead(int(started.group(1)), 2.0), "the demo left its server running"
+    assert f"stopped the server (pid {started.group(1)})" in done.stderr
 
 
 @pytest.mark.slow

@@ -281,16 +281,17 @@ def _run(
 
 @contextmanager
 def _server_url(url: str | None, out: TextIO) -> Iterator[str]:
+    pid = None
     with given_or_private(url, name="tenure-demo") as (server_url, server):
         if server is not None:
+            pid = server.pid
             print(
-                f"started {server.engine.name} {server.engine.version} (pid {server.pid}) "
-                f"at {server_url}",
+                f"started {server.engine.name} {server.engine.version} (pid {pid}) at {server_url}",
                 file=out,
             )
         yield server_url
-    if server is not None:
-        print(f"stopped the server (pid {server.pid})", file=out)
+    if pid is not None:
+        print(f"stopped the server (pid {pid})", file=out)
 
 
 def _table(results: list[DemoResult], seconds: float) -> str:
