@@ -22,6 +22,10 @@ Fixtures (session-scoped topologies start lazily, on first use):
 ``tenure_cluster_client``      ``RedisCluster`` to it, all masters flushed
 ``tenure_async_cluster_client``  ``redis.asyncio.cluster.RedisCluster``, flushed
 ``tenure_sentinel``            Sentinel over primary + 1 replica (session)
+``tenure_proxy``               a :class:`~tenure.server.FaultProxy` in front of
+                               ``tenure_server``, stopped after the test
+``tenure_proxy_factory``       start fault proxies in front of any server;
+                               all stopped after the test
 =============================  =============================================
 
 Example::
@@ -29,6 +33,15 @@ Example::
     def test_counter(tenure_client):
         tenure_client.incr("hits")
         assert tenure_client.get("hits") == b"1"
+
+Under network faults (see docs/testing.md)::
+
+    def test_partition(tenure_proxy):
+        client = tenure_proxy.client(socket_timeout=0.2)
+        tenure_proxy.blackhole()
+        with pytest.raises(redis.TimeoutError):
+            client.ping()
+        client.close()
 """
 
 from __future__ import annotations
@@ -43,9 +56,19 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from tenure.server import Cluster, Engine, Replicated, Sentinel, ServerProcess, find_engine
+from tenure._exceptions import ArgumentError
+from tenure.server import (
+    Cluster,
+    Engine,
+    FaultProxy,
+    Replicated,
+    Sentinel,
+    ServerProcess,
+    find_engine,
+)
 
 __all__ = [
+    "ProxyFactory",
     "ServerFactory",
     "pytest_addoption",
     "pytest_report_header",
@@ -55,6 +78,8 @@ __all__ = [
     "tenure_cluster",
     "tenure_cluster_client",
     "tenure_engine",
+    "tenure_proxy",
+    "tenure_proxy_factory",
     "tenure_replicated",
     "tenure_sentinel",
     "tenure_server",
@@ -67,6 +92,16 @@ class ServerFactory(Protocol):
 
     def __call__(self, **kwargs: Any) -> ServerProcess:
         """Start a private server; it is stopped after the test."""
+        ...
+
+
+class ProxyFactory(Protocol):
+    """The ``tenure_proxy_factory`` fixture: ``factory(target=None, **FaultProxy kwargs)``."""
+
+    def __call__(
+        self, target: ServerProcess | tuple[str, int] | None = None, **kwargs: Any
+    ) -> FaultProxy:
+        """Start a proxy in front of ``target`` (default ``tenure_server``), stopped afterwards."""
         ...
 
 
@@ -215,3 +250,49 @@ def tenure_sentinel(tenure_engine: Engine) -> Iterator[Sentinel]:
     """Sentinel watching a primary with one replica (session)."""
     with Sentinel(replicas=1, sentinels=1, engine=tenure_engine) as topology:
         yield topology
+
+
+def _proxy_target(target: ServerProcess | tuple[str, int]) -> tuple[str, int]:
+    if isinstance(target, ServerProcess):
+        if target.unix_socket_path is not None:
+            raise ArgumentError("target", f"{target!r} listens on a unix socket only")
+        return target.address
+    host, port = target
+    return (host, port)
+
+
+@pytest.fixture
+def tenure_proxy_factory(request: pytest.FixtureRequest) -> Iterator[ProxyFactory]:
+    """Start fault proxies: ``factory(target=None, **FaultProxy kwargs)``; all stopped afterwards.
+
+    ``target`` is a running :class:`~tenure.server.ServerProcess` or a
+    ``(host, port)``; by default the session's ``tenure_server`` (started on
+    first use).
+    """
+    started: list[FaultProxy] = []
+
+    def factory(target: ServerProcess | tuple[str, int] | None = None, **kwargs: Any) -> FaultProxy:
+        if target is None:
+            target = request.getfixturevalue("tenure_server")
+            assert isinstance(target, ServerProcess)
+        proxy = FaultProxy(*_proxy_target(target), **kwargs)
+        started.append(proxy)
+        return proxy.start()
+
+    try:
+        yield factory
+    finally:
+        for proxy in reversed(started):
+            proxy.stop()
+
+
+@pytest.fixture
+def tenure_proxy(tenure_server: ServerProcess) -> Iterator[FaultProxy]:
+    """A :class:`~tenure.server.FaultProxy` in front of ``tenure_server``, stopped after the test.
+
+    Faults start cleared; clients come from ``tenure_proxy.client(...)`` /
+    ``tenure_proxy.async_client(...)`` (the caller closes them). The database
+    is not flushed: ask for ``tenure_client`` too for that.
+    """
+    with FaultProxy(*tenure_server.address, name="tenure-proxy") as proxy:
+        yield proxy

@@ -30,17 +30,32 @@ Every topology (:class:`Standalone`, :class:`Replicated`, :class:`Cluster`,
 (``with`` and ``async with``) with ``start()`` / ``stop()``; the factories
 :func:`standalone`, :func:`replicated`, :func:`cluster` and :func:`sentinel`
 return them not yet started.
+
+:class:`FaultProxy` is a TCP proxy on loopback in front of any server, with
+faults set at any time while it runs: latency and blackholes (partitions) per
+direction, resets of every live connection, refusal of new ones. It starts and
+stops like the servers::
+
+    with ServerProcess() as server, FaultProxy(*server.address) as proxy:
+        client = proxy.client(socket_timeout=0.5)
+        proxy.set_latency(0.05, "downstream")  # every reply 50 ms late
+        assert client.ping()
+        client.close()
 """
 
 from __future__ import annotations
 
 from tenure.server._binaries import Engine, find_engine
 from tenure.server._process import ServerProcess
+from tenure.server._proxy import FaultProxy, ProxyConnection, ProxyFaults
 from tenure.server._topologies import Cluster, Replicated, Sentinel, Standalone
 
 __all__ = [
     "Cluster",
     "Engine",
+    "FaultProxy",
+    "ProxyConnection",
+    "ProxyFaults",
     "Replicated",
     "Sentinel",
     "ServerProcess",
