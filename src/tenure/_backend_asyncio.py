@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
+
+from tenure._owners import BaseOwnerSlot
 
 __all__ = [
     "CAN_CANCEL_HOLDER",
@@ -22,6 +23,7 @@ __all__ = [
     "absorb_guard_cancel",
     "cancel_holder",
     "current_holder",
+    "guarded",
     "scope_key",
     "shielded",
     "sleep",
@@ -145,38 +147,43 @@ def absorb_guard_cancel(holder: object, exc: BaseException | None) -> bool:
     return True
 
 
-class OwnerSlot(Generic[T]):
-    """Per-task storage of a primitive's hold (a token belongs to one task).
+def _current_task() -> object | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop (e.g. repr from a plain thread)
+        return None
+
+
+def _task_finished(task: object) -> bool:
+    return isinstance(task, asyncio.Future) and task.done()
+
+
+class OwnerSlot(BaseOwnerSlot[T]):
+    """Per-task storage of a primitive's holds (see :mod:`tenure._owners`).
 
     With ``per_owner=False`` every task shares one slot (redis-py's
     ``thread_local=False``: acquire in one task, release in another).
     """
 
     def __init__(self, per_owner: bool) -> None:
-        self._per_owner = per_owner
-        self._shared: T | None = None
-        self._by_task: weakref.WeakKeyDictionary[object, T] = weakref.WeakKeyDictionary()
+        super().__init__(per_owner, _current_task, _task_finished)
 
-    def get(self) -> T | None:
-        """The current owner's value, or None (also outside any task, e.g. in repr)."""
-        if not self._per_owner:
-            return self._shared
+
+async def guarded(awaitable: Awaitable[T], undo: Callable[[T], Awaitable[object]]) -> T:
+    """Await ``awaitable``; if the caller is cancelled meanwhile, let it finish and undo it.
+
+    For a call whose effect on the server must not be left without a local
+    owner (a re-entry counted on the server): the call runs to its reply,
+    ``undo(reply)`` runs, shielded too, and the cancellation is re-raised.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
         try:
-            task = asyncio.current_task()
-        except RuntimeError:
-            return None
-        return None if task is None else self._by_task.get(task)
-
-    def set(self, value: T) -> None:
-        """Store the current owner's value."""
-        if not self._per_owner:
-            self._shared = value
+            result = await task
+        except BaseException:  # the call itself failed: nothing happened to undo
+            raise
         else:
-            self._by_task[current_holder()] = value
-
-    def clear(self) -> None:
-        """Forget the current owner's value."""
-        if not self._per_owner:
-            self._shared = None
-        else:
-            self._by_task.pop(current_holder(), None)
+            await shielded(undo(result))
+        raise

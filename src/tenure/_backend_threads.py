@@ -10,7 +10,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
+
+from tenure._owners import BaseOwnerSlot
 
 __all__ = [
     "CAN_CANCEL_HOLDER",
@@ -21,6 +23,7 @@ __all__ = [
     "absorb_guard_cancel",
     "cancel_holder",
     "current_holder",
+    "guarded",
     "scope_key",
     "shielded",
     "sleep",
@@ -102,35 +105,21 @@ def absorb_guard_cancel(holder: object, exc: BaseException | None) -> bool:
     return False
 
 
-class OwnerSlot(Generic[T]):
-    """Per-thread storage of a primitive's hold (redis-py's ``thread_local``).
+def _thread_finished(thread: object) -> bool:
+    return isinstance(thread, threading.Thread) and not thread.is_alive()
+
+
+class OwnerSlot(BaseOwnerSlot[T]):
+    """Per-thread storage of a primitive's holds (see :mod:`tenure._owners`).
 
     With ``per_owner=False`` every thread shares one slot: acquire in one
     thread, release in another.
     """
 
     def __init__(self, per_owner: bool) -> None:
-        self._per_owner = per_owner
-        self._shared: T | None = None
-        self._local = threading.local()
+        super().__init__(per_owner, threading.current_thread, _thread_finished)
 
-    def get(self) -> T | None:
-        """The current owner's value, or None."""
-        if not self._per_owner:
-            return self._shared
-        value: T | None = getattr(self._local, "value", None)
-        return value
 
-    def set(self, value: T) -> None:
-        """Store the current owner's value."""
-        if self._per_owner:
-            self._local.value = value
-        else:
-            self._shared = value
-
-    def clear(self) -> None:
-        """Forget the current owner's value."""
-        if self._per_owner:
-            self._local.value = None
-        else:
-            self._shared = None
+def guarded(value: T, undo: Callable[[T], object]) -> T:
+    """Threads are not cancelled between a call and its reply: nothing to undo."""
+    return value

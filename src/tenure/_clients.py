@@ -18,6 +18,7 @@ from tenure._exceptions import (
     PermissionDeniedError,
     ScriptError,
     ServerUnavailableError,
+    TenureError,
 )
 
 __all__ = [
@@ -67,6 +68,8 @@ def translate_error(
 
     The caller raises the result ``from exc`` so the original stays attached.
     """
+    if isinstance(exc, TenureError):
+        return exc  # translated already (tenure's errors are redis-py's too)
     where = f" while {doing}" if doing else ""
     if isinstance(exc, redis_errors.NoPermissionError) or (
         isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("NOPERM")

@@ -3,24 +3,31 @@
 The tree::
 
     TenureError
-    ├── ArgumentError (also ValueError)      bad value for a named argument
-    ├── ClientTypeError (also TypeError)     not a redis-py client we can use
-    ├── BackendError                         the server refused or failed a call
-    │   ├── ServerUnavailableError           connection refused, reset or timed out
-    │   ├── PermissionDeniedError            the server's ACL forbids a command
-    │   └── ScriptError                      a tenure script failed on the server
-    ├── EmbeddedServerError                  tenure.server could not run a server
-    │   ├── ServerNotFoundError              no server binary was found
-    │   └── ServerStartError                 the server did not start or answer
-    └── PrimitiveError                       a primitive's own rules were broken
-        ├── NotOwnedError                    the caller does not hold it (any more)
+    ├── ArgumentError (ValueError)               bad value for a named argument
+    ├── ClientTypeError (TypeError)              not a redis-py client we can use
+    ├── BackendError (RedisError)                the server refused or failed a call
+    │   ├── ServerUnavailableError (ConnectionError)  refused, reset or timed out
+    │   ├── PermissionDeniedError (NoPermissionError) the server's ACL forbids a command
+    │   └── ScriptError (ResponseError)          a tenure script failed on the server
+    ├── EmbeddedServerError                      tenure.server could not run a server
+    │   ├── ServerNotFoundError                  no server binary was found
+    │   └── ServerStartError                     the server did not start or answer
+    └── PrimitiveError                           a primitive's own rules were broken
+        ├── NotOwnedError (LockNotOwnedError)    the caller does not hold it (any more)
         │   ├── LockNotOwnedError
-        │   └── SemaphoreNotOwnedError
-        ├── LostError                        a held primitive was lost while held
-        │   ├── LockLostError
-        │   └── SemaphoreLostError
-        ├── AlreadyHeldError                 re-acquire of a non-reentrant hold
-        └── AcquireTimeoutError              ``with`` could not acquire in time
+        │   ├── SemaphoreNotOwnedError
+        │   └── LostError                        a held primitive was lost while held
+        │       ├── LockLostError (also LockNotOwnedError)
+        │       └── SemaphoreLostError (also SemaphoreNotOwnedError)
+        ├── SemaphoreLimitError (LockError)      the name is in use with another limit
+        ├── AlreadyHeldError (LockError)         re-acquire of a non-reentrant hold
+        └── AcquireTimeoutError (LockError)      ``with`` could not acquire in time
+
+The names in parentheses are redis-py's exception classes
+(``redis.exceptions``): an error that means what a redis-py exception means
+is also an instance of it, so code written for redis-py's ``Lock`` that
+catches ``LockError``, ``LockNotOwnedError`` or ``ConnectionError`` keeps
+catching tenure's.
 
 Errors that concern one primitive carry its ``name`` (the user's name for it,
 not the Redis key) so a log line says which lock misbehaved. Errors from
@@ -30,6 +37,8 @@ half-translated error. No class here shadows a builtin name.
 """
 
 from __future__ import annotations
+
+from redis import exceptions as _redis
 
 __all__ = [
     "AcquireTimeoutError",
@@ -45,6 +54,7 @@ __all__ = [
     "PermissionDeniedError",
     "PrimitiveError",
     "ScriptError",
+    "SemaphoreLimitError",
     "SemaphoreLostError",
     "SemaphoreNotOwnedError",
     "ServerNotFoundError",
@@ -63,13 +73,17 @@ class TenureError(Exception):
 
     def __init__(self, message: str, *, name: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
+        self.message: str | None = message  # str; Optional only as in redis-py's LockError
         self.name = name
+        self.lock_name = name  # redis-py's LockError attribute
 
     def __str__(self) -> str:
         if self.name is None:
-            return self.message
+            return str(self.message)
         return f"{self.message} [{self.name!r}]"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
 
 
 class ArgumentError(TenureError, ValueError):
@@ -96,19 +110,19 @@ class ClientTypeError(TenureError, TypeError):
         self.argument = argument
 
 
-class BackendError(TenureError):
+class BackendError(TenureError, _redis.RedisError):
     """The Redis/Valkey server failed or refused a call tenure made."""
 
 
-class ServerUnavailableError(BackendError):
+class ServerUnavailableError(BackendError, _redis.ConnectionError):
     """The server could not be reached: refused, reset, or timed out."""
 
 
-class PermissionDeniedError(BackendError):
+class PermissionDeniedError(BackendError, _redis.NoPermissionError):
     """The server's ACL forbids a command or key that tenure needs."""
 
 
-class ScriptError(BackendError):
+class ScriptError(BackendError, _redis.ResponseError):
     """A tenure Lua script raised an error on the server."""
 
 
@@ -128,7 +142,7 @@ class PrimitiveError(TenureError):
     """A primitive's own rules were broken (ownership, lease, timeout)."""
 
 
-class NotOwnedError(PrimitiveError):
+class NotOwnedError(PrimitiveError, _redis.LockNotOwnedError):
     """The caller does not hold the primitive, or no longer does."""
 
 
@@ -140,23 +154,36 @@ class SemaphoreNotOwnedError(NotOwnedError):
     """Release, refresh or extend of a permit the caller does not hold (any more)."""
 
 
-class LostError(PrimitiveError):
+class SemaphoreLimitError(PrimitiveError, _redis.LockError):
+    """A semaphore name is in use with another limit than the one given.
+
+    The limit is stored with the semaphore on the server; change it with
+    ``set_limit()``. ``stored`` and ``given`` are the two limits.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, stored: int, given: int) -> None:
+        super().__init__(message, name=name)
+        self.stored = stored
+        self.given = given
+
+
+class LostError(NotOwnedError):
     """A primitive was lost while its holder believed it held it."""
 
 
-class LockLostError(LostError):
+class LockLostError(LostError, LockNotOwnedError):
     """The lock's lease ran out or was taken while the holder was in its body."""
 
 
-class SemaphoreLostError(LostError):
+class SemaphoreLostError(LostError, SemaphoreNotOwnedError):
     """A permit's lease ran out while its holder was in its body."""
 
 
-class AlreadyHeldError(PrimitiveError):
+class AlreadyHeldError(PrimitiveError, _redis.LockError):
     """The owner (thread or task) already holds this non-reentrant primitive."""
 
 
-class AcquireTimeoutError(PrimitiveError):
+class AcquireTimeoutError(PrimitiveError, _redis.LockError):
     """Entering ``with`` / ``async with`` could not acquire within its blocking timeout.
 
     ``acquire()`` itself returns False instead, as redis-py's does.

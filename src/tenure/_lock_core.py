@@ -17,8 +17,11 @@ from tenure._exceptions import ArgumentError
 
 __all__ = [
     "DEFAULT_LEASE",
+    "IDLE_TTL",
+    "IDLE_TTL_MS",
     "Acquired",
     "Hold",
+    "LimitMismatch",
     "LockKeys",
     "LockSettings",
     "LockStatistics",
@@ -28,7 +31,7 @@ __all__ = [
     "grant_time",
     "new_token",
     "parse_acquire",
-    "parse_wake",
+    "parse_grant",
     "to_ms",
     "to_text",
 ]
@@ -41,6 +44,19 @@ DEFAULT_WAITER_LEASE = 2.0
 
 DEFAULT_HANDOFF_LEASE = 1.0
 """Lease a waiter is handed the lock with, until it confirms its full lease."""
+
+IDLE_TTL = 60.0
+"""Seconds after its last use (acquisition or renewal) that a released primitive leaves no key.
+
+The fencing counter (and a semaphore's stored limit) expire then; the next
+acquisition goes on from the server's clock in microseconds, so fencing
+tokens still only grow for a name.
+"""
+
+IDLE_TTL_MS = int(IDLE_TTL * 1000)
+
+WAITER_REFRESH = 0.4
+"""A waiter re-checks (and refreshes its place in line) every this share of its waiter lease."""
 
 
 def to_text(value: Any) -> str:
@@ -93,24 +109,38 @@ def new_token() -> str:
 
 @dataclass(frozen=True)
 class LockKeys:
-    """The Redis keys of one lock; all share the ``{name}`` hash tag (one slot)."""
+    """The Redis keys of one primitive; all share the ``{name}`` hash tag (one slot).
+
+    ``grants`` and ``limit`` are a semaphore's only. ``channel`` is not a key
+    but the pub/sub channel its grants are announced on.
+    """
 
     owner: str
     queue: str
     waiters: str
     fence: str
+    grants: str
+    limit: str
+    channel: str
 
     @classmethod
     def for_name(cls, prefix: str, name: str) -> LockKeys:
-        """Keys for lock ``name`` under ``prefix``."""
+        """Keys for primitive ``name`` under ``prefix``."""
         owner = f"{prefix}{{{name}}}"
         return cls(
-            owner=owner, queue=f"{owner}:queue", waiters=f"{owner}:waiters", fence=f"{owner}:fence"
+            owner=owner,
+            queue=f"{owner}:queue",
+            waiters=f"{owner}:waiters",
+            fence=f"{owner}:fence",
+            grants=f"{owner}:grants",
+            limit=f"{owner}:limit",
+            channel=f"{owner}:wake",
         )
 
-    def wake(self, token: str) -> str:
-        """The list the waiter with ``token`` blocks on."""
-        return f"{self.owner}:wake:{token}"
+    @property
+    def all(self) -> tuple[str, str, str, str, str, str]:
+        """Every key, in the order of the semaphore scripts' KEYS."""
+        return (self.owner, self.queue, self.waiters, self.fence, self.grants, self.limit)
 
 
 @dataclass(frozen=True)
@@ -201,6 +231,7 @@ class Hold:
     holder: object = None
     renewal: Any = None
     waited: float = 0.0
+    entered: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,20 +259,39 @@ class Queued:
     server_ms: int
 
 
-def parse_acquire(reply: Any) -> Acquired | Queued:
-    """Interpret ``lock_acquire``'s reply."""
-    if int(reply[0]) == 1:
+@dataclass(frozen=True)
+class LimitMismatch:
+    """The script's answer: the semaphore's stored limit is ``stored``, not the caller's."""
+
+    stored: int
+
+
+def parse_acquire(reply: Any) -> Acquired | Queued | LimitMismatch:
+    """Interpret the reply of an acquire script (``lock_acquire``, ``semaphore_acquire``)."""
+    kind = int(reply[0])
+    if kind == 1:
         return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
+    if kind == 2:
+        return LimitMismatch(stored=int(reply[1]))
     return Queued(owner_ttl_ms=int(reply[1]), position=int(reply[2]), server_ms=int(reply[3]))
 
 
-def parse_wake(value: Any) -> Acquired | None:
-    """Interpret a value popped from a wake list: a grant, or a plain wake-up."""
-    text = to_text(value)
-    if text == "wake":
-        return None
-    fence, lease, server_ms = text.split(":")
-    return Acquired(fence=int(fence), lease_ms=int(lease), server_ms=int(server_ms))
+def parse_grant(message: Any) -> tuple[str, Acquired | None]:
+    """Interpret a grant announced on a primitive's channel: ``(token, grant)``.
+
+    The message is ``token:fence:handoff_ms:server_ms``; the token itself may
+    contain colons (a caller's own token), so it is split from the right. A
+    message that does not parse yields ``(text, None)``: nobody's grant.
+    """
+    text = to_text(message)
+    parts = text.rsplit(":", 3)
+    if len(parts) != 4:
+        return text, None
+    token, fence, lease, server_ms = parts
+    try:
+        return token, Acquired(fence=int(fence), lease_ms=int(lease), server_ms=int(server_ms))
+    except ValueError:
+        return text, None
 
 
 def grant_time(sent: float, queued: Queued, granted: Acquired) -> float:

@@ -159,7 +159,7 @@ def inspect(client: Client, prefix: str = "") -> list[Primitive]:
 def render_table(rows: list[Primitive]) -> str:
     """A human table: one line per primitive."""
     header = (
-        f"{'KIND':<10}{'NAME':<24}{'STATE':<16}{'FENCE':>7}  "
+        f"{'KIND':<10}{'NAME':<24}{'STATE':<16}{'FENCE':>16}  "
         f"{'HOLDERS (lease left)':<40}{'WAITING':>8}  {'LONGEST WAIT':>12}"
     )
     lines = [header, "-" * len(header)]
@@ -176,7 +176,7 @@ def render_table(rows: list[Primitive]) -> str:
         longest_text = "-" if longest is None else f"{longest / 1000:.2f}s"
         fence = "-" if row.fencing_token is None else str(row.fencing_token)
         lines.append(
-            f"{row.kind:<10}{row.name[:23]:<24}{row.state:<16}{fence:>7}  {holders[:39]:<40}"
+            f"{row.kind:<10}{row.name[:23]:<24}{row.state:<16}{fence:>16}  {holders[:39]:<40}"
             f"{len(row.waiters):>8}  {longest_text:>12}"
         )
     if not rows:

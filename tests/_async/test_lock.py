@@ -22,7 +22,7 @@ from tenure import (
     LockNotOwnedError,
 )
 from tenure._async._watchdog import watchdog
-from tenure._backend_asyncio import IS_ASYNC
+from tenure._backend_asyncio import IS_ASYNC, Event
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
 from tests.conftest import ServerFactory
@@ -294,11 +294,16 @@ async def test_fenced_key_rejects_older_token(tenure_async_client: redis.asyncio
         await store.write("x", "9")  # type: ignore[arg-type]
 
 
-async def test_tokens_belong_to_their_owner(tenure_async_client: redis.asyncio.Redis) -> None:
+async def test_tokens_belong_to_their_owner_while_it_runs(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
     shared = AsyncLock(tenure_async_client, "mine")
+    taken, done = Event(), Event()
 
     async def take() -> None:
         assert await shared.acquire()
+        taken.set()
+        await done.wait(5)
 
     async def steal() -> str:
         try:
@@ -307,9 +312,16 @@ async def test_tokens_belong_to_their_owner(tenure_async_client: redis.asyncio.R
             return "refused"
         return "released"
 
-    await gather(take)
+    owner = spawn(take)
+    assert await taken.wait(5)
+    assert await gather(steal) == ["refused"]  # its owner is alive: not yours
+    done.set()
+    await join(owner)
+    # The owner finished without releasing: the next user of the object may
+    # take the hold over (wait_for / gather ran acquire in a task of its own).
     assert await shared.locked()
-    assert await gather(steal) == ["refused"]
+    assert await gather(steal) == ["released"]
+    assert not await shared.locked()
 
 
 async def test_not_thread_local_lets_another_owner_release(
@@ -338,7 +350,7 @@ async def test_cluster_client(
             slot = key_slot(lock.keys.owner.encode())
             assert key_slot(lock.keys.queue.encode()) == slot
             assert key_slot(lock.keys.fence.encode()) == slot
-            assert key_slot(lock.keys.wake("t").encode()) == slot
+            assert key_slot(lock.keys.channel.encode()) == slot
         assert not await lock.locked()
 
 

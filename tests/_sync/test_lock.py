@@ -22,7 +22,7 @@ from tenure import (
     LockNotOwnedError,
     ReentrantLock,
 )
-from tenure._backend_threads import IS_ASYNC
+from tenure._backend_threads import IS_ASYNC, Event
 from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
@@ -293,11 +293,16 @@ def test_fenced_key_rejects_older_token(tenure_client: redis.Redis) -> None:
         store.write("x", "9")  # type: ignore[arg-type]
 
 
-def test_tokens_belong_to_their_owner(tenure_client: redis.Redis) -> None:
+def test_tokens_belong_to_their_owner_while_it_runs(
+    tenure_client: redis.Redis,
+) -> None:
     shared = Lock(tenure_client, "mine")
+    taken, done = Event(), Event()
 
     def take() -> None:
         assert shared.acquire()
+        taken.set()
+        done.wait(5)
 
     def steal() -> str:
         try:
@@ -306,9 +311,16 @@ def test_tokens_belong_to_their_owner(tenure_client: redis.Redis) -> None:
             return "refused"
         return "released"
 
-    gather(take)
+    owner = spawn(take)
+    assert taken.wait(5)
+    assert gather(steal) == ["refused"]  # its owner is alive: not yours
+    done.set()
+    join(owner)
+    # The owner finished without releasing: the next user of the object may
+    # take the hold over (wait_for / gather ran acquire in a task of its own).
     assert shared.locked()
-    assert gather(steal) == ["refused"]
+    assert gather(steal) == ["released"]
+    assert not shared.locked()
 
 
 def test_not_thread_local_lets_another_owner_release(
@@ -337,7 +349,7 @@ def test_cluster_client(
             slot = key_slot(lock.keys.owner.encode())
             assert key_slot(lock.keys.queue.encode()) == slot
             assert key_slot(lock.keys.fence.encode()) == slot
-            assert key_slot(lock.keys.wake("t").encode()) == slot
+            assert key_slot(lock.keys.channel.encode()) == slot
         assert not lock.locked()
 
 

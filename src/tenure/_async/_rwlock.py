@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import AsyncSemaphore
+from tenure._clients import translate_error
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
-from tenure._lock_core import new_token, to_text
+from tenure._lock_core import IDLE_TTL_MS, new_token, to_text
 
 __all__ = ["AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]
 
@@ -69,13 +70,17 @@ class AsyncWriteLock(_AsyncSide):
         if not hold.token.startswith("w"):
             raise self._not_owned("already downgraded to a read lock", name=self.name)
         read_token = "r" + hold.token[1:]
-        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT)
-        if int(await self._run("rw_downgrade", self._release_keys, args)) == 0:
+        k = self._keys
+        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT, k.channel, IDLE_TTL_MS)
+        if int(await self._run("rw_downgrade", k.all, args)) == 0:
             self._mark_lost(hold)
             raise self._not_owned("the write lock is no longer held", name=self.name)
-        hold.token = read_token
-        if hold.renewal is not None:
-            hold.renewal.args = (read_token, *hold.renewal.args[1:])
+        with self._mutex:
+            # A renewal in flight under the write token sees the change and
+            # renews again under the read token (see _renewed).
+            hold.token = read_token
+            if hold.renewal is not None:
+                hold.renewal.args = (read_token, *hold.renewal.args[1:])
 
 
 class AsyncReadWriteLock:
@@ -94,7 +99,10 @@ class AsyncReadWriteLock:
 
     async def readers(self) -> int:
         """How many read holds there are now (0 while a writer holds)."""
-        holders = await self.read.client.zrange(self.read.keys.owner, 0, -1)
+        try:
+            holders = await self.read.client.zrange(self.read.keys.owner, 0, -1)
+        except Exception as exc:
+            raise translate_error(exc, name=self.name, doing="counting readers") from exc
         return sum(1 for token in holders if to_text(token).startswith("r"))
 
     def __repr__(self) -> str:

@@ -14,18 +14,25 @@ in one round trip.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from tenure._async._leased import AsyncLeased, LeasedScripts
+from tenure._async._leased import AsyncLeased, Call, LeasedScripts
 from tenure._async._scripting import AsyncClient
 from tenure._exceptions import (
     ArgumentError,
     LostError,
     NotOwnedError,
+    SemaphoreLimitError,
     SemaphoreLostError,
     SemaphoreNotOwnedError,
+    TenureError,
 )
-from tenure._lock_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE
+from tenure._lock_core import (
+    DEFAULT_HANDOFF_LEASE,
+    DEFAULT_WAITER_LEASE,
+    IDLE_TTL_MS,
+    LimitMismatch,
+)
 
 __all__ = ["AsyncSemaphore"]
 
@@ -33,16 +40,18 @@ __all__ = ["AsyncSemaphore"]
 class AsyncSemaphore(AsyncLeased):
     """A distributed counting semaphore: ``limit`` permits, FIFO, leased.
 
-    * ``limit`` — how many holders may hold a permit at once. Every user of
-      one semaphore name must pass the same limit.
+    * ``limit`` — how many holders may hold a permit at once. The first user
+      stores it with the semaphore on the server; a user with another limit
+      gets :class:`~tenure.SemaphoreLimitError` from ``acquire``, and
+      :meth:`set_limit` changes it for everyone.
     * ``timeout`` — the permit's lease in seconds. ``None`` (default): held
       until released, on a 30 s lease the watchdog refreshes every 10 s.
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
     * ``auto_renew`` — refresh in the background (default: only when
       ``timeout`` is None).
     * ``thread_local``, ``on_lost``, ``cancel_on_lost``, ``max_hold``,
-      ``prefix``, ``waiter_lease``, ``handoff_lease`` — as for
-      :class:`~tenure.AsyncLock`.
+      ``prefix``, ``waiter_lease``, ``handoff_lease``,
+      ``raise_on_release_error`` — as for :class:`~tenure.AsyncLock`.
 
     ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
     once the permit is gone. A holder's permit carries a fencing token.
@@ -70,9 +79,9 @@ class AsyncSemaphore(AsyncLeased):
         prefix: str = "tenure:semaphore:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
+        raise_on_release_error: bool = True,
     ) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ArgumentError("limit", f"must be an int >= 1, got {limit!r}", name=name)
+        _check_limit(limit, name)
         self._setup(
             client,
             name,
@@ -88,21 +97,70 @@ class AsyncSemaphore(AsyncLeased):
             on_lost=on_lost,
             cancel_on_lost=cancel_on_lost,
             prefix=prefix,
+            raise_on_release_error=raise_on_release_error,
         )
         self.limit = limit
         self.timeout = timeout
 
-    def _try_args(self, token: str) -> tuple[str | int, ...]:
-        return (token, self._settings.lease_ms, self.limit)
+    def _try_call(self, token: str) -> Call:
+        k = self._keys
+        keys = (k.owner, k.queue, k.fence, k.limit)
+        return keys, (token, self._settings.lease_ms, self.limit, IDLE_TTL_MS)
 
-    def _acquire_extra(self, reenter: bool) -> int:
-        return self.limit
+    def _acquire_call(self, token: str, waiter_lease_ms: int, reenter: bool) -> Call:
+        k, settings = self._keys, self._settings
+        args = (
+            token,
+            settings.lease_ms,
+            waiter_lease_ms,
+            self.limit,
+            settings.handoff_ms,
+            k.channel,
+            IDLE_TTL_MS,
+        )
+        return k.all, args
 
-    def _release_args(self, token: str) -> tuple[str | int, ...]:
-        return (token, self._settings.handoff_ms, self.limit)
+    def _release_call(self, token: str) -> Call:
+        k = self._keys
+        return k.all, (token, self._settings.handoff_ms, self.limit, k.channel, IDLE_TTL_MS)
 
-    def _leave_args(self, token: str, mode: str) -> tuple[str | int, ...]:
-        return (token, self._settings.handoff_ms, mode, self.limit)
+    def _leave_call(self, token: str, mode: str) -> Call:
+        k = self._keys
+        args = (token, self._settings.handoff_ms, mode, self.limit, k.channel, IDLE_TTL_MS)
+        return k.all, args
+
+    def _extend_call(self, token: str, ms: int, mode: str) -> Call:
+        return (self._keys.owner, self._keys.limit), (token, ms, mode, IDLE_TTL_MS)
+
+    def _parse_try(self, reply: Any) -> int:
+        fence = int(reply)
+        if fence < 0:
+            raise self._limit_mismatch(LimitMismatch(stored=-fence))
+        return fence
+
+    def _limit_mismatch(self, answer: LimitMismatch) -> TenureError:
+        return SemaphoreLimitError(
+            f"the semaphore is in use with limit {answer.stored}, not {self.limit} "
+            "(set_limit() changes it for everyone)",
+            name=self.name,
+            stored=answer.stored,
+            given=self.limit,
+        )
+
+    async def set_limit(self, limit: int) -> int:
+        """Change the limit stored with the semaphore, for every user; return the previous one.
+
+        A larger limit lets waiters in at once. A smaller one takes no permit
+        away: holders above it keep theirs until they release. Other objects
+        on this name with the old limit then get :class:`SemaphoreLimitError`
+        until they are made with the new one (or call ``set_limit``).
+        """
+        _check_limit(limit, self.name)
+        k = self._keys
+        args = (limit, self._settings.handoff_ms, k.channel, IDLE_TTL_MS)
+        previous = int(await self._run("semaphore_set_limit", k.all, args))
+        self.limit = limit
+        return previous
 
     async def refresh(self) -> bool:
         """Reset the permit's lease to the full ``timeout``.
@@ -115,3 +173,10 @@ class AsyncSemaphore(AsyncLeased):
     async def holders(self) -> int:
         """How many permits are held now, counting only live leases (one round trip)."""
         return int(await self._run("semaphore_holders", (self._keys.owner,), ()))
+
+
+def _check_limit(limit: object, name: str) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**31:
+        raise ArgumentError(
+            "limit", f"must be an int from 1 to 2**31 - 1, got {limit!r}", name=name
+        )

@@ -11,32 +11,43 @@ How it works (each step is one atomic Lua script, see ``tenure/lua``):
 
 * **acquire** takes the lock when it is free and nobody waits, in one round
   trip, and returns a fencing token (a counter that only grows). Otherwise
-  the caller joins a FIFO queue with a short waiter lease and blocks on its
-  own wake list (BLPOP): no sleep loop.
+  the caller joins a FIFO queue with a short waiter lease and waits in
+  memory: no sleep loop, and none of the user's connections is taken.
 * **release** hands the lock straight to the first live waiter inside the
-  script (so no newcomer can barge in) and pushes the grant onto that
-  waiter's wake list: the next waiter learns of the release within about one
-  round trip. The handed-over lease is short (``handoff_lease``, 1 s) until
-  the new owner's watchdog confirms its full lease, so a waiter that died
-  just before its turn delays the queue by at most that.
+  script (so no newcomer can barge in) and publishes the grant on the lock's
+  channel; one subscriber connection per process and server
+  (:mod:`tenure._sync._wakeups`) hands it to the waiting thread or task, so
+  the next waiter learns of the release within about one round trip. The
+  handed-over lease is short (``handoff_lease``, 1 s) until the new owner's
+  watchdog confirms its full lease, so a waiter that died just before its
+  turn delays the queue by at most that.
 * A waiter refreshes its place every ``waiter_lease / 2`` (1 s); a waiter
   that died is dropped from the queue within ``waiter_lease`` (2 s). A
   waiter that gives up (timeout, cancellation, error) leaves the queue at
   once and passes on a lock that was handed to it meanwhile.
-* Waiters are also woken by the watchdog at their deadline and when the
-  owner's lease runs out, because the server's own BLPOP timeout is only as
-  precise as its event loop (up to 100 ms late).
+* Waiters also wake on their own timers: at their deadline, when the
+  owner's lease runs out (a crashed owner), and to refresh their place, when
+  they re-check with the server (so a lost wake-up message costs at most
+  that interval, never the lock).
 * ``timeout=None`` means "held until released": a 30 s lease renewed by the
   watchdog every 10 s, so a crashed holder frees the lock within 30 s. When
   a renewal finds the lock gone, the holder is told (``lost``, ``on_lost``,
   :class:`~tenure.LockLostError` at ``with`` exit, and optionally the body of
   ``with`` is cancelled).
+* Cancelling or interrupting ``acquire`` at any point leaves no hold without
+  a local owner: each script call runs to its reply, and whatever it took is
+  given back before the cancellation goes on.
+* Renewals hold only a weak reference to the lock object: a hold whose lock
+  object was garbage-collected (nobody can release it any more) is not
+  renewed and ends with its lease. Ownership rules: :mod:`tenure._owners`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
@@ -45,10 +56,12 @@ from typing import Any, ClassVar, TypeVar
 from tenure._backend_threads import (
     CAN_CANCEL_HOLDER,
     IS_ASYNC,
+    Mutex,
     OwnerSlot,
     absorb_guard_cancel,
     cancel_holder,
     current_holder,
+    guarded,
     shielded,
 )
 from tenure._clients import require_client, translate_error
@@ -56,25 +69,31 @@ from tenure._exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
     ArgumentError,
+    BackendError,
     LostError,
     NotOwnedError,
+    PrimitiveError,
     TenureError,
 )
 from tenure._lock_core import (
+    IDLE_TTL_MS,
+    WAITER_REFRESH,
     Acquired,
     Counters,
     Hold,
+    LimitMismatch,
     LockKeys,
     LockSettings,
     LockStatistics,
+    Queued,
     check_seconds,
     grant_time,
     new_token,
     parse_acquire,
-    parse_wake,
     to_ms,
 )
 from tenure._sync._scripting import Client, registry_for
+from tenure._sync._wakeups import CONFIRM_TIMEOUT, listen
 from tenure._sync._watchdog import Job, watchdog
 
 __all__ = ["Leased", "LeasedScripts"]
@@ -83,8 +102,8 @@ logger = logging.getLogger("tenure.lock")
 
 _P = TypeVar("_P", bound="Leased")
 
-_WAKE_SAFETY = 0.25  # the server's BLPOP timeout backs up the watchdog's wake-up by this much
-_WAKE_TTL_MS = 10_000
+Call = tuple[tuple[str, ...], tuple[str | int, ...]]
+"""A script call's ``(keys, args)``."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +147,7 @@ class Leased:
         on_lost: Callable[[Any], None] | None,
         cancel_on_lost: bool,
         prefix: str,
+        raise_on_release_error: bool,
     ) -> None:
         """Validate the shared arguments and set up the state (called by __init__)."""
         settings = LockSettings.build(
@@ -155,34 +175,84 @@ class Leased:
         self._settings = settings
         self.client = client
         self.name = name
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = bool(raise_on_release_error)
         self._keys = LockKeys.for_name(prefix, name)
-        keys = self._keys
-        self._release_keys = (keys.owner, keys.queue, keys.waiters, keys.fence)
-        self._try_keys = (keys.owner, keys.queue, keys.fence)
         self._registry = registry_for(client)
         self._slot: OwnerSlot[Hold] = OwnerSlot(per_owner=thread_local)
         self._counters = Counters()
+        self._mutex = Mutex()  # the watchdog and the owners' threads share holds and counters
         self._on_lost = on_lost
         self._cancel_on_lost = cancel_on_lost
         self._seen_busy = False  # the last acquire had to wait: skip the fast path
 
-    # -- hooks: the arguments each kind adds to its scripts ------------------------
+    # -- redis-py's attributes -------------------------------------------------------
+
+    @property
+    def redis(self) -> Client:
+        """The client (redis-py's name for it)."""
+        return self.client
+
+    @property
+    def blocking(self) -> bool:
+        """Whether :meth:`acquire` waits by default (settable, as in redis-py)."""
+        return self._settings.blocking
+
+    @blocking.setter
+    def blocking(self, value: bool) -> None:
+        self._settings = dataclasses.replace(self._settings, blocking=bool(value))
+
+    @property
+    def blocking_timeout(self) -> float | None:
+        """How long :meth:`acquire` waits by default, None: forever (settable)."""
+        return self._settings.blocking_timeout
+
+    @blocking_timeout.setter
+    def blocking_timeout(self, value: float | None) -> None:
+        check_seconds("blocking_timeout", value, allow_none=True, name=self.name)
+        self._settings = dataclasses.replace(self._settings, blocking_timeout=value)
+
+    # -- hooks: each kind's script calls (the lock's here) -----------------------
 
     def _new_token(self) -> str:
         return new_token()
 
-    def _try_args(self, token: str) -> tuple[str | int, ...]:
-        return (token, self._settings.lease_ms)
+    def _try_call(self, token: str) -> Call:
+        k = self._keys
+        return (k.owner, k.queue, k.fence), (token, self._settings.lease_ms, IDLE_TTL_MS)
 
-    def _acquire_extra(self, reenter: bool) -> int:
-        """ARGV[4] of the acquire script."""
-        return int(reenter)
+    def _acquire_call(self, token: str, waiter_lease_ms: int, reenter: bool) -> Call:
+        k, settings = self._keys, self._settings
+        args = (
+            token,
+            settings.lease_ms,
+            waiter_lease_ms,
+            int(reenter),
+            settings.handoff_ms,
+            k.channel,
+            IDLE_TTL_MS,
+        )
+        return (k.owner, k.queue, k.waiters, k.fence), args
 
-    def _release_args(self, token: str) -> tuple[str | int, ...]:
-        return (token, self._settings.handoff_ms)
+    def _release_call(self, token: str) -> Call:
+        k = self._keys
+        args = (token, self._settings.handoff_ms, k.channel, IDLE_TTL_MS)
+        return (k.owner, k.queue, k.waiters, k.fence), args
 
-    def _leave_args(self, token: str, mode: str) -> tuple[str | int, ...]:
-        return (token, self._settings.handoff_ms, mode)
+    def _leave_call(self, token: str, mode: str) -> Call:
+        k = self._keys
+        args = (token, self._settings.handoff_ms, mode, k.channel, IDLE_TTL_MS)
+        return (k.owner, k.queue, k.waiters, k.fence), args
+
+    def _extend_call(self, token: str, ms: int, mode: str) -> Call:
+        return (self._keys.owner,), (token, ms, mode)
+
+    def _parse_try(self, reply: Any) -> int:
+        """The fencing token the fast path took (> 0), or 0."""
+        return int(reply)
+
+    def _limit_mismatch(self, answer: LimitMismatch) -> TenureError:
+        return PrimitiveError(f"unexpected reply {answer!r}", name=self.name)
 
     # -- state -----------------------------------------------------------------
 
@@ -190,8 +260,8 @@ class Leased:
     def fencing_token(self) -> int | None:
         """The fencing token of the current owner's hold, or None when not held.
 
-        Tokens grow strictly with every acquisition of this lock name, across
-        key expiry and (with AOF) server restarts.
+        Tokens grow strictly with every acquisition of this name, across key
+        expiry, idle periods and (with AOF) server restarts.
         """
         hold = self._slot.get()
         return None if hold is None else hold.fence
@@ -204,21 +274,23 @@ class Leased:
 
     @property
     def keys(self) -> LockKeys:
-        """The Redis keys this lock uses."""
+        """The Redis keys this primitive uses (and its wake-up channel)."""
         return self._keys
 
     def statistics(self) -> LockStatistics:
-        """Counters of this lock object in this process (see :class:`LockStatistics`)."""
-        hold = self._slot.get()
+        """Counters of this object in this process (see :class:`LockStatistics`)."""
+        hold = self._slot.get(adopt=False)
+        with self._mutex:
+            counters = asdict(self._counters)
         return LockStatistics(
             name=self.name,
             held=hold is not None and not hold.lost,
             fencing_token=None if hold is None else hold.fence,
-            **asdict(self._counters),
+            **counters,
         )
 
     def __repr__(self) -> str:
-        hold = self._slot.get()
+        hold = self._slot.get(adopt=False)
         if hold is None:
             state = "not held"
         elif hold.lost:
@@ -238,24 +310,32 @@ class Leased:
 
     def acquire(
         self,
+        sleep: float | None = None,
         blocking: bool | None = None,
         blocking_timeout: float | None = None,
         token: str | None = None,
     ) -> bool:
-        """Acquire the lock; return True if acquired, False if not (non-blocking or timed out).
+        """Acquire; return True if acquired, False if not (non-blocking or timed out).
 
-        A blocking acquire waits in FIFO order. ``token`` overrides the random
-        token (it must be unique per acquisition).
+        The arguments are redis-py's, in its order. A blocking acquire waits
+        in FIFO order and is woken by the release that hands it over;
+        ``sleep`` is accepted for compatibility and ignored (nothing polls).
+        ``token`` overrides the random token (it must be unique per
+        acquisition).
         """
         settings = self._settings
+        if sleep is not None:
+            check_seconds("sleep", sleep, allow_none=False, name=self.name)
         wait = settings.blocking if blocking is None else bool(blocking)
         if blocking_timeout is None:
             blocking_timeout = settings.blocking_timeout
         else:
             check_seconds("blocking_timeout", blocking_timeout, allow_none=False, name=self.name)
+        if isinstance(token, bytes):  # redis-py takes bytes tokens too
+            token = token.decode("utf-8")  # type: ignore[unreachable]
         if token is not None and (not isinstance(token, str) or not token):
             raise ArgumentError("token", "must be a non-empty str", name=self.name)
-        held = self._slot.get()
+        held = self._slot.get(adopt=False)
         if held is not None and not held.lost:
             if not settings.reentrant:
                 raise AlreadyHeldError(
@@ -268,35 +348,43 @@ class Leased:
         return self._acquire(wait, blocking_timeout, token or self._new_token())
 
     def _acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
-        settings = self._settings
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
-        if not (wait and self._seen_busy):
-            # Free and nobody waiting: one round trip. Skipped while this lock
-            # object keeps finding the lock busy, where it would be wasted.
-            sent = time.monotonic()
-            fence = int(self._run(self._scripts.try_, self._try_keys, self._try_args(token)))
-            if fence > 0:
-                taken = Acquired(fence=fence, lease_ms=settings.lease_ms)
-                self._took(token, taken, sent, started, holder, queued=False)
-                self._seen_busy = False
-                return True
-            if not wait:
-                return False
-        keys = self._acquire_keys(token)
-        args = (
-            token,
-            settings.lease_ms,
-            settings.waiter_lease_ms if wait else 0,
-            self._acquire_extra(False),
-            settings.handoff_ms,
-        )
+        try:
+            if not (wait and self._seen_busy):
+                # Free and nobody waiting: one round trip. Skipped while this
+                # object keeps finding it busy, where it would be wasted.
+                sent = time.monotonic()
+                keys, args = self._try_call(token)
+                fence = self._parse_try(shielded(self._run(self._scripts.try_, keys, args)))
+                if fence > 0:
+                    taken = Acquired(fence=fence, lease_ms=self._settings.lease_ms)
+                    self._took(token, taken, sent, started, holder, queued=False)
+                    self._seen_busy = False
+                    return True
+                if not wait:
+                    return False
+            return self._wait_in_line(token, started, deadline, holder)
+        except BaseException as exc:
+            # Cancelled, interrupted or failed after a script may have taken it
+            # (or queued us) for this token: give back whatever it did.
+            if not isinstance(exc, PrimitiveError):
+                shielded(self._leave_quietly(token, quiet=isinstance(exc, BackendError)))
+            raise
+
+    def _wait_in_line(
+        self, token: str, started: float, deadline: float | None, holder: object
+    ) -> bool:
+        settings = self._settings
+        room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
+        waiter = listen(self.client, self._keys.channel, token, room)
+        keys, args = self._acquire_call(token, settings.waiter_lease_ms, reenter=False)
         queued = False
         try:
             while True:
                 sent = time.monotonic()
-                answer = parse_acquire(self._run(self._scripts.acquire, keys, args))
+                answer = self._answer(shielded(self._run(self._scripts.acquire, keys, args)))
                 if isinstance(answer, Acquired):
                     self._took(token, answer, sent, started, holder, queued)
                     self._seen_busy = queued
@@ -304,110 +392,83 @@ class Leased:
                 if not queued:
                     queued = True
                     self._seen_busy = True
-                    self._counters.waiters += 1
+                    with self._mutex:
+                        self._counters.waiters += 1
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     return self._give_up(token, started, holder)
-                # Wake at the first of: our deadline, the owner's lease running
-                # out (a crashed owner), the time to refresh our place in line.
-                refresh_at = now + settings.waiter_lease * 0.4
-                wake_at = refresh_at
+                # Wake at the first of: a grant, our deadline, the owner's lease
+                # running out (a crashed owner), the time to refresh our place.
+                wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if answer.owner_ttl_ms >= 0:
                     wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + 0.002)
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
-                granted = self._wait(token, wake_at, precise=wake_at < refresh_at)
+                granted = waiter.wait(wake_at - now)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
                     self._took(token, granted, at, started, holder, queued)
                     return True
-        except BaseException:
-            if wait:
-                shielded(self._leave_quietly(token))
-            raise
         finally:
+            waiter.stop()
             if queued:
-                self._counters.waiters -= 1
+                with self._mutex:
+                    self._counters.waiters -= 1
+
+    def _answer(self, reply: Any) -> Acquired | Queued:
+        answer = parse_acquire(reply)
+        if isinstance(answer, LimitMismatch):
+            raise self._limit_mismatch(answer)
+        return answer
 
     def _reenter(self, hold: Hold) -> bool:
-        settings = self._settings
         sent = time.monotonic()
-        args = (hold.token, settings.lease_ms, 0, self._acquire_extra(True), settings.handoff_ms)
-        answer = parse_acquire(
-            self._run(self._scripts.acquire, self._acquire_keys(hold.token), args)
+        keys, args = self._acquire_call(hold.token, 0, reenter=True)
+        reply = guarded(
+            self._run(self._scripts.acquire, keys, args),
+            lambda reply: self._undo_reentry(hold, reply),
         )
+        answer = self._answer(reply)
         if not isinstance(answer, Acquired):
             self._mark_lost(hold)
             raise self._not_owned(f"re-entry found the {self._noun} lost", name=self.name)
-        hold.count += 1
-        hold.expires_at = sent + answer.lease_ms / 1000
+        with self._mutex:
+            hold.count += 1
+            hold.expires_at = sent + answer.lease_ms / 1000
         return True
 
-    def _acquire_keys(self, token: str) -> tuple[str, str, str, str, str]:
-        k = self._keys
-        return (k.owner, k.queue, k.waiters, k.fence, k.wake(token))
-
-    def _wait(self, token: str, wake_at: float, precise: bool) -> Acquired | None:
-        """Block until woken: by a release's grant, or at ``wake_at``.
-
-        The server's BLPOP timeout can be up to 100 ms late, which is fine
-        for refreshing our place in line; a ``precise`` wake-up (a deadline,
-        an owner's lease running out) is pushed by the watchdog instead.
-        """
-        wake_key = self._keys.wake(token)
-        dog = watchdog()
-        poke = None
-        if precise:
-            poke = dog.schedule(
-                Job(
-                    due=wake_at,
-                    client=self.client,
-                    script="wake",
-                    keys=(wake_key,),
-                    args=("wake", _WAKE_TTL_MS),
-                    on_result=_ignore,
-                    name=self.name,
-                )
-            )
-        timeout = max(0.05, wake_at - time.monotonic()) + (_WAKE_SAFETY if precise else 0.0)
-        try:
-            reply = self.client.blpop([wake_key], timeout=timeout)
-        except Exception as exc:
-            raise translate_error(
-                exc, name=self.name, doing=f"waiting for the {self._noun}"
-            ) from exc
-        finally:
-            dog.cancel(poke)
-        if not reply:
-            return None
-        return parse_wake(reply[1])
+    def _undo_reentry(self, hold: Hold, reply: Any) -> None:
+        """A re-entry was counted on the server but its caller was cancelled: count it down."""
+        if isinstance(parse_acquire(reply), Acquired):
+            keys, args = self._release_call(hold.token)
+            self._run(self._scripts.release, keys, args)
 
     def _give_up(self, token: str, started: float, holder: object) -> bool:
-        """The deadline passed: leave the queue, unless the lock was handed over meanwhile."""
+        """The deadline passed: leave the queue, unless it was handed over meanwhile."""
         sent = time.monotonic()
-        reply = shielded(
-            self._run(
-                self._scripts.leave, self._acquire_keys(token), self._leave_args(token, "keep")
-            )
-        )
+        keys, args = self._leave_call(token, "keep")
+        reply = shielded(self._run(self._scripts.leave, keys, args))
         if int(reply[0]) == 1:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
             self._took(token, granted, sent, started, holder, queued=True)
             return True
-        self._counters.timeouts += 1
+        with self._mutex:
+            self._counters.timeouts += 1
         return False
 
-    def _leave_quietly(self, token: str) -> bool:
-        """Leave the queue after a failure or cancellation; pass on a lock handed to us.
+    def _leave_quietly(self, token: str, quiet: bool = False) -> bool:
+        """Leave the queue and give back anything taken for ``token``.
 
         Returns False if the server could not be told (the waiter lease then
-        drops us from the queue within ``waiter_lease``).
+        drops us from the queue within ``waiter_lease``, a taken lease ends
+        with its lease).
         """
         try:
-            keys = self._acquire_keys(token)
-            self._run(self._scripts.leave, keys, self._leave_args(token, "pass"))
+            keys, args = self._leave_call(token, "pass")
+            self._run(self._scripts.leave, keys, args)
         except TenureError as exc:
-            logger.warning("tenure: could not leave the queue of %r: %s", self.name, exc)
+            log = logger.debug if quiet else logger.warning
+            log("tenure: could not leave the queue of %r: %s", self.name, exc)
             return False
         return True
 
@@ -429,15 +490,16 @@ class Leased:
             holder=holder,
             waited=now - started,
         )
-        self._slot.set(hold)
-        self._counters.record_acquired(hold.waited, contended=queued)
         settings = self._settings
-        if answer.lease_ms < settings.lease_ms:
-            # Handed over on a short lease: confirm the full lease at a third of
-            # it. A short hold is released before then and never pays for it.
-            self._schedule_renewal(hold, sent + answer.lease_ms / 3000)
-        elif settings.auto_renew or settings.max_hold is not None:
-            self._schedule_renewal(hold, sent + settings.lease / 3)
+        with self._mutex:
+            self._slot.set(hold)
+            self._counters.record_acquired(hold.waited, contended=queued)
+            if answer.lease_ms < settings.lease_ms:
+                # Handed over on a short lease: confirm the full lease at a third
+                # of it. A short hold is released before then and never pays.
+                self._schedule_renewal(hold, sent + answer.lease_ms / 3000)
+            elif settings.auto_renew or settings.max_hold is not None:
+                self._schedule_renewal(hold, sent + settings.lease / 3)
 
     # -- renewal ---------------------------------------------------------------
 
@@ -445,16 +507,26 @@ class Leased:
         ms = self._renewal_ms(hold)
         if ms is None:
             return
+        me = weakref.ref(self)  # a lock object nobody holds any more is not renewed
 
         def on_result(reply: Any, error: BaseException | None) -> float | None:
-            return self._renewed(hold, job, reply, error)
+            lock = me()
+            if lock is None:
+                logger.warning(
+                    "tenure: a %s of %r was garbage-collected while held; it ends with its lease",
+                    type(self).__name__,
+                    job.name,
+                )
+                return None
+            return lock._renewed(hold, job, reply, error)
 
+        keys, args = self._extend_call(hold.token, ms, "set")
         job = Job(
             due=due,
             client=self.client,
             script=self._scripts.extend,
-            keys=(self._keys.owner,),
-            args=(hold.token, ms, "set"),
+            keys=keys,
+            args=args,
             on_result=on_result,
             name=self.name,
             slack=(due - time.monotonic()) / 2,
@@ -476,111 +548,135 @@ class Leased:
         self, hold: Hold, job: Job, reply: Any, error: BaseException | None
     ) -> float | None:
         """Handle a renewal's outcome; return when the next one is due (or None)."""
+        with self._mutex:
+            if not self._slot.holds(hold) or hold.renewal is not job:
+                return None  # released (or replaced) while the renewal was in flight
+            if job.args[0] != hold.token:
+                # The hold changed its token while the renewal was in flight (a
+                # write lock downgraded): renew under the new token now.
+                job.args = self._extend_call(hold.token, int(job.args[1]), "set")[1]
+                return time.monotonic()
+            next_due, lost = self._next_renewal(hold, job, reply, error)
+        if lost:
+            self._mark_lost(hold)
+        return next_due
+
+    def _next_renewal(
+        self, hold: Hold, job: Job, reply: Any, error: BaseException | None
+    ) -> tuple[float | None, bool]:
+        """When the next renewal is due (None: no more), and whether the hold was lost."""
         now = time.monotonic()
         settings = self._settings
         if error is not None:
             if now >= hold.expires_at:
-                self._mark_lost(hold)
-                return None
+                return None, True
             logger.warning("tenure: renewing %r failed, retrying: %s", self.name, error)
-            return min(hold.expires_at, now + max(0.05, settings.lease / 10))
+            return min(hold.expires_at, now + max(0.05, settings.lease / 10)), False
         granted_ms = int(reply)
         if granted_ms <= 0:
-            self._mark_lost(hold)
-            return None
+            return None, True
         self._counters.renewals += 1
         # The job was sent no earlier than it was due: a conservative expiry.
         hold.expires_at = job.due + granted_ms / 1000
         if not settings.auto_renew and settings.max_hold is None:
-            return None
+            return None, False
         ms = self._renewal_ms(hold)
         if ms is None:
-            return None
-        job.args = (hold.token, ms, "set")
-        return now + ms / 3000
+            return None, False
+        job.args = self._extend_call(hold.token, ms, "set")[1]
+        return now + ms / 3000, False
 
     def _mark_lost(self, hold: Hold) -> None:
-        if hold.lost:
-            return
-        hold.lost = True
-        self._counters.lost += 1
-        logger.warning("tenure: lock %r was lost while held (fence %s)", self.name, hold.fence)
+        """Record that ``hold`` was lost while held (only a live hold, once)."""
+        with self._mutex:
+            if hold.lost or not self._slot.holds(hold):
+                return
+            hold.lost = True
+            self._counters.lost += 1
+        logger.warning(
+            "tenure: %s %r was lost while held (fence %s)", self._noun, self.name, hold.fence
+        )
         if self._cancel_on_lost and hold.guarded:
             cancel_holder(hold.holder)
         if self._on_lost is not None:
             self._on_lost(self)
 
     def _forget(self, hold: Hold) -> None:
-        if hold.renewal is not None:
-            watchdog().cancel(hold.renewal)
-            hold.renewal = None
-        self._slot.clear()
+        with self._mutex:
+            if hold.renewal is not None:
+                watchdog().cancel(hold.renewal)
+                hold.renewal = None
+            self._slot.clear(hold)
 
     # -- release, extend -------------------------------------------------------
 
     def release(self) -> None:
-        """Release the lock, handing it to the next waiter.
+        """Release, handing the primitive to the next waiter.
 
-        Raises :class:`LockNotOwnedError` if this owner does not hold it, or
-        if its lease ran out (or it was taken) before the release. If the
-        call fails on the network, the hold is forgotten and renewals stop:
-        the lock is then released or expires within its lease.
+        Raises :class:`LockNotOwnedError` (a redis-py ``LockNotOwnedError``)
+        if this owner does not hold it, or if its lease ran out (or it was
+        taken) before the release. If the call fails on the network, the hold
+        is forgotten and renewals stop: it is then released or expires within
+        its lease.
         """
         hold = self._slot.get()
         if hold is None:
             raise self._not_owned(
                 f"cannot release: this owner does not hold the {self._noun}", name=self.name
             )
-        keys = self._release_keys
         if hold.count == 1:
-            self._forget(hold)  # stop renewing before the lock can change hands
-        reply = int(
-            shielded(self._run(self._scripts.release, keys, self._release_args(hold.token)))
-        )
+            self._forget(hold)  # stop renewing before it can change hands
+        keys, args = self._release_call(hold.token)
+        reply = int(shielded(self._run(self._scripts.release, keys, args)))
         if reply == 2:
-            hold.count -= 1
+            with self._mutex:
+                hold.count -= 1
             return
         if hold.count > 1:
             self._forget(hold)  # the server held no more re-entries than this one
         if reply == 0:
-            if not hold.lost:
-                hold.lost = True
-                self._counters.lost += 1
+            with self._mutex:
+                if not hold.lost:
+                    hold.lost = True
+                    self._counters.lost += 1
             raise self._not_owned(
                 f"cannot release: the lease ran out or the {self._noun} was taken", name=self.name
             )
-        self._counters.record_released(hold)
+        with self._mutex:
+            self._counters.record_released(hold)
 
     def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """Add ``additional_time`` seconds to the lease (or set it, ``replace_ttl=True``).
 
-        Returns True; raises :class:`LockNotOwnedError` if the lock is not held.
+        Returns True; raises :class:`LockNotOwnedError` if it is not held.
         """
         check_seconds("additional_time", additional_time, allow_none=False, name=self.name)
         hold = self._require_hold("extend")
         return self._set_lease(hold, to_ms(additional_time), "set" if replace_ttl else "add")
 
     def reacquire(self) -> bool:
-        """Reset the lease to the lock's full ``timeout``; raise if not held."""
+        """Reset the lease to the full ``timeout``; raise if not held."""
         hold = self._require_hold("reacquire")
         return self._set_lease(hold, self._settings.lease_ms, "set")
 
     def _set_lease(self, hold: Hold, ms: int, mode: str) -> bool:
         sent = time.monotonic()
-        reply = int(self._run(self._scripts.extend, (self._keys.owner,), (hold.token, ms, mode)))
+        keys, args = self._extend_call(hold.token, ms, mode)
+        reply = int(self._run(self._scripts.extend, keys, args))
         if reply <= 0:
             self._mark_lost(hold)
             raise self._not_owned(
                 f"the {self._noun} is no longer held by this owner", name=self.name
             )
-        hold.expires_at = sent + reply / 1000
+        with self._mutex:
+            hold.expires_at = sent + reply / 1000
         return True
 
     def _require_hold(self, action: str) -> Hold:
         hold = self._slot.get()
         if hold is None:
             raise self._not_owned(
-                f"cannot {action}: this owner does not hold the lock", name=self.name
+                f"cannot {action}: this owner does not hold the {self._noun}", name=self.name
             )
         return hold
 
@@ -606,9 +702,10 @@ class Leased:
             raise AcquireTimeoutError(
                 f"could not acquire within {self._settings.blocking_timeout}s", name=self.name
             )
-        hold = self._slot.get()
-        if hold is not None and self._cancel_on_lost:
-            hold.guarded = True
+        hold = self._slot.get(adopt=False)
+        if hold is not None:
+            hold.entered = True
+            hold.guarded = self._cancel_on_lost
         return self
 
     def __exit__(
@@ -619,6 +716,12 @@ class Leased:
     ) -> None:
         hold = self._slot.get()
         if hold is None:
+            if exc is None:
+                self._release_failed(
+                    self._not_owned(
+                        f"the {self._noun} was released inside the with block", name=self.name
+                    )
+                )
             return
         if hold.lost:
             self._forget(hold)
@@ -627,18 +730,24 @@ class Leased:
                     f"the {self._noun} was lost; the block was cancelled", name=self.name
                 ) from exc
             if exc is None:
-                raise self._lost_error(
-                    f"the {self._noun} was lost while the block ran", name=self.name
+                self._release_failed(
+                    self._lost_error(
+                        f"the {self._noun} was lost while the block ran", name=self.name
+                    )
                 )
             return
         try:
             self.release()
         except self._not_owned as error:
             if exc is None:
-                raise self._lost_error(
+                lost = self._lost_error(
                     f"the {self._noun} was lost before the block ended", name=self.name
-                ) from error
+                )
+                lost.__cause__ = error
+                self._release_failed(lost)
 
-
-def _ignore(reply: Any, error: BaseException | None) -> None:
-    return None
+    def _release_failed(self, error: NotOwnedError) -> None:
+        """At ``with`` exit: raise ``error``, or log it (``raise_on_release_error=False``)."""
+        if self.raise_on_release_error:
+            raise error
+        logger.warning("tenure: %s", error)

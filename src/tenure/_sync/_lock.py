@@ -38,7 +38,16 @@ class Lock(Leased):
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
     * ``thread_local`` — the token belongs to the acquiring thread (sync) or
-      task (asyncio); ``False`` lets another thread or task release.
+      task (asyncio), with the rules of :mod:`tenure._owners` (a task started
+      from the owner, or the next user of a hold whose owner finished, may
+      release it); ``False`` lets any thread or task release.
+    * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or
+      released inside the block raises :class:`LockNotOwnedError` (or its
+      subclass :class:`LockLostError`); ``False`` logs a warning instead.
+
+    These eight come in redis-py's order, so ``client.lock(name,
+    lock_class=Lock)`` works. The rest are keyword-only:
+
     * ``auto_renew`` — renew the lease in the background (default: only when
       ``timeout`` is None).
     * ``reentrant`` — the owner may acquire again; each acquire needs a release.
@@ -65,8 +74,9 @@ class Lock(Leased):
         blocking: bool = True,
         blocking_timeout: float | None = None,
         thread_local: bool = True,
-        auto_renew: bool | None = None,
+        raise_on_release_error: bool = True,
         *,
+        auto_renew: bool | None = None,
         reentrant: bool = False,
         on_lost: Callable[[Lock], None] | None = None,
         cancel_on_lost: bool = False,
@@ -91,6 +101,7 @@ class Lock(Leased):
             on_lost=on_lost,
             cancel_on_lost=cancel_on_lost,
             prefix=prefix,
+            raise_on_release_error=raise_on_release_error,
         )
         self.timeout = timeout
         self.sleep = sleep

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from tenure._clients import translate_error
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
-from tenure._lock_core import new_token, to_text
+from tenure._lock_core import IDLE_TTL_MS, new_token, to_text
 from tenure._sync._scripting import Client
 from tenure._sync._semaphore import Semaphore
 
@@ -70,13 +71,17 @@ class WriteLock(_AsyncSide):
         if not hold.token.startswith("w"):
             raise self._not_owned("already downgraded to a read lock", name=self.name)
         read_token = "r" + hold.token[1:]
-        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT)
-        if int(self._run("rw_downgrade", self._release_keys, args)) == 0:
+        k = self._keys
+        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT, k.channel, IDLE_TTL_MS)
+        if int(self._run("rw_downgrade", k.all, args)) == 0:
             self._mark_lost(hold)
             raise self._not_owned("the write lock is no longer held", name=self.name)
-        hold.token = read_token
-        if hold.renewal is not None:
-            hold.renewal.args = (read_token, *hold.renewal.args[1:])
+        with self._mutex:
+            # A renewal in flight under the write token sees the change and
+            # renews again under the read token (see _renewed).
+            hold.token = read_token
+            if hold.renewal is not None:
+                hold.renewal.args = (read_token, *hold.renewal.args[1:])
 
 
 class ReadWriteLock:
@@ -95,7 +100,10 @@ class ReadWriteLock:
 
     def readers(self) -> int:
         """How many read holds there are now (0 while a writer holds)."""
-        holders = self.read.client.zrange(self.read.keys.owner, 0, -1)
+        try:
+            holders = self.read.client.zrange(self.read.keys.owner, 0, -1)
+        except Exception as exc:
+            raise translate_error(exc, name=self.name, doing="counting readers") from exc
         return sum(1 for token in holders if to_text(token).startswith("r"))
 
     def __repr__(self) -> str:

@@ -1,24 +1,25 @@
 -- tenure script: lock_leave
--- A waiter gives up (timed out, cancelled, or failed): leave the queue. If the
--- lock was handed to it meanwhile, keep it (ARGV[3] = keep) or pass it on
--- (ARGV[3] = pass). If the lock is free, wake the next waiter so a departing
--- head of the line stalls nobody.
+-- A waiter gives up (timed out, cancelled, or failed), or an acquire is
+-- undone: leave the queue. If the lock was handed to the caller meanwhile (or
+-- taken by the call being undone), keep it (ARGV[3] = keep) or pass it on
+-- (ARGV[3] = pass). If the lock is free, grant it to the next waiter so a
+-- departing head of the line stalls nobody.
 -- KEYS[1] owner hash {token, fence, count}
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
 -- KEYS[4] fencing counter
--- KEYS[5] the caller's wake list
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
+-- ARGV[4] the lock's wake-up channel (a pub/sub channel, not a key)
+-- ARGV[5] idle time in ms after which the fencing counter expires
 -- returns {1, fence, remaining lease ms} if the caller holds the lock (keep),
 --         {0} otherwise
 
 --! include queue
 --! include lock
-local owner_key, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner_key, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
-redis.call('DEL', wake)
 leave_queue(queue, waiters, token)
 local now = server_time()
 purge_waiters(queue, waiters, now)
@@ -31,6 +32,6 @@ if owner == token then
     owner = false
 end
 if not owner then
-    grant_next(owner_key, queue, waiters, fence, ARGV[2], now)
+    grant_next(owner_key, queue, waiters, fence, ARGV[2], now, ARGV[4], ARGV[5])
 end
 return {0}

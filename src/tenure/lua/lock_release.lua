@@ -7,6 +7,8 @@
 -- KEYS[4] fencing counter
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
+-- ARGV[3] the lock's wake-up channel (a pub/sub channel, not a key)
+-- ARGV[4] idle time in ms after which the fencing counter expires
 -- returns 0 not owned by the token, 1 released (and handed on if anyone
 --         waited), 2 still held (a re-entrant hold counted down)
 
@@ -24,7 +26,7 @@ end
 if redis.call('EXISTS', queue) == 1 then
     local now = server_time()
     purge_waiters(queue, waiters, now)
-    if grant_next(owner_key, queue, waiters, fence, ARGV[2], now) then
+    if grant_next(owner_key, queue, waiters, fence, ARGV[2], now, ARGV[3], ARGV[4]) then
         return 1  -- the owner hash now names the next waiter
     end
 end

@@ -4,38 +4,47 @@
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
--- KEYS[4] fencing counter (never expires)
--- KEYS[5] the caller's wake list
+-- KEYS[4] fencing counter
+-- KEYS[5] unconfirmed grants hash: token -> fence
+-- KEYS[6] the stored limit
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
--- ARGV[4] limit: how many permits exist
+-- ARGV[4] limit: how many permits exist (must match the stored one)
 -- ARGV[5] handoff lease in ms, for granting free permits to waiters
--- returns {1, fence, lease ms} when the caller holds a permit, or
+-- ARGV[6] the semaphore's wake-up channel (a pub/sub channel, not a key)
+-- ARGV[7] idle time in ms after which the counter and the limit expire
+-- returns {1, fence, lease ms} when the caller holds a permit,
 --         {0, ms until the first permit expires (-2 none), 0-based place in queue
---          (-1 none), server time in ms}
+--          (-1 none), server time in ms}, or
+--         {2, stored limit} if the stored limit differs from ARGV[4]
 
 --! include queue
 --! include semaphore
-local holders, queue, waiters, fence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, lease, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
+local holders, queue, waiters, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, lease = ARGV[1], tonumber(ARGV[2])
 local waiter_lease = tonumber(ARGV[3])
+local channel, idle_ms = ARGV[6], ARGV[7]
+local limit, differs = stored_limit(KEYS[6], ARGV[4], idle_ms)
+if differs then
+    return {2, limit}
+end
 local now, now_us = server_time()
-redis.call('ZREMRANGEBYSCORE', holders, '-inf', string.format('%d', now))
+purge_holders(holders, grants, now)
 purge_waiters(queue, waiters, now)
-grant_permits(holders, queue, waiters, fence, limit, ARGV[5], now)
+grant_permits(holders, queue, waiters, fence, grants, limit, ARGV[5], now, channel, idle_ms)
 
 if redis.call('ZSCORE', holders, token) then
     -- Granted while we waited (or just now): confirm the full lease.
     redis.call('ZADD', holders, string.format('%d', now + lease), token)
     keep_alive(holders, lease)
-    local f = fence_from_wake(wake)
-    redis.call('DEL', wake)
+    local f = tonumber(redis.call('HGET', grants, token) or '0')
+    redis.call('HDEL', grants, token)
+    leave_queue(queue, waiters, token)
     return {1, f, lease}
 end
 if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
-    redis.call('DEL', wake)
-    return {1, take_permit(holders, fence, token, lease, now), lease}
+    return {1, take_permit(holders, fence, token, lease, now, idle_ms), lease}
 end
 
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')

@@ -1,13 +1,14 @@
 -- tenure script: semaphore_extend
 -- Extend or reset the lease of the caller's permit.
 -- KEYS[1] holders zset
+-- KEYS[2] the stored limit (kept alive while permits are held)
 -- ARGV[1] token
 -- ARGV[2] milliseconds
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)
+-- ARGV[4] idle time in ms after which the limit expires
 -- returns the new remaining lease in ms, or 0 if the caller holds no live permit
 
 --! include queue
---! include semaphore
 local now = server_time()
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry or tonumber(expiry) <= now then
@@ -22,4 +23,5 @@ if ARGV[3] == 'add' then
 end
 redis.call('ZADD', KEYS[1], 'XX', string.format('%d', until_ms), ARGV[1])
 keep_alive(KEYS[1], until_ms - now)
+keep_alive(KEYS[2], ARGV[4])
 return until_ms - now

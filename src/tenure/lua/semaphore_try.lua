@@ -3,17 +3,24 @@
 -- (Also the read-write lock's: see lib/semaphore.lua.)
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset (only its existence is checked)
--- KEYS[3] fencing counter (never expires)
+-- KEYS[3] fencing counter
+-- KEYS[4] the stored limit
 -- ARGV[1] token
 -- ARGV[2] lease in ms
--- ARGV[3] limit: how many permits exist
--- returns the permit's fencing token (> 0) if taken, else 0
+-- ARGV[3] limit: how many permits exist (must match the stored one)
+-- ARGV[4] idle time in ms after which the counter and the limit expire
+-- returns the permit's fencing token (> 0) if taken, 0 if not, or -(stored
+--         limit) if the stored limit differs from ARGV[3]
 
 --! include queue
 --! include semaphore
+local limit, differs = stored_limit(KEYS[4], ARGV[3], ARGV[4])
+if differs then
+    return -limit
+end
 local now = server_time()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
-if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], tonumber(ARGV[3])) then
+if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], limit) then
     return 0
 end
-return take_permit(KEYS[1], KEYS[3], ARGV[1], ARGV[2], now)
+return take_permit(KEYS[1], KEYS[3], ARGV[1], ARGV[2], now, ARGV[4])

@@ -1,7 +1,11 @@
 -- Shared by every queued primitive (included, not run on its own): the
--- server's clock, the FIFO queue of waiters and their leases.
+-- server's clock, the FIFO queue of waiters and their leases, the fencing
+-- counter, and the wake-up message a grant publishes.
 --   queue   zset token -> arrival time in microseconds (server clock): FIFO order
 --   waiters zset token -> expiry of the waiter's own lease in ms (server clock)
+--   fence   counter: the fencing token of each acquisition; it expires once the
+--           primitive has been idle for idle_ms and then restarts from the server's
+--           clock in microseconds, so tokens only grow for a name
 
 -- The server's clock: milliseconds (a number) and microseconds (a string,
 -- exact: a Lua number would print it in floating-point notation).
@@ -9,6 +13,21 @@ local function server_time()
     local t = redis.call('TIME')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
         t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
+-- The next fencing token of a primitive. A counter that is gone (idle expiry,
+-- or a restart without persistence) goes on from the server's clock in
+-- microseconds: above every token it handed out before, since each of those
+-- took more than a microsecond of this server's time.
+local function next_fence(fence, idle_ms)
+    local f = redis.call('INCR', fence)
+    if f == 1 then
+        local t = redis.call('TIME')
+        f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        redis.call('SET', fence, string.format('%d', f))
+    end
+    redis.call('PEXPIRE', fence, idle_ms)
+    return f
 end
 
 -- Take `token` out of the queue and forget its waiter lease.
@@ -42,10 +61,12 @@ local function join_queue(queue, waiters, token, now, now_us, waiter_lease)
     return redis.call('ZRANK', queue, token)
 end
 
--- Tell the waiter with list `wake` that it was granted `fence` on a handoff
--- lease: "fence:handoff_ms:server time of the grant in ms". The list expires
--- if the waiter is gone.
-local function wake_waiter(wake, fence, handoff_ms, now)
-    redis.call('RPUSH', wake, fence .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
-    redis.call('PEXPIRE', wake, handoff_ms * 2 + 1000)
+-- Tell the waiter `token` that it was granted `fence` on a handoff lease, on
+-- the primitive's wake-up channel (a name the caller passed in ARGV, not a
+-- key): "token:fence:handoff_ms:server time of the grant in ms". Every
+-- process with a waiter on this primitive hears it and hands it to that
+-- waiter; a message nobody hears costs the waiter its next re-check.
+local function announce(channel, token, fence, handoff_ms, now)
+    redis.call('PUBLISH', channel,
+        token .. ':' .. string.format('%d', fence) .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
 end

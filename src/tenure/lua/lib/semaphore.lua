@@ -1,13 +1,30 @@
 -- Shared by the semaphore scripts (included after lib/queue).
 -- Key layout: like a lock's, but the owner is a sorted set of holders:
 --   holders  zset token -> expiry of that holder's permit in ms (server clock)
---   queue, waiters, fence, holders .. ':wake:' .. token   as for a lock
+--   queue, waiters, fence   as in lib/queue
+--   grants   hash token -> fence of a permit handed to a waiter and not yet
+--            confirmed by it (its wake-up message may have been missed)
+--   limit    the semaphore's limit, stored by its first user and kept while it is
+--            used; a caller with another limit is refused (set_limit changes it)
+-- Wake-ups go out on the semaphore's channel (ARGV), never to a key built here.
 
 -- A read-write lock is this semaphore with no limit and a mode in each
 -- token's first letter: "w" holds alone, "r" shares with other readers. A
 -- semaphore's tokens are hex, so none of them is a writer.
 local function is_writer(token)
     return string.sub(token, 1, 1) == 'w'
+end
+
+-- The stored limit, stored as `given` if there is none yet; kept alive for
+-- idle_ms. Returns the limit in force and whether it differs from `given`.
+local function stored_limit(limit_key, given, idle_ms)
+    local stored = redis.call('GET', limit_key)
+    if not stored then
+        redis.call('SET', limit_key, given, 'PX', idle_ms)
+        return tonumber(given), false
+    end
+    keep_alive(limit_key, idle_ms)
+    return tonumber(stored), tonumber(stored) ~= tonumber(given)
 end
 
 -- May `token` hold now, given the current holders (ignoring the queue)?
@@ -25,9 +42,18 @@ local function admissible(holders, token, limit)
     return not is_writer(redis.call('ZRANGE', holders, 0, 0)[1])
 end
 
+-- Drop the permits whose lease ran out, with any unconfirmed grant of theirs.
+local function purge_holders(holders, grants, now)
+    local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now))
+    for i = 1, #expired do
+        redis.call('ZREM', holders, expired[i])
+        redis.call('HDEL', grants, expired[i])
+    end
+end
+
 -- Give `token` a permit until now + lease_ms; return its fencing token.
-local function take_permit(holders, fence, token, lease_ms, now)
-    local f = redis.call('INCR', fence)
+local function take_permit(holders, fence, token, lease_ms, now, idle_ms)
+    local f = next_fence(fence, idle_ms)
     redis.call('ZADD', holders, string.format('%d', now + tonumber(lease_ms)), token)
     keep_alive(holders, lease_ms)
     return f
@@ -37,30 +63,21 @@ end
 -- in while someone waits): grant the waiters at the head for as long as they
 -- are admissible. A writer waiting at the head stops the readers behind it,
 -- so writers never starve. Each gets a short handoff lease until it
--- confirms, and exactly its wake list is pushed.
-local function grant_permits(holders, queue, waiters, fence, limit, handoff_ms, now)
+-- confirms; its grant is recorded and announced on the channel.
+local function grant_permits(holders, queue, waiters, fence, grants, limit, handoff_ms, now,
+                             channel, idle_ms)
     while true do
         local head = redis.call('ZRANGE', queue, 0, 0)[1]
         if not head or not admissible(holders, head, limit) then
             return
         end
         leave_queue(queue, waiters, head)
-        local f = take_permit(holders, fence, head, handoff_ms, now)
-        wake_waiter(holders .. ':wake:' .. head, f, handoff_ms, now)
+        local f = take_permit(holders, fence, head, handoff_ms, now, idle_ms)
+        redis.call('HSET', grants, head, string.format('%d', f))
+        keep_alive(grants, handoff_ms * 2 + 1000)
+        announce(channel, head, f, handoff_ms, now)
         if is_writer(head) then
             return
         end
     end
-end
-
--- The fencing token of a grant still waiting in the caller's wake list.
-local function fence_from_wake(wake)
-    local items = redis.call('LRANGE', wake, 0, -1)
-    for i = 1, #items do
-        local fence = string.match(items[i], '^(%d+):')
-        if fence then
-            return tonumber(fence)
-        end
-    end
-    return 0
 end

@@ -1,0 +1,301 @@
+"""Waiting without the user's connections, redis-py drop-in, ownership and leftovers.
+
+Written once for asyncio and generated for threads (issue 9's contract).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+
+from tenure import (
+    AsyncLock,
+    AsyncReadWriteLock,
+    AsyncSemaphore,
+    LockLostError,
+    LockNotOwnedError,
+    SemaphoreLimitError,
+)
+from tenure._async._wakeups import AsyncWakeups, wakeups_for
+from tenure._lock_core import IDLE_TTL_MS
+from tenure.server import ServerProcess
+from tests._backend_asyncio import gather, sleep
+
+_blocking_pool: Any = redis.asyncio.BlockingConnectionPool  # untyped in redis-py
+
+
+def _closed(wakeups: AsyncWakeups) -> bool:
+    return wakeups.closed
+
+
+async def _client_count(admin: redis.asyncio.Redis) -> int:
+    return len(await admin.client_list())
+
+
+async def test_waiters_never_take_the_users_pooled_connections(
+    tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    pool = _blocking_pool(
+        host=tenure_server.host, port=tenure_server.port, max_connections=3, timeout=5
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    held: list[float] = []
+
+    async def worker() -> None:
+        lock = AsyncLock(client, "bounded", blocking_timeout=10)
+        for _ in range(3):
+            async with lock:
+                held.append(time.monotonic())
+                await sleep(0.005)
+
+    started = time.monotonic()
+    await gather(*[worker for _ in range(6)])
+    elapsed = time.monotonic() - started
+    assert len(held) == 18
+    # The old BLPOP waiters took 50 s here; redis-py's Lock about 0.5 s.
+    assert elapsed < 8, elapsed
+    await client.aclose()
+    await pool.disconnect()
+
+
+async def test_a_single_connection_client_releases_without_delay(
+    tenure_server: ServerProcess,
+) -> None:
+    holder_client = redis.asyncio.Redis(
+        host=tenure_server.host, port=tenure_server.port, single_connection_client=True
+    )
+    waiter_client = redis.asyncio.Redis(
+        host=tenure_server.host, port=tenure_server.port, single_connection_client=True
+    )
+    holder = AsyncLock(holder_client, "single", thread_local=False)
+    waiter = AsyncLock(waiter_client, "single", blocking_timeout=5)
+    assert await holder.acquire()
+    before = wakeups_for(waiter_client).messages
+
+    async def wait_for_it() -> float:
+        assert await waiter.acquire()
+        return time.monotonic()
+
+    async def release_soon() -> float:
+        await sleep(0.3)
+        await holder.release()
+        return time.monotonic()
+
+    got, released = await gather(wait_for_it, release_soon)
+    assert got - released < 0.5
+    assert wakeups_for(waiter_client).messages > before  # woken by the grant, not a re-check
+    await waiter.release()
+    await holder_client.aclose()
+    await waiter_client.aclose()
+
+
+async def test_many_waiters_share_one_connection(
+    tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    pool = _blocking_pool(
+        host=tenure_server.host, port=tenure_server.port, max_connections=4, timeout=10
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    holder = AsyncLock(tenure_async_client, "crowded", thread_local=False)
+    assert await holder.acquire()
+    baseline = await _client_count(tenure_async_client)
+    seen: list[int] = []
+    waiters = 40
+
+    async def wait_in_line() -> None:
+        lock = AsyncLock(client, "crowded", blocking_timeout=20)
+        assert await lock.acquire()
+        await lock.release()
+
+    async def watch() -> None:
+        await sleep(1.0)
+        seen.append(await _client_count(tenure_async_client))
+        await holder.release()
+
+    await gather(watch, *[wait_in_line for _ in range(waiters)])
+    # The user's pool (4) plus tenure's one subscriber connection.
+    assert seen[0] - baseline <= 4 + 2, (seen, baseline)
+    await client.aclose()
+    await pool.disconnect()
+
+
+async def test_the_wakeup_connection_closes_when_idle(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    holder = AsyncLock(tenure_async_client, "idle", thread_local=False)
+    waiter = AsyncLock(other_client, "idle", blocking_timeout=5)
+    assert await holder.acquire()
+
+    async def release_soon() -> None:
+        await sleep(0.2)
+        await holder.release()
+
+    async def take() -> None:
+        assert await waiter.acquire()
+        await waiter.release()
+
+    await gather(release_soon, take)
+    wakeups = wakeups_for(other_client)
+    assert not _closed(wakeups)
+    for _ in range(40):
+        await sleep(0.1)
+        if _closed(wakeups):
+            break
+    assert _closed(wakeups)
+
+
+async def test_lock_class_hook_and_redis_py_signature(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    client: Any = tenure_async_client  # redis-py's stubs expect its own Lock class here
+    lock = client.lock("hooked", lock_class=AsyncLock, raise_on_release_error=False)
+    assert isinstance(lock, AsyncLock)
+    assert lock.redis is tenure_async_client
+    assert lock.raise_on_release_error is False
+    assert lock.thread_local is True
+    positional = AsyncLock(tenure_async_client, "pos", 5, 0.01, False, 2.0, False, False)
+    assert (positional.timeout, positional.sleep, positional.blocking) == (5, 0.01, False)
+    assert (positional.blocking_timeout, positional.thread_local) == (2.0, False)
+    assert positional.raise_on_release_error is False
+    assert await lock.acquire(sleep=0.05, blocking=False)
+    await lock.release()
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        await lock.release()
+    with pytest.raises(redis.exceptions.LockError):
+        await lock.release()
+    positional.blocking_timeout = 0.1
+    assert positional.blocking_timeout == 0.1
+
+
+async def test_with_block_reports_a_release_inside_it(
+    tenure_async_client: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    lock = AsyncLock(tenure_async_client, "inside")
+    with pytest.raises(LockNotOwnedError, match="released inside"):
+        async with lock:
+            await lock.release()
+    quiet = AsyncLock(tenure_async_client, "inside", raise_on_release_error=False)
+    with caplog.at_level(logging.WARNING, logger="tenure.lock"):
+        async with quiet:
+            await quiet.release()
+    assert "released inside" in caplog.text
+
+
+async def test_a_lost_lease_in_a_with_block_is_a_lock_not_owned_error(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "short", timeout=0.2)
+    with pytest.raises(redis.exceptions.LockNotOwnedError) as caught:
+        async with lock:
+            await sleep(0.4)
+            assert await AsyncLock(tenure_async_client, "short").acquire(blocking=False)
+    assert isinstance(caught.value, LockLostError)
+    quiet = AsyncLock(tenure_async_client, "short2", timeout=0.2, raise_on_release_error=False)
+    async with quiet:
+        await sleep(0.4)  # lost: logged, not raised
+
+
+async def test_semaphore_limit_is_stored_on_the_server(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    one = AsyncSemaphore(tenure_async_client, "limited", 1)
+    five = AsyncSemaphore(tenure_async_client, "limited", 5)
+    assert await one.acquire()
+    with pytest.raises(SemaphoreLimitError) as caught:
+        await five.acquire(blocking=False)
+    assert (caught.value.stored, caught.value.given) == (1, 5)
+    with pytest.raises(SemaphoreLimitError):
+        await five.acquire(blocking_timeout=1)
+    assert await one.holders() == 1
+    # Changing it is an explicit call, for everyone.
+    assert await five.set_limit(5) == 1
+    assert await five.acquire(blocking=False)
+    with pytest.raises(SemaphoreLimitError):
+        await AsyncSemaphore(tenure_async_client, "limited", 1).acquire(blocking=False)
+    await five.release()
+    await one.release()
+
+
+async def test_a_larger_limit_lets_waiters_in(tenure_async_client: redis.asyncio.Redis) -> None:
+    sem = AsyncSemaphore(tenure_async_client, "grow", 1, thread_local=False)
+    assert await sem.acquire()
+    other = AsyncSemaphore(tenure_async_client, "grow", 1, blocking_timeout=5)
+
+    async def wait() -> float:
+        assert await other.acquire()
+        return time.monotonic()
+
+    async def grow() -> float:
+        await sleep(0.2)
+        await AsyncSemaphore(tenure_async_client, "grow", 1).set_limit(2)
+        return time.monotonic()
+
+    got, grown = await gather(wait, grow)
+    assert got - grown < 0.5
+    assert await sem.holders() == 2
+
+
+async def test_an_idle_primitive_leaves_no_key_without_expiry(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    await tenure_async_client.flushdb()
+    lock = AsyncLock(tenure_async_client, "idle-lock")
+    sem = AsyncSemaphore(tenure_async_client, "idle-sem", 2)
+    rw = AsyncReadWriteLock(tenure_async_client, "idle-rw")
+    for primitive in (lock, sem, rw.read, rw.write):
+        async with primitive:
+            pass
+    keys = await tenure_async_client.keys("*")
+    assert keys
+    for key in keys:
+        ttl = await tenure_async_client.pttl(key)
+        assert 0 < ttl <= IDLE_TTL_MS, (key, ttl)
+
+
+async def test_fencing_tokens_grow_after_the_counter_is_gone(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "reborn")
+    seen: list[int | None] = []
+    for _ in range(3):
+        async with lock:
+            seen.append(lock.fencing_token)
+        # The idle expiry (or a restart without persistence) removed the counter.
+        await tenure_async_client.delete(lock.keys.fence)
+    numbers = [n for n in seen if n is not None]
+    assert numbers == sorted(numbers) and len(set(numbers)) == 3
+    sem = AsyncSemaphore(tenure_async_client, "reborn-sem", 1)
+    fences: list[int | None] = []
+    for _ in range(3):
+        async with sem:
+            fences.append(sem.fencing_token)
+        await tenure_async_client.delete(sem.keys.fence)
+    numbers = [n for n in fences if n is not None]
+    assert numbers == sorted(numbers) and len(set(numbers)) == 3
+
+
+async def test_waiters_are_woken_on_a_cluster(
+    tenure_async_cluster_client: redis.asyncio.cluster.RedisCluster,
+) -> None:
+    holder = AsyncLock(tenure_async_cluster_client, "cluster-wake", thread_local=False)
+    waiter = AsyncLock(tenure_async_cluster_client, "cluster-wake", blocking_timeout=5)
+    assert await holder.acquire()
+    wakeups = wakeups_for(tenure_async_cluster_client)
+    before = wakeups.messages
+
+    async def take() -> None:
+        assert await waiter.acquire()
+
+    async def release_soon() -> None:
+        await sleep(0.3)
+        await holder.release()
+
+    await gather(take, release_soon)
+    assert wakeups.messages > before
+    await waiter.release()
