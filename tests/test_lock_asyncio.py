@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
 
 import pytest
 import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from tenure import AsyncLock, Lock, LockLostError, LockNotOwnedError, ServerUnavailableError
-from tenure.server import ServerProcess
+from tenure import (
+    AsyncLock,
+    AsyncReadWriteLock,
+    Lock,
+    LockLostError,
+    LockNotOwnedError,
+    ServerUnavailableError,
+)
+from tenure._async._watchdog import watchdog
+from tenure.server import FaultProxy, ServerProcess
 from tests.conftest import ServerFactory
 
 
@@ -106,3 +116,160 @@ async def test_server_down_is_a_clear_error(tenure_server_factory: ServerFactory
             await lock.acquire()
     finally:
         await client.aclose()
+
+
+# -- ownership when asyncio runs the call in a task of its own --------------------
+
+
+async def test_acquire_under_wait_for_then_release(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "wait-for")
+    assert await asyncio.wait_for(lock.acquire(), 2)
+    assert lock.fencing_token is not None
+    assert await lock.owned()
+    await lock.release()
+    assert not await lock.locked()
+
+
+async def test_acquire_under_gather_then_release(tenure_async_client: redis.asyncio.Redis) -> None:
+    lock = AsyncLock(tenure_async_client, "gathered")
+    assert list(await asyncio.gather(lock.acquire())) == [True]
+    await lock.release()
+    assert not await lock.locked()
+
+
+async def test_release_under_shield_and_create_task(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "shielded")
+    assert await lock.acquire()
+    await asyncio.shield(lock.release())
+    assert not await lock.locked()
+    assert await lock.acquire()
+    await asyncio.create_task(lock.release())
+    assert not await lock.locked()
+    async with lock:
+        await asyncio.create_task(lock.extend(1))
+    assert not await lock.locked()
+
+
+async def test_a_second_task_waits_instead_of_adopting(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "no-adopt", blocking_timeout=0.3)
+    assert await asyncio.wait_for(lock.acquire(), 2)  # an orphaned hold (its task ended)
+
+    async def other() -> bool:
+        return await lock.acquire()  # must wait for it, not take it over
+
+    assert await asyncio.create_task(other()) is False
+    await lock.release()
+
+
+async def test_a_hold_nobody_can_release_is_not_renewed(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "forgotten", timeout=0.3, auto_renew=True)
+    assert await lock.acquire()
+    await asyncio.sleep(0.5)
+    assert await lock.locked()  # renewed while its object lives
+    del lock
+    gc.collect()
+    await asyncio.sleep(0.6)
+    assert not await tenure_async_client.exists("tenure:lock:{forgotten}")
+
+
+# -- cancellation after the server ran the script, reply in flight ------------------
+
+
+async def test_cancelled_fast_path_acquire_leaves_no_hold(
+    tenure_proxy: FaultProxy, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    client = tenure_proxy.async_client()
+    lock = AsyncLock(client, "in-flight", timeout=30)
+    async with lock:  # the scripts are loaded, the connection is made
+        pass
+    tenure_proxy.set_latency(0.3, direction="downstream")
+    task = asyncio.create_task(lock.acquire())
+    await asyncio.sleep(0.1)  # the script ran on the server; its reply is delayed
+    assert await tenure_async_client.exists("tenure:lock:{in-flight}")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await tenure_async_client.exists("tenure:lock:{in-flight}")
+    assert lock.fencing_token is None
+    tenure_proxy.clear()
+    await client.aclose()
+
+
+async def test_cancelled_queued_acquire_leaves_no_hold(
+    tenure_proxy: FaultProxy, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    holder = AsyncLock(tenure_async_client, "in-flight-2", thread_local=False)
+    assert await holder.acquire()
+    client = tenure_proxy.async_client()
+    waiter = AsyncLock(client, "in-flight-2")
+    task = asyncio.create_task(waiter.acquire())
+    await asyncio.sleep(0.3)  # queued
+    tenure_proxy.set_latency(0.3, direction="downstream")
+    await holder.release()  # handed to the waiter inside the script
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    owner = await tenure_async_client.hget("tenure:lock:{in-flight-2}", "token")
+    assert owner is None
+    tenure_proxy.clear()
+    await client.aclose()
+
+
+async def test_cancelled_reentry_is_counted_down(
+    tenure_proxy: FaultProxy, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    client = tenure_proxy.async_client()
+    lock = AsyncLock(client, "re-in-flight", reentrant=True)
+    assert await lock.acquire()
+    tenure_proxy.set_latency(0.3, direction="downstream")
+    task = asyncio.create_task(lock.acquire())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    tenure_proxy.clear()
+    await lock.release()  # the one acquisition that returned
+    assert not await tenure_async_client.exists("tenure:lock:{re-in-flight}")
+    await client.aclose()
+
+
+# -- races -----------------------------------------------------------------------
+
+
+async def test_a_renewal_in_flight_during_downgrade_does_not_lose_the_hold(
+    tenure_proxy: FaultProxy, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    client = tenure_proxy.async_client()
+    rw = AsyncReadWriteLock(client, "downgrade-race", timeout=3, auto_renew=True)
+    for side in (rw.write, rw.read):  # the scripts are loaded
+        async with side:
+            pass
+    await asyncio.gather(*(client.ping() for _ in range(3)))  # pooled connections are open
+    lost: list[object] = []
+    rw.write._on_lost = lost.append
+    assert await rw.write.acquire()
+    renewal = rw.write._slot.get().renewal  # type: ignore[union-attr]
+    tenure_proxy.set_latency(0.2, direction="upstream")
+    downgrade = asyncio.create_task(rw.write.downgrade())
+    await asyncio.sleep(0.05)
+    # The renewal goes out now, under the write token, and reaches the server
+    # after the downgrade: the server answers "not held" for the write token.
+    renewal.due, renewal.slack = time.monotonic(), 0.0
+    watchdog()._wakeup.set()
+    await downgrade
+    await asyncio.sleep(0.6)
+    tenure_proxy.clear()
+    assert renewal.args[0].startswith("r")  # it renewed again, under the read token
+    assert not lost and not rw.write.lost
+    assert await rw.readers() == 1
+    await rw.write.release()
+    await client.aclose()

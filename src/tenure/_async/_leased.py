@@ -507,13 +507,14 @@ class AsyncLeased:
         if ms is None:
             return
         me = weakref.ref(self)  # a lock object nobody holds any more is not renewed
+        kind = type(self).__name__
 
         def on_result(reply: Any, error: BaseException | None) -> float | None:
             lock = me()
             if lock is None:
                 logger.warning(
                     "tenure: a %s of %r was garbage-collected while held; it ends with its lease",
-                    type(self).__name__,
+                    kind,
                     job.name,
                 )
                 return None

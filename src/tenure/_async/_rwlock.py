@@ -76,11 +76,10 @@ class AsyncWriteLock(_AsyncSide):
             self._mark_lost(hold)
             raise self._not_owned("the write lock is no longer held", name=self.name)
         with self._mutex:
-            # A renewal in flight under the write token sees the change and
-            # renews again under the read token (see _renewed).
+            # The next renewal (or one in flight) still carries the write
+            # token: its reply sees the change and it renews again under the
+            # read token (see _renewed), so it never marks the hold lost.
             hold.token = read_token
-            if hold.renewal is not None:
-                hold.renewal.args = (read_token, *hold.renewal.args[1:])
 
 
 class AsyncReadWriteLock:

@@ -191,9 +191,12 @@ class AsyncWakeups:
     async def _read(self) -> None:
         try:
             await self._read_until_closed()
-        finally:
+        finally:  # closed, or cancelled with its event loop
             with self._mutex:
+                self._closed = True
                 conn, self._conn = self._conn, None
+            _forget(self)
+            self._janitor_wakeup.set()
             if conn is not None:
                 await _disconnect(conn)
 
@@ -264,6 +267,8 @@ class AsyncWakeups:
         while True:
             await self._janitor_wakeup.wait(LINGER)
             self._janitor_wakeup.clear()
+            if self.closed:  # the reader ended (its event loop is closing)
+                return
             now = time.monotonic()
             with self._mutex:
                 stale = [

@@ -192,9 +192,12 @@ class Wakeups:
     def _read(self) -> None:
         try:
             self._read_until_closed()
-        finally:
+        finally:  # closed, or cancelled with its event loop
             with self._mutex:
+                self._closed = True
                 conn, self._conn = self._conn, None
+            _forget(self)
+            self._janitor_wakeup.set()
             if conn is not None:
                 _disconnect(conn)
 
@@ -265,6 +268,8 @@ class Wakeups:
         while True:
             self._janitor_wakeup.wait(LINGER)
             self._janitor_wakeup.clear()
+            if self.closed:  # the reader ended (its event loop is closing)
+                return
             now = time.monotonic()
             with self._mutex:
                 stale = [

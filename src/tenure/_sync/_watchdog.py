@@ -74,6 +74,7 @@ class Watchdog:
         self._idle_since: float | None = None
         self._sleep_until = float("-inf")  # when the sleeping task wakes by itself
         self._cancelled = 0
+        self._worker: Any = None  # the background task (thread), strongly referenced
         self.batches = 0
         self.calls = 0
 
@@ -89,7 +90,8 @@ class Watchdog:
             if not self._running:
                 self._running = True
                 self._sleep_until = float("-inf")
-                start_background(self._run, "tenure-watchdog")
+                # Kept here: the event loop holds its tasks only weakly.
+                self._worker = start_background(self._run, "tenure-watchdog")
             elif job.due + job.slack < self._sleep_until:
                 self._wakeup.set()  # it sleeps past this job's window: wake it to re-plan
         return job
