@@ -1,0 +1,132 @@
+"""The sans-IO core and the ownership rules, without a server."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tenure
+from tenure._lock_core import (
+    Acquired,
+    LimitMismatch,
+    LockKeys,
+    Queued,
+    parse_acquire,
+    parse_grant,
+)
+from tenure._owners import BaseOwnerSlot
+
+tokens = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40)
+
+
+@given(tokens, st.integers(1, 2**62), st.integers(1, 10**7), st.integers(0, 2**50))
+def test_a_grant_message_parses_back(token: str, fence: int, lease: int, server_ms: int) -> None:
+    message = f"{token}:{fence}:{lease}:{server_ms}"
+    for raw in (message, message.encode()):
+        parsed_token, grant = parse_grant(raw)
+        assert parsed_token == token
+        assert grant == Acquired(fence=fence, lease_ms=lease, server_ms=server_ms)
+
+
+@given(st.text(max_size=30))
+def test_a_message_that_is_no_grant_is_nobodys(text: str) -> None:
+    token, grant = parse_grant(text)
+    if grant is None:
+        assert token == text
+
+
+def test_acquire_replies() -> None:
+    assert parse_acquire([1, 7, 30000]) == Acquired(fence=7, lease_ms=30000)
+    assert parse_acquire([2, 5]) == LimitMismatch(stored=5)
+    assert parse_acquire([0, -2, 3, 99]) == Queued(owner_ttl_ms=-2, position=3, server_ms=99)
+
+
+@given(st.text(min_size=1, max_size=30).filter(lambda n: "{" not in n and "}" not in n))
+def test_every_key_shares_the_hash_tag(name: str) -> None:
+    keys = LockKeys.for_name("tenure:lock:", name)
+    tag = f"{{{name}}}"
+    assert all(tag in key for key in (*keys.all, keys.channel))
+    assert len(set(keys.all)) == 6
+
+
+def test_tenure_errors_are_redis_py_errors() -> None:
+    assert issubclass(tenure.LockNotOwnedError, redis.exceptions.LockNotOwnedError)
+    assert issubclass(tenure.LockLostError, tenure.LockNotOwnedError)
+    assert issubclass(tenure.SemaphoreLostError, tenure.SemaphoreNotOwnedError)
+    assert issubclass(tenure.AcquireTimeoutError, redis.exceptions.LockError)
+    assert issubclass(tenure.AlreadyHeldError, redis.exceptions.LockError)
+    assert issubclass(tenure.SemaphoreLimitError, redis.exceptions.LockError)
+    assert issubclass(tenure.ServerUnavailableError, redis.exceptions.ConnectionError)
+    assert issubclass(tenure.ScriptError, redis.exceptions.ResponseError)
+    assert issubclass(tenure.PermissionDeniedError, redis.exceptions.NoPermissionError)
+    assert issubclass(tenure.BackendError, redis.exceptions.RedisError)
+    error = tenure.LockLostError("lost", name="orders")
+    assert error.lock_name == "orders"
+    assert str(error) == "lost ['orders']"
+    assert repr(error) == "LockLostError(\"lost ['orders']\")"
+    with pytest.raises(redis.exceptions.LockError):
+        raise tenure.AcquireTimeoutError("busy", name="orders")
+
+
+class _Hold:
+    pass
+
+
+def _slot() -> BaseOwnerSlot[_Hold]:
+    return BaseOwnerSlot(
+        True,
+        threading.current_thread,
+        lambda t: not t.is_alive(),  # type: ignore[attr-defined]
+    )
+
+
+def test_a_live_owners_hold_is_its_own() -> None:
+    slot = _slot()
+    hold = _Hold()
+    seen: list[object] = []
+
+    def take() -> None:
+        slot.set(hold)
+        seen.append(slot.get())
+        started.set()
+        finish.wait(5)
+
+    started, finish = threading.Event(), threading.Event()
+    owner = threading.Thread(target=take)
+    owner.start()
+    assert started.wait(5)
+    assert seen == [hold]
+    assert slot.get() is None  # another thread, its owner alive
+    finish.set()
+    owner.join()
+    assert slot.get(adopt=False) is None  # acquire never takes it over
+    assert slot.get() is hold  # orphaned: adopted by the next user
+    assert slot.get() is hold  # now ours
+    slot.clear(hold)
+    assert slot.get() is None and not slot.holds(hold)
+
+
+def test_two_orphans_are_nobodys() -> None:
+    slot = _slot()
+    holds = [_Hold(), _Hold()]
+    for hold in holds:
+        thread = threading.Thread(target=slot.set, args=(hold,))
+        thread.start()
+        thread.join()
+    assert slot.get() is None
+    assert slot.owners() == 2
+
+
+def test_shared_slot() -> None:
+    slot: BaseOwnerSlot[_Hold] = BaseOwnerSlot(False, threading.current_thread, lambda t: False)
+    hold = _Hold()
+    thread = threading.Thread(target=slot.set, args=(hold,))
+    thread.start()
+    thread.join()
+    assert slot.get() is hold
+    slot.clear(hold)
+    assert slot.get() is None
