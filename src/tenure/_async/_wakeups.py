@@ -335,7 +335,8 @@ def _target(client: Any) -> tuple[tuple[Any, ...], Callable[[], Any], str]:
     """Who ``client`` talks to, and how to open a connection of our own to it."""
     if is_cluster(client):
         nodes = sorted((node.host, node.port) for node in client.get_nodes())
-        return ("cluster", *nodes), lambda: _cluster_connection(client), f"cluster {nodes[0]}"
+        server = ("cluster", *nodes) if nodes else ("cluster", id(client))
+        return server, lambda: _cluster_connection(client), f"cluster {nodes[:1]}"
     pool = client.connection_pool
     kwargs = _own_settings(pool.connection_kwargs)
     where = (kwargs.get("path"), kwargs.get("host"), kwargs.get("port"))
