@@ -336,12 +336,12 @@ def _target(client: Any) -> tuple[tuple[Any, ...], Callable[[], Any], str]:
     """Who ``client`` talks to, and how to open a connection of our own to it."""
     if is_cluster(client):
         nodes = sorted((node.host, node.port) for node in client.get_nodes())
-        server = ("cluster", *nodes) if nodes else ("cluster", id(client))
+        server: tuple[Any, ...] = ("cluster", *nodes) if nodes else ("cluster", id(client))
         return server, lambda: _cluster_connection(client), f"cluster {nodes[:1]}"
     pool = client.connection_pool
     kwargs = _own_settings(pool.connection_kwargs)
     where = (kwargs.get("path"), kwargs.get("host"), kwargs.get("port"))
-    server = (pool.connection_class, *where, kwargs.get("username"))
+    server = (pool.connection_class, *where, kwargs.get("username"))  # the db is not part of it
     describe = str(where[0] or f"{where[1]}:{where[2]}")
     return server, lambda: pool.connection_class(**kwargs), describe
 
