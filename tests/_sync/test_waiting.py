@@ -30,6 +30,13 @@ from tests._backend_threads import gather, sleep
 _blocking_pool: Any = redis.BlockingConnectionPool  # untyped in redis-py
 
 
+def _bounded_client(server: ServerProcess, connections: int) -> redis.Redis:
+    pool = _blocking_pool(
+        host=server.host, port=server.port, max_connections=connections, timeout=10
+    )
+    return redis.Redis(connection_pool=pool)
+
+
 def _closed(wakeups: Wakeups) -> bool:
     return wakeups.closed
 
@@ -41,10 +48,7 @@ def _client_count(admin: redis.Redis) -> int:
 def test_waiters_never_take_the_users_pooled_connections(
     tenure_server: ServerProcess, tenure_client: redis.Redis
 ) -> None:
-    pool = _blocking_pool(
-        host=tenure_server.host, port=tenure_server.port, max_connections=3, timeout=5
-    )
-    client = redis.Redis(connection_pool=pool)
+    client = _bounded_client(tenure_server, 3)
     held: list[float] = []
 
     def worker() -> None:
@@ -61,7 +65,7 @@ def test_waiters_never_take_the_users_pooled_connections(
     # The old BLPOP waiters took 50 s here; redis-py's Lock about 0.5 s.
     assert elapsed < 8, elapsed
     client.close()
-    pool.disconnect()
+    client.connection_pool.disconnect()
 
 
 def test_a_single_connection_client_releases_without_delay(
@@ -98,10 +102,7 @@ def test_a_single_connection_client_releases_without_delay(
 def test_many_waiters_share_one_connection(
     tenure_server: ServerProcess, tenure_client: redis.Redis
 ) -> None:
-    pool = _blocking_pool(
-        host=tenure_server.host, port=tenure_server.port, max_connections=4, timeout=10
-    )
-    client = redis.Redis(connection_pool=pool)
+    client = _bounded_client(tenure_server, 4)
     holder = Lock(tenure_client, "crowded", thread_local=False)
     assert holder.acquire()
     baseline = _client_count(tenure_client)
@@ -122,7 +123,7 @@ def test_many_waiters_share_one_connection(
     # The user's pool (4) plus tenure's one subscriber connection.
     assert seen[0] - baseline <= 4 + 2, (seen, baseline)
     client.close()
-    pool.disconnect()
+    client.connection_pool.disconnect()
 
 
 def test_the_wakeup_connection_closes_when_idle(
@@ -262,22 +263,16 @@ def test_fencing_tokens_grow_after_the_counter_is_gone(
     tenure_client: redis.Redis,
 ) -> None:
     lock = Lock(tenure_client, "reborn")
-    seen: list[int | None] = []
-    for _ in range(3):
-        with lock:
-            seen.append(lock.fencing_token)
-        # The idle expiry (or a restart without persistence) removed the counter.
-        tenure_client.delete(lock.keys.fence)
-    numbers = [n for n in seen if n is not None]
-    assert numbers == sorted(numbers) and len(set(numbers)) == 3
-    sem = Semaphore(tenure_client, "reborn-sem", 1)
-    fences: list[int | None] = []
-    for _ in range(3):
-        with sem:
-            fences.append(sem.fencing_token)
-        tenure_client.delete(sem.keys.fence)
-    numbers = [n for n in fences if n is not None]
-    assert numbers == sorted(numbers) and len(set(numbers)) == 3
+    sem = Semaphore(tenure_client, "reborn", 1)
+    for primitive in (lock, sem):
+        seen: list[int] = []
+        for _ in range(3):
+            with primitive:
+                assert primitive.fencing_token is not None
+                seen.append(primitive.fencing_token)
+            # The idle expiry (or a restart without persistence) removed the counter.
+            tenure_client.delete(primitive.keys.fence)
+        assert seen == sorted(seen) and len(set(seen)) == 3
 
 
 def test_waiters_are_woken_on_a_cluster(

@@ -107,18 +107,11 @@ class AsyncSemaphore(AsyncLeased):
         keys = (k.owner, k.queue, k.fence, k.limit)
         return keys, (token, self._settings.lease_ms, self.limit, IDLE_TTL_MS)
 
-    def _acquire_call(self, token: str, waiter_lease_ms: int, reenter: bool) -> Call:
-        k, settings = self._keys, self._settings
-        args = (
-            token,
-            settings.lease_ms,
-            waiter_lease_ms,
-            self.limit,
-            settings.handoff_ms,
-            k.channel,
-            IDLE_TTL_MS,
-        )
-        return k.all, args
+    def _acquire_argv4(self, reenter: bool) -> int:
+        return self.limit  # the semaphore's ARGV[4]: its limit
+
+    def _acquire_keys(self) -> tuple[str, ...]:
+        return self._keys.all
 
     def _release_call(self, token: str) -> Call:
         k = self._keys

@@ -227,12 +227,20 @@ class Leased:
             token,
             settings.lease_ms,
             waiter_lease_ms,
-            int(reenter),
+            self._acquire_argv4(reenter),
             settings.handoff_ms,
             k.channel,
             IDLE_TTL_MS,
         )
-        return (k.owner, k.queue, k.waiters, k.fence), args
+        return self._acquire_keys(), args
+
+    def _acquire_argv4(self, reenter: bool) -> int:
+        """ARGV[4] of the acquire script: the lock's re-entry flag."""
+        return int(reenter)
+
+    def _acquire_keys(self) -> tuple[str, ...]:
+        k = self._keys
+        return (k.owner, k.queue, k.waiters, k.fence)
 
     def _release_call(self, token: str) -> Call:
         k = self._keys
