@@ -294,3 +294,28 @@ async def test_waiters_are_woken_on_a_cluster(
     await gather(take, release_soon)
     assert wakeups.messages > before
     await waiter.release()
+
+
+async def test_a_lost_wakeup_costs_at_most_a_recheck(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    holder = AsyncLock(tenure_async_client, "lost-wake", thread_local=False)
+    waiter = AsyncLock(other_client, "lost-wake", blocking_timeout=5)
+    assert await holder.acquire()
+
+    async def take() -> float:
+        assert await waiter.acquire()
+        return time.monotonic()
+
+    async def cut_and_release() -> float:
+        await sleep(0.3)
+        # The subscriber connection goes (a proxy restart, a network blip):
+        # the grant published meanwhile is heard by nobody.
+        killed = await tenure_async_client.client_kill_filter(_type="pubsub")
+        assert killed >= 1
+        await holder.release()
+        return time.monotonic()
+
+    got, released = await gather(take, cut_and_release)
+    assert got - released < 1.5  # the reconnect (or the 0.8 s re-check) found the grant
+    await waiter.release()

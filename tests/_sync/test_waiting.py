@@ -294,3 +294,28 @@ def test_waiters_are_woken_on_a_cluster(
     gather(take, release_soon)
     assert wakeups.messages > before
     waiter.release()
+
+
+def test_a_lost_wakeup_costs_at_most_a_recheck(
+    tenure_client: redis.Redis, other_client: redis.Redis
+) -> None:
+    holder = Lock(tenure_client, "lost-wake", thread_local=False)
+    waiter = Lock(other_client, "lost-wake", blocking_timeout=5)
+    assert holder.acquire()
+
+    def take() -> float:
+        assert waiter.acquire()
+        return time.monotonic()
+
+    def cut_and_release() -> float:
+        sleep(0.3)
+        # The subscriber connection goes (a proxy restart, a network blip):
+        # the grant published meanwhile is heard by nobody.
+        killed = tenure_client.client_kill_filter(_type="pubsub")
+        assert killed >= 1
+        holder.release()
+        return time.monotonic()
+
+    got, released = gather(take, cut_and_release)
+    assert got - released < 1.5  # the reconnect (or the 0.8 s re-check) found the grant
+    waiter.release()
