@@ -319,3 +319,43 @@ async def test_a_lost_wakeup_costs_at_most_a_recheck(
     got, released = await gather(take, cut_and_release)
     assert got - released < 1.5  # the reconnect (or the 0.8 s re-check) found the grant
     await waiter.release()
+
+
+async def test_an_acl_without_channels_still_hands_over(
+    tenure_server: ServerProcess,
+    tenure_async_client: redis.asyncio.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await tenure_async_client.acl_setuser(
+        "nochannels",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        commands=["+@all"],
+        reset_channels=True,
+    )
+    client = redis.asyncio.Redis(
+        host=tenure_server.host, port=tenure_server.port, username="nochannels", password="pw"
+    )
+    try:
+        holder = AsyncLock(client, "acl", thread_local=False)
+        waiter = AsyncLock(client, "acl", blocking_timeout=5)
+        assert await holder.acquire()
+
+        async def take() -> float:
+            assert await waiter.acquire()
+            return time.monotonic()
+
+        async def release_soon() -> float:
+            await sleep(0.3)
+            await holder.release()  # its PUBLISH is refused: the release still works
+            return time.monotonic()
+
+        with caplog.at_level(logging.WARNING, logger="tenure.wakeups"):
+            got, released = await gather(take, release_soon)
+        assert got - released < 1.5  # by a re-check
+        assert "refused the wake-up channels" in caplog.text
+        await waiter.release()
+    finally:
+        await client.aclose()
+        await tenure_async_client.acl_deluser("nochannels")

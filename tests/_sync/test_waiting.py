@@ -319,3 +319,43 @@ def test_a_lost_wakeup_costs_at_most_a_recheck(
     got, released = gather(take, cut_and_release)
     assert got - released < 1.5  # the reconnect (or the 0.8 s re-check) found the grant
     waiter.release()
+
+
+def test_an_acl_without_channels_still_hands_over(
+    tenure_server: ServerProcess,
+    tenure_client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tenure_client.acl_setuser(
+        "nochannels",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        commands=["+@all"],
+        reset_channels=True,
+    )
+    client = redis.Redis(
+        host=tenure_server.host, port=tenure_server.port, username="nochannels", password="pw"
+    )
+    try:
+        holder = Lock(client, "acl", thread_local=False)
+        waiter = Lock(client, "acl", blocking_timeout=5)
+        assert holder.acquire()
+
+        def take() -> float:
+            assert waiter.acquire()
+            return time.monotonic()
+
+        def release_soon() -> float:
+            sleep(0.3)
+            holder.release()  # its PUBLISH is refused: the release still works
+            return time.monotonic()
+
+        with caplog.at_level(logging.WARNING, logger="tenure.wakeups"):
+            got, released = gather(take, release_soon)
+        assert got - released < 1.5  # by a re-check
+        assert "refused the wake-up channels" in caplog.text
+        waiter.release()
+    finally:
+        client.close()
+        tenure_client.acl_deluser("nochannels")

@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis import exceptions as redis_errors
+
 from tenure._backend_asyncio import Event, Mutex, scope_key, sleep, start_background
 from tenure._clients import is_cluster
 from tenure._lock_core import Acquired, parse_grant, to_text
@@ -123,6 +125,7 @@ class AsyncWakeups:
         self._closed = False
         self.connects = 0
         self.messages = 0
+        self.refusals = 0
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._channels)} channels"
@@ -225,7 +228,12 @@ class AsyncWakeups:
             self._wake_everyone()  # re-check: a grant may have gone out while we were away
             try:
                 while True:
-                    self._dispatch(await conn.read_response())
+                    try:
+                        reply = await conn.read_response()
+                    except redis_errors.ResponseError as refused:
+                        self._refused(refused)
+                        continue
+                    self._dispatch(reply)
             except Exception as exc:
                 if not self._closed:
                     logger.debug("tenure wake-ups: connection to %s lost: %s", self._describe, exc)
@@ -253,6 +261,26 @@ class AsyncWakeups:
                 entry = self._channels.get(channel)
             if entry is not None:
                 entry.confirmed.set()
+
+    def _refused(self, error: Exception) -> None:
+        """The server refused a SUBSCRIBE (an ACL without channel access).
+
+        Waiting still works, by each waiter's re-checks: confirm the channels
+        so nobody waits for a subscription that will not come, and say so once.
+        """
+        if not self.refusals:
+            logger.warning(
+                "tenure: %s refused the wake-up channels (%s); waiters re-check every "
+                "waiter_lease * 0.4 instead of being woken: allow channels 'tenure:*' "
+                "(ACL '&tenure:*') for prompt handoffs",
+                self._describe,
+                error,
+            )
+        self.refusals += 1
+        with self._mutex:
+            entries = list(self._channels.values())
+        for entry in entries:
+            entry.confirmed.set()
 
     def _wake_everyone(self) -> None:
         with self._mutex:

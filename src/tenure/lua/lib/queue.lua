@@ -65,8 +65,9 @@ end
 -- the primitive's wake-up channel (a name the caller passed in ARGV, not a
 -- key): "token:fence:handoff_ms:server time of the grant in ms". Every
 -- process with a waiter on this primitive hears it and hands it to that
--- waiter; a message nobody hears costs the waiter its next re-check.
+-- waiter; a message nobody hears costs the waiter its next re-check. pcall:
+-- a user whose ACL forbids the channel still gets the lock, by re-checks.
 local function announce(channel, token, fence, handoff_ms, now)
-    redis.call('PUBLISH', channel,
+    redis.pcall('PUBLISH', channel,
         token .. ':' .. string.format('%d', fence) .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
 end
