@@ -13,6 +13,18 @@ where the two worlds truly differ live in the hand-written pair
     python scripts/unasync.py --check   # exit 1 if a generated file is stale
 
 CI runs ``--check``, so a sync module can never drift from its source.
+
+Where the two APIs must differ in shape (redis-py's sync ``acquire`` takes
+``sleep`` first, its asyncio ``acquire`` has no ``sleep``), the source marks
+a region::
+
+    # unasync: async-only
+    ...asyncio code, dropped from the sync twin...
+    # unasync: sync-only
+    # ...sync code, commented out here, uncommented in the sync twin...
+    # unasync: end
+
+Keep such regions to a few lines that delegate to shared code.
 """
 
 from __future__ import annotations
@@ -81,8 +93,31 @@ def rename(identifier: str) -> str:
     return identifier
 
 
+_REGION = re.compile(
+    r"^(?P<indent>[ \t]*)# unasync: async-only\n(?P<async>.*?)"
+    r"^[ \t]*# unasync: sync-only\n(?P<sync>.*?)^[ \t]*# unasync: end\n",
+    re.DOTALL | re.MULTILINE,
+)
+
+
+def _sync_region(match: re.Match[str]) -> str:
+    lines = match.group("sync").splitlines(keepends=True)
+    out = []
+    for line in lines:
+        stripped = line.lstrip(" \t")
+        indent = line[: len(line) - len(stripped)]
+        if stripped.startswith("# "):
+            out.append(indent + stripped[2:])
+        elif stripped.rstrip("\n") == "#":
+            out.append("\n")
+        else:
+            raise SystemExit(f"unasync: a sync-only line is not commented out: {line!r}")
+    return "".join(out)
+
+
 def transform(text: str) -> str:
     """Rewrite one async source file into its sync twin."""
+    text = _REGION.sub(_sync_region, text)
     for pattern, replacement in TEXT:
         text = pattern.sub(replacement, text)
     return _IDENT.sub(lambda m: rename(m.group(0)), text)

@@ -15,6 +15,8 @@ import redis.asyncio
 import redis.asyncio.cluster
 
 from tenure import (
+    AcquireTimeoutError,
+    ArgumentError,
     AsyncLock,
     AsyncReadWriteLock,
     AsyncSemaphore,
@@ -23,6 +25,7 @@ from tenure import (
     SemaphoreLimitError,
 )
 from tenure._async._wakeups import AsyncWakeups, wakeups_for
+from tenure._backend_asyncio import IS_ASYNC
 from tenure._lock_core import IDLE_TTL_MS
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, sleep
@@ -359,3 +362,22 @@ async def test_an_acl_without_channels_still_hands_over(
     finally:
         await client.aclose()
         await tenure_async_client.acl_deluser("nochannels")
+
+
+async def test_acquire_takes_redis_pys_positional_order(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    holder = AsyncLock(tenure_async_client, "order", thread_local=False)
+    assert await holder.acquire()
+    other = AsyncLock(tenure_async_client, "order")
+    acquire: Any = other.acquire
+    if IS_ASYNC:  # redis-py's asyncio acquire(blocking, blocking_timeout, token)
+        assert await acquire(False) is False
+    else:  # redis-py's sync acquire(sleep, blocking, blocking_timeout, token)
+        assert await acquire(0.01, False) is False
+    with pytest.raises(ArgumentError, match="token"):
+        await other.acquire(blocking=False, token=b"\xff\xfe")  # type: ignore[arg-type]
+    with pytest.raises(AcquireTimeoutError, match="without waiting"):
+        async with AsyncLock(tenure_async_client, "order", blocking=False):
+            pass
+    await holder.release()

@@ -15,6 +15,8 @@ import redis
 import redis.cluster
 
 from tenure import (
+    AcquireTimeoutError,
+    ArgumentError,
     Lock,
     LockLostError,
     LockNotOwnedError,
@@ -22,6 +24,7 @@ from tenure import (
     Semaphore,
     SemaphoreLimitError,
 )
+from tenure._backend_threads import IS_ASYNC
 from tenure._lock_core import IDLE_TTL_MS
 from tenure._sync._wakeups import Wakeups, wakeups_for
 from tenure.server import ServerProcess
@@ -359,3 +362,22 @@ def test_an_acl_without_channels_still_hands_over(
     finally:
         client.close()
         tenure_client.acl_deluser("nochannels")
+
+
+def test_acquire_takes_redis_pys_positional_order(
+    tenure_client: redis.Redis,
+) -> None:
+    holder = Lock(tenure_client, "order", thread_local=False)
+    assert holder.acquire()
+    other = Lock(tenure_client, "order")
+    acquire: Any = other.acquire
+    if IS_ASYNC:  # redis-py's asyncio acquire(blocking, blocking_timeout, token)
+        assert acquire(False) is False
+    else:  # redis-py's sync acquire(sleep, blocking, blocking_timeout, token)
+        assert acquire(0.01, False) is False
+    with pytest.raises(ArgumentError, match="token"):
+        other.acquire(blocking=False, token=b"\xff\xfe")  # type: ignore[arg-type]
+    with pytest.raises(AcquireTimeoutError, match="without waiting"):
+        with Lock(tenure_client, "order", blocking=False):
+            pass
+    holder.release()

@@ -325,12 +325,21 @@ class Leased:
     ) -> bool:
         """Acquire; return True if acquired, False if not (non-blocking or timed out).
 
-        The arguments are redis-py's, in its order. A blocking acquire waits
-        in FIFO order and is woken by the release that hands it over;
-        ``sleep`` is accepted for compatibility and ignored (nothing polls).
-        ``token`` overrides the random token (it must be unique per
-        acquisition).
+        The arguments are those of redis-py's ``Lock.acquire``, in its order.
+        A blocking acquire waits in FIFO order and is woken by the release
+        that hands it over; ``sleep`` is accepted for compatibility and
+        ignored: nothing polls. ``token`` overrides the random token (unique
+        per acquisition).
         """
+        return self._acquire_as_asked(sleep, blocking, blocking_timeout, token)
+
+    def _acquire_as_asked(
+        self,
+        sleep: float | None,
+        blocking: bool | None,
+        blocking_timeout: float | None,
+        token: str | None,
+    ) -> bool:
         settings = self._settings
         if sleep is not None:
             check_seconds("sleep", sleep, allow_none=False, name=self.name)
@@ -340,7 +349,10 @@ class Leased:
         else:
             check_seconds("blocking_timeout", blocking_timeout, allow_none=False, name=self.name)
         if isinstance(token, bytes):  # redis-py takes bytes tokens too
-            token = token.decode("utf-8")  # type: ignore[unreachable]
+            try:  # type: ignore[unreachable]
+                token = token.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ArgumentError("token", "bytes must be UTF-8", name=self.name) from None
         if token is not None and (not isinstance(token, str) or not token):
             raise ArgumentError("token", "must be a non-empty str", name=self.name)
         held = self._slot.get(adopt=False)
@@ -708,9 +720,11 @@ class Leased:
 
     def __enter__(self: _P) -> _P:
         if not self.acquire():
-            raise AcquireTimeoutError(
-                f"could not acquire within {self._settings.blocking_timeout}s", name=self.name
+            settings = self._settings
+            within = (
+                f"within {settings.blocking_timeout}s" if settings.blocking else "without waiting"
             )
+            raise AcquireTimeoutError(f"could not acquire {within}", name=self.name)
         hold = self._slot.get(adopt=False)
         if hold is not None:
             hold.entered = True
