@@ -25,7 +25,8 @@ local holders, queue, waiters, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4
 local token, lease = ARGV[1], tonumber(ARGV[2])
 local waiter_lease = tonumber(ARGV[3])
 local channel, idle_ms = ARGV[6], ARGV[7]
-local limit, differs = stored_limit(KEYS[6], ARGV[4], idle_ms)
+-- The limit lives at least as long as a permit taken now.
+local limit, differs = stored_limit(KEYS[6], ARGV[4], math.max(tonumber(idle_ms), lease))
 if differs then
     return {2, limit}
 end

@@ -23,5 +23,5 @@ if ARGV[3] == 'add' then
 end
 redis.call('ZADD', KEYS[1], 'XX', string.format('%d', until_ms), ARGV[1])
 keep_alive(KEYS[1], until_ms - now)
-keep_alive(KEYS[2], ARGV[4])
+keep_alive(KEYS[2], math.max(tonumber(ARGV[4]), until_ms - now))
 return until_ms - now

@@ -14,7 +14,8 @@
 
 --! include queue
 --! include semaphore
-local limit, differs = stored_limit(KEYS[4], ARGV[3], ARGV[4])
+-- The limit lives at least as long as the permit taken now.
+local limit, differs = stored_limit(KEYS[4], ARGV[3], math.max(tonumber(ARGV[4]), tonumber(ARGV[2])))
 if differs then
     return -limit
 end
