@@ -1,19 +1,33 @@
 """``tenure bench locks``: ``tenure.Lock`` beside its peers, one server, one run.
 
-    tenure bench locks [--seconds S] [--solo-seconds S] [--solo-runs 3]
-        [--processes 4] [--critical-ms 1] [--url URL] [--output FILE.md]
-        [--json FILE] [--plot FILE.png] [--only KEY,KEY]
+    tenure bench locks [--parts solo,contended,pool,waiters,names] [--skip PART,...]
+        [--seconds S] [--solo-seconds S] [--solo-runs 3] [--rounds 3]
+        [--processes 4] [--critical-ms 1] [--single-tries 5]
+        [--tasks 1000] [--threads 100] [--waiter-pool 8]
+        [--names 1000000] [--name-processes 2] [--idle-cap S] [--skip-idle-wait]
+        [--url URL] [--output FILE.md] [--json FILE] [--plot FILE.png] [--only KEY,KEY]
 
 (``python -m benchmarks.locks`` is the same, writing docs/benchmarks.md.)
 The peers come with ``pip install "tenure[bench]"``. Without ``--url`` a
 private valkey-server is started on loopback (``tenure.server.ServerProcess``)
 and stopped at the end. Every measurement starts with ``FLUSHDB``, so a
 server given by ``--url`` must have an empty database (or ``--allow-flush``).
-Two measurements, each contender after the other:
+The parts, each selectable with ``--parts`` / ``--skip``:
 
-* solo: acquire+release cycles per second in this process (median of runs);
+* solo: acquire+release cycles per second in this process (median of
+  ``--solo-runs`` runs, interleaved across contenders);
 * contended: ``--processes`` spawned processes loop over a critical section
-  of ``--critical-ms`` from a common start instant until a deadline.
+  of ``--critical-ms`` from a common start instant until a deadline;
+  ``--rounds`` rounds interleaved across contenders, medians reported;
+* pool: 6 threads through a ``BlockingConnectionPool(max_connections=3)``
+  (:mod:`tenure._bench.pool`, ``--rounds`` rounds), and release → waiter
+  latency on one ``single_connection_client=True`` client;
+* waiters: ``--tasks`` asyncio tasks and ``--threads`` threads of one process
+  queued on one tenure lock: connections used by waiting, handoff latency
+  (:mod:`tenure._bench.waiters`);
+* names: ``--names`` distinct names used once each, keys and memory right
+  after and after ``IDLE_TTL`` (:mod:`tenure._bench.names`); the idle wait
+  (up to ``--idle-cap`` seconds) is skipped with ``--skip-idle-wait``.
 
 A table with the "tenure / peer" ratios is printed; ``--output`` writes the
 full report (with the issue's targets) to its own section of a Markdown file
@@ -48,17 +62,29 @@ from tenure._bench.measure import (
     Plan,
     SoloResult,
     WorkerPool,
+    combine_rounds,
     summarize,
     time_solo,
 )
+from tenure._bench.names import DEFAULT_IDLE_CAP, NAME_KINDS, NamesResult, measure_names, wait_idle
 from tenure._bench.plot import plot_waits
-from tenure._bench.report import RunInfo, as_data, render, summary_table
+from tenure._bench.pool import (
+    PoolResult,
+    PoolRun,
+    SingleResult,
+    combine_pool_runs,
+    run_pool,
+    single_connection_latency,
+)
+from tenure._bench.report import Results, RunInfo, as_data, render, summary_table
 from tenure._bench.sections import write_section
+from tenure._bench.waiters import CrowdResult, crowd_of_tasks, crowd_of_threads
 from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "check_arguments", "main", "run_command"]
 
 _PACKAGES = ("tenure", "redis", "hiredis", "python-redis-lock", "pottery")
+PARTS = ("solo", "contended", "pool", "waiters", "names")
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None) -> None:
@@ -68,8 +94,45 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
         "--solo-seconds", type=float, default=3.0, help="per solo contender, all runs (3)"
     )
     parser.add_argument("--solo-runs", type=int, default=3, help="solo runs, median taken (3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="contended and bounded-pool rounds, median taken (3)"
+    )
     parser.add_argument("--processes", type=int, default=4, help="contending processes (4)")
     parser.add_argument("--critical-ms", type=float, default=1.0, help="time held (1 ms)")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to run (default: all of {','.join(PARTS)})",
+    )
+    parser.add_argument("--skip", default="", help="comma-separated parts not to run")
+    parser.add_argument(
+        "--single-tries", type=int, default=5, help="single-connection handoffs, median taken (5)"
+    )
+    parser.add_argument("--tasks", type=int, default=1000, help="waiting asyncio tasks (1000)")
+    parser.add_argument("--threads", type=int, default=100, help="waiting threads (100)")
+    parser.add_argument(
+        "--waiter-pool", type=int, default=8, help="connections of the waiters' pool (8)"
+    )
+    parser.add_argument(
+        "--names", type=int, default=1_000_000, help="distinct lock names (1,000,000)"
+    )
+    parser.add_argument(
+        "--name-processes",
+        type=int,
+        default=2,
+        help="processes driving the names; 0: this process (2)",
+    )
+    parser.add_argument(
+        "--idle-cap",
+        type=float,
+        default=DEFAULT_IDLE_CAP,
+        help=f"longest wait for the names' keys to go ({DEFAULT_IDLE_CAP:g} s)",
+    )
+    parser.add_argument(
+        "--skip-idle-wait",
+        action="store_true",
+        help="read the names' keys right after the run only",
+    )
     add_output_arguments(parser, output, "wait-time")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument(
@@ -87,7 +150,30 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise BenchmarkError("--processes must be in 1..64")
     if not 0 <= args.critical_ms <= 1000:
         raise BenchmarkError("--critical-ms must be in [0, 1000]")
+    if not 1 <= args.rounds <= 99 or not 1 <= args.single_tries <= 99:
+        raise BenchmarkError("--rounds and --single-tries must be in 1..99")
+    if not 0 <= args.tasks <= 100_000 or not 0 <= args.threads <= 1000:
+        raise BenchmarkError("--tasks must be in 0..100000 and --threads in 0..1000")
+    if not 1 <= args.waiter_pool <= 1000:
+        raise BenchmarkError("--waiter-pool must be in 1..1000")
+    if not 1 <= args.names <= 10_000_000 or not 0 <= args.name_processes <= 64:
+        raise BenchmarkError("--names must be in 1..10000000 and --name-processes in 0..64")
+    if not 0 <= args.idle_cap <= 3600:
+        raise BenchmarkError("--idle-cap must be in [0, 3600] seconds")
+    parts(args)
     select(args.only)
+
+
+def parts(args: argparse.Namespace) -> tuple[str, ...]:
+    """The parts to run, in run order: ``--parts`` less ``--skip``."""
+    chosen = {p.strip() for p in args.parts.split(",") if p.strip()}
+    skipped = {p.strip() for p in args.skip.split(",") if p.strip()}
+    unknown = (chosen | skipped) - set(PARTS)
+    if unknown:
+        raise BenchmarkError(
+            f"unknown part(s) {', '.join(sorted(unknown))}; known: {', '.join(PARTS)}"
+        )
+    return tuple(p for p in PARTS if p in chosen - skipped)
 
 
 def select(only: str | None) -> list[Contender]:
@@ -128,24 +214,116 @@ def measure_solo(
 def measure_contended(
     client: redis.Redis, url: str, contenders: Sequence[Contender], args: argparse.Namespace
 ) -> list[ContendedResult]:
-    """One contended run per contender, all in one pool of worker processes."""
-    results: list[ContendedResult] = []
+    """``args.rounds`` contended runs per contender, in one pool of worker processes.
+
+    Rounds interleave the contenders (every other round in reverse order);
+    each contender's rounds are combined into medians (``combine_rounds``).
+    """
     contenders = [c for c in contenders if c.contended]
     if not contenders:
-        return results
+        return []
+    runs: dict[str, list[ContendedResult]] = {c.key: [] for c in contenders}
     with WorkerPool(args.processes) as pool:
-        for contender in contenders:
+        for round_ in range(args.rounds):
+            for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
+                client.flushdb()
+                plan = Plan(url, contender.key, args.seconds, args.critical_ms)
+                records = pool.run(plan)
+                counter = int(client.get(COUNTER_KEY) or 0)
+                result = summarize(plan, args.processes, records, counter)
+                runs[contender.key].append(result)
+                progress(
+                    f"contended {round_ + 1}/{args.rounds} {contender.key}: "
+                    f"{result.throughput:,.0f} acq/s, p50 {result.wait_p50_ms:.2f} ms, "
+                    f"p99 {result.wait_p99_ms:.1f} ms, max {result.wait_max_ms:.1f} ms, "
+                    f"fairness {result.fairness:.2f}, lost {result.lost_updates}"
+                )
+    return [combine_rounds(runs[c.key]) for c in contenders]
+
+
+def measure_pool(
+    client: redis.Redis, url: str, contenders: Sequence[Contender], args: argparse.Namespace
+) -> tuple[list[PoolResult], list[SingleResult]]:
+    """Bounded-pool rounds (interleaved) and single-connection handoffs per contender.
+
+    A contender whose run had errors is not run again: its failure is the
+    finding, and each failing run costs its timeouts.
+    """
+    contenders = [c for c in contenders if c.contended]
+    runs: dict[str, list[PoolRun]] = {c.key: [] for c in contenders}
+    for round_ in range(args.rounds):
+        for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
+            if any(run.errors for run in runs[contender.key]):
+                continue
             client.flushdb()
-            plan = Plan(url, contender.key, args.seconds, args.critical_ms)
-            records = pool.run(plan)
-            counter = int(client.get(COUNTER_KEY) or 0)
-            result = summarize(plan, args.processes, records, counter)
-            results.append(result)
+            run = run_pool(url, contender.key)
+            runs[contender.key].append(run)
             progress(
-                f"contended {contender.key}: {result.throughput:,.0f} acq/s, "
-                f"p50 {result.wait_p50_ms:.2f} ms, max {result.wait_max_ms:.1f} ms, "
-                f"fairness {result.fairness:.2f}, lost {result.lost_updates}"
+                f"bounded pool {round_ + 1}/{args.rounds} {contender.key}: {run.seconds:.3f} s, "
+                f"{run.cycles} cycles, {run.errors} errors"
+                + (f" ({run.first_error})" if run.first_error else "")
             )
+    pooled = [combine_pool_runs(c.key, runs[c.key]) for c in contenders]
+    single: list[SingleResult] = []
+    for contender in contenders:
+        client.flushdb()
+        result = single_connection_latency(url, contender.key, args.single_tries)
+        single.append(result)
+        median = "-" if result.median_ms is None else f"{result.median_ms:.2f} ms"
+        progress(
+            f"single connection {contender.key}: median {median}, {result.errors} errors"
+            + (f" ({result.first_error})" if result.first_error else "")
+        )
+    return pooled, single
+
+
+def measure_waiters(client: redis.Redis, url: str, args: argparse.Namespace) -> list[CrowdResult]:
+    """``args.tasks`` asyncio tasks, then ``args.threads`` threads, queued on one lock."""
+    crowds: list[CrowdResult] = []
+    for count, crowd in ((args.tasks, crowd_of_tasks), (args.threads, crowd_of_threads)):
+        if count <= 0:
+            continue
+        client.flushdb()
+        result = crowd(url, count, args.waiter_pool)
+        crowds.append(result)
+        progress(
+            f"{count} waiting {result.kind}: {result.extra} extra connection(s) "
+            f"({result.while_waiting} while waiting, {result.before} before, "
+            f"{result.pool_connections} pooled), handoff p50 {result.handoff_p50_ms:.2f} ms, "
+            f"p99 {result.handoff_p99_ms:.2f} ms, {result.errors} errors"
+        )
+    return crowds
+
+
+def measure_names_part(
+    url: str, contenders: Sequence[Contender], args: argparse.Namespace
+) -> list[NamesResult]:
+    """Each name kind in turn, each followed by its idle wait (unless skipped).
+
+    redis-py's goes first: it leaves no key, so its wait returns at once and
+    tenure's keys are not flushed before their wait.
+    """
+    keys = {c.key for c in contenders}
+    results: list[NamesResult] = []
+    for kind in sorted((k for k in NAME_KINDS if k in keys), key=lambda k: k == "tenure"):
+        progress(f"names {kind}: {args.names:,} names ...")
+        result = measure_names(
+            url, kind, args.names, processes=args.name_processes, progress=progress
+        )
+        progress(
+            f"names {kind}: {result.seconds:.0f} s ({result.rate:,.0f}/s), "
+            f"{result.keys_after:,} keys and {result.used_after / 1e6:.1f} MB right after, "
+            f"{result.errors} errors"
+        )
+        if not args.skip_idle_wait:  # returns at once when no key is left
+            if result.keys_after:
+                progress(f"names {kind}: waiting up to {args.idle_cap:g} s for the keys to go")
+            result = wait_idle(url, result, args.idle_cap, progress=progress)
+            progress(
+                f"names {kind}: {result.keys_idle:,} keys after {result.idle_waited:.0f} s, "
+                f"{(result.used_idle or 0) / 1e6:.1f} MB"
+            )
+        results.append(result)
     return results
 
 
@@ -211,6 +389,11 @@ def run_info(
         processes=args.processes,
         critical_ms=args.critical_ms,
         elapsed=elapsed,
+        parts=parts(args),
+        rounds=args.rounds,
+        single_tries=args.single_tries,
+        waiter_pool=args.waiter_pool,
+        idle_cap=None if args.skip_idle_wait else args.idle_cap,
     )
 
 
@@ -250,13 +433,15 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
 
 
 def run(args: argparse.Namespace, command: Sequence[str]) -> None:
-    """Measure every selected contender, print the table and write what was asked."""
+    """Measure every selected part and contender, print the table and write what was asked."""
     contenders = select(args.only)
+    chosen = parts(args)
     for contender in contenders:
         if contender.peer is not None:
             require_peer(*contender.peer)  # fail now, not in a worker process
     started = time.monotonic()
     load = load_average()
+    results = Results()
     with given_or_private(args.url, name="bench-locks") as (url, private):
         source = "given by --url"
         if private is not None:
@@ -266,30 +451,39 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
             server = server_version(client)
             rtt_us = round_trip_us(client)
             progress(f"server: {server} at {url}, PING round trip {rtt_us:.0f} us")
-            solo = measure_solo(client, contenders, args.solo_seconds, args.solo_runs)
-            contended = measure_contended(client, url, contenders, args)
+            if "solo" in chosen:
+                results.solo = measure_solo(client, contenders, args.solo_seconds, args.solo_runs)
+            if "contended" in chosen:
+                results.contended = measure_contended(client, url, contenders, args)
+            if "pool" in chosen:
+                results.pool, results.single = measure_pool(client, url, contenders, args)
+            if "waiters" in chosen:
+                results.crowds = measure_waiters(client, url, args)
+            if "names" in chosen:
+                results.names = measure_names_part(url, contenders, args)
             client.flushdb()
         finally:
             client.close()
     info = run_info(args, command, server, source, rtt_us, load, time.monotonic() - started)
-    print(summary_table(solo, contended), flush=True)
-    if args.plot:
+    print(summary_table(results), flush=True)
+    if args.plot and results.contended:
+        rounds = f", {args.rounds} rounds" if args.rounds > 1 else ""
         plot_waits(
             Path(args.plot),
             title=f"Lock wait times: {args.processes} processes, "
-            f"{args.critical_ms:g} ms critical section, {args.seconds:g} s each",
+            f"{args.critical_ms:g} ms critical section, {args.seconds:g} s each{rounds}",
             subtitle=f"{server}, {info.nproc} CPUs, {info.date}",
-            series={by_key(r.key).label.replace("`", ""): r.waits_ms for r in contended},
+            series={by_key(r.key).label.replace("`", ""): r.waits_ms for r in results.contended},
         )
         progress(f"wrote {args.plot}")
     if args.output:
         output = Path(args.output)
         figure = os.path.relpath(args.plot, output.parent) if args.plot else None
         output.parent.mkdir(parents=True, exist_ok=True)
-        write_section(output, "locks", render(info, solo, contended, figure))
+        write_section(output, "locks", render(info, results, figure))
         progress(f"wrote {args.output}")
     if args.json:
-        data = as_data(info, solo, contended)
+        data = as_data(info, results)
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         progress(f"wrote {args.json}")
 

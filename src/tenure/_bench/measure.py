@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import queue
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ __all__ = [
     "Plan",
     "SoloResult",
     "WorkerPool",
+    "combine_rounds",
     "summarize",
     "time_solo",
 ]
@@ -273,6 +275,7 @@ class ContendedResult:
     lost_updates: int  # increments - counter: 0 unless mutual exclusion broke
     timeouts: int  # acquires that gave up after ACQUIRE_TIMEOUT
     waits_ms: tuple[float, ...] = field(default=(), repr=False)  # every wait, for plots
+    rounds: tuple[float, ...] = ()  # the throughput of each round (combine_rounds)
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,51 @@ def summarize(
         lost_updates=increments - counter,
         timeouts=sum(r.failures for r in results),
         waits_ms=tuple(wait * 1000 for wait in waits),
+    )
+
+
+def combine_rounds(rounds: list[ContendedResult]) -> ContendedResult:
+    """One contender's rounds as one result: the median of each figure.
+
+    Rates, waits, fairness and the hold/gap figures are medians over the
+    rounds (each taken on its own, so not necessarily from one round);
+    ``per_process`` is the round with the median throughput's; the counts
+    that must be 0 (lost updates, overlaps, timeouts) and the work done are
+    summed; the waits of every round go to the plot.
+    """
+    if not rounds:
+        raise ValueError("no rounds to combine")
+
+    def median(name: str) -> float:
+        return float(statistics.median(getattr(r, name) for r in rounds))
+
+    by_rate = sorted(rounds, key=lambda r: r.throughput)
+    middle = by_rate[(len(by_rate) - 1) // 2]
+    first = rounds[0]
+    return ContendedResult(
+        key=first.key,
+        processes=first.processes,
+        seconds=first.seconds,
+        critical_ms=first.critical_ms,
+        acquisitions=int(median("acquisitions")),
+        per_process=middle.per_process,
+        throughput=median("throughput"),
+        wait_p50_ms=median("wait_p50_ms"),
+        wait_p99_ms=median("wait_p99_ms"),
+        wait_max_ms=median("wait_max_ms"),
+        worst_over_median=median("worst_over_median"),
+        fairness=median("fairness"),
+        hold_p50_ms=median("hold_p50_ms"),
+        gap_p50_ms=median("gap_p50_ms"),
+        gap_p99_ms=median("gap_p99_ms"),
+        handed_on=median("handed_on"),
+        overlaps=sum(r.overlaps for r in rounds),
+        increments=sum(r.increments for r in rounds),
+        counter=sum(r.counter for r in rounds),
+        lost_updates=sum(r.lost_updates for r in rounds),
+        timeouts=sum(r.timeouts for r in rounds),
+        waits_ms=tuple(w for r in rounds for w in r.waits_ms),
+        rounds=tuple(r.throughput for r in rounds),
     )
 
 
