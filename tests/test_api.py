@@ -58,6 +58,9 @@ def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:
     sync_api, async_api = public(sync), public(asynchronous)
     assert sync_api.keys() == async_api.keys()
     for name, signature in sync_api.items():
+        if name == "acquire":  # redis-py's two orders: sleep first (sync), keyword-only (asyncio)
+            assert set(signature.parameters) == set(async_api[name].parameters), name
+            continue
         assert list(signature.parameters) == list(async_api[name].parameters), name
     for name in async_api:
         member = getattr(asynchronous, name)
