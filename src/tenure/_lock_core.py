@@ -111,17 +111,17 @@ def new_token() -> str:
 class LockKeys:
     """The Redis keys of one primitive; all share the ``{name}`` hash tag (one slot).
 
-    ``grants`` and ``limit`` are a semaphore's only. ``channel`` is not a key
-    but the pub/sub channel its grants are announced on.
+    ``grants`` and ``limit`` are a semaphore's only. ``wakes`` maps each
+    waiter to the pub/sub channel of its process, where its grant is announced.
     """
 
     owner: str
     queue: str
     waiters: str
+    wakes: str
     fence: str
     grants: str
     limit: str
-    channel: str
 
     @classmethod
     def for_name(cls, prefix: str, name: str) -> LockKeys:
@@ -131,16 +131,21 @@ class LockKeys:
             owner=owner,
             queue=f"{owner}:queue",
             waiters=f"{owner}:waiters",
+            wakes=f"{owner}:wakes",
             fence=f"{owner}:fence",
             grants=f"{owner}:grants",
             limit=f"{owner}:limit",
-            channel=f"{owner}:wake",
         )
 
     @property
-    def all(self) -> tuple[str, str, str, str, str, str]:
+    def queued(self) -> tuple[str, str, str, str, str]:
+        """The keys of the lock scripts that queue: owner, queue, waiters, wakes, fence."""
+        return (self.owner, self.queue, self.waiters, self.wakes, self.fence)
+
+    @property
+    def all(self) -> tuple[str, str, str, str, str, str, str]:
         """Every key, in the order of the semaphore scripts' KEYS."""
-        return (self.owner, self.queue, self.waiters, self.fence, self.grants, self.limit)
+        return (*self.queued, self.grants, self.limit)
 
 
 @dataclass(frozen=True)

@@ -357,7 +357,7 @@ async def test_an_acl_without_channels_still_hands_over(
         with caplog.at_level(logging.WARNING, logger="tenure.wakeups"):
             got, released = await gather(take, release_soon)
         assert got - released < 1.5  # by a re-check
-        assert "refused the wake-up channels" in caplog.text
+        assert "refused the wake-up channel" in caplog.text
         await waiter.release()
     finally:
         await client.aclose()

@@ -13,8 +13,8 @@ How it works (each step is one atomic Lua script, see ``tenure/lua``):
   the caller joins a FIFO queue with a short waiter lease and waits in
   memory: no sleep loop, and none of the user's connections is taken.
 * **release** hands the lock straight to the first live waiter inside the
-  script (so no newcomer can barge in) and publishes the grant on the lock's
-  channel; one subscriber connection per process and server
+  script (so no newcomer can barge in) and publishes the grant on the
+  channel of that waiter's process; its one subscriber connection per server
   (:mod:`tenure._async._wakeups`) hands it to the waiting thread or task, so
   the next waiter learns of the release within about one round trip. The
   handed-over lease is short (``handoff_lease``, 1 s) until the new owner's
@@ -220,15 +220,17 @@ class AsyncLeased:
         k = self._keys
         return (k.owner, k.queue, k.fence), (token, self._settings.lease_ms, IDLE_TTL_MS)
 
-    def _acquire_call(self, token: str, waiter_lease_ms: int, reenter: bool) -> Call:
-        k, settings = self._keys, self._settings
+    def _acquire_call(
+        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
+    ) -> Call:
+        settings = self._settings
         args = (
             token,
             settings.lease_ms,
             waiter_lease_ms,
             self._acquire_argv4(reenter),
             settings.handoff_ms,
-            k.channel,
+            channel,
             IDLE_TTL_MS,
         )
         return self._acquire_keys(), args
@@ -238,18 +240,13 @@ class AsyncLeased:
         return int(reenter)
 
     def _acquire_keys(self) -> tuple[str, ...]:
-        k = self._keys
-        return (k.owner, k.queue, k.waiters, k.fence)
+        return self._keys.queued
 
     def _release_call(self, token: str) -> Call:
-        k = self._keys
-        args = (token, self._settings.handoff_ms, k.channel, IDLE_TTL_MS)
-        return (k.owner, k.queue, k.waiters, k.fence), args
+        return self._keys.queued, (token, self._settings.handoff_ms, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
-        k = self._keys
-        args = (token, self._settings.handoff_ms, mode, k.channel, IDLE_TTL_MS)
-        return (k.owner, k.queue, k.waiters, k.fence), args
+        return self._keys.queued, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
         return (self._keys.owner,), (token, ms, mode)
@@ -281,7 +278,7 @@ class AsyncLeased:
 
     @property
     def keys(self) -> LockKeys:
-        """The Redis keys this primitive uses (and its wake-up channel)."""
+        """The Redis keys this primitive uses."""
         return self._keys
 
     def statistics(self) -> LockStatistics:
@@ -418,8 +415,8 @@ class AsyncLeased:
     ) -> bool:
         settings = self._settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
-        waiter = await listen(self.client, self._keys.channel, token, room)
-        keys, args = self._acquire_call(token, settings.waiter_lease_ms, reenter=False)
+        waiter = await listen(self.client, token, room)
+        keys, args = self._acquire_call(token, settings.waiter_lease_ms, False, waiter.channel)
         queued = False
         try:
             while True:

@@ -114,13 +114,11 @@ class AsyncSemaphore(AsyncLeased):
         return self._keys.all
 
     def _release_call(self, token: str) -> Call:
-        k = self._keys
-        return k.all, (token, self._settings.handoff_ms, self.limit, k.channel, IDLE_TTL_MS)
+        return self._keys.all, (token, self._settings.handoff_ms, self.limit, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
-        k = self._keys
-        args = (token, self._settings.handoff_ms, mode, self.limit, k.channel, IDLE_TTL_MS)
-        return k.all, args
+        args = (token, self._settings.handoff_ms, mode, self.limit, IDLE_TTL_MS)
+        return self._keys.all, args
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
         return (self._keys.owner, self._keys.limit), (token, ms, mode, IDLE_TTL_MS)
@@ -149,9 +147,8 @@ class AsyncSemaphore(AsyncLeased):
         until they are made with the new one (or call ``set_limit``).
         """
         _check_limit(limit, self.name)
-        k = self._keys
-        args = (limit, self._settings.handoff_ms, k.channel, IDLE_TTL_MS)
-        previous = int(await self._run("semaphore_set_limit", k.all, args))
+        args = (limit, self._settings.handoff_ms, IDLE_TTL_MS)
+        previous = int(await self._run("semaphore_set_limit", self._keys.all, args))
         self.limit = limit
         return previous
 

@@ -3,25 +3,23 @@
 A waiter must learn at once that a release handed it the lock, without
 polling and without blocking one of the user's pooled connections (a
 ``BlockingConnectionPool(max_connections=3)`` with three waiters in BLPOP
-has nothing left for the holder's release). So the scripts that grant a
-primitive to a waiter PUBLISH the grant on the primitive's channel, and in
-each process (each event loop, for asyncio) one :class:`AsyncWakeups` per
-server keeps one dedicated subscriber connection: it subscribes to the
-channel of every primitive this process waits on, reads the messages, and
-hands each grant to the waiting thread or task in memory.
+has nothing left for the holder's release). So in each process (each event
+loop, for asyncio) one :class:`AsyncWakeups` per server keeps one dedicated
+subscriber connection on a channel of its own, ``tenure:wake:<random id>``.
+A waiter names that channel when it joins a primitive's queue (the scripts
+keep it beside the queue), and the script that grants it the primitive
+PUBLISHes the grant there; the reader hands it to the waiting thread or task
+in memory. Exactly one process hears each grant, however many wait.
 
-* A waiter registers before it joins the server's queue, and the channel's
-  SUBSCRIBE is confirmed before that, so no grant to it can go unheard
-  while the connection stays up.
+* The channel's SUBSCRIBE is confirmed before any waiter joins a queue, so
+  no grant can go unheard while the connection stays up.
 * A message can still be lost (the connection drops, the server restarts):
   every waiter also re-checks on its own timer (its waiter-lease refresh),
   and a reconnect wakes every waiter to re-check at once. So a lost message
   costs at most one refresh interval, never the lock.
-* Channels stay subscribed for :data:`LINGER` seconds after their last
-  waiter leaves (a lock contended in a loop does not pay a SUBSCRIBE each
-  time), and the connection is closed once nothing has been subscribed for
-  as long. Waiters of 1,000 tasks or 100 threads on any number of primitives
-  of one server share this one connection.
+* The connection is closed :data:`LINGER` seconds after its last waiter left.
+  Waiters of 1,000 tasks or 100 threads on any number of primitives of one
+  server share this one connection.
 * The connection is made from the user's client's connection settings
   (host, port or unix socket, credentials, TLS), but it is never taken from
   the user's pool. On a cluster, PUBLISH reaches every node, so one
@@ -31,9 +29,10 @@ hands each grant to the waiting thread or task in memory.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -44,13 +43,16 @@ from tenure._lock_core import Acquired, parse_grant, to_text
 
 __all__ = ["CONFIRM_TIMEOUT", "LINGER", "AsyncWaiter", "AsyncWakeups", "listen", "wakeups_for"]
 
+CHANNEL_PREFIX = "tenure:wake:"
+"""Each process's wake-up channel is this and a random id (ACL: ``&tenure:*``)."""
+
 logger = logging.getLogger("tenure.wakeups")
 
 LINGER = 1.0
-"""Seconds a channel (and then the connection) is kept once nobody waits on it."""
+"""Seconds the connection is kept once nobody waits."""
 
 CONFIRM_TIMEOUT = 2.0
-"""How long a waiter waits for its channel's SUBSCRIBE to be confirmed.
+"""How long a waiter waits for the channel's SUBSCRIBE to be confirmed.
 
 Past it the waiter goes on regardless and learns of its grant by its own
 re-checks, so a broken subscriber connection slows waiting down but never
@@ -77,15 +79,15 @@ _POOL_ONLY = frozenset(
 class AsyncWaiter:
     """One waiting acquisition: woken with its grant, or to re-check."""
 
-    def __init__(self, wakeups: AsyncWakeups, channel: str, token: str) -> None:
-        self.channel = channel
+    def __init__(self, wakeups: AsyncWakeups, token: str) -> None:
         self.token = token
+        self.channel = wakeups.channel
         self.grant: Acquired | None = None
         self._event = Event()
         self._wakeups = wakeups
 
     def stop(self) -> None:
-        """Stop listening (no I/O: the channel lingers a while, then goes)."""
+        """Stop listening (no I/O)."""
         self._wakeups.unregister(self)
 
     def deliver(self, grant: Acquired | None) -> None:
@@ -103,21 +105,17 @@ class AsyncWaiter:
         return grant
 
 
-@dataclass
-class _Channel:
-    waiters: dict[str, AsyncWaiter] = field(default_factory=dict)
-    confirmed: Event = field(default_factory=Event)
-    idle_since: float | None = None
-
-
 class AsyncWakeups:
     """The subscriber connection of one server in this process (or event loop)."""
 
     def __init__(self, connect: Callable[[], Any], describe: str) -> None:
         self._connect = connect
         self._describe = describe
+        self.channel = CHANNEL_PREFIX + secrets.token_hex(8)
         self._mutex = Mutex()
-        self._channels: dict[str, _Channel] = {}
+        self._waiters: dict[str, AsyncWaiter] = {}
+        self._idle_since: float | None = None
+        self._confirmed = Event()
         self._conn: Any = None
         self._janitor_wakeup = Event()
         self._reader: Any = None
@@ -128,8 +126,8 @@ class AsyncWakeups:
         self.refusals = 0
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._channels)} channels"
-        return f"<{type(self).__name__} {self._describe} {state}>"
+        state = "closed" if self._closed else f"{len(self._waiters)} waiting"
+        return f"<{type(self).__name__} {self._describe} {self.channel} {state}>"
 
     @property
     def closed(self) -> bool:
@@ -137,57 +135,40 @@ class AsyncWakeups:
         return self._closed
 
     @property
-    def channels(self) -> int:
-        """How many channels are subscribed (or being subscribed) now."""
-        return len(self._channels)
+    def waiting(self) -> int:
+        """How many waiters listen now."""
+        return len(self._waiters)
 
-    async def register(self, channel: str, token: str, timeout: float) -> AsyncWaiter | None:
-        """Start listening for grants to ``token`` on ``channel``.
+    async def register(self, token: str, timeout: float) -> AsyncWaiter | None:
+        """Start listening for grants to ``token``.
 
-        Returns once the channel's subscription is confirmed, or after
-        ``timeout`` seconds at the most (the waiter then relies on its
-        re-checks until the subscription comes up); ``None`` if this
+        Returns at once when the subscription is up, else once it is
+        confirmed, or after ``timeout`` seconds at the most (the waiter then
+        relies on its re-checks until it comes up); ``None`` if this
         connection was just closed for idleness (ask :func:`wakeups_for` again).
         """
-        waiter = AsyncWaiter(self, channel, token)
-        subscribe = False
+        waiter = AsyncWaiter(self, token)
         with self._mutex:
             if self._closed:
                 return None
-            entry = self._channels.get(channel)
-            if entry is None:
-                entry = self._channels[channel] = _Channel()
-                subscribe = True
-            entry.waiters[token] = waiter
-            entry.idle_since = None
-            start = self._reader is None
-            if start:
+            self._waiters[token] = waiter
+            self._idle_since = None
+            if self._reader is None:
                 self._reader = start_background(self._read, "tenure-wakeups")
                 self._janitor = start_background(self._sweep, "tenure-wakeups-janitor")
-        if subscribe and not start:
-            await self._send("SUBSCRIBE", channel)
-        await entry.confirmed.wait(min(timeout, CONFIRM_TIMEOUT))
+        await self._confirmed.wait(min(timeout, CONFIRM_TIMEOUT))
         return waiter
 
     def unregister(self, waiter: AsyncWaiter) -> None:
-        """Stop listening for ``waiter`` (no I/O: the channel lingers, then goes)."""
+        """Stop listening for ``waiter`` (no I/O: the connection lingers, then goes)."""
         with self._mutex:
-            entry = self._channels.get(waiter.channel)
-            if entry is None or entry.waiters.get(waiter.token) is not waiter:
+            if self._waiters.get(waiter.token) is not waiter:
                 return
-            del entry.waiters[waiter.token]
-            if not entry.waiters:
-                entry.idle_since = time.monotonic()
-                self._janitor_wakeup.set()
-
-    async def _send(self, *args: str) -> None:
-        conn = self._conn
-        if conn is None:
-            return  # the reader subscribes every channel once it is connected
-        try:
-            await conn.send_command(*args, check_health=False)
-        except Exception as exc:  # the reader sees the broken connection and reconnects
-            logger.debug("tenure wake-ups: sending %s failed: %s", args[0], exc)
+            del self._waiters[waiter.token]
+            if not self._waiters:
+                # The janitor looks every LINGER seconds; waking it here would
+                # cost a thread switch on every uncontended handoff.
+                self._idle_since = time.monotonic()
 
     # -- the reader ------------------------------------------------------------
 
@@ -209,6 +190,7 @@ class AsyncWakeups:
             try:
                 conn = self._connect()
                 await conn.connect()
+                await conn.send_command("SUBSCRIBE", self.channel, check_health=False)
             except Exception as exc:
                 delay = _RECONNECT_DELAYS[min(attempt, len(_RECONNECT_DELAYS) - 1)]
                 attempt += 1
@@ -222,10 +204,6 @@ class AsyncWakeups:
                 if self.closed:  # closed for idleness while we connected
                     break
                 self._conn = conn
-                channels = list(self._channels)
-            if channels:
-                await self._send("SUBSCRIBE", *channels)
-            self._wake_everyone()  # re-check: a grant may have gone out while we were away
             try:
                 while True:
                     try:
@@ -239,86 +217,67 @@ class AsyncWakeups:
                     logger.debug("tenure wake-ups: connection to %s lost: %s", self._describe, exc)
             with self._mutex:
                 self._conn = None
-                for entry in self._channels.values():
-                    entry.confirmed.clear()
+                self._confirmed.clear()
             await _disconnect(conn)
 
     def _dispatch(self, reply: Any) -> None:
         if not isinstance(reply, list) or len(reply) < 3:
             return
         kind = to_text(reply[0])
-        channel = to_text(reply[1])
         if kind == "message":
             self.messages += 1
             token, grant = parse_grant(reply[2])
             with self._mutex:
-                entry = self._channels.get(channel)
-                waiter = None if entry is None else entry.waiters.get(token)
+                waiter = self._waiters.get(token)
             if waiter is not None:
                 waiter.deliver(grant)
         elif kind == "subscribe":
-            with self._mutex:
-                entry = self._channels.get(channel)
-            if entry is not None:
-                entry.confirmed.set()
+            self._confirmed.set()
+            if self.connects > 1:
+                self._wake_everyone()  # re-check: a grant may have gone out while we were away
 
     def _refused(self, error: Exception) -> None:
-        """The server refused a SUBSCRIBE (an ACL without channel access).
+        """The server refused the SUBSCRIBE (an ACL without channel access).
 
-        Waiting still works, by each waiter's re-checks: confirm the channels
-        so nobody waits for a subscription that will not come, and say so once.
+        Waiting still works, by each waiter's re-checks: confirm, so nobody
+        waits for a subscription that will not come, and say so once.
         """
         if not self.refusals:
             logger.warning(
-                "tenure: %s refused the wake-up channels (%s); waiters re-check every "
+                "tenure: %s refused the wake-up channel (%s); waiters re-check every "
                 "waiter_lease * 0.4 instead of being woken: allow channels 'tenure:*' "
                 "(ACL '&tenure:*') for prompt handoffs",
                 self._describe,
                 error,
             )
         self.refusals += 1
-        with self._mutex:
-            entries = list(self._channels.values())
-        for entry in entries:
-            entry.confirmed.set()
+        self._confirmed.set()
 
     def _wake_everyone(self) -> None:
         with self._mutex:
-            waiters = [w for entry in self._channels.values() for w in entry.waiters.values()]
+            waiters = list(self._waiters.values())
         for waiter in waiters:
             waiter.deliver(None)
 
-    # -- the janitor: unsubscribe idle channels, close when idle ----------------
+    # -- the janitor: close the connection when idle ---------------------------
 
     async def _sweep(self) -> None:
-        conn = None
         while True:
             await self._janitor_wakeup.wait(LINGER)
             self._janitor_wakeup.clear()
             if self.closed:  # the reader ended (its event loop is closing)
                 return
-            now = time.monotonic()
             with self._mutex:
-                stale = [
-                    name
-                    for name, entry in self._channels.items()
-                    if entry.idle_since is not None and now - entry.idle_since >= LINGER
-                ]
-                for name in stale:
-                    del self._channels[name]
-                if not self._channels:
-                    # Nothing wanted for LINGER seconds (the last channel went
-                    # stale just now, or never came): close.
-                    self._closed = True
-                    _forget(self)
-                    conn = self._conn
-                    self._conn = None
-            if stale and not self._closed:
-                await self._send("UNSUBSCRIBE", *stale)
-            if self._closed:
-                if conn is not None:
-                    await _disconnect(conn)
-                return
+                idle = self._idle_since
+                if self._waiters or idle is None or time.monotonic() - idle < LINGER:
+                    continue
+                # Nobody waited for LINGER seconds: close.
+                self._closed = True
+                _forget(self)
+                conn, self._conn = self._conn, None
+            if conn is not None:
+                await _disconnect(conn)
+            return
 
 
 async def _disconnect(conn: Any) -> None:
@@ -328,10 +287,10 @@ async def _disconnect(conn: Any) -> None:
         pass
 
 
-async def listen(client: Any, channel: str, token: str, timeout: float) -> AsyncWaiter:
-    """Register a waiter for ``token`` on ``channel`` with ``client``'s server."""
+async def listen(client: Any, token: str, timeout: float) -> AsyncWaiter:
+    """Register a waiter for ``token`` with ``client``'s server (see :class:`AsyncWakeups`)."""
     while True:
-        waiter = await wakeups_for(client).register(channel, token, timeout)
+        waiter = await wakeups_for(client).register(token, timeout)
         if waiter is not None:
             return waiter
 
@@ -348,9 +307,17 @@ def _forget(wakeups: AsyncWakeups) -> None:
             del _registry[key]
 
 
+_targets: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Callable[[], Any], str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def wakeups_for(client: Any) -> AsyncWakeups:
     """The wake-up connection of ``client``'s server in this process (or event loop)."""
-    server, connect, describe = _target(client)
+    target = _targets.get(client)
+    if target is None:
+        target = _targets[client] = _target(client)
+    server, connect, describe = target
     key = (scope_key(), server)
     with _registry_mutex:
         found = _registry.get(key)

@@ -71,9 +71,8 @@ class WriteLock(_AsyncSide):
         if not hold.token.startswith("w"):
             raise self._not_owned("already downgraded to a read lock", name=self.name)
         read_token = "r" + hold.token[1:]
-        k = self._keys
-        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT, k.channel, IDLE_TTL_MS)
-        if int(self._run("rw_downgrade", k.all, args)) == 0:
+        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
+        if int(self._run("rw_downgrade", self._keys.all, args)) == 0:
             self._mark_lost(hold)
             raise self._not_owned("the write lock is no longer held", name=self.name)
         with self._mutex:

@@ -4,13 +4,14 @@
 -- KEYS[1] owner hash {token, fence, count}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
--- KEYS[4] fencing counter
+-- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
+-- KEYS[5] fencing counter
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
 -- ARGV[4] 1 = the caller holds it and re-enters (count + 1), 0 = plain acquire
 -- ARGV[5] handoff lease in ms, for granting a free lock to the first waiter
--- ARGV[6] the lock's wake-up channel (a pub/sub channel, not a key)
+-- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[7] idle time in ms after which the fencing counter expires
 -- returns {1, fence, lease ms} when the caller holds the lock, or
 --         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
@@ -18,7 +19,7 @@
 
 --! include queue
 --! include lock
-local owner_key, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, lease, channel, idle_ms = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
 
 -- Fast path: free and nobody waiting.
@@ -29,30 +30,30 @@ end
 
 local waiter_lease = tonumber(ARGV[3])
 local now, now_us = server_time()
-purge_waiters(queue, waiters, now)
+purge_waiters(queue, waiters, wakes, now)
 if owner == token then
     -- Already ours: a re-entry, or a waiter that was handed the lock confirming it.
     if ARGV[4] == '1' then
         redis.call('HINCRBY', owner_key, 'count', 1)
     end
     redis.call('PEXPIRE', owner_key, lease)
-    leave_queue(queue, waiters, token)
+    leave_queue(queue, waiters, wakes, token)
     return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
 end
 
 if not owner then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if (not head) or head == token then
-        leave_queue(queue, waiters, token)
+        leave_queue(queue, waiters, wakes, token)
         return {1, take(owner_key, fence, token, lease, idle_ms), tonumber(lease)}
     end
     -- Free, but a live waiter is ahead of us (its owner's lease ran out with
     -- nobody to hand it on): give it to that waiter now, then queue behind.
-    grant_next(owner_key, queue, waiters, fence, ARGV[5], now, channel, idle_ms)
+    grant_next(owner_key, queue, waiters, wakes, fence, ARGV[5], now, idle_ms)
 end
 
 if waiter_lease <= 0 then
     return {0, redis.call('PTTL', owner_key), -1, now}
 end
-local place = join_queue(queue, waiters, token, now, now_us, waiter_lease)
+local place = join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel)
 return {0, redis.call('PTTL', owner_key), place, now}

@@ -7,22 +7,22 @@
 -- KEYS[1] owner hash {token, fence, count}
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
--- KEYS[4] fencing counter
+-- KEYS[4] waiters' channels hash
+-- KEYS[5] fencing counter
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
--- ARGV[4] the lock's wake-up channel (a pub/sub channel, not a key)
--- ARGV[5] idle time in ms after which the fencing counter expires
+-- ARGV[4] idle time in ms after which the fencing counter expires
 -- returns {1, fence, remaining lease ms} if the caller holds the lock (keep),
 --         {0} otherwise
 
 --! include queue
 --! include lock
-local owner_key, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token = ARGV[1]
-leave_queue(queue, waiters, token)
+leave_queue(queue, waiters, wakes, token)
 local now = server_time()
-purge_waiters(queue, waiters, now)
+purge_waiters(queue, waiters, wakes, now)
 local owner = redis.call('HGET', owner_key, 'token')
 if owner == token then
     if ARGV[3] == 'keep' then
@@ -32,6 +32,6 @@ if owner == token then
     owner = false
 end
 if not owner then
-    grant_next(owner_key, queue, waiters, fence, ARGV[2], now, ARGV[4], ARGV[5])
+    grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[4])
 end
 return {0}

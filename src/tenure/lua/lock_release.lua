@@ -4,17 +4,17 @@
 -- KEYS[1] owner hash {token, fence, count}
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
--- KEYS[4] fencing counter
+-- KEYS[4] waiters' channels hash
+-- KEYS[5] fencing counter
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
--- ARGV[3] the lock's wake-up channel (a pub/sub channel, not a key)
--- ARGV[4] idle time in ms after which the fencing counter expires
+-- ARGV[3] idle time in ms after which the fencing counter expires
 -- returns 0 not owned by the token, 1 released (and handed on if anyone
 --         waited), 2 still held (a re-entrant hold counted down)
 
 --! include queue
 --! include lock
-local owner_key, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = redis.call('HMGET', owner_key, 'token', 'count')
 if owner[1] ~= ARGV[1] then
     return 0
@@ -25,8 +25,8 @@ if owner[2] and tonumber(owner[2]) > 0 then
 end
 if redis.call('EXISTS', queue) == 1 then
     local now = server_time()
-    purge_waiters(queue, waiters, now)
-    if grant_next(owner_key, queue, waiters, fence, ARGV[2], now, ARGV[3], ARGV[4]) then
+    purge_waiters(queue, waiters, wakes, now)
+    if grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[3]) then
         return 1  -- the owner hash now names the next waiter
     end
 end

@@ -4,20 +4,20 @@
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
--- KEYS[4] fencing counter
--- KEYS[5] unconfirmed grants hash
--- KEYS[6] the stored limit
+-- KEYS[4] waiters' channels hash
+-- KEYS[5] fencing counter
+-- KEYS[6] unconfirmed grants hash
+-- KEYS[7] the stored limit
 -- ARGV[1] the write token ("w...")
 -- ARGV[2] the read token ("r...") that replaces it
 -- ARGV[3] handoff lease in ms
 -- ARGV[4] limit (the read-write lock's: no limit)
--- ARGV[5] the lock's wake-up channel (a pub/sub channel, not a key)
--- ARGV[6] idle time in ms after which the counter and the limit expire
+-- ARGV[5] idle time in ms after which the counter and the limit expire
 -- returns 1 downgraded, 0 the caller held no live write lock
 
 --! include queue
 --! include semaphore
-local holders, queue, waiters, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now = server_time()
 local expiry = redis.call('ZSCORE', holders, ARGV[1])
 if not expiry or tonumber(expiry) <= now then
@@ -26,6 +26,6 @@ end
 redis.call('ZREM', holders, ARGV[1])
 redis.call('ZADD', holders, expiry, ARGV[2])
 redis.call('HDEL', grants, ARGV[1])
-purge_waiters(queue, waiters, now)
-grant_permits(holders, queue, waiters, fence, grants, tonumber(ARGV[4]), ARGV[3], now, ARGV[5], ARGV[6])
+purge_waiters(queue, waiters, wakes, now)
+grant_permits(holders, queue, waiters, wakes, fence, grants, tonumber(ARGV[4]), ARGV[3], now, ARGV[5])
 return 1

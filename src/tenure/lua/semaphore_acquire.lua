@@ -4,15 +4,16 @@
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
--- KEYS[4] fencing counter
--- KEYS[5] unconfirmed grants hash: token -> fence
--- KEYS[6] the stored limit
+-- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
+-- KEYS[5] fencing counter
+-- KEYS[6] unconfirmed grants hash: token -> fence
+-- KEYS[7] the stored limit
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
 -- ARGV[4] limit: how many permits exist (must match the stored one)
 -- ARGV[5] handoff lease in ms, for granting free permits to waiters
--- ARGV[6] the semaphore's wake-up channel (a pub/sub channel, not a key)
+-- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[7] idle time in ms after which the counter and the limit expire
 -- returns {1, fence, lease ms} when the caller holds a permit,
 --         {0, ms until the first permit expires (-2 none), 0-based place in queue
@@ -21,19 +22,19 @@
 
 --! include queue
 --! include semaphore
-local holders, queue, waiters, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease = ARGV[1], tonumber(ARGV[2])
 local waiter_lease = tonumber(ARGV[3])
 local channel, idle_ms = ARGV[6], ARGV[7]
 -- The limit lives at least as long as a permit taken now.
-local limit, differs = stored_limit(KEYS[6], ARGV[4], math.max(tonumber(idle_ms), lease))
+local limit, differs = stored_limit(KEYS[7], ARGV[4], math.max(tonumber(idle_ms), lease))
 if differs then
     return {2, limit}
 end
 local now, now_us = server_time()
 purge_holders(holders, grants, now)
-purge_waiters(queue, waiters, now)
-grant_permits(holders, queue, waiters, fence, grants, limit, ARGV[5], now, channel, idle_ms)
+purge_waiters(queue, waiters, wakes, now)
+grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[5], now, idle_ms)
 
 if redis.call('ZSCORE', holders, token) then
     -- Granted while we waited (or just now): confirm the full lease.
@@ -41,7 +42,7 @@ if redis.call('ZSCORE', holders, token) then
     keep_alive(holders, lease)
     local f = tonumber(redis.call('HGET', grants, token) or '0')
     redis.call('HDEL', grants, token)
-    leave_queue(queue, waiters, token)
+    leave_queue(queue, waiters, wakes, token)
     return {1, f, lease}
 end
 if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
@@ -56,4 +57,4 @@ end
 if waiter_lease <= 0 then
     return {0, ttl, -1, now}
 end
-return {0, ttl, join_queue(queue, waiters, token, now, now_us, waiter_lease), now}
+return {0, ttl, join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel), now}

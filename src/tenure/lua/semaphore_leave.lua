@@ -6,26 +6,26 @@
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
--- KEYS[4] fencing counter
--- KEYS[5] unconfirmed grants hash
--- KEYS[6] the stored limit
+-- KEYS[4] waiters' channels hash
+-- KEYS[5] fencing counter
+-- KEYS[6] unconfirmed grants hash
+-- KEYS[7] the stored limit
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
 -- ARGV[4] limit, if none is stored
--- ARGV[5] the semaphore's wake-up channel (a pub/sub channel, not a key)
--- ARGV[6] idle time in ms after which the counter and the limit expire
+-- ARGV[5] idle time in ms after which the counter and the limit expire
 -- returns {1, fence, remaining lease ms} if the caller keeps a permit (the
 --         fence is 0 if the permit was not a grant), {0} otherwise
 
 --! include queue
 --! include semaphore
-local holders, queue, waiters, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token = ARGV[1]
 local now = server_time()
-leave_queue(queue, waiters, token)
+leave_queue(queue, waiters, wakes, token)
 purge_holders(holders, grants, now)
-purge_waiters(queue, waiters, now)
+purge_waiters(queue, waiters, wakes, now)
 local expiry = redis.call('ZSCORE', holders, token)
 local granted = redis.call('HGET', grants, token)
 redis.call('HDEL', grants, token)
@@ -35,6 +35,6 @@ if expiry then
     end
     redis.call('ZREM', holders, token)
 end
-local limit = tonumber(redis.call('GET', KEYS[6]) or ARGV[4])
-grant_permits(holders, queue, waiters, fence, grants, limit, ARGV[2], now, ARGV[5], ARGV[6])
+local limit = tonumber(redis.call('GET', KEYS[7]) or ARGV[4])
+grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[5])
 return {0}

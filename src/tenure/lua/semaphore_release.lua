@@ -3,19 +3,19 @@
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
--- KEYS[4] fencing counter
--- KEYS[5] unconfirmed grants hash
--- KEYS[6] the stored limit
+-- KEYS[4] waiters' channels hash
+-- KEYS[5] fencing counter
+-- KEYS[6] unconfirmed grants hash
+-- KEYS[7] the stored limit
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] limit, if none is stored
--- ARGV[4] the semaphore's wake-up channel (a pub/sub channel, not a key)
--- ARGV[5] idle time in ms after which the counter and the limit expire
+-- ARGV[4] idle time in ms after which the counter and the limit expire
 -- returns 1 released, 0 the caller held no live permit (it had expired)
 
 --! include queue
 --! include semaphore
-local holders, queue, waiters, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now = server_time()
 local expiry = redis.call('ZSCORE', holders, ARGV[1])
 local released = 0
@@ -28,8 +28,8 @@ if expiry then
 end
 if redis.call('EXISTS', queue) == 1 then
     purge_holders(holders, grants, now)
-    purge_waiters(queue, waiters, now)
-    local limit = tonumber(redis.call('GET', KEYS[6]) or ARGV[3])
-    grant_permits(holders, queue, waiters, fence, grants, limit, ARGV[2], now, ARGV[4], ARGV[5])
+    purge_waiters(queue, waiters, wakes, now)
+    local limit = tonumber(redis.call('GET', KEYS[7]) or ARGV[3])
+    grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[4])
 end
 return released

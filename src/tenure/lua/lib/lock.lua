@@ -2,8 +2,7 @@
 -- Key layout of one lock, all under one {hash tag} so a cluster keeps them in one slot:
 --   owner   hash {token, fence, count}; its PEXPIRE is the lease; count (re-entries
 --           beyond the first) is absent until the owner re-enters
---   queue, waiters, fence   as in lib/queue
--- Wake-ups go out on the lock's channel (ARGV), never to a key built here.
+--   queue, waiters, wakes, fence   as in lib/queue
 
 -- Make `token` the owner for `lease_ms`; return its fencing token. The hash
 -- may still hold the previous owner (a handoff): its fields are overwritten.
@@ -15,16 +14,17 @@ local function take(owner, fence, token, lease_ms, idle_ms)
 end
 
 -- Hand the (free) lock to the first live waiter, inside this script, so no
--- newcomer can barge in, and announce it on the lock's channel. The
+-- newcomer can barge in, and announce it on the waiter's channel. The
 -- handed-over lease is short (handoff_ms) until the new owner confirms it
 -- with its full lease, so a waiter that died just before its turn delays the
 -- others by at most that.
-local function grant_next(owner, queue, waiters, fence, handoff_ms, now, channel, idle_ms)
+local function grant_next(owner, queue, waiters, wakes, fence, handoff_ms, now, idle_ms)
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
         return false
     end
-    leave_queue(queue, waiters, head)
+    local channel = channel_of(wakes, head)
+    leave_queue(queue, waiters, wakes, head)
     local f = take(owner, fence, head, handoff_ms, idle_ms)
     announce(channel, head, f, handoff_ms, now)
     return head

@@ -3,6 +3,8 @@
 -- counter, and the wake-up message a grant publishes.
 --   queue   zset token -> arrival time in microseconds (server clock): FIFO order
 --   waiters zset token -> expiry of the waiter's own lease in ms (server clock)
+--   wakes   hash token -> the pub/sub channel of the waiter's process, where its
+--           grant is announced (one process hears it, not every waiting one)
 --   fence   counter: the fencing token of each acquisition; it expires once the
 --           primitive has been idle for idle_ms and then restarts from the server's
 --           clock in microseconds, so tokens only grow for a name
@@ -30,17 +32,18 @@ local function next_fence(fence, idle_ms)
     return f
 end
 
--- Take `token` out of the queue and forget its waiter lease.
-local function leave_queue(queue, waiters, token)
+-- Take `token` out of the queue and forget its waiter lease and channel.
+local function leave_queue(queue, waiters, wakes, token)
     redis.call('ZREM', queue, token)
     redis.call('ZREM', waiters, token)
+    redis.call('HDEL', wakes, token)
 end
 
 -- Drop waiters whose own lease ran out (a dead or vanished waiter stalls nobody).
-local function purge_waiters(queue, waiters, now)
+local function purge_waiters(queue, waiters, wakes, now)
     local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', string.format('%d', now))
     for i = 1, #dead do
-        leave_queue(queue, waiters, dead[i])
+        leave_queue(queue, waiters, wakes, dead[i])
     end
 end
 
@@ -51,23 +54,32 @@ local function keep_alive(key, ms)
     end
 end
 
--- Join the queue (keeping one's place if already in it) and refresh one's
--- waiter lease; return one's 0-based place in line.
-local function join_queue(queue, waiters, token, now, now_us, waiter_lease)
+-- Join the queue (keeping one's place if already in it), refresh one's waiter
+-- lease and note the channel of one's process (passed in ARGV: a channel is
+-- not a key); return one's 0-based place in line.
+local function join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel)
     redis.call('ZADD', queue, 'NX', now_us, token)
     redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
+    redis.call('HSET', wakes, token, channel)
     keep_alive(queue, waiter_lease * 2)
     keep_alive(waiters, waiter_lease * 2)
+    keep_alive(wakes, waiter_lease * 2)
     return redis.call('ZRANK', queue, token)
 end
 
+-- The channel of waiter `token`'s process (false if it never said).
+local function channel_of(wakes, token)
+    return redis.call('HGET', wakes, token)
+end
+
 -- Tell the waiter `token` that it was granted `fence` on a handoff lease, on
--- the primitive's wake-up channel (a name the caller passed in ARGV, not a
--- key): "token:fence:handoff_ms:server time of the grant in ms". Every
--- process with a waiter on this primitive hears it and hands it to that
--- waiter; a message nobody hears costs the waiter its next re-check. pcall:
--- a user whose ACL forbids the channel still gets the lock, by re-checks.
+-- its process's channel: "token:fence:handoff_ms:server time of the grant in
+-- ms". That process hands it to the waiting thread or task; a message nobody
+-- hears costs the waiter its next re-check. pcall: a user whose ACL forbids
+-- the channel still gets the lock, by re-checks.
 local function announce(channel, token, fence, handoff_ms, now)
-    redis.pcall('PUBLISH', channel,
-        token .. ':' .. string.format('%d', fence) .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
+    if channel then
+        redis.pcall('PUBLISH', channel,
+            token .. ':' .. string.format('%d', fence) .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
+    end
 end

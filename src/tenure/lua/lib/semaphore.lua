@@ -1,12 +1,11 @@
 -- Shared by the semaphore scripts (included after lib/queue).
 -- Key layout: like a lock's, but the owner is a sorted set of holders:
 --   holders  zset token -> expiry of that holder's permit in ms (server clock)
---   queue, waiters, fence   as in lib/queue
+--   queue, waiters, wakes, fence   as in lib/queue
 --   grants   hash token -> fence of a permit handed to a waiter and not yet
 --            confirmed by it (its wake-up message may have been missed)
 --   limit    the semaphore's limit, stored by its first user and kept while it is
 --            used; a caller with another limit is refused (set_limit changes it)
--- Wake-ups go out on the semaphore's channel (ARGV), never to a key built here.
 
 -- A read-write lock is this semaphore with no limit and a mode in each
 -- token's first letter: "w" holds alone, "r" shares with other readers. A
@@ -63,15 +62,16 @@ end
 -- in while someone waits): grant the waiters at the head for as long as they
 -- are admissible. A writer waiting at the head stops the readers behind it,
 -- so writers never starve. Each gets a short handoff lease until it
--- confirms; its grant is recorded and announced on the channel.
-local function grant_permits(holders, queue, waiters, fence, grants, limit, handoff_ms, now,
-                             channel, idle_ms)
+-- confirms; its grant is recorded and announced on its process's channel.
+local function grant_permits(holders, queue, waiters, wakes, fence, grants, limit, handoff_ms, now,
+                             idle_ms)
     while true do
         local head = redis.call('ZRANGE', queue, 0, 0)[1]
         if not head or not admissible(holders, head, limit) then
             return
         end
-        leave_queue(queue, waiters, head)
+        local channel = channel_of(wakes, head)
+        leave_queue(queue, waiters, wakes, head)
         local f = take_permit(holders, fence, head, handoff_ms, now, idle_ms)
         redis.call('HSET', grants, head, string.format('%d', f))
         keep_alive(grants, handoff_ms * 2 + 1000)
