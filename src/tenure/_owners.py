@@ -109,9 +109,10 @@ class BaseOwnerSlot(Generic[T]):
             if self._shared is value:
                 self._shared = None
             return
-        self._live.pop(id(value), None)
-        for owner in [o for o, held in list(self._by_owner.items()) if held is value]:
-            self._by_owner.pop(owner, None)
+        entry = self._live.pop(id(value), None)
+        owner = None if entry is None else entry[0]()
+        if owner is not None and self._by_owner.get(owner) is value:
+            del self._by_owner[owner]
         context = _inherited_holds()
         if context.get(id(self)) is value:
             _inherited.set({k: v for k, v in context.items() if k != id(self)})
@@ -123,8 +124,10 @@ class BaseOwnerSlot(Generic[T]):
         return len(self._live)
 
     def _bind(self, owner: object, value: T) -> None:
-        for previous in [o for o, held in list(self._by_owner.items()) if held is value]:
-            self._by_owner.pop(previous, None)
+        entry = self._live.get(id(value))
+        previous = None if entry is None else entry[0]()
+        if previous is not None and self._by_owner.get(previous) is value:
+            del self._by_owner[previous]
         self._by_owner[owner] = value
         self._live[id(value)] = (weakref.ref(owner), value)
 

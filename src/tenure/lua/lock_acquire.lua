@@ -12,7 +12,7 @@
 -- ARGV[4] 1 = the caller holds it and re-enters (count + 1), 0 = plain acquire
 -- ARGV[5] handoff lease in ms, for granting a free lock to the first waiter
 -- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
--- ARGV[7] idle time in ms after which the fencing counter expires
+-- ARGV[7] lifetime in ms of a fencing counter started now
 -- returns {1, fence, lease ms} when the caller holds the lock, or
 --         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
 --          server time in ms}

@@ -12,7 +12,7 @@
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
--- ARGV[4] idle time in ms after which the fencing counter expires
+-- ARGV[4] lifetime in ms of a fencing counter started now
 -- returns {1, fence, remaining lease ms} if the caller holds the lock (keep),
 --         {0} otherwise
 

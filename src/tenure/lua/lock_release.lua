@@ -8,7 +8,7 @@
 -- KEYS[5] fencing counter
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
--- ARGV[3] idle time in ms after which the fencing counter expires
+-- ARGV[3] lifetime in ms of a fencing counter started now
 -- returns 0 not owned by the token, 1 released (and handed on if anyone
 --         waited), 2 still held (a re-entrant hold counted down)
 

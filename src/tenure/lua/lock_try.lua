@@ -6,11 +6,11 @@
 -- KEYS[3] fencing counter
 -- ARGV[1] token
 -- ARGV[2] lease in ms
--- ARGV[3] idle time in ms after which the fencing counter expires
+-- ARGV[3] lifetime in ms of a fencing counter started now
 -- returns the fencing token (> 0) if taken, else 0
 
 --! include queue
-if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
     return 0
 end
 local fence = next_fence(KEYS[3], ARGV[3])

@@ -5,9 +5,9 @@
 --   waiters zset token -> expiry of the waiter's own lease in ms (server clock)
 --   wakes   hash token -> the pub/sub channel of the waiter's process, where its
 --           grant is announced (one process hears it, not every waiting one)
---   fence   counter: the fencing token of each acquisition; it expires once the
---           primitive has been idle for idle_ms and then restarts from the server's
---           clock in microseconds, so tokens only grow for a name
+--   fence   counter: the fencing token of each acquisition; it lives idle_ms from
+--           its start and then starts again from the server's clock in
+--           microseconds, so tokens only grow for a name
 
 -- The server's clock: milliseconds (a number) and microseconds (a string,
 -- exact: a Lua number would print it in floating-point notation).
@@ -17,18 +17,19 @@ local function server_time()
         t[1] .. string.format('%06d', tonumber(t[2]))
 end
 
--- The next fencing token of a primitive. A counter that is gone (idle expiry,
--- or a restart without persistence) goes on from the server's clock in
--- microseconds: above every token it handed out before, since each of those
--- took more than a microsecond of this server's time.
+-- The next fencing token of a primitive. A counter that is gone (its idle
+-- expiry, or a restart without persistence) starts again from the server's
+-- clock in microseconds, with a lifetime of idle_ms: above every token handed
+-- out before, since each of those took more than a microsecond of this
+-- server's time. (So the counter's expiry needs no refresh on each use: a
+-- counter that expires while in use starts again higher.)
 local function next_fence(fence, idle_ms)
     local f = redis.call('INCR', fence)
     if f == 1 then
         local t = redis.call('TIME')
         f = tonumber(t[1]) * 1000000 + tonumber(t[2])
-        redis.call('SET', fence, string.format('%d', f))
+        redis.call('SET', fence, string.format('%d', f), 'PX', idle_ms)
     end
-    redis.call('PEXPIRE', fence, idle_ms)
     return f
 end
 
