@@ -233,7 +233,7 @@ def test_bench_refuses_bad_values() -> None:
     bad = run("bench", "locks", "--seconds", "0")
     assert bad.returncode == 2
     assert "--seconds" in bad.stderr
-    assert "BenchmarkError: --seconds and --solo-seconds must be in (0, 600]" in bad.stderr
+    assert "tenure: bench: --seconds and --solo-seconds must be in (0, 600]" in bad.stderr
     unknown = run("bench", "locks", "--only", "tenure,nonesuch")
     assert unknown.returncode == 2
     assert "unknown contender(s) nonesuch; known: tenure, tenure-default" in unknown.stderr

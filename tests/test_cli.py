@@ -39,6 +39,35 @@ def test_version_and_help() -> None:
     assert run().returncode == 0  # no command: help, not a traceback
 
 
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (
+            ("inspect", "--url", "redis://127.0.0.1:1"),
+            1,
+            "tenure: inspect: cannot reach the server",
+        ),
+        (("inspect", "--url", "notaurl"), 2, "tenure: inspect: --url: Redis URL must specify"),
+        (("demo", "--url", "redis://127.0.0.1:1", "--seconds", "0.2"), 1, "tenure: demo: "),
+        (("demo", "--seconds", "abc"), 2, "tenure: demo --seconds: must be a number of seconds"),
+        (("inspect", "--count", "x"), 2, "tenure: inspect --count: must be a whole number"),
+        (("nonesuch",), 2, "tenure: COMMAND: invalid choice: 'nonesuch'"),
+    ],
+)
+def test_every_error_is_one_line(args: tuple[str, ...], code: int, says: str) -> None:
+    done = run(*args)
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # never a traceback
+    assert lines[0].startswith(says), lines[0]
+
+
+def test_debug_shows_the_traceback() -> None:
+    done = run("--debug", "inspect", "--url", "redis://127.0.0.1:1")
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+
+
 def test_bad_arguments_exit_with_usage() -> None:
     bad = run("demo", "--seconds", "-1")
     assert bad.returncode == 2
@@ -48,10 +77,10 @@ def test_bad_arguments_exit_with_usage() -> None:
     assert "listers/buyers" in rows.stderr
     empty = run("demo", "--rows", "0/1")
     assert empty.returncode == 2
-    assert "ArgumentError: rows: 0/1" in empty.stderr
+    assert "tenure: demo: rows: 0/1" in empty.stderr
     modes = run("demo", "--modes", "watch,optimism")
     assert modes.returncode == 2
-    assert "ArgumentError: modes" in modes.stderr
+    assert "tenure: demo: modes" in modes.stderr
 
 
 @pytest.mark.slow

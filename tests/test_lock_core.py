@@ -66,8 +66,9 @@ def test_tenure_errors_are_redis_py_errors() -> None:
     assert issubclass(tenure.BackendError, redis.exceptions.RedisError)
     error = tenure.LockLostError("lost", name="orders")
     assert error.lock_name == "orders"
-    assert str(error) == "lost ['orders']"
-    assert repr(error) == "LockLostError(\"lost ['orders']\")"
+    assert str(error) == "lost (name 'orders')"
+    assert repr(error) == "LockLostError(\"lost (name 'orders')\")"
+    assert f"{type(error).__module__}.{type(error).__qualname__}" == "tenure.LockLostError"
     with pytest.raises(redis.exceptions.LockError):
         raise tenure.AcquireTimeoutError("busy", name="orders")
 

@@ -80,7 +80,7 @@ class TenureError(Exception):
     def __str__(self) -> str:
         if self.name is None:
             return str(self.message)
-        return f"{self.message} [{self.name!r}]"
+        return f"{self.message} (name {self.name!r})"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
@@ -188,3 +188,8 @@ class AcquireTimeoutError(PrimitiveError, _redis.LockError):
 
     ``acquire()`` itself returns False instead, as redis-py's does.
     """
+
+
+# Shown as tenure.ArgumentError (the public path), not tenure._exceptions.ArgumentError.
+for _error in [v for k, v in list(globals().items()) if k in __all__]:
+    _error.__module__ = "tenure"

@@ -14,23 +14,47 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
-from tenure._bench import BENCHMARKS, load_benchmark
-from tenure._exceptions import TenureError
+import redis
+
+from tenure._bench import BENCHMARKS, BenchmarkError, load_benchmark
+from tenure._exceptions import ArgumentError, ClientTypeError, TenureError
 from tenure._version import __version__
 
 __all__ = ["build_parser", "main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in tenure's one-line form (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        what, _, why = message.partition(": ")
+        if what.startswith("argument "):
+            what = what[len("argument ") :]
+        elif not why:
+            what, why = "usage", message
+        command = self.prog.removeprefix("tenure").strip()
+        where = f"{command} {what}".strip()
+        print(f"tenure: {where}: {why} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
@@ -55,11 +79,12 @@ def _modes(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tenure`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tenure",
         description="Distributed coordination on Redis and Valkey.",
     )
     parser.add_argument("--version", action="version", version=f"tenure {__version__}")
+    parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -158,11 +183,15 @@ def _run_inspect(options: argparse.Namespace) -> int:
 
     url = options.url or os.environ.get("REDIS_URL")
     if not url:
-        print("tenure inspect: give --url or set REDIS_URL", file=sys.stderr)
-        return 2
-    client: redis.Redis | redis.cluster.RedisCluster = (
-        redis.cluster.RedisCluster.from_url(url) if options.cluster else redis.Redis.from_url(url)
-    )
+        raise ArgumentError("--url", "give --url or set REDIS_URL")
+    try:
+        client: redis.Redis | redis.cluster.RedisCluster = (
+            redis.cluster.RedisCluster.from_url(url)
+            if options.cluster
+            else redis.Redis.from_url(url)
+        )
+    except ValueError as exc:
+        raise ArgumentError("--url", f"{exc} (got {url!r})") from exc
     rounds = 0
     try:
         while True:
@@ -205,13 +234,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(load_benchmark(options.bench).run_command(options, command))
         if options.command == "inspect":
             return _run_inspect(options)
-    except TenureError as exc:
-        print(f"tenure: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if options.debug:
+            raise
+        code, why = _failure(exc)
+        print(f"tenure: {options.command}: {why}", file=sys.stderr)
+        return code
     parser.print_help()
     return 0
+
+
+def _failure(exc: Exception) -> tuple[int, str]:
+    """Exit status (2: usage, 1: runtime) and one line for an error that ended a command."""
+    if isinstance(exc, (ArgumentError, ClientTypeError, BenchmarkError)):
+        return 2, str(exc)  # the arguments: a benchmark raises for those it cannot run with
+    if isinstance(exc, redis.exceptions.ConnectionError):
+        return 1, f"cannot reach the server: {_first_line(exc)}"
+    if isinstance(exc, (TenureError, redis.exceptions.RedisError, OSError)):
+        return 1, f"{type(exc).__name__}: {_first_line(exc)}"
+    return 1, f"unexpected {type(exc).__name__}: {_first_line(exc)} (--debug shows the traceback)"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
 
 
 if __name__ == "__main__":  # pragma: no cover
