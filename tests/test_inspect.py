@@ -111,3 +111,21 @@ def test_a_new_primitive_plugs_in_its_view(tenure_client: redis.Redis) -> None:
         import tenure.inspect as module
 
         module._VIEWS[:] = before
+
+
+def test_free_primitives_only_with_all(tenure_client: redis.Redis) -> None:
+    lock = Lock(tenure_client, "done-with")
+    with lock:
+        assert [row.name for row in inspect(tenure_client)] == ["done-with"]
+    assert inspect(tenure_client) == []  # its fencing counter lives on a while: free
+    (row,) = inspect(tenure_client, include_free=True)
+    assert (row.name, row.state) == ("done-with", "free")
+    kwargs = tenure_client.connection_pool.connection_kwargs
+    url = f"redis://{kwargs['host']}:{kwargs['port']}"
+    command = [sys.executable, "-m", "tenure.cli", "inspect", "--url", url]
+    quiet = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
+    assert "done-with" not in quiet.stdout
+    everything = subprocess.run(
+        [*command, "--all"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "done-with" in everything.stdout

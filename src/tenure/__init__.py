@@ -1,8 +1,8 @@
 """tenure: distributed coordination on Redis and Valkey.
 
-Locks that are correct, fair and fast; counting semaphores; read-write
-locks; failover-safe and multi-master locks; caches that never stampede;
-crash-safe chunked work distribution. Every primitive has a sync and an
+Locks that are fair, fenced and told when lost (a drop-in for redis-py's
+``Lock``), re-entrant locks, counting semaphores, read-write locks,
+connection-bound locks and fenced keys. Every primitive has a sync and an
 asyncio API and takes the redis-py client you already have.
 
 Errors all derive from :class:`TenureError`; the tree is drawn in

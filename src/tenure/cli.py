@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--cluster", action="store_true", help="the URL is a cluster node")
     look.add_argument("--prefix", default="", help="only names that start with this")
     look.add_argument("--json", action="store_true", help="print JSON")
+    look.add_argument(
+        "--all", action="store_true", help="also list free primitives (used in the last minute)"
+    )
     look.add_argument("--watch", type=_positive_float, help="refresh every N seconds")
     look.add_argument("--count", type=_positive_int, help="with --watch: stop after N rounds")
 
@@ -195,7 +198,7 @@ def _run_inspect(options: argparse.Namespace) -> int:
     rounds = 0
     try:
         while True:
-            rows = inspect(client, options.prefix)
+            rows = inspect(client, options.prefix, include_free=options.all)
             if options.json:
                 print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2), flush=True)
             else:

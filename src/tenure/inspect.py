@@ -145,14 +145,21 @@ def _names(client: Client, view_prefix: str, name_prefix: str) -> Iterable[str]:
             yield match["name"]
 
 
-def inspect(client: Client, prefix: str = "") -> list[Primitive]:
-    """Every tenure primitive whose name starts with ``prefix``, with its state."""
+def inspect(client: Client, prefix: str = "", *, include_free: bool = False) -> list[Primitive]:
+    """Every tenure primitive whose name starts with ``prefix``, with its state.
+
+    A primitive whose state is ``free`` and that nobody waits for (its
+    fencing counter lives on for a while after its last use) is listed only
+    with ``include_free=True``.
+    """
     seconds, micros = client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     found = []
     for view in _VIEWS:
         for name in sorted(_names(client, view.prefix, prefix)):
-            found.append(view.describe(client, f"{view.prefix}{{{name}}}", name, now_ms))
+            row = view.describe(client, f"{view.prefix}{{{name}}}", name, now_ms)
+            if include_free or row.state != "free" or row.waiters:
+                found.append(row)
     return found
 
 
