@@ -58,7 +58,13 @@ BOOK: dict[tuple[int, int, str], tuple[str, str, str, float]] = {
 
 @dataclass
 class DemoResult:
-    """One row of the demo table: one market setup, one mode, all traders together."""
+    """One row of the demo table: one market setup, one mode, all traders together.
+
+    ``purchase_attempts`` counts every purchase tried, including any cut off
+    by the deadline. The ``book_*`` figures are the book's,
+    scaled to the run's length; those named in ``book_upper_bounds`` are the
+    book's "under N" (rounded up).
+    """
 
     listers: int
     buyers: int
@@ -68,13 +74,14 @@ class DemoResult:
     bought: int
     missed: int
     retries: int
-    purchases: int
+    purchase_attempts: int
     avg_wait_ms: float
     consistent: bool
-    book_listed: str | None
-    book_bought: str | None
-    book_retries: str | None
+    book_listed: int | None
+    book_bought: int | None
+    book_retries: int | None
     book_wait_ms: float | None
+    book_upper_bounds: list[str]
 
 
 @dataclass(frozen=True)
@@ -219,11 +226,11 @@ def _label(listers: int, buyers: int, mode: str) -> str:
     return f"{listers}L/{buyers}B {MODE_LABELS[mode]}"
 
 
-def _scaled(figure: str, scale: float) -> str:
+def _scaled(figure: str, scale: float) -> int:
     value = float(figure.lstrip("<")) * scale
     if figure.startswith("<"):  # "under N" stays an upper bound: round it up
-        return f"<{math.ceil(value):,}"
-    return f"{value:,.0f}"
+        return math.ceil(value)
+    return round(value)
 
 
 def _run(
@@ -267,13 +274,20 @@ def _run(
         bought=whole.bought,
         missed=whole.missed,
         retries=whole.retries,
-        purchases=whole.attempts,
+        purchase_attempts=whole.attempts,
         avg_wait_ms=1000 * whole.waited / whole.attempts if whole.attempts else 0.0,
         consistent=books.consistent,
         book_listed=_scaled(book[0], scale) if book else None,
         book_bought=_scaled(book[1], scale) if book else None,
         book_retries=_scaled(book[2], scale) if book else None,
         book_wait_ms=book[3] if book else None,
+        book_upper_bounds=[
+            field
+            for field, figure in zip(("listed", "bought", "retries"), book[:3], strict=True)
+            if figure.startswith("<")
+        ]
+        if book
+        else [],
     )
     progress.finish(label, result)
     return result
@@ -295,8 +309,11 @@ def _server_url(url: str | None, out: TextIO) -> Iterator[str]:
 
 
 def _table(results: list[DemoResult], seconds: float) -> str:
-    def book(value: str | None) -> str:
-        return value if value is not None else "-"
+    def book(r: DemoResult, field: str) -> str:
+        value = getattr(r, f"book_{field}")
+        if value is None:
+            return "-"
+        return f"<{value:,}" if field in r.book_upper_bounds else f"{value:,}"
 
     head_run = f"this run, {seconds:g} s each"
     head_book = f"the book, scaled to {seconds:g} s"
@@ -314,7 +331,7 @@ def _table(results: list[DemoResult], seconds: float) -> str:
         lines.append(
             f"{setup:<5}{MODE_LABELS[r.mode]:<17}{r.listed:>9,}{r.bought:>9,}{r.retries:>9,}"
             f"{r.avg_wait_ms:>8.1f} ms{'ok' if r.consistent else 'WRONG':>6}  |"
-            f"{book(r.book_listed):>9}{book(r.book_bought):>8}{book(r.book_retries):>9}"
+            f"{book(r, 'listed'):>9}{book(r, 'bought'):>8}{book(r, 'retries'):>9}"
             f"{book_wait:>9}"
         )
     return "\n".join(line.rstrip() for line in lines)
