@@ -36,6 +36,7 @@ from tenure.server import (
     replicated,
     sentinel,
     standalone,
+    sweep_stale_folders,
 )
 
 ENGINE = find_engine()
@@ -576,3 +577,29 @@ def test_engine_dataclass() -> None:
     assert engine.version_info == (7, 0, 15)
     assert str(engine) == "redis 7.0.15"
     assert threading.current_thread() is threading.main_thread()
+
+
+def test_a_killed_owners_folders_are_swept() -> None:
+    code = (
+        "import os, sys, time\n"
+        "from tenure.server import ServerProcess\n"
+        "s = ServerProcess().start()\n"
+        "print(s.directory, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ}
+    )
+    assert child.stdout is not None
+    folder = child.stdout.readline().strip()
+    assert os.path.isdir(folder)
+    sweep_stale_folders()
+    assert os.path.isdir(folder)  # its owner lives: kept
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    deadline = time.monotonic() + 5
+    while os.path.isdir(folder) and time.monotonic() < deadline:
+        sweep_stale_folders()  # the server dies with its owner, then the folder can go
+        time.sleep(0.1)
+    assert not os.path.isdir(folder)

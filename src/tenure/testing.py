@@ -65,6 +65,7 @@ from tenure.server import (
     Sentinel,
     ServerProcess,
     find_engine,
+    sweep_stale_folders,
 )
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "ServerFactory",
     "pytest_addoption",
     "pytest_report_header",
+    "pytest_sessionfinish",
     "tenure_async_client",
     "tenure_async_cluster_client",
     "tenure_client",
@@ -134,6 +136,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _engine_name(config: pytest.Config) -> str | None:
     chosen = config.getoption("--tenure-engine", default=None)
     return str(chosen) if chosen else os.environ.get("TENURE_ENGINE") or None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove server folders whose owners were killed (kill -9 leaves them behind)."""
+    sweep_stale_folders()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -46,6 +46,7 @@ stops like the servers::
 from __future__ import annotations
 
 from tenure.server._binaries import Engine, find_engine
+from tenure.server._folders import sweep_stale_folders
 from tenure.server._process import ServerProcess
 from tenure.server._proxy import FaultProxy, ProxyConnection, ProxyFaults
 from tenure.server._topologies import Cluster, Replicated, Sentinel, Standalone
@@ -65,6 +66,7 @@ __all__ = [
     "replicated",
     "sentinel",
     "standalone",
+    "sweep_stale_folders",
 ]
 
 

@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -46,6 +45,7 @@ from redis.retry import Retry
 
 from tenure._exceptions import ArgumentError, EmbeddedServerError, ServerStartError
 from tenure.server._binaries import Engine, find_engine
+from tenure.server._folders import make_folder, note_server
 
 __all__ = ["HOST", "ServerProcess", "given_or_private"]
 
@@ -682,12 +682,12 @@ class ServerProcess(_Lifecycle):
                 self._dir = self._requested_dir
                 self._owns_dir = False
             else:
-                self._dir = tempfile.mkdtemp(prefix=f"tenure-{self._name}-")
+                self._dir = make_folder(self._name)
                 self._owns_dir = True
         if self._unix:
             too_long = len(os.path.join(self._dir, _SOCKET_NAME)) > _MAX_SOCKET_PATH
             if too_long and self._socket_dir is None:
-                self._socket_dir = tempfile.mkdtemp(prefix="tenure-sock-")
+                self._socket_dir = make_folder("sock")
             path = self.unix_socket_path
             if path is not None:
                 with contextlib.suppress(FileNotFoundError):
@@ -769,6 +769,8 @@ class ServerProcess(_Lifecycle):
                 self._popen = _SPAWNER.run(spawn)
             except OSError as exc:
                 raise ServerStartError(f"{self!r}: cannot run {args[0]}: {exc}") from exc
+        if self._owns_dir:
+            note_server(directory, self._popen.pid)
         self._owner_pid = os.getpid()
         self._paused = False
 
