@@ -131,3 +131,21 @@ def test_shared_slot() -> None:
     assert slot.get() is hold
     slot.clear(hold)
     assert slot.get() is None
+
+
+def test_map_exceptions_translates_redis_errors_only() -> None:
+    from tenure._clients import map_exceptions
+
+    with (
+        pytest.raises(tenure.ServerUnavailableError) as caught,
+        map_exceptions(name="n", doing="testing"),
+    ):
+        raise redis.exceptions.ConnectionError("down")
+    assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
+    assert "while testing" in str(caught.value)
+    original = tenure.LockNotOwnedError("mine", name="n")
+    with pytest.raises(tenure.LockNotOwnedError) as kept, map_exceptions(name="n"):
+        raise original  # tenure's own: untouched (it is a redis-py error too)
+    assert kept.value is original
+    with pytest.raises(KeyError), map_exceptions():
+        raise KeyError("not redis")

@@ -6,6 +6,9 @@ call them, so the rules live in one place.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
@@ -25,6 +28,7 @@ __all__ = [
     "ASYNC_CLIENT_TYPES",
     "SYNC_CLIENT_TYPES",
     "is_cluster",
+    "map_exceptions",
     "require_client",
     "translate_error",
 ]
@@ -82,6 +86,31 @@ def translate_error(
     if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):
         return BackendError(f"server error{where}: {exc}", name=name)
     return exc
+
+
+@contextlib.contextmanager
+def map_exceptions(
+    *,
+    name: str | None = None,
+    doing: str = "",
+    refine: Callable[[BaseException, BaseException], BaseException] | None = None,
+) -> Iterator[None]:
+    """Translate redis-py's errors raised in the block into tenure's (httpcore's way).
+
+    The one place where a redis-py error becomes a :class:`BackendError`
+    subclass, with the original as ``__cause__``; tenure's own errors and
+    anything else pass through untouched. ``refine(translated, original)``
+    may replace the translated error (say which commands an ACL refused).
+    """
+    try:
+        yield
+    except TenureError:
+        raise
+    except (redis_errors.RedisError, redis_errors.RedisClusterException) as exc:
+        error = translate_error(exc, name=name, doing=doing)
+        if refine is not None:
+            error = refine(error, exc)
+        raise error from exc
 
 
 def _is_script_failure(message: str) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._backend_asyncio import IS_ASYNC
-from tenure._clients import require_client, translate_error
+from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
 from tenure._lock_core import check_seconds, to_ms
 
@@ -46,10 +46,8 @@ class AsyncFencedKey:
 
     async def read(self) -> tuple[Any, int | None]:
         """The stored value and the fencing token that wrote it (``(None, None)`` if unset)."""
-        try:
+        with map_exceptions(doing=f"reading fenced key {self.key!r}"):
             value, fence = await self.client.hmget(self.key, ["value", "fence"])
-        except Exception as exc:
-            raise translate_error(exc, doing=f"reading fenced key {self.key!r}") from exc
         return value, None if fence is None else int(fence)
 
     def __repr__(self) -> str:

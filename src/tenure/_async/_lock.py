@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
-from tenure._clients import translate_error
+from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
 from tenure._lock_core import (
     DEFAULT_HANDOFF_LEASE,
@@ -107,20 +107,16 @@ class AsyncLock(AsyncLeased):
 
     async def locked(self) -> bool:
         """True if anyone holds the lock (one round trip)."""
-        try:
+        with map_exceptions(name=self.name, doing="checking the lock"):
             return bool(await self.client.exists(self._keys.owner))
-        except Exception as exc:
-            raise translate_error(exc, name=self.name, doing="checking the lock") from exc
 
     async def owned(self) -> bool:
         """True if this owner holds the lock, as the server sees it (one round trip)."""
         hold = self._slot.get()
         if hold is None:
             return False
-        try:
+        with map_exceptions(name=self.name, doing="checking the lock"):
             current = await self.client.hget(self._keys.owner, "token")
-        except Exception as exc:
-            raise translate_error(exc, name=self.name, doing="checking the lock") from exc
         return current is not None and to_text(current) == hold.token
 
 

@@ -18,7 +18,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 from redis import exceptions as redis_errors
 
-from tenure._clients import translate_error
+from tenure._clients import map_exceptions
 from tenure._scripts import Script, ScriptStatistics, load_script
 
 __all__ = ["AsyncClient", "AsyncScriptRegistry", "registry_for"]
@@ -57,14 +57,12 @@ class AsyncScriptRegistry:
         script.check_call(keys, args)
         self._stats.calls += 1
         client = self._client
-        try:
+        with map_exceptions(name=name, doing=f"running {script.name}"):
             try:
                 return await client.evalsha(script.sha, len(keys), *keys, *args)
             except redis_errors.NoScriptError:
                 self._stats.reloads += 1
                 return await client.eval(script.source, len(keys), *keys, *args)
-        except (redis_errors.RedisError, redis_errors.RedisClusterException) as exc:
-            raise translate_error(exc, name=name, doing=f"running {script.name}") from exc
 
 
 def registry_for(client: AsyncClient) -> AsyncScriptRegistry:

@@ -35,7 +35,7 @@ import redis
 from redis import exceptions as redis_errors
 
 from tenure._backend_threads import IS_ASYNC, shielded, sleep
-from tenure._clients import is_cluster, require_client, translate_error
+from tenure._clients import is_cluster, map_exceptions, require_client
 from tenure._exceptions import (
     AcquireTimeoutError,
     ArgumentError,
@@ -105,10 +105,8 @@ class ConnectionLock:
         deadline = None if timeout is None else time.monotonic() + timeout
         connection = self._dedicated()
         try:
-            try:
+            with map_exceptions(name=self.name, doing="CLIENT ID", refine=self._refine):
                 my_id = str(connection.client_id())
-            except redis_errors.RedisError as exc:
-                raise self._translate(exc, "CLIENT ID") from exc
             while True:
                 if self._try_book(connection, my_id):
                     self._connection, self._owner_id = connection, my_id
@@ -141,31 +139,28 @@ class ConnectionLock:
 
     def _try_book(self, connection: redis.Redis, my_id: str) -> bool:
         """WATCH, check the owner is gone, and book, as one transaction."""
-        try:
-            with connection.pipeline(transaction=True) as transaction:
-                pipe: Any = transaction  # redis-py leaves watch/multi untyped
-                pipe.watch(self.key)
-                owner = pipe.get(self.key)
-                if owner is not None and self._alive(pipe, to_text(owner)):
-                    pipe.unwatch()
-                    return False
-                pipe.multi()
-                if self.lease is None:
-                    pipe.set(self.key, my_id)
-                else:
-                    pipe.set(self.key, my_id, px=to_ms(self.lease))
-                pipe.execute()
-                return True
-        except redis_errors.WatchError:
-            return False  # someone booked between the check and EXEC
-        except redis_errors.RedisError as exc:
-            raise self._translate(exc, "booking") from exc
+        with map_exceptions(name=self.name, doing="booking", refine=self._refine):
+            try:
+                with connection.pipeline(transaction=True) as transaction:
+                    pipe: Any = transaction  # redis-py leaves watch/multi untyped
+                    pipe.watch(self.key)
+                    owner = pipe.get(self.key)
+                    if owner is not None and self._alive(pipe, to_text(owner)):
+                        pipe.unwatch()
+                        return False
+                    pipe.multi()
+                    if self.lease is None:
+                        pipe.set(self.key, my_id)
+                    else:
+                        pipe.set(self.key, my_id, px=to_ms(self.lease))
+                    pipe.execute()
+                    return True
+            except redis_errors.WatchError:
+                return False  # someone booked between the check and EXEC
 
     def _alive(self, pipe: Any, owner: str) -> bool:
-        try:
+        with map_exceptions(name=self.name, doing="CLIENT LIST", refine=self._refine):
             found = pipe.client_list(client_id=[owner])
-        except redis_errors.RedisError as exc:
-            raise self._translate(exc, "CLIENT LIST") from exc
         return bool(found)
 
     def release(self) -> None:
@@ -194,14 +189,11 @@ class ConnectionLock:
 
     def locked(self) -> bool:
         """True if a live connection holds the lock (two round trips)."""
-        try:
+        with map_exceptions(name=self.name, doing="checking", refine=self._refine):
             owner = self.client.get(self.key)
-        except redis_errors.RedisError as exc:
-            raise self._translate(exc, "checking") from exc
         return owner is not None and self._alive(self.client, to_text(owner))
 
-    def _translate(self, exc: BaseException, doing: str) -> BaseException:
-        error = translate_error(exc, name=self.name, doing=doing)
+    def _refine(self, error: BaseException, exc: BaseException) -> BaseException:
         if isinstance(error, PermissionDeniedError):  # say which commands it needs
             return PermissionDeniedError(
                 "ConnectionLock needs CLIENT ID, CLIENT LIST, WATCH, MULTI, GET, SET and "

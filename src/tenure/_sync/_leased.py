@@ -64,7 +64,7 @@ from tenure._backend_threads import (
     guarded,
     shielded,
 )
-from tenure._clients import require_client, translate_error
+from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
@@ -703,11 +703,8 @@ class Leased:
         hold = self._slot.get()
         if hold is None:
             return False
-        try:
+        with map_exceptions(name=self.name, doing=f"checking the {self._noun}"):
             score = self.client.zscore(self._keys.owner, hold.token)
-        except Exception as exc:
-            doing = f"checking the {self._noun}"
-            raise translate_error(exc, name=self.name, doing=doing) from exc
         return score is not None
 
     def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:

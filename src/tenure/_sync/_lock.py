@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from tenure._clients import translate_error
+from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
 from tenure._lock_core import (
     DEFAULT_HANDOFF_LEASE,
@@ -108,20 +108,16 @@ class Lock(Leased):
 
     def locked(self) -> bool:
         """True if anyone holds the lock (one round trip)."""
-        try:
+        with map_exceptions(name=self.name, doing="checking the lock"):
             return bool(self.client.exists(self._keys.owner))
-        except Exception as exc:
-            raise translate_error(exc, name=self.name, doing="checking the lock") from exc
 
     def owned(self) -> bool:
         """True if this owner holds the lock, as the server sees it (one round trip)."""
         hold = self._slot.get()
         if hold is None:
             return False
-        try:
+        with map_exceptions(name=self.name, doing="checking the lock"):
             current = self.client.hget(self._keys.owner, "token")
-        except Exception as exc:
-            raise translate_error(exc, name=self.name, doing="checking the lock") from exc
         return current is not None and to_text(current) == hold.token
 
 

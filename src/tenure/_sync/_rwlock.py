@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tenure._clients import translate_error
+from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
 from tenure._lock_core import IDLE_TTL_MS, new_token, to_text
 from tenure._sync._scripting import Client
@@ -98,10 +98,8 @@ class ReadWriteLock:
 
     def readers(self) -> int:
         """How many read holds there are now (0 while a writer holds)."""
-        try:
+        with map_exceptions(name=self.name, doing="counting readers"):
             holders = self.read.client.zrange(self.read.keys.owner, 0, -1)
-        except Exception as exc:
-            raise translate_error(exc, name=self.name, doing="counting readers") from exc
         return sum(1 for token in holders if to_text(token).startswith("r"))
 
     def __repr__(self) -> str:
