@@ -49,38 +49,31 @@ IDENTIFIERS = {
     "_backend_asyncio": "_backend_threads",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "__aiter__": "__iter__",
-    "__anext__": "__next__",
-    "asynccontextmanager": "contextmanager",
     "AsyncIterator": "Iterator",
-    "AsyncIterable": "Iterable",
-    "AsyncGenerator": "Generator",
-    "AsyncExitStack": "ExitStack",
-    "StopAsyncIteration": "StopIteration",
     "aclose": "close",
-    "anext": "next",
     "is_async": "is_async",  # a parameter name, not an async twin
 }
 
 # Text rewrites applied before identifiers (order matters).
 TEXT = [
     (re.compile(r"\bredis\.asyncio\.cluster\b"), "redis.cluster"),
-    (re.compile(r"\bredis\.asyncio\.sentinel\b"), "redis.sentinel"),
     (re.compile(r"\bredis\.asyncio\b"), "redis"),
     (re.compile(r"\bimport redis\n(?=import redis\n)"), ""),
     (re.compile(r"\basync def\b"), "def"),
     (re.compile(r"\basync with\b"), "with"),
-    (re.compile(r"\basync for\b"), "for"),
     (re.compile(r"\bawait "), ""),
-    (re.compile(r"\bIS_ASYNC = True\b"), "IS_ASYNC = False"),
 ]
 
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
+_USED: set[str] = set()  # the rules that matched something, for --check
+
+
 def rename(identifier: str) -> str:
     """Map one identifier from the async world to the sync one."""
     if identifier in IDENTIFIERS:
+        _USED.add(f"identifier {identifier}")
         return IDENTIFIERS[identifier]
     if identifier.startswith("Async") and identifier[5:6].isupper():
         return identifier[5:]
@@ -119,7 +112,9 @@ def transform(text: str) -> str:
     """Rewrite one async source file into its sync twin."""
     text = _REGION.sub(_sync_region, text)
     for pattern, replacement in TEXT:
-        text = pattern.sub(replacement, text)
+        text, count = pattern.subn(replacement, text)
+        if count:
+            _USED.add(f"text {pattern.pattern}")
     return _IDENT.sub(lambda m: rename(m.group(0)), text)
 
 
@@ -173,6 +168,14 @@ def stale_targets(outputs: dict[Path, str]) -> list[str]:
     return problems
 
 
+def dead_rules() -> list[str]:
+    """Rewrite rules that matched nothing in any source (a rule left behind)."""
+    rules = [f"identifier {name}" for name in IDENTIFIERS] + [
+        f"text {pattern.pattern}" for pattern, _ in TEXT
+    ]
+    return [f"rule matches nothing: {rule}" for rule in rules if rule not in _USED]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Regenerate, or with ``--check`` verify, the sync code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     outputs = expected_outputs()
     if options.check:
-        problems = stale_targets(outputs)
+        problems = stale_targets(outputs) + dead_rules()
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:

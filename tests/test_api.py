@@ -83,3 +83,23 @@ def test_error_tree_has_one_root() -> None:
     assert issubclass(tenure.ArgumentError, ValueError)
     assert issubclass(tenure.ClientTypeError, TypeError)
     assert "TenureError" in (tenure._exceptions.__doc__ or "")
+
+
+def test_the_backend_pair_has_the_same_names_and_signatures() -> None:
+    from tenure import _backend_asyncio as on_asyncio
+    from tenure import _backend_threads as on_threads
+
+    assert on_asyncio.__all__ == on_threads.__all__
+    for name in on_asyncio.__all__:
+        mine, theirs = getattr(on_asyncio, name), getattr(on_threads, name)
+        if inspect.isclass(mine):
+            methods = {m for m in vars(mine) if not m.startswith("_")}
+            assert methods == {m for m in vars(theirs) if not m.startswith("_")}, name
+            for method in methods:
+                assert list(inspect.signature(getattr(mine, method)).parameters) == list(
+                    inspect.signature(getattr(theirs, method)).parameters
+                ), f"{name}.{method}"
+        elif callable(mine):
+            assert list(inspect.signature(mine).parameters) == list(
+                inspect.signature(theirs).parameters
+            ), name

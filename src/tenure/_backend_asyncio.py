@@ -105,13 +105,13 @@ def scope_key() -> object:
     return asyncio.get_running_loop()
 
 
-async def shielded(awaitable: Awaitable[T]) -> T:
-    """Finish ``awaitable`` even if the caller is cancelled meanwhile.
+async def shielded(call: Awaitable[T]) -> T:
+    """Finish ``call`` even if the caller is cancelled meanwhile.
 
     Cleanup that must reach the server (give up a place in a queue, hand a
     lock on) runs to completion; the cancellation is re-raised afterwards.
     """
-    task = asyncio.ensure_future(awaitable)
+    task = asyncio.ensure_future(call)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -169,14 +169,14 @@ class OwnerSlot(BaseOwnerSlot[T]):
         super().__init__(per_owner, _current_task, _task_finished)
 
 
-async def guarded(awaitable: Awaitable[T], undo: Callable[[T], Awaitable[object]]) -> T:
-    """Await ``awaitable``; if the caller is cancelled meanwhile, let it finish and undo it.
+async def guarded(call: Awaitable[T], undo: Callable[[T], Awaitable[object]]) -> T:
+    """Await ``call``; if the caller is cancelled meanwhile, let it finish and undo it.
 
     For a call whose effect on the server must not be left without a local
     owner (a re-entry counted on the server): the call runs to its reply,
     ``undo(reply)`` runs, shielded too, and the cancellation is re-raised.
     """
-    task = asyncio.ensure_future(awaitable)
+    task = asyncio.ensure_future(call)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:

@@ -85,9 +85,9 @@ def scope_key() -> object:
     return os.getpid()
 
 
-def shielded(value: T) -> T:
+def shielded(call: T) -> T:
     """Threads cannot be cancelled half-way, so there is nothing to shield."""
-    return value
+    return call
 
 
 def current_holder() -> object:
@@ -120,6 +120,6 @@ class OwnerSlot(BaseOwnerSlot[T]):
         super().__init__(per_owner, threading.current_thread, _thread_finished)
 
 
-def guarded(value: T, undo: Callable[[T], object]) -> T:
+def guarded(call: T, undo: Callable[[T], object]) -> T:
     """Threads are not cancelled between a call and its reply: nothing to undo."""
-    return value
+    return call
