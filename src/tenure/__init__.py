@@ -36,7 +36,7 @@ from tenure._exceptions import (
     ServerUnavailableError,
     TenureError,
 )
-from tenure._lock_core import LockStatistics
+from tenure._leased_core import LockStatistics
 from tenure._sync._connlock import ConnectionLock
 from tenure._sync._fence import FencedKey
 from tenure._sync._lock import Lock, ReentrantLock

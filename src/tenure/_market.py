@@ -30,7 +30,7 @@ import redis
 from redis.exceptions import WatchError
 
 from tenure._exceptions import ArgumentError
-from tenure._lock_core import to_text
+from tenure._leased_core import to_text
 from tenure._sync._lock import Lock
 from tenure._sync._scripting import registry_for
 

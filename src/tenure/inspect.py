@@ -20,7 +20,7 @@ from typing import Any
 import redis
 import redis.cluster
 
-from tenure._lock_core import to_text
+from tenure._leased_core import to_text
 
 __all__ = ["Primitive", "View", "inspect", "register_view", "render_table", "views"]
 

@@ -26,7 +26,7 @@ from tenure import (
 )
 from tenure._async._wakeups import AsyncWakeups, wakeups_for
 from tenure._backend_asyncio import IS_ASYNC
-from tenure._lock_core import IDLE_TTL_MS
+from tenure._leased_core import IDLE_TTL_MS
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, sleep
 

@@ -25,7 +25,7 @@ from tenure import (
     SemaphoreLimitError,
 )
 from tenure._backend_threads import IS_ASYNC
-from tenure._lock_core import IDLE_TTL_MS
+from tenure._leased_core import IDLE_TTL_MS
 from tenure._sync._wakeups import Wakeups, wakeups_for
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, sleep

@@ -16,7 +16,7 @@ from tenure._async._scripting import AsyncClient, registry_for
 from tenure._backend_asyncio import IS_ASYNC
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._lock_core import check_seconds, to_ms
+from tenure._leased_core import check_seconds, to_ms
 
 __all__ = ["AsyncFencedKey"]
 

@@ -77,8 +77,15 @@ from tenure._exceptions import (
     PrimitiveError,
     TenureError,
 )
-from tenure._lock_core import (
+from tenure._leased_core import (
+    COUNTED_DOWN,
     IDLE_TTL_MS,
+    KEPT,
+    NOT_OWNED,
+    OWNER_EXPIRY_SLACK,
+    RENEW_AT,
+    RENEW_RETRY,
+    RENEW_RETRY_MIN,
     WAITER_REFRESH,
     Acquired,
     Counters,
@@ -438,7 +445,7 @@ class AsyncLeased:
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if answer.owner_ttl_ms >= 0:
-                    wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + 0.002)
+                    wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
                 granted = await waiter.wait(wake_at - now)
@@ -485,7 +492,7 @@ class AsyncLeased:
         sent = time.monotonic()
         keys, args = self._leave_call(token, "keep")
         reply = await shielded(self._run(self._scripts.leave, keys, args))
-        if int(reply[0]) == 1:
+        if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
             self._took(token, granted, sent, started, holder, queued=True)
             return True
@@ -534,9 +541,9 @@ class AsyncLeased:
             if answer.lease_ms < settings.lease_ms:
                 # Handed over on a short lease: confirm the full lease at a third
                 # of it. A short hold is released before then and never pays.
-                self._schedule_renewal(hold, sent + answer.lease_ms / 3000)
+                self._schedule_renewal(hold, sent + answer.lease_ms / 1000 * RENEW_AT)
             elif settings.auto_renew or settings.max_hold is not None:
-                self._schedule_renewal(hold, sent + settings.lease / 3)
+                self._schedule_renewal(hold, sent + settings.lease * RENEW_AT)
 
     # -- renewal ---------------------------------------------------------------
 
@@ -609,7 +616,8 @@ class AsyncLeased:
             if now >= hold.expires_at:
                 return None, True
             logger.warning("tenure: renewing %r failed, retrying: %s", self.name, error)
-            return min(hold.expires_at, now + max(0.05, settings.lease / 10)), False
+            retry = max(RENEW_RETRY_MIN, settings.lease * RENEW_RETRY)
+            return min(hold.expires_at, now + retry), False
         granted_ms = int(reply)
         if granted_ms <= 0:
             return None, True
@@ -622,7 +630,7 @@ class AsyncLeased:
         if ms is None:
             return None, False
         job.args = self._extend_call(hold.token, ms, "set")[1]
-        return now + ms / 3000, False
+        return now + ms / 1000 * RENEW_AT, False
 
     def _mark_lost(self, hold: Hold) -> None:
         """Record that ``hold`` was lost while held (only a live hold, once)."""
@@ -666,13 +674,13 @@ class AsyncLeased:
             self._forget(hold)  # stop renewing before it can change hands
         keys, args = self._release_call(hold.token)
         reply = int(await shielded(self._run(self._scripts.release, keys, args)))
-        if reply == 2:
+        if reply == COUNTED_DOWN:
             with self._mutex:
                 hold.count -= 1
             return
         if hold.count > 1:
             self._forget(hold)  # the server held no more re-entries than this one
-        if reply == 0:
+        if reply == NOT_OWNED:
             with self._mutex:
                 if not hold.lost:
                     hold.lost = True

@@ -23,7 +23,7 @@ from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import AsyncSemaphore
 from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
-from tenure._lock_core import IDLE_TTL_MS, new_token, to_text
+from tenure._leased_core import IDLE_TTL_MS, new_token, to_text
 
 __all__ = ["AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]
 

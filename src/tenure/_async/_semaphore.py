@@ -27,7 +27,7 @@ from tenure._exceptions import (
     SemaphoreNotOwnedError,
     TenureError,
 )
-from tenure._lock_core import (
+from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,

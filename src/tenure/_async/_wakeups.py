@@ -39,7 +39,7 @@ from redis import exceptions as redis_errors
 
 from tenure._backend_asyncio import Event, Mutex, scope_key, sleep, start_background
 from tenure._clients import is_cluster
-from tenure._lock_core import Acquired, parse_grant, to_text
+from tenure._leased_core import Acquired, parse_grant, to_text
 
 __all__ = ["CONFIRM_TIMEOUT", "LINGER", "AsyncWaiter", "AsyncWakeups", "listen", "wakeups_for"]
 

@@ -31,7 +31,7 @@ import tenure
 from tenure._bench import BenchmarkError
 from tenure._bench.contenders import LEASE_SECONDS
 from tenure._children import ignore_sigint, sigint_blocked
-from tenure._lock_core import IDLE_TTL
+from tenure._leased_core import IDLE_TTL
 
 __all__ = [
     "DEFAULT_IDLE_CAP",

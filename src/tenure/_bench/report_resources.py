@@ -22,7 +22,7 @@ from tenure._bench.pool import (
     SingleResult,
 )
 from tenure._bench.waiters import CrowdResult
-from tenure._lock_core import IDLE_TTL
+from tenure._leased_core import IDLE_TTL
 
 __all__ = [
     "MAX_EXTRA_CONNECTIONS",

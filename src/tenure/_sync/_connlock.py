@@ -43,7 +43,7 @@ from tenure._exceptions import (
     LockNotOwnedError,
     PermissionDeniedError,
 )
-from tenure._lock_core import check_name, check_seconds, to_ms, to_text
+from tenure._leased_core import check_name, check_seconds, to_ms, to_text
 from tenure._sync._scripting import registry_for
 
 __all__ = ["ConnectionLock"]

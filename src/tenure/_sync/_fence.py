@@ -16,7 +16,7 @@ from typing import Any
 from tenure._backend_threads import IS_ASYNC
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._lock_core import check_seconds, to_ms
+from tenure._leased_core import check_seconds, to_ms
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["FencedKey"]

@@ -75,8 +75,15 @@ from tenure._exceptions import (
     PrimitiveError,
     TenureError,
 )
-from tenure._lock_core import (
+from tenure._leased_core import (
+    COUNTED_DOWN,
     IDLE_TTL_MS,
+    KEPT,
+    NOT_OWNED,
+    OWNER_EXPIRY_SLACK,
+    RENEW_AT,
+    RENEW_RETRY,
+    RENEW_RETRY_MIN,
     WAITER_REFRESH,
     Acquired,
     Counters,
@@ -418,7 +425,7 @@ class Leased:
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if answer.owner_ttl_ms >= 0:
-                    wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + 0.002)
+                    wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
                 granted = waiter.wait(wake_at - now)
@@ -465,7 +472,7 @@ class Leased:
         sent = time.monotonic()
         keys, args = self._leave_call(token, "keep")
         reply = shielded(self._run(self._scripts.leave, keys, args))
-        if int(reply[0]) == 1:
+        if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
             self._took(token, granted, sent, started, holder, queued=True)
             return True
@@ -514,9 +521,9 @@ class Leased:
             if answer.lease_ms < settings.lease_ms:
                 # Handed over on a short lease: confirm the full lease at a third
                 # of it. A short hold is released before then and never pays.
-                self._schedule_renewal(hold, sent + answer.lease_ms / 3000)
+                self._schedule_renewal(hold, sent + answer.lease_ms / 1000 * RENEW_AT)
             elif settings.auto_renew or settings.max_hold is not None:
-                self._schedule_renewal(hold, sent + settings.lease / 3)
+                self._schedule_renewal(hold, sent + settings.lease * RENEW_AT)
 
     # -- renewal ---------------------------------------------------------------
 
@@ -589,7 +596,8 @@ class Leased:
             if now >= hold.expires_at:
                 return None, True
             logger.warning("tenure: renewing %r failed, retrying: %s", self.name, error)
-            return min(hold.expires_at, now + max(0.05, settings.lease / 10)), False
+            retry = max(RENEW_RETRY_MIN, settings.lease * RENEW_RETRY)
+            return min(hold.expires_at, now + retry), False
         granted_ms = int(reply)
         if granted_ms <= 0:
             return None, True
@@ -602,7 +610,7 @@ class Leased:
         if ms is None:
             return None, False
         job.args = self._extend_call(hold.token, ms, "set")[1]
-        return now + ms / 3000, False
+        return now + ms / 1000 * RENEW_AT, False
 
     def _mark_lost(self, hold: Hold) -> None:
         """Record that ``hold`` was lost while held (only a live hold, once)."""
@@ -646,13 +654,13 @@ class Leased:
             self._forget(hold)  # stop renewing before it can change hands
         keys, args = self._release_call(hold.token)
         reply = int(shielded(self._run(self._scripts.release, keys, args)))
-        if reply == 2:
+        if reply == COUNTED_DOWN:
             with self._mutex:
                 hold.count -= 1
             return
         if hold.count > 1:
             self._forget(hold)  # the server held no more re-entries than this one
-        if reply == 0:
+        if reply == NOT_OWNED:
             with self._mutex:
                 if not hold.lost:
                     hold.lost = True

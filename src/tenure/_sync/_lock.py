@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
-from tenure._lock_core import (
+from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     check_seconds,

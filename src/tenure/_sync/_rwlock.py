@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
-from tenure._lock_core import IDLE_TTL_MS, new_token, to_text
+from tenure._leased_core import IDLE_TTL_MS, new_token, to_text
 from tenure._sync._scripting import Client
 from tenure._sync._semaphore import Semaphore
 

@@ -40,7 +40,7 @@ from redis import exceptions as redis_errors
 
 from tenure._backend_threads import Event, Mutex, scope_key, sleep, start_background
 from tenure._clients import is_cluster
-from tenure._lock_core import Acquired, parse_grant, to_text
+from tenure._leased_core import Acquired, parse_grant, to_text
 
 __all__ = ["CONFIRM_TIMEOUT", "LINGER", "Waiter", "Wakeups", "listen", "wakeups_for"]
 

@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tenure
-from tenure._lock_core import (
+from tenure._leased_core import (
     Acquired,
     LimitMismatch,
     LockKeys,
+    LockSettings,
     Queued,
     parse_acquire,
     parse_grant,
@@ -149,3 +150,52 @@ def test_map_exceptions_translates_redis_errors_only() -> None:
     assert kept.value is original
     with pytest.raises(KeyError), map_exceptions():
         raise KeyError("not redis")
+
+
+seconds = st.floats(min_value=0.001, max_value=10_000, allow_nan=False)
+
+
+@given(
+    timeout=st.none() | seconds,
+    blocking_timeout=st.none() | st.floats(min_value=0, max_value=10_000),
+    waiter_lease=st.floats(min_value=0.2, max_value=600),
+    handoff_lease=st.floats(min_value=0.05, max_value=600),
+)
+def test_settings_in_range_are_consistent(
+    timeout: float | None, blocking_timeout: float | None, waiter_lease: float, handoff_lease: float
+) -> None:
+    settings = LockSettings.build(
+        "n",
+        timeout=timeout,
+        blocking=True,
+        blocking_timeout=blocking_timeout,
+        auto_renew=None,
+        reentrant=False,
+        max_hold=None,
+        waiter_lease=waiter_lease,
+        handoff_lease=handoff_lease,
+    )
+    assert settings.lease_ms >= 1 and settings.lease_ms >= settings.lease * 1000
+    assert 1 <= settings.handoff_ms <= settings.lease_ms  # never handed over for longer
+    assert settings.auto_renew is (timeout is None)  # "until released" means renewed
+
+
+@given(
+    argument=st.sampled_from(["timeout", "blocking_timeout", "waiter_lease", "handoff_lease"]),
+    value=st.floats(max_value=-0.001) | st.just(float("nan")) | st.just("1"),
+)
+def test_bad_settings_name_their_argument(argument: str, value: object) -> None:
+    options: dict[str, object] = {
+        "timeout": None,
+        "blocking": True,
+        "blocking_timeout": None,
+        "auto_renew": None,
+        "reentrant": False,
+        "max_hold": None,
+        "waiter_lease": 2.0,
+        "handoff_lease": 1.0,
+    }
+    options[argument] = value
+    with pytest.raises(tenure.ArgumentError) as caught:
+        LockSettings.build("n", **options)  # type: ignore[arg-type]
+    assert caught.value.argument == argument

@@ -1,8 +1,10 @@
-"""The sans-IO part of the lock: settings, key names, script arguments, replies.
+"""The sans-IO half of every leased primitive: settings, keys, replies, timing.
 
-Nothing here talks to a server. ``tenure._async._lock`` (and its generated
+Nothing here talks to a server. ``tenure._async._leased`` (and its generated
 sync twin) call these functions around each script call, so the rules of the
-lock are written once and tested without a server.
+locks, semaphores and read-write locks are written once and tested without a
+server (tests/test_leased_core.py). The scripts' reply codes and the waiting
+and renewal timings are named here.
 """
 
 from __future__ import annotations
@@ -16,9 +18,21 @@ from typing import Any
 from tenure._exceptions import ArgumentError
 
 __all__ = [
+    "ACQUIRED",
+    "COUNTED_DOWN",
     "DEFAULT_LEASE",
     "IDLE_TTL",
     "IDLE_TTL_MS",
+    "KEPT",
+    "LIMIT_MISMATCH",
+    "NOT_OWNED",
+    "OWNER_EXPIRY_SLACK",
+    "QUEUED",
+    "RELEASED",
+    "RENEW_AT",
+    "RENEW_RETRY",
+    "RENEW_RETRY_MIN",
+    "WAITER_REFRESH",
     "Acquired",
     "Hold",
     "LimitMismatch",
@@ -57,6 +71,28 @@ IDLE_TTL_MS = int(IDLE_TTL * 1000)
 
 WAITER_REFRESH = 0.4
 """A waiter re-checks (and refreshes its place in line) every this share of its waiter lease."""
+
+OWNER_EXPIRY_SLACK = 0.002
+"""A waiter re-checks this long after the owner's lease should have run out (a crashed owner)."""
+
+RENEW_AT = 1 / 3
+"""A lease is renewed (or a handed-over lease confirmed) when this share of it has passed."""
+
+RENEW_RETRY = 0.1
+"""A renewal that failed on the network is retried after this share of the lease ..."""
+
+RENEW_RETRY_MIN = 0.05
+"""... but no sooner than this many seconds."""
+
+# Reply codes of the scripts (see each script's header in tenure/lua).
+ACQUIRED, QUEUED, LIMIT_MISMATCH = 1, 0, 2
+"""``*_acquire``: the caller holds it / waits in line / the stored limit differs."""
+
+RELEASED, NOT_OWNED, COUNTED_DOWN = 1, 0, 2
+"""``lock_release``: released (and handed on) / not the owner / a re-entry counted down."""
+
+KEPT = 1
+"""``*_leave`` with ``keep``: the caller was handed it meanwhile and keeps it."""
 
 
 def to_text(value: Any) -> str:
@@ -274,9 +310,9 @@ class LimitMismatch:
 def parse_acquire(reply: Any) -> Acquired | Queued | LimitMismatch:
     """Interpret the reply of an acquire script (``lock_acquire``, ``semaphore_acquire``)."""
     kind = int(reply[0])
-    if kind == 1:
+    if kind == ACQUIRED:
         return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
-    if kind == 2:
+    if kind == LIMIT_MISMATCH:
         return LimitMismatch(stored=int(reply[1]))
     return Queued(owner_ttl_ms=int(reply[1]), position=int(reply[2]), server_ms=int(reply[3]))
 
