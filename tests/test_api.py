@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+import redis
 
 import tenure
 import tenure.inspect
@@ -103,3 +104,26 @@ def test_the_backend_pair_has_the_same_names_and_signatures() -> None:
             assert list(inspect.signature(mine).parameters) == list(
                 inspect.signature(theirs).parameters
             ), name
+
+
+def test_read_write_sides_have_no_semaphore_only_api() -> None:
+    for side in (tenure.ReadLock, tenure.WriteLock, tenure.AsyncReadLock, tenure.AsyncWriteLock):
+        for name in ("refresh", "holders", "set_limit", "limit"):
+            assert not hasattr(side, name), f"{side.__name__}.{name}"
+    for semaphore in (tenure.Semaphore, tenure.AsyncSemaphore):
+        for name in ("refresh", "holders", "set_limit", "limit"):
+            assert hasattr(semaphore, name)
+
+
+def test_statistics_are_immutable_and_of_their_kind() -> None:
+    import dataclasses
+
+    client = redis.Redis(port=1)  # statistics need no server
+    lock = tenure.Lock(client, "s").statistics()
+    semaphore = tenure.Semaphore(client, "s", 3).statistics()
+    side = tenure.ReadWriteLock(client, "s").write.statistics()
+    assert type(lock) is tenure.LockStatistics
+    assert isinstance(semaphore, tenure.SemaphoreStatistics) and semaphore.limit == 3
+    assert isinstance(side, tenure.ReadWriteStatistics) and side.mode == "write"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lock.acquisitions = 5  # type: ignore[misc]

@@ -36,7 +36,12 @@ from tenure._exceptions import (
     ServerUnavailableError,
     TenureError,
 )
-from tenure._leased_core import LockStatistics
+from tenure._leased_core import (
+    LeasedStatistics,
+    LockStatistics,
+    ReadWriteStatistics,
+    SemaphoreStatistics,
+)
 from tenure._sync._connlock import ConnectionLock
 from tenure._sync._fence import FencedKey
 from tenure._sync._lock import Lock, ReentrantLock
@@ -61,6 +66,7 @@ __all__ = [
     "ConnectionLock",
     "EmbeddedServerError",
     "FencedKey",
+    "LeasedStatistics",
     "Lock",
     "LockLostError",
     "LockNotOwnedError",
@@ -71,12 +77,14 @@ __all__ = [
     "PrimitiveError",
     "ReadLock",
     "ReadWriteLock",
+    "ReadWriteStatistics",
     "ReentrantLock",
     "ScriptError",
     "Semaphore",
     "SemaphoreLimitError",
     "SemaphoreLostError",
     "SemaphoreNotOwnedError",
+    "SemaphoreStatistics",
     "ServerNotFoundError",
     "ServerStartError",
     "ServerUnavailableError",

@@ -35,11 +35,14 @@ __all__ = [
     "WAITER_REFRESH",
     "Acquired",
     "Hold",
+    "LeasedStatistics",
     "LimitMismatch",
     "LockKeys",
     "LockSettings",
     "LockStatistics",
     "Queued",
+    "ReadWriteStatistics",
+    "SemaphoreStatistics",
     "check_name",
     "check_seconds",
     "grant_time",
@@ -383,14 +386,44 @@ class Counters:
         self.hold_max = max(self.hold_max, held_for)
 
 
-@dataclass(kw_only=True)
-class LockStatistics(Counters):
-    """A snapshot of a lock object's counters, with its current state.
+@dataclass(frozen=True, kw_only=True)
+class LeasedStatistics:
+    """A snapshot of one primitive object's counters (this process only), immutable.
 
-    ``held`` and ``fencing_token`` describe the calling thread's (or task's)
-    hold.
+    The counters are :class:`Counters`' (times in seconds); ``held`` and
+    ``fencing_token`` describe the calling thread's (or task's) hold.
     """
 
     name: str
     held: bool
     fencing_token: int | None
+    acquisitions: int
+    contended: int
+    timeouts: int
+    releases: int
+    lost: int
+    renewals: int
+    wait_total: float
+    wait_max: float
+    hold_total: float
+    hold_max: float
+    waiters: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockStatistics(LeasedStatistics):
+    """A lock's statistics (:meth:`tenure.Lock.statistics`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SemaphoreStatistics(LeasedStatistics):
+    """A semaphore's statistics, with the limit this object knows."""
+
+    limit: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadWriteStatistics(LeasedStatistics):
+    """One side of a read-write lock: ``mode`` is ``"read"`` or ``"write"``."""
+
+    mode: str

@@ -90,6 +90,7 @@ from tenure._leased_core import (
     Acquired,
     Counters,
     Hold,
+    LeasedStatistics,
     LimitMismatch,
     LockKeys,
     LockSettings,
@@ -135,6 +136,7 @@ class AsyncLeased:
     _not_owned: ClassVar[type[NotOwnedError]] = NotOwnedError
     _lost_error: ClassVar[type[LostError]] = LostError
     _noun: ClassVar[str] = "lock"
+    _statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics
 
     def _setup(
         self,
@@ -288,17 +290,22 @@ class AsyncLeased:
         """The Redis keys this primitive uses."""
         return self._keys
 
-    def statistics(self) -> LockStatistics:
-        """Counters of this object in this process (see :class:`LockStatistics`)."""
+    def statistics(self) -> LeasedStatistics:
+        """An immutable snapshot of this object's counters in this process."""
         hold = self._slot.get(adopt=False)
         with self._mutex:
             counters = asdict(self._counters)
-        return LockStatistics(
+        return self._statistics_type(
             name=self.name,
             held=hold is not None and not hold.lost,
             fencing_token=None if hold is None else hold.fence,
             **counters,
+            **self._statistics_extra(),
         )
+
+    def _statistics_extra(self) -> dict[str, Any]:
+        """The fields a kind's statistics record adds (none for a lock)."""
+        return {}
 
     def __repr__(self) -> str:
         hold = self._slot.get(adopt=False)

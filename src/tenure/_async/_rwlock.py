@@ -17,13 +17,19 @@ wake-ups, watchdog and lost-hold notice as the lock apply, from one source.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from tenure._async._scripting import AsyncClient
-from tenure._async._semaphore import AsyncSemaphore
+from tenure._async._semaphore import AsyncPermits
 from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
-from tenure._leased_core import IDLE_TTL_MS, new_token, to_text
+from tenure._leased_core import (
+    IDLE_TTL_MS,
+    LeasedStatistics,
+    ReadWriteStatistics,
+    new_token,
+    to_text,
+)
 
 __all__ = ["AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]
 
@@ -32,16 +38,24 @@ RW_LIMIT = 2**31 - 1
 """A read-write lock is a semaphore with no limit whose tokens carry a mode."""
 
 
-class _AsyncSide(AsyncSemaphore):
-    """One side of a read-write lock: the semaphore's scripts, the lock's errors."""
+class _AsyncSide(AsyncPermits):
+    """One side of a read-write lock: the semaphore's scripts, the lock's API and errors."""
 
     _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
     _lost_error: ClassVar[type[LostError]] = LockLostError
     _mode: ClassVar[str] = "r"
+    _statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
 
     def __init__(self, client: AsyncClient, name: str, **options: Any) -> None:
         options.setdefault("prefix", "tenure:rwlock:")
-        super().__init__(client, name, RW_LIMIT, **options)
+        self._setup_permits(client, name, RW_LIMIT, **options)
+
+    def statistics(self) -> ReadWriteStatistics:
+        """An immutable snapshot of this side's counters; ``mode`` says which side."""
+        return cast(ReadWriteStatistics, super().statistics())
+
+    def _statistics_extra(self) -> dict[str, Any]:
+        return {"mode": "write" if self._mode == "w" else "read"}
 
     def _new_token(self) -> str:
         return self._mode + new_token()

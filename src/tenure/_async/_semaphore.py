@@ -14,7 +14,7 @@ in one round trip.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from tenure._async._leased import AsyncLeased, Call, LeasedScripts
 from tenure._async._scripting import AsyncClient
@@ -31,49 +31,37 @@ from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
+    LeasedStatistics,
     LimitMismatch,
+    SemaphoreStatistics,
 )
 
-__all__ = ["AsyncSemaphore"]
+__all__ = ["AsyncPermits", "AsyncSemaphore"]
 
 
-class AsyncSemaphore(AsyncLeased):
-    """A distributed counting semaphore: ``limit`` permits, FIFO, leased.
+class AsyncPermits(AsyncLeased):
+    """Permits on the semaphore's scripts: the base of AsyncSemaphore and the read-write sides.
 
-    * ``limit`` — how many holders may hold a permit at once. The first user
-      stores it with the semaphore on the server; a user with another limit
-      gets :class:`~tenure.SemaphoreLimitError` from ``acquire``, and
-      :meth:`set_limit` changes it for everyone.
-    * ``timeout`` — the permit's lease in seconds. ``None`` (default): held
-      until released, on a 30 s lease the watchdog refreshes every 10 s.
-    * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
-    * ``auto_renew`` — refresh in the background (default: only when
-      ``timeout`` is None).
-    * ``thread_local``, ``on_lost``, ``cancel_on_lost``, ``max_hold``,
-      ``prefix``, ``waiter_lease``, ``handoff_lease``,
-      ``raise_on_release_error`` — as for :class:`~tenure.AsyncLock`.
-
-    ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
-    once the permit is gone. A holder's permit carries a fencing token.
+    It holds what those share (the scripts' calls, the stored limit); the
+    semaphore-only API (``limit``, ``set_limit``, ``refresh``, ``holders``)
+    is :class:`AsyncSemaphore`'s.
     """
 
     _scripts = LeasedScripts.of("semaphore")
-    _not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
-    _lost_error: ClassVar[type[LostError]] = SemaphoreLostError
-    _noun = "permit"
+    _limit: int
 
-    def __init__(
+    def _setup_permits(
         self,
         client: AsyncClient,
         name: str,
         limit: int,
+        *,
         timeout: float | None = None,
         blocking: bool = True,
         blocking_timeout: float | None = None,
         thread_local: bool = True,
         auto_renew: bool | None = None,
-        *,
-        on_lost: Callable[[AsyncSemaphore], None] | None = None,
+        on_lost: Callable[[Any], None] | None = None,
         cancel_on_lost: bool = False,
         max_hold: float | None = None,
         prefix: str = "tenure:semaphore:",
@@ -99,25 +87,25 @@ class AsyncSemaphore(AsyncLeased):
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
         )
-        self.limit = limit
+        self._limit = limit
         self.timeout = timeout
 
     def _try_call(self, token: str) -> Call:
         k = self._keys
         keys = (k.owner, k.queue, k.fence, k.limit)
-        return keys, (token, self._settings.lease_ms, self.limit, IDLE_TTL_MS)
+        return keys, (token, self._settings.lease_ms, self._limit, IDLE_TTL_MS)
 
     def _acquire_argv4(self, reenter: bool) -> int:
-        return self.limit  # the semaphore's ARGV[4]: its limit
+        return self._limit  # the semaphore scripts' ARGV[4]: the limit
 
     def _acquire_keys(self) -> tuple[str, ...]:
         return self._keys.all
 
     def _release_call(self, token: str) -> Call:
-        return self._keys.all, (token, self._settings.handoff_ms, self.limit, IDLE_TTL_MS)
+        return self._keys.all, (token, self._settings.handoff_ms, self._limit, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
-        args = (token, self._settings.handoff_ms, mode, self.limit, IDLE_TTL_MS)
+        args = (token, self._settings.handoff_ms, mode, self._limit, IDLE_TTL_MS)
         return self._keys.all, args
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
@@ -131,12 +119,87 @@ class AsyncSemaphore(AsyncLeased):
 
     def _limit_mismatch(self, answer: LimitMismatch) -> TenureError:
         return SemaphoreLimitError(
-            f"the semaphore is in use with limit {answer.stored}, not {self.limit} "
+            f"the semaphore is in use with limit {answer.stored}, not {self._limit} "
             "(set_limit() changes it for everyone)",
             name=self.name,
             stored=answer.stored,
-            given=self.limit,
+            given=self._limit,
         )
+
+
+class AsyncSemaphore(AsyncPermits):
+    """A distributed counting semaphore: ``limit`` permits, FIFO, leased.
+
+    * ``limit`` — how many holders may hold a permit at once. The first user
+      stores it with the semaphore on the server; a user with another limit
+      gets :class:`~tenure.SemaphoreLimitError` from ``acquire``, and
+      :meth:`set_limit` changes it for everyone.
+    * ``timeout`` — the permit's lease in seconds. ``None`` (default): held
+      until released, on a 30 s lease the watchdog refreshes every 10 s.
+    * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
+    * ``auto_renew`` — refresh in the background (default: only when
+      ``timeout`` is None).
+    * ``thread_local``, ``on_lost``, ``cancel_on_lost``, ``max_hold``,
+      ``prefix``, ``waiter_lease``, ``handoff_lease``,
+      ``raise_on_release_error`` — as for :class:`~tenure.AsyncLock`.
+
+    ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
+    once the permit is gone. A holder's permit carries a fencing token.
+    """
+
+    _not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
+    _lost_error: ClassVar[type[LostError]] = SemaphoreLostError
+    _noun = "permit"
+    _statistics_type: ClassVar[type[LeasedStatistics]] = SemaphoreStatistics
+
+    def statistics(self) -> SemaphoreStatistics:
+        """An immutable snapshot of this semaphore object's counters, with its limit."""
+        return cast(SemaphoreStatistics, super().statistics())
+
+    def _statistics_extra(self) -> dict[str, Any]:
+        return {"limit": self._limit}
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        limit: int,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        auto_renew: bool | None = None,
+        *,
+        on_lost: Callable[[AsyncSemaphore], None] | None = None,
+        cancel_on_lost: bool = False,
+        max_hold: float | None = None,
+        prefix: str = "tenure:semaphore:",
+        waiter_lease: float = DEFAULT_WAITER_LEASE,
+        handoff_lease: float = DEFAULT_HANDOFF_LEASE,
+        raise_on_release_error: bool = True,
+    ) -> None:
+        self._setup_permits(
+            client,
+            name,
+            limit,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            thread_local=thread_local,
+            auto_renew=auto_renew,
+            on_lost=on_lost,
+            cancel_on_lost=cancel_on_lost,
+            max_hold=max_hold,
+            prefix=prefix,
+            waiter_lease=waiter_lease,
+            handoff_lease=handoff_lease,
+            raise_on_release_error=raise_on_release_error,
+        )
+
+    @property
+    def limit(self) -> int:
+        """How many permits exist (as this object knows it; :meth:`set_limit` changes it)."""
+        return self._limit
 
     async def set_limit(self, limit: int) -> int:
         """Change the limit stored with the semaphore, for every user; return the previous one.
@@ -149,7 +212,7 @@ class AsyncSemaphore(AsyncLeased):
         _check_limit(limit, self.name)
         args = (limit, self._settings.handoff_ms, IDLE_TTL_MS)
         previous = int(await self._run("semaphore_set_limit", self._keys.all, args))
-        self.limit = limit
+        self._limit = limit
         return previous
 
     async def refresh(self) -> bool:
