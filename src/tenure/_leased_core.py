@@ -275,7 +275,6 @@ class Hold:
     holder: object = None
     renewal: Any = None
     waited: float = 0.0
-    entered: bool = False
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,6 @@ class AsyncLock(AsyncLeased):
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
         )
-        self.timeout = timeout
         self.sleep = sleep
 
     async def locked(self) -> bool:

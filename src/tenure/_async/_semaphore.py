@@ -50,45 +50,11 @@ class AsyncPermits(AsyncLeased):
     _scripts = LeasedScripts.of("semaphore")
     _limit: int
 
-    def _setup_permits(
-        self,
-        client: AsyncClient,
-        name: str,
-        limit: int,
-        *,
-        timeout: float | None = None,
-        blocking: bool = True,
-        blocking_timeout: float | None = None,
-        thread_local: bool = True,
-        auto_renew: bool | None = None,
-        on_lost: Callable[[Any], None] | None = None,
-        cancel_on_lost: bool = False,
-        max_hold: float | None = None,
-        prefix: str = "tenure:semaphore:",
-        waiter_lease: float = DEFAULT_WAITER_LEASE,
-        handoff_lease: float = DEFAULT_HANDOFF_LEASE,
-        raise_on_release_error: bool = True,
-    ) -> None:
+    def _setup_permits(self, client: AsyncClient, name: str, limit: int, **options: Any) -> None:
+        """Check ``limit``, then set up as every leased primitive does (``_setup``)."""
         _check_limit(limit, name)
-        self._setup(
-            client,
-            name,
-            timeout=timeout,
-            blocking=blocking,
-            blocking_timeout=blocking_timeout,
-            auto_renew=auto_renew,
-            reentrant=False,
-            max_hold=max_hold,
-            waiter_lease=waiter_lease,
-            handoff_lease=handoff_lease,
-            thread_local=thread_local,
-            on_lost=on_lost,
-            cancel_on_lost=cancel_on_lost,
-            prefix=prefix,
-            raise_on_release_error=raise_on_release_error,
-        )
+        self._setup(client, name, **options)
         self._limit = limit
-        self.timeout = timeout
 
     def _try_call(self, token: str) -> Call:
         k = self._keys

@@ -118,8 +118,8 @@ class AsyncWakeups:
         self._confirmed = Event()
         self._conn: Any = None
         self._janitor_wakeup = Event()
-        self._reader: Any = None
-        self._janitor: Any = None
+        self._reader: Any = None  # the background tasks (threads), strongly referenced:
+        self._janitor: Any = None  # an event loop holds its tasks only weakly
         self._closed = False
         self.connects = 0
         self.messages = 0
@@ -133,11 +133,6 @@ class AsyncWakeups:
     def closed(self) -> bool:
         """True once the connection was closed for idleness (a new one is made on demand)."""
         return self._closed
-
-    @property
-    def waiting(self) -> int:
-        """How many waiters listen now."""
-        return len(self._waiters)
 
     async def register(self, token: str, timeout: float) -> AsyncWaiter | None:
         """Start listening for grants to ``token``.

@@ -77,6 +77,8 @@ from tenure._exceptions import (
 )
 from tenure._leased_core import (
     COUNTED_DOWN,
+    DEFAULT_HANDOFF_LEASE,
+    DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
     KEPT,
     NOT_OWNED,
@@ -144,21 +146,24 @@ class Leased:
         client: Client,
         name: str,
         *,
-        timeout: float | None,
-        blocking: bool,
-        blocking_timeout: float | None,
-        auto_renew: bool | None,
-        reentrant: bool,
-        max_hold: float | None,
-        waiter_lease: float,
-        handoff_lease: float,
-        thread_local: bool,
-        on_lost: Callable[[Any], None] | None,
-        cancel_on_lost: bool,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        reentrant: bool = False,
+        max_hold: float | None = None,
+        waiter_lease: float = DEFAULT_WAITER_LEASE,
+        handoff_lease: float = DEFAULT_HANDOFF_LEASE,
+        thread_local: bool = True,
+        on_lost: Callable[[Any], None] | None = None,
+        cancel_on_lost: bool = False,
         prefix: str,
-        raise_on_release_error: bool,
+        raise_on_release_error: bool = True,
     ) -> None:
-        """Validate the shared arguments and set up the state (called by __init__)."""
+        """Validate the shared arguments and set up the state (called by __init__).
+
+        The defaults are the public constructors' (redis-py's where they overlap).
+        """
         settings = LockSettings.build(
             name,
             timeout=timeout,
@@ -184,6 +189,7 @@ class Leased:
         self._settings = settings
         self.client = client
         self.name = name
+        self.timeout = timeout
         self.thread_local = bool(thread_local)
         self.raise_on_release_error = bool(raise_on_release_error)
         self._keys = LockKeys.for_name(prefix, name)
@@ -736,7 +742,6 @@ class Leased:
             raise AcquireTimeoutError(f"could not acquire {within}", name=self.name)
         hold = self._slot.get(adopt=False)
         if hold is not None:
-            hold.entered = True
             hold.guarded = self._cancel_on_lost
         return self
 

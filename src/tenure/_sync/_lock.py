@@ -103,7 +103,6 @@ class Lock(Leased):
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
         )
-        self.timeout = timeout
         self.sleep = sleep
 
     def locked(self) -> bool:

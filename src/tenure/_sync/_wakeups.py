@@ -119,8 +119,8 @@ class Wakeups:
         self._confirmed = Event()
         self._conn: Any = None
         self._janitor_wakeup = Event()
-        self._reader: Any = None
-        self._janitor: Any = None
+        self._reader: Any = None  # the background tasks (threads), strongly referenced:
+        self._janitor: Any = None  # an event loop holds its tasks only weakly
         self._closed = False
         self.connects = 0
         self.messages = 0
@@ -134,11 +134,6 @@ class Wakeups:
     def closed(self) -> bool:
         """True once the connection was closed for idleness (a new one is made on demand)."""
         return self._closed
-
-    @property
-    def waiting(self) -> int:
-        """How many waiters listen now."""
-        return len(self._waiters)
 
     def register(self, token: str, timeout: float) -> Waiter | None:
         """Start listening for grants to ``token``.

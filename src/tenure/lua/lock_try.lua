@@ -10,10 +10,8 @@
 -- returns the fencing token (> 0) if taken, else 0
 
 --! include queue
+--! include lock
 if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
     return 0
 end
-local fence = next_fence(KEYS[3], ARGV[3])
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', string.format('%d', fence))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return fence
+return take(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3])

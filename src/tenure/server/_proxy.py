@@ -390,6 +390,12 @@ class FaultProxy(_Lifecycle):
         """The faults applied now."""
         return self._faults
 
+    def _set_directed(self, direction: Direction, fault: str, value: object) -> None:
+        """Set ``<direction>_<fault>`` to ``value`` for the direction(s) asked."""
+        upstream, downstream = _check_direction(direction)
+        sides = [side for side, on in (("upstream", upstream), ("downstream", downstream)) if on]
+        self._update({f"{side}_{fault}": value for side in sides})
+
     def set_latency(self, seconds: float, direction: Direction = "both") -> None:
         """Delay every chunk read from now on by ``seconds`` (0 removes the delay).
 
@@ -398,13 +404,7 @@ class FaultProxy(_Lifecycle):
         """
         if not (seconds >= 0 and math.isfinite(seconds)):
             raise ArgumentError("seconds", f"must be a finite number >= 0, not {seconds!r}")
-        upstream, downstream = _check_direction(direction)
-        changes: dict[str, Any] = {}
-        if upstream:
-            changes["upstream_latency"] = float(seconds)
-        if downstream:
-            changes["downstream_latency"] = float(seconds)
-        self._update(changes)
+        self._set_directed(direction, "latency", float(seconds))
 
     def blackhole(self, direction: Direction = "both", *, enabled: bool = True) -> None:
         """Drop every byte in ``direction`` (a partition); ``enabled=False`` stops dropping.
@@ -413,13 +413,7 @@ class FaultProxy(_Lifecycle):
         reply until its own timeout. New connections are still accepted
         (the handshake is the kernel's), and then hear nothing either.
         """
-        upstream, downstream = _check_direction(direction)
-        changes: dict[str, Any] = {}
-        if upstream:
-            changes["upstream_blackhole"] = bool(enabled)
-        if downstream:
-            changes["downstream_blackhole"] = bool(enabled)
-        self._update(changes)
+        self._set_directed(direction, "blackhole", bool(enabled))
 
     def refuse_connections(self, mode: RefuseMode | None = "refuse") -> None:
         """Turn new connections away; ``None`` accepts them again.
