@@ -25,14 +25,23 @@ a region::
     # unasync: end
 
 Keep such regions to a few lines that delegate to shared code.
+
+Comments and strings (docstrings, messages) are prose: :data:`PROSE` turns
+asyncio words into their thread equivalents (a task is a thread, an event
+loop a process), and a docstring bullet that starts ``* ``name`` — asyncio
+only:`` is dropped with its continuation lines. The generated library code
+must then be free of asyncio words (:data:`ASYNC_WORDS`); ``--check`` fails
+on any that remain, naming the line.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +72,25 @@ TEXT = [
     (re.compile(r"\basync with\b"), "with"),
     (re.compile(r"\bawait "), ""),
 ]
+
+# Prose rewrites, applied only inside comments and strings (order matters).
+PROSE = [
+    (re.compile(r"^([ \t]*)\* ``\w+`` — asyncio only:.*\n(?:\1 +\S.*\n)*", re.MULTILINE), ""),
+    (re.compile(r"\b(?:thread|task)s?\s+or\s+(?:task|thread)(s?)\b"), r"thread\1"),
+    (re.compile(r"[ \t]+\(or\s+event\s+loop\)"), ""),
+    (re.compile(r"^([ \t]*)\(or\s+event\s+loop\)[ \t]+", re.MULTILINE), r"\1"),
+    (re.compile(r"\bevent(\s+)loop\b"), r"process"),
+    (re.compile(r"\btask(s?)\b"), r"thread\1"),
+]
+
+ASYNC_WORDS = re.compile(r"\basyncio\b|\bevent\s+loops?\b|\btasks?\b|\bcoroutines?\b|\bawait\b")
+"""Words that must not survive into the generated library code's prose."""
+
+_PROSE_TOKENS = {
+    tokenize.COMMENT,
+    tokenize.STRING,
+    getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING),
+}
 
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
@@ -108,6 +136,27 @@ def _sync_region(match: re.Match[str]) -> str:
     return "".join(out)
 
 
+def prose_spans(text: str) -> list[tuple[int, int]]:
+    """The (start, end) offsets of every comment and string in ``text``."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type in _PROSE_TOKENS:
+            (row, col), (end_row, end_col) = token.start, token.end
+            spans.append((starts[row - 1] + col, starts[end_row - 1] + end_col))
+    return spans
+
+
+def _rewrite_prose(prose: str) -> str:
+    for pattern, replacement in PROSE:
+        prose, count = pattern.subn(replacement, prose)
+        if count:
+            _USED.add(f"prose {pattern.pattern}")
+    return prose
+
+
 def transform(text: str) -> str:
     """Rewrite one async source file into its sync twin."""
     text = _REGION.sub(_sync_region, text)
@@ -115,7 +164,22 @@ def transform(text: str) -> str:
         text, count = pattern.subn(replacement, text)
         if count:
             _USED.add(f"text {pattern.pattern}")
-    return _IDENT.sub(lambda m: rename(m.group(0)), text)
+    text = _IDENT.sub(lambda m: rename(m.group(0)), text)
+    pieces, done = [], 0
+    for start, end in prose_spans(text):
+        pieces += [text[done:start], _rewrite_prose(text[start:end])]
+        done = end
+    return "".join(pieces) + text[done:]
+
+
+def async_words(path: Path, text: str) -> list[str]:
+    """Each asyncio word left in the prose of one generated library file."""
+    found = []
+    for start, end in prose_spans(text):
+        for match in ASYNC_WORDS.finditer(text, start, end):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(f"asyncio word {match.group(0)!r} in {path.relative_to(ROOT)}:{line}")
+    return found
 
 
 def expected_outputs() -> dict[Path, str]:
@@ -170,9 +234,11 @@ def stale_targets(outputs: dict[Path, str]) -> list[str]:
 
 def dead_rules() -> list[str]:
     """Rewrite rules that matched nothing in any source (a rule left behind)."""
-    rules = [f"identifier {name}" for name in IDENTIFIERS] + [
-        f"text {pattern.pattern}" for pattern, _ in TEXT
-    ]
+    rules = (
+        [f"identifier {name}" for name in IDENTIFIERS]
+        + [f"text {pattern.pattern}" for pattern, _ in TEXT]
+        + [f"prose {pattern.pattern}" for pattern, _ in PROSE]
+    )
     return [f"rule matches nothing: {rule}" for rule in rules if rule not in _USED]
 
 
@@ -182,8 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a generated file is stale")
     options = parser.parse_args(argv)
     outputs = expected_outputs()
+    library = DIRS[0][1]
+    words = [
+        problem
+        for target, text in outputs.items()
+        if target.is_relative_to(library)
+        for problem in async_words(target, text)
+    ]
     if options.check:
-        problems = stale_targets(outputs) + dead_rules()
+        problems = stale_targets(outputs) + dead_rules() + words
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
@@ -201,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
             print(f"wrote {target.relative_to(ROOT)}")
-    return 0
+    for problem in words:
+        print(problem, file=sys.stderr)
+    return 1 if words else 0
 
 
 if __name__ == "__main__":

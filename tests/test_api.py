@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 import redis
@@ -67,9 +68,37 @@ def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:
         member = getattr(asynchronous, name)
         if name not in {"statistics"}:
             assert inspect.iscoroutinefunction(member), f"{asynchronous.__name__}.{name}"
-    assert list(inspect.signature(sync).parameters) == list(
-        inspect.signature(asynchronous).parameters
-    )
+    async_only = {"cancel_on_lost"}  # threads cannot be cancelled
+    assert list(inspect.signature(sync).parameters) == [
+        name for name in inspect.signature(asynchronous).parameters if name not in async_only
+    ]
+
+
+ASYNC_WORDS = re.compile(r"\basyncio\b|\bevent\s+loops?\b|\btasks?\b|\bcoroutines?\b|\bawait\b")
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        tenure.Lock,
+        tenure.ReentrantLock,
+        tenure.FencedKey,
+        tenure.Semaphore,
+        tenure.ReadLock,
+        tenure.WriteLock,
+        tenure.ReadWriteLock,
+        tenure.ConnectionLock,
+    ],
+)
+def test_sync_docs_speak_of_threads_only(cls: type) -> None:
+    texts = {cls.__name__: inspect.getdoc(cls) or ""}
+    for name, member in inspect.getmembers(cls):
+        if not name.startswith("_") and (
+            inspect.isfunction(member) or isinstance(member, property)
+        ):
+            texts[f"{cls.__name__}.{name}"] = inspect.getdoc(member) or ""
+    found = {where: ASYNC_WORDS.findall(text) for where, text in texts.items()}
+    assert {where: words for where, words in found.items() if words} == {}
 
 
 def test_error_tree_has_one_root() -> None:

@@ -317,7 +317,7 @@ def test_tokens_belong_to_their_owner_while_it_runs(
     done.set()
     join(owner)
     # The owner finished without releasing: the next user of the object may
-    # take the hold over (wait_for / gather ran acquire in a task of its own).
+    # take the hold over (wait_for / gather ran acquire in a thread of its own).
     assert shared.locked()
     assert gather(steal) == ["released"]
     assert not shared.locked()

@@ -36,10 +36,10 @@ class AsyncLock(AsyncLeased):
     * ``sleep`` — accepted for compatibility; tenure never polls.
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
-    * ``thread_local`` — the token belongs to the acquiring thread (sync) or
-      task (asyncio), with the rules of :mod:`tenure._owners` (a task started
-      from the owner, or the next user of a hold whose owner finished, may
-      release it); ``False`` lets any thread or task release.
+    * ``thread_local`` — the token belongs to the acquiring task, with the
+      rules of :mod:`tenure._owners` (a task started from the owner, or the
+      next user of a hold whose owner finished, may release it); ``False``
+      lets any task release.
     * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or
       released inside the block raises :class:`LockNotOwnedError` (or its
       subclass :class:`LockLostError`); ``False`` logs a warning instead.
@@ -78,7 +78,10 @@ class AsyncLock(AsyncLeased):
         auto_renew: bool | None = None,
         reentrant: bool = False,
         on_lost: Callable[[AsyncLock], None] | None = None,
+        # unasync: async-only
         cancel_on_lost: bool = False,
+        # unasync: sync-only
+        # unasync: end
         max_hold: float | None = None,
         prefix: str = "tenure:lock:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
@@ -98,7 +101,10 @@ class AsyncLock(AsyncLeased):
             handoff_lease=handoff_lease,
             thread_local=thread_local,
             on_lost=on_lost,
+            # unasync: async-only
             cancel_on_lost=cancel_on_lost,
+            # unasync: sync-only
+            # unasync: end
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
         )

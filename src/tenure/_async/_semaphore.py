@@ -105,9 +105,10 @@ class AsyncSemaphore(AsyncPermits):
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
     * ``auto_renew`` — refresh in the background (default: only when
       ``timeout`` is None).
-    * ``thread_local``, ``on_lost``, ``cancel_on_lost``, ``max_hold``,
-      ``prefix``, ``waiter_lease``, ``handoff_lease``,
-      ``raise_on_release_error`` — as for :class:`~tenure.AsyncLock`.
+    * ``thread_local``, ``on_lost``, ``max_hold``, ``prefix``,
+      ``waiter_lease``, ``handoff_lease``, ``raise_on_release_error`` — as
+      for :class:`~tenure.AsyncLock`.
+    * ``cancel_on_lost`` — asyncio only: as for :class:`~tenure.AsyncLock`.
 
     ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
     once the permit is gone. A holder's permit carries a fencing token.
@@ -137,7 +138,10 @@ class AsyncSemaphore(AsyncPermits):
         auto_renew: bool | None = None,
         *,
         on_lost: Callable[[AsyncSemaphore], None] | None = None,
+        # unasync: async-only
         cancel_on_lost: bool = False,
+        # unasync: sync-only
+        # unasync: end
         max_hold: float | None = None,
         prefix: str = "tenure:semaphore:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
@@ -154,7 +158,10 @@ class AsyncSemaphore(AsyncPermits):
             thread_local=thread_local,
             auto_renew=auto_renew,
             on_lost=on_lost,
+            # unasync: async-only
             cancel_on_lost=cancel_on_lost,
+            # unasync: sync-only
+            # unasync: end
             max_hold=max_hold,
             prefix=prefix,
             waiter_lease=waiter_lease,

@@ -3,8 +3,8 @@
 A waiter must learn at once that a release handed it the lock, without
 polling and without blocking one of the user's pooled connections (a
 ``BlockingConnectionPool(max_connections=3)`` with three waiters in BLPOP
-has nothing left for the holder's release). So in each process (each event
-loop, for asyncio) one :class:`AsyncWakeups` per server keeps one dedicated
+has nothing left for the holder's release). So in each process
+(or event loop) one :class:`AsyncWakeups` per server keeps one dedicated
 subscriber connection on a channel of its own, ``tenure:wake:<random id>``.
 A waiter names that channel when it joins a primitive's queue (the scripts
 keep it beside the queue), and the script that grants it the primitive
@@ -18,8 +18,9 @@ in memory. Exactly one process hears each grant, however many wait.
   and a reconnect wakes every waiter to re-check at once. So a lost message
   costs at most one refresh interval, never the lock.
 * The connection is closed :data:`LINGER` seconds after its last waiter left.
-  Waiters of 1,000 tasks or 100 threads on any number of primitives of one
-  server share this one connection.
+  Every waiter of the process on any number of primitives of one server
+  shares this one connection (``tenure bench locks --part waiters``
+  measures it).
 * The connection is made from the user's client's connection settings
   (host, port or unix socket, credentials, TLS), but it is never taken from
   the user's pool. On a cluster, PUBLISH reaches every node, so one
@@ -118,8 +119,8 @@ class AsyncWakeups:
         self._confirmed = Event()
         self._conn: Any = None
         self._janitor_wakeup = Event()
-        self._reader: Any = None  # the background tasks (threads), strongly referenced:
-        self._janitor: Any = None  # an event loop holds its tasks only weakly
+        self._reader: Any = None  # the background jobs, strongly referenced
+        self._janitor: Any = None  # (see start_background)
         self._closed = False
         self.connects = 0
         self.messages = 0
@@ -170,7 +171,7 @@ class AsyncWakeups:
     async def _read(self) -> None:
         try:
             await self._read_until_closed()
-        finally:  # closed, or cancelled with its event loop
+        finally:  # closed, or stopped with its event loop
             with self._mutex:
                 self._closed = True
                 conn, self._conn = self._conn, None
@@ -290,7 +291,7 @@ async def listen(client: Any, token: str, timeout: float) -> AsyncWaiter:
             return waiter
 
 
-# -- one AsyncWakeups per (process or event loop, server) ------------------------
+# -- one AsyncWakeups per (event loop, server) --------------------------------------
 
 _registry: dict[tuple[object, tuple[Any, ...]], AsyncWakeups] = {}
 _registry_mutex = Mutex()
@@ -352,7 +353,7 @@ def _cluster_connection(client: Any) -> Any:
     """A connection to a live node of the cluster (any: PUBLISH reaches all)."""
     nodes = client.get_nodes()
     node = nodes[int(time.monotonic() * 10) % len(nodes)]  # spread retries over the nodes
-    if hasattr(node, "connection_class"):  # an asyncio cluster's node
+    if hasattr(node, "connection_class"):  # an async cluster's node (no redis_connection)
         return node.connection_class(**_own_settings(node.connection_kwargs))
     pool = node.redis_connection.connection_pool
     return pool.connection_class(**_own_settings(pool.connection_kwargs))

@@ -1,14 +1,14 @@
-"""The watchdog: one background renewer per event loop (per process for threads).
+"""The watchdog: one background renewer per event loop.
 
 Every held primitive that must be renewed (or confirmed after a handoff), and
 every waiter that must be woken at its deadline, is a :class:`Job`: a script
-call due at a monotonic time. One background task (thread, in the sync
-build) sleeps until the earliest job is due, then runs every due job, with
-the jobs of one client batched into a single pipeline round trip. A job's
+call due at a monotonic time. One background task sleeps until the earliest
+job is due, then runs every due job, with the jobs of one client batched
+into a single pipeline round trip. A job's
 ``on_result`` callback sees the reply (or the error) and returns when the job
 is next due, or ``None`` to drop it. The background task lingers for a
 second once no jobs remain (a loop that takes and releases locks does not
-start a thread per lock), then exits; the next :meth:`AsyncWatchdog.schedule`
+start one per lock), then exits; the next :meth:`AsyncWatchdog.schedule`
 starts it again. Jobs carry a slack: the task sleeps until the first job's
 window closes and then runs every job whose window has opened, so jobs that
 are cancelled before they run (a renewal of a lock released quickly) rarely
@@ -73,13 +73,13 @@ class AsyncWatchdog:
         self._idle_since: float | None = None
         self._sleep_until = float("-inf")  # when the sleeping task wakes by itself
         self._cancelled = 0
-        self._worker: Any = None  # the background task (thread), strongly referenced
+        self._worker: Any = None  # the background task, strongly referenced
         self.batches = 0
         self.calls = 0
 
     @property
     def running(self) -> bool:
-        """Whether the background task (thread) is alive."""
+        """Whether the background task is alive."""
         return self._running
 
     def schedule(self, job: Job) -> Job:
@@ -89,7 +89,7 @@ class AsyncWatchdog:
             if not self._running:
                 self._running = True
                 self._sleep_until = float("-inf")
-                # Kept here: the event loop holds its tasks only weakly.
+                # Kept in self._worker: see start_background.
                 self._worker = start_background(self._run, "tenure-watchdog")
             elif job.due + job.slack < self._sleep_until:
                 self._wakeup.set()  # it sleeps past this job's window: wake it to re-plan
@@ -216,7 +216,7 @@ _watchdogs_mutex = Mutex()
 
 
 def watchdog() -> AsyncWatchdog:
-    """The watchdog of the running event loop (of this process, for threads)."""
+    """The watchdog of the running event loop."""
     key = scope_key()
     found = _watchdogs.get(key)  # the common case needs no lock
     if found is not None:

@@ -16,7 +16,7 @@ How it works (each step is one atomic Lua script, see ``tenure/lua``):
 * **release** hands the lock straight to the first live waiter inside the
   script (so no newcomer can barge in) and publishes the grant on the
   channel of that waiter's process; its one subscriber connection per server
-  (:mod:`tenure._sync._wakeups`) hands it to the waiting thread or task, so
+  (:mod:`tenure._sync._wakeups`) hands it to the waiting thread, so
   the next waiter learns of the release within about one round trip. The
   handed-over lease is short (``handoff_lease``, 1 s) until the new owner's
   watchdog confirms its full lease, so a waiter that died just before its

@@ -37,10 +37,10 @@ class Lock(Leased):
     * ``sleep`` — accepted for compatibility; tenure never polls.
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
-    * ``thread_local`` — the token belongs to the acquiring thread (sync) or
-      task (asyncio), with the rules of :mod:`tenure._owners` (a task started
-      from the owner, or the next user of a hold whose owner finished, may
-      release it); ``False`` lets any thread or task release.
+    * ``thread_local`` — the token belongs to the acquiring thread, with the
+      rules of :mod:`tenure._owners` (a thread started from the owner, or the
+      next user of a hold whose owner finished, may release it); ``False``
+      lets any thread release.
     * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or
       released inside the block raises :class:`LockNotOwnedError` (or its
       subclass :class:`LockLostError`); ``False`` logs a warning instead.
@@ -53,8 +53,6 @@ class Lock(Leased):
     * ``reentrant`` — the owner may acquire again; each acquire needs a release.
     * ``on_lost`` — called with the lock (from the watchdog) when a held lease
       is found lost.
-    * ``cancel_on_lost`` — asyncio only: cancel the task in ``with``
-      when its lock is lost; the block then raises :class:`LockLostError`.
     * ``max_hold`` — stop renewing after this many seconds of holding.
     * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes.
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
@@ -79,7 +77,6 @@ class Lock(Leased):
         auto_renew: bool | None = None,
         reentrant: bool = False,
         on_lost: Callable[[Lock], None] | None = None,
-        cancel_on_lost: bool = False,
         max_hold: float | None = None,
         prefix: str = "tenure:lock:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
@@ -99,7 +96,6 @@ class Lock(Leased):
             handoff_lease=handoff_lease,
             thread_local=thread_local,
             on_lost=on_lost,
-            cancel_on_lost=cancel_on_lost,
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
         )

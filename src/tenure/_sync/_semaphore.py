@@ -106,9 +106,9 @@ class Semaphore(Permits):
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
     * ``auto_renew`` — refresh in the background (default: only when
       ``timeout`` is None).
-    * ``thread_local``, ``on_lost``, ``cancel_on_lost``, ``max_hold``,
-      ``prefix``, ``waiter_lease``, ``handoff_lease``,
-      ``raise_on_release_error`` — as for :class:`~tenure.Lock`.
+    * ``thread_local``, ``on_lost``, ``max_hold``, ``prefix``,
+      ``waiter_lease``, ``handoff_lease``, ``raise_on_release_error`` — as
+      for :class:`~tenure.Lock`.
 
     ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
     once the permit is gone. A holder's permit carries a fencing token.
@@ -138,7 +138,6 @@ class Semaphore(Permits):
         auto_renew: bool | None = None,
         *,
         on_lost: Callable[[Semaphore], None] | None = None,
-        cancel_on_lost: bool = False,
         max_hold: float | None = None,
         prefix: str = "tenure:semaphore:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
@@ -155,7 +154,6 @@ class Semaphore(Permits):
             thread_local=thread_local,
             auto_renew=auto_renew,
             on_lost=on_lost,
-            cancel_on_lost=cancel_on_lost,
             max_hold=max_hold,
             prefix=prefix,
             waiter_lease=waiter_lease,

@@ -4,12 +4,12 @@
 A waiter must learn at once that a release handed it the lock, without
 polling and without blocking one of the user's pooled connections (a
 ``BlockingConnectionPool(max_connections=3)`` with three waiters in BLPOP
-has nothing left for the holder's release). So in each process (each event
-loop, for asyncio) one :class:`Wakeups` per server keeps one dedicated
+has nothing left for the holder's release). So in each process
+one :class:`Wakeups` per server keeps one dedicated
 subscriber connection on a channel of its own, ``tenure:wake:<random id>``.
 A waiter names that channel when it joins a primitive's queue (the scripts
 keep it beside the queue), and the script that grants it the primitive
-PUBLISHes the grant there; the reader hands it to the waiting thread or task
+PUBLISHes the grant there; the reader hands it to the waiting thread
 in memory. Exactly one process hears each grant, however many wait.
 
 * The channel's SUBSCRIBE is confirmed before any waiter joins a queue, so
@@ -19,8 +19,9 @@ in memory. Exactly one process hears each grant, however many wait.
   and a reconnect wakes every waiter to re-check at once. So a lost message
   costs at most one refresh interval, never the lock.
 * The connection is closed :data:`LINGER` seconds after its last waiter left.
-  Waiters of 1,000 tasks or 100 threads on any number of primitives of one
-  server share this one connection.
+  Every waiter of the process on any number of primitives of one server
+  shares this one connection (``tenure bench locks --part waiters``
+  measures it).
 * The connection is made from the user's client's connection settings
   (host, port or unix socket, credentials, TLS), but it is never taken from
   the user's pool. On a cluster, PUBLISH reaches every node, so one
@@ -107,7 +108,7 @@ class Waiter:
 
 
 class Wakeups:
-    """The subscriber connection of one server in this process (or event loop)."""
+    """The subscriber connection of one server in this process."""
 
     def __init__(self, connect: Callable[[], Any], describe: str) -> None:
         self._connect = connect
@@ -119,8 +120,8 @@ class Wakeups:
         self._confirmed = Event()
         self._conn: Any = None
         self._janitor_wakeup = Event()
-        self._reader: Any = None  # the background tasks (threads), strongly referenced:
-        self._janitor: Any = None  # an event loop holds its tasks only weakly
+        self._reader: Any = None  # the background jobs, strongly referenced
+        self._janitor: Any = None  # (see start_background)
         self._closed = False
         self.connects = 0
         self.messages = 0
@@ -171,7 +172,7 @@ class Wakeups:
     def _read(self) -> None:
         try:
             self._read_until_closed()
-        finally:  # closed, or cancelled with its event loop
+        finally:  # closed, or stopped with its process
             with self._mutex:
                 self._closed = True
                 conn, self._conn = self._conn, None
@@ -261,7 +262,7 @@ class Wakeups:
         while True:
             self._janitor_wakeup.wait(LINGER)
             self._janitor_wakeup.clear()
-            if self.closed:  # the reader ended (its event loop is closing)
+            if self.closed:  # the reader ended (its process is closing)
                 return
             with self._mutex:
                 idle = self._idle_since
@@ -291,7 +292,7 @@ def listen(client: Any, token: str, timeout: float) -> Waiter:
             return waiter
 
 
-# -- one Wakeups per (process or event loop, server) ------------------------
+# -- one Wakeups per (process, server) --------------------------------------
 
 _registry: dict[tuple[object, tuple[Any, ...]], Wakeups] = {}
 _registry_mutex = Mutex()
@@ -309,7 +310,7 @@ _targets: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Callable[[], Any
 
 
 def wakeups_for(client: Any) -> Wakeups:
-    """The wake-up connection of ``client``'s server in this process (or event loop)."""
+    """The wake-up connection of ``client``'s server in this process."""
     target = _targets.get(client)
     if target is None:
         target = _targets[client] = _target(client)
@@ -353,7 +354,7 @@ def _cluster_connection(client: Any) -> Any:
     """A connection to a live node of the cluster (any: PUBLISH reaches all)."""
     nodes = client.get_nodes()
     node = nodes[int(time.monotonic() * 10) % len(nodes)]  # spread retries over the nodes
-    if hasattr(node, "connection_class"):  # an asyncio cluster's node
+    if hasattr(node, "connection_class"):  # an async cluster's node (no redis_connection)
         return node.connection_class(**_own_settings(node.connection_kwargs))
     pool = node.redis_connection.connection_pool
     return pool.connection_class(**_own_settings(pool.connection_kwargs))
