@@ -1,7 +1,8 @@
 """Lua scripts shipped as package data, and the sans-IO half of running them.
 
 Every tenure operation on the server is one atomic Lua script. Scripts live
-in ``tenure/lua/<name>.lua`` and open with a header that declares each key
+in ``tenure/lua/<name>.lua`` (the demo's in ``tenure/_demo/lua``: a package
+keeps its scripts in its own ``lua`` folder) and open with a header that declares each key
 and argument::
 
     -- tenure script: compare_and_delete
@@ -137,24 +138,27 @@ class ScriptStatistics:
     reloads: int = 0
 
 
-def script_names() -> list[str]:
-    """Names of every script shipped in ``tenure/lua``."""
-    folder = resources.files("tenure").joinpath("lua")
+def script_names(package: str = "tenure") -> list[str]:
+    """Names of every script shipped in ``package``'s ``lua`` folder."""
+    folder = resources.files(package).joinpath("lua")
     return sorted(
         entry.name.removesuffix(".lua") for entry in folder.iterdir() if entry.name.endswith(".lua")
     )
 
 
 @functools.cache
-def load_script(name: str) -> Script:
-    """Load ``tenure/lua/<name>.lua`` (cached; the files never change at run time)."""
+def load_script(name: str, package: str = "tenure") -> Script:
+    """Load ``<package>/lua/<name>.lua`` (cached; the files never change at run time).
+
+    ``--! include`` lines always take the library's own ``tenure/lua/lib``.
+    """
     if not re.fullmatch(r"[a-z0-9_]+", name):
         raise ArgumentError("name", f"not a script name: {name!r}")
-    resource = resources.files("tenure").joinpath("lua").joinpath(f"{name}.lua")
+    resource = resources.files(package).joinpath("lua").joinpath(f"{name}.lua")
     try:
         source = resource.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ArgumentError("name", f"no script named {name!r}") from None
+        raise ArgumentError("name", f"no script named {name!r} in {package}") from None
     return Script.from_source(_expand_includes(source), name=name)
 
 

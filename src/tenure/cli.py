@@ -219,8 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     try:
         if options.command == "demo":
-            from tenure._demo import DEFAULT_ROWS, run_demo
-            from tenure._market import MODES
+            from tenure._demo.market import MODES
+            from tenure._demo.run import DEFAULT_ROWS, run_demo
 
             run_demo(
                 url=options.url,

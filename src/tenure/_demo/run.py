@@ -9,7 +9,7 @@ the run's length. After every run the books are audited: no money and no
 item may appear or vanish. Every number printed is measured in this run,
 except the book's.
 
-The market logic is in :mod:`tenure._market`; this module runs the processes,
+The market logic is in :mod:`tenure._demo.market`; this module runs the processes,
 draws the progress bar and prints the results.
 """
 
@@ -33,8 +33,8 @@ from typing import Any, TextIO
 import redis
 
 from tenure._children import ignore_sigint, sigint_blocked
+from tenure._demo.market import MODES, Market, Tally, Trader, audit, close_market, open_market
 from tenure._exceptions import ArgumentError, TenureError
-from tenure._market import MODES, Market, Tally, Trader, audit, close_market, open_market
 from tenure.server._process import given_or_private
 
 __all__ = ["BOOK", "DEFAULT_ROWS", "DemoResult", "run_demo"]

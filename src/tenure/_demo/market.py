@@ -31,12 +31,14 @@ from redis.exceptions import WatchError
 
 from tenure._exceptions import ArgumentError
 from tenure._leased_core import to_text
+from tenure._scripts import load_script
 from tenure._sync._lock import Lock
 from tenure._sync._scripting import registry_for
 
 __all__ = ["MODES", "Audit", "Market", "Tally", "Trader", "audit"]
 
 MODES = ("watch", "lock", "script")
+SCRIPTS = "tenure._demo"  # the package whose lua folder holds market_*.lua
 BUYER_FUNDS = 10**12  # never the limit: the demo measures contention, not poverty
 
 
@@ -139,7 +141,9 @@ class Trader:
 
     def _list_script(self, item: str, price: int, deadline: float) -> bool:
         keys = (self.market.inventory(self.user), self.market.market)
-        return bool(self._scripts.run("market_list", keys, (item, self.user, price)))
+        return bool(
+            self._scripts.run(load_script("market_list", SCRIPTS), keys, (item, self.user, price))
+        )
 
     # -- buying ----------------------------------------------------------------
 
@@ -202,7 +206,10 @@ class Trader:
             self.market.user(seller),
             self.market.inventory(self.user),
         )
-        return int(self._scripts.run("market_purchase", keys, (item, seller))) == 1
+        return (
+            int(self._scripts.run(load_script("market_purchase", SCRIPTS), keys, (item, seller)))
+            == 1
+        )
 
 
 def open_market(client: redis.Redis, market: Market, sellers: list[str], buyers: list[str]) -> None:
