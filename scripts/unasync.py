@@ -70,6 +70,7 @@ TEXT = [
     (re.compile(r"\bimport redis\n(?=import redis\n)"), ""),
     (re.compile(r"\basync def\b"), "def"),
     (re.compile(r"\basync with\b"), "with"),
+    (re.compile(r"\basync for\b"), "for"),
     (re.compile(r"\bawait "), ""),
 ]
 

@@ -47,6 +47,8 @@ def test_every_public_name_is_documented(module: object) -> None:
         (tenure.WriteLock, tenure.AsyncWriteLock),
         (tenure.ReadWriteLock, tenure.AsyncReadWriteLock),
         (tenure.ConnectionLock, tenure.AsyncConnectionLock),
+        (tenure.Cache, tenure.AsyncCache),
+        (tenure.HerdCache, tenure.AsyncHerdCache),
     ],
 )
 def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:
@@ -66,7 +68,7 @@ def test_sync_and_async_twins_match(sync: type, asynchronous: type) -> None:
         assert list(signature.parameters) == list(async_api[name].parameters), name
     for name in async_api:
         member = getattr(asynchronous, name)
-        if name not in {"statistics"}:
+        if name not in {"statistics", "key_of"}:
             assert inspect.iscoroutinefunction(member), f"{asynchronous.__name__}.{name}"
     async_only = {"cancel_on_lost"}  # threads cannot be cancelled
     assert list(inspect.signature(sync).parameters) == [
@@ -88,6 +90,8 @@ ASYNC_WORDS = re.compile(r"\basyncio\b|\bevent\s+loops?\b|\btasks?\b|\bcoroutine
         tenure.WriteLock,
         tenure.ReadWriteLock,
         tenure.ConnectionLock,
+        tenure.Cache,
+        tenure.HerdCache,
     ],
 )
 def test_sync_docs_speak_of_threads_only(cls: type) -> None:

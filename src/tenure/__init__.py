@@ -2,23 +2,35 @@
 
 Locks that are fair, fenced and told when lost (a drop-in for redis-py's
 ``Lock``), re-entrant locks, counting semaphores, read-write locks,
-connection-bound locks and fenced keys. Every primitive has a sync and an
+connection-bound locks, fenced keys, and caches that load each value once
+across every process (:class:`HerdCache`). Every primitive has a sync and an
 asyncio API and takes the redis-py client you already have.
 
 Errors all derive from :class:`TenureError`; the tree is drawn in
 ``tenure._exceptions``.
 """
 
+from tenure._async._cache import AsyncCache, AsyncHerdCache
 from tenure._async._connlock import AsyncConnectionLock
 from tenure._async._fence import AsyncFencedKey
 from tenure._async._lock import AsyncLock, AsyncReentrantLock
 from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from tenure._async._semaphore import AsyncSemaphore
+from tenure._cache_codec import (
+    IdentityGenerator,
+    JsonSerializer,
+    MsgpackSerializer,
+    PickleSerializer,
+    ZlibCompressor,
+    ZstdCompressor,
+)
+from tenure._cache_core import CacheStatistics
 from tenure._exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
     ArgumentError,
     BackendError,
+    CacheDecodeError,
     ClientTypeError,
     EmbeddedServerError,
     LockLostError,
@@ -42,6 +54,7 @@ from tenure._leased_core import (
     ReadWriteStatistics,
     SemaphoreStatistics,
 )
+from tenure._sync._cache import Cache, HerdCache
 from tenure._sync._connlock import ConnectionLock
 from tenure._sync._fence import FencedKey
 from tenure._sync._lock import Lock, ReentrantLock
@@ -53,8 +66,10 @@ __all__ = [
     "AcquireTimeoutError",
     "AlreadyHeldError",
     "ArgumentError",
+    "AsyncCache",
     "AsyncConnectionLock",
     "AsyncFencedKey",
+    "AsyncHerdCache",
     "AsyncLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",
@@ -62,18 +77,26 @@ __all__ = [
     "AsyncSemaphore",
     "AsyncWriteLock",
     "BackendError",
+    "Cache",
+    "CacheDecodeError",
+    "CacheStatistics",
     "ClientTypeError",
     "ConnectionLock",
     "EmbeddedServerError",
     "FencedKey",
+    "HerdCache",
+    "IdentityGenerator",
+    "JsonSerializer",
     "LeasedStatistics",
     "Lock",
     "LockLostError",
     "LockNotOwnedError",
     "LockStatistics",
     "LostError",
+    "MsgpackSerializer",
     "NotOwnedError",
     "PermissionDeniedError",
+    "PickleSerializer",
     "PrimitiveError",
     "ReadLock",
     "ReadWriteLock",
@@ -90,5 +113,7 @@ __all__ = [
     "ServerUnavailableError",
     "TenureError",
     "WriteLock",
+    "ZlibCompressor",
+    "ZstdCompressor",
     "__version__",
 ]

@@ -21,7 +21,10 @@ The tree::
         │       └── SemaphoreLostError (also SemaphoreNotOwnedError)
         ├── SemaphoreLimitError (LockError)      the name is in use with another limit
         ├── AlreadyHeldError (LockError)         re-acquire of a non-reentrant hold
-        └── AcquireTimeoutError (LockError)      ``with`` could not acquire in time
+        ├── AcquireTimeoutError (LockError)      ``with`` could not acquire in time
+        └── CacheDecodeError                     a stored cache value this cache cannot
+                                                 decode (read as a miss, never raised
+                                                 from get or fetch)
 
 The names in parentheses are redis-py's exception classes
 (``redis.exceptions``): an error that means what a redis-py exception means
@@ -45,6 +48,7 @@ __all__ = [
     "AlreadyHeldError",
     "ArgumentError",
     "BackendError",
+    "CacheDecodeError",
     "ClientTypeError",
     "EmbeddedServerError",
     "LockLostError",
@@ -193,3 +197,7 @@ class AcquireTimeoutError(PrimitiveError, _redis.LockError):
 # Shown as tenure.ArgumentError (the public path), not tenure._exceptions.ArgumentError.
 for _error in [v for k, v in list(globals().items()) if k in __all__]:
     _error.__module__ = "tenure"
+
+
+class CacheDecodeError(PrimitiveError):
+    """Stored bytes that a cache cannot decode: another format, tampered, or corrupt."""

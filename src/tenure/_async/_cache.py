@@ -1,0 +1,670 @@
+"""AsyncCache and AsyncHerdCache: values on the server, named by key and param.
+
+:class:`AsyncCache` is aredis's ``Cache``: a value per entry, written with
+an expiry (SET with PX) and read with GET, each stored value headed by its
+format (:mod:`tenure._cache_codec`).
+
+:class:`AsyncHerdCache` keeps each entry for its freshness *plus*
+``herd_timeout``, with the freshness deadline on the server's clock inside the
+entry, and decides who loads in one script call (``cache_fetch``):
+
+* fresh: the value;
+* stale: the value, and to exactly one caller a refresh lease (a token with
+  a short expiry); everyone else keeps being served the stale value;
+* missing: the lease to one caller; the others wait to be woken (on tenure's
+  one wake-up connection per process, :mod:`tenure._async._wakeups`) when
+  the value lands, never polling.
+
+The write-back (``cache_commit``) is accepted only from the lease's current
+holder, so a refresher whose lease ran out cannot overwrite newer data; a
+long load renews its lease in the background (the watchdog). In one process,
+callers of :meth:`AsyncHerdCache.fetch` for the same entry share one request
+before anything goes to the server.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tenure._async._scripting import AsyncClient, registry_for
+from tenure._async._wakeups import listen
+from tenure._async._watchdog import Job, watchdog
+from tenure._backend_asyncio import IS_ASYNC, Event, Mutex, scope_key, start_background
+from tenure._cache_codec import (
+    DEFAULT_COMPRESSOR,
+    DEFAULT_SERIALIZER,
+    Codec,
+    IdentityGenerator,
+)
+from tenure._cache_core import (
+    CacheKeys,
+    CacheStatistics,
+    Fetched,
+    Status,
+    check_duration,
+    early_factor,
+    entry_key,
+    new_counters,
+    parse_fetch,
+    to_ms,
+)
+from tenure._clients import map_exceptions, require_client
+from tenure._exceptions import ArgumentError, CacheDecodeError, ServerUnavailableError
+
+__all__ = ["AsyncCache", "AsyncHerdCache"]
+
+logger = logging.getLogger("tenure.cache")
+
+_DEFAULT_IDENTITY = IdentityGenerator()
+
+DEFAULT_HERD_TIMEOUT = 60.0
+"""Seconds a herd-cache entry outlives its freshness, to be served stale meanwhile."""
+
+DEFAULT_LOAD_LEASE = 5.0
+"""Seconds a loader's lease lasts unless renewed (renewed every third of it)."""
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class _AsyncCacheBase:
+    """What both caches share: naming, encoding, and the key-level commands."""
+
+    _default_prefix = "tenure:cache:"
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        ttl: float | None = None,
+        identity_generator: Any = _DEFAULT_IDENTITY,
+        serializer: Any = DEFAULT_SERIALIZER,
+        compressor: Any = DEFAULT_COMPRESSOR,
+        prefix: str | None = None,
+    ) -> None:
+        require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        if not isinstance(name, str) or not name:
+            raise ArgumentError("name", "must be a non-empty str", name=str(name))
+        if identity_generator is not None and not callable(
+            getattr(identity_generator, "generate", None)
+        ):
+            raise ArgumentError(
+                "identity_generator", "needs a generate(key, param) method, or None"
+            )
+        self.client = client
+        self.name = name
+        self.default_ttl = check_duration("ttl", ttl, name=name)
+        self.identity_generator = identity_generator
+        self.codec = Codec(serializer, compressor)
+        self.prefix = self._default_prefix if prefix is None else prefix
+        if not isinstance(self.prefix, str):
+            raise ArgumentError("prefix", "must be a str", name=name)
+        self._counts = new_counters()
+        self._warned_decode = False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} ttl={self.default_ttl} codec={self.codec!r}>"
+
+    def statistics(self) -> CacheStatistics:
+        """An immutable snapshot of this cache object's counters."""
+        return CacheStatistics(**self._counts)
+
+    # -- naming and encoding ---------------------------------------------------
+
+    def key_of(self, key: str, param: Any = None) -> str:
+        """The server key of the entry named by ``key`` and ``param``."""
+        if not isinstance(key, str):
+            raise ArgumentError("key", f"must be a str, got {type(key).__name__}", name=self.name)
+        if self.identity_generator is None:
+            if param is not None:
+                raise ArgumentError(
+                    "param", "this cache has no identity_generator to name params", name=self.name
+                )
+            identity = key
+        else:
+            identity = self.identity_generator.generate(key, param)
+        return entry_key(self.prefix, self.name, identity)
+
+    def _ttl_ms(self, ttl: float | None) -> int:
+        return to_ms(
+            self.default_ttl if ttl is None else check_duration("ttl", ttl, name=self.name)
+        )
+
+    def _decode(self, data: bytes | None, key: str, default: Any) -> Any:
+        if data is None:
+            return default
+        try:
+            return self.codec.decode(data)
+        except CacheDecodeError as exc:
+            self._counts["decode_errors"] += 1
+            if not self._warned_decode:
+                self._warned_decode = True
+                logger.warning(
+                    "tenure cache %r: cannot decode %s (%s); treated as a miss", self.name, key, exc
+                )
+            raise
+
+    # -- key-level commands ----------------------------------------------------
+
+    async def exists(self, key: str, param: Any = None) -> bool:
+        """Whether the entry holds a value (fresh or stale)."""
+        with map_exceptions(name=self.name, doing="checking a cache entry"):
+            return bool(await self._exists(self.key_of(key, param)))
+
+    async def _exists(self, stored: str) -> bool:
+        return bool(await self.client.exists(stored))
+
+    async def delete(self, key: str, param: Any = None) -> bool:
+        """Delete the entry; True if there was one."""
+        with map_exceptions(name=self.name, doing="deleting a cache entry"):
+            return bool(await self.client.delete(self.key_of(key, param)))
+
+    async def delete_many(self, keys: Iterable[str], param: Any = None) -> int:
+        """Delete the entries of ``keys`` (all with the same ``param``); how many there were."""
+        stored = [self.key_of(key, param) for key in keys]
+        if not stored:
+            return 0
+        with map_exceptions(name=self.name, doing="deleting cache entries"):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key in stored:
+                    pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
+                return sum(int(n) for n in await pipe.execute())
+
+    async def ttl(self, key: str, param: Any = None) -> float | None:
+        """Seconds the entry still lives on the server.
+
+        ``None`` if it does not exist, ``math.inf`` if it never expires.
+        """
+        with map_exceptions(name=self.name, doing="reading a cache entry's expiry"):
+            left = int(await self.client.pttl(self.key_of(key, param)))
+        if left == -2:
+            return None
+        return float("inf") if left == -1 else left / 1000
+
+    async def clear(self) -> int:
+        """Delete every entry of this cache (SCAN on every primary, never KEYS); how many."""
+        pattern = _glob_escape(f"{self.prefix}{self.name}:") + "{*"
+        deleted = 0
+        batch: list[Any] = []
+        with map_exceptions(name=self.name, doing="clearing the cache"):
+            async for key in self.client.scan_iter(match=pattern, count=500):
+                batch.append(key)
+                if len(batch) >= 500:
+                    deleted += await self._unlink(batch)
+                    batch = []
+            if batch:
+                deleted += await self._unlink(batch)
+        return deleted
+
+    async def _unlink(self, keys: list[Any]) -> int:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.execute_command("UNLINK", key)
+            return sum(int(n) for n in await pipe.execute())
+
+
+class AsyncCache(_AsyncCacheBase):
+    """A cache of values on the server, named by ``key`` and an optional ``param``.
+
+    * ``ttl`` — default expiry in seconds (``None``: none); ``set`` may override.
+    * ``identity_generator`` — names an entry from ``key`` and ``param``
+      (default: :class:`~tenure.IdentityGenerator`, canonical and stable).
+    * ``serializer`` — :class:`~tenure.JsonSerializer` by default;
+      :class:`~tenure.MsgpackSerializer`, :class:`~tenure.PickleSerializer`
+      (signed) or any object with ``serialize``/``deserialize``; ``None``
+      stores bytes as they are.
+    * ``compressor`` — :class:`~tenure.ZlibCompressor` from 1 KiB by default;
+      :class:`~tenure.ZstdCompressor`, any object with
+      ``compress``/``decompress``, or ``None``.
+    * ``prefix`` — key prefix (default ``tenure:cache:``); an entry is
+      ``{prefix}{name}:{identity}`` with the identity as its hash tag.
+
+    A stored value that fails to decode (another serializer, tampered,
+    corrupt) reads as a miss, with one logged warning.
+    """
+
+    def _decoded_or_miss(self, data: bytes | None, key: str, default: Any) -> Any:
+        if data is None:
+            self._counts["misses"] += 1
+            return default
+        try:
+            value = self._decode(data, key, default)
+        except CacheDecodeError:
+            self._counts["misses"] += 1
+            return default
+        self._counts["hits"] += 1
+        return value
+
+    async def get(self, key: str, param: Any = None, default: Any = None) -> Any:
+        """The value of the entry, or ``default`` if there is none (or it cannot be decoded)."""
+        stored = self.key_of(key, param)
+        with map_exceptions(name=self.name, doing="reading a cache entry"):
+            data = await self.client.get(stored)
+        return self._decoded_or_miss(_as_bytes(data), stored, default)
+
+    async def get_many(
+        self, keys: Iterable[str], param: Any = None, default: Any = None
+    ) -> list[Any]:
+        """The values of ``keys`` (with one ``param``), in order; ``default`` for misses."""
+        stored = [self.key_of(key, param) for key in keys]
+        if not stored:
+            return []
+        with map_exceptions(name=self.name, doing="reading cache entries"):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key in stored:
+                    pipe.get(key)
+                replies = await pipe.execute()
+        return [
+            self._decoded_or_miss(_as_bytes(d), k, default)
+            for d, k in zip(replies, stored, strict=True)
+        ]
+
+    async def set(self, key: str, value: Any, param: Any = None, ttl: float | None = None) -> bool:
+        """Store ``value``, expiring after ``ttl`` seconds (default: the cache's ``ttl``)."""
+        stored, data, ttl_ms = self.key_of(key, param), self.codec.encode(value), self._ttl_ms(ttl)
+        with map_exceptions(name=self.name, doing="writing a cache entry"):
+            return bool(await self.client.set(stored, data, px=ttl_ms or None))
+
+    async def set_many(
+        self, values: Mapping[str, Any], param: Any = None, ttl: float | None = None
+    ) -> bool:
+        """Store every ``key: value`` of ``values`` (one round trip per node)."""
+        ttl_ms = self._ttl_ms(ttl)
+        entries = [(self.key_of(key, param), self.codec.encode(v)) for key, v in values.items()]
+        if not entries:
+            return True
+        with map_exceptions(name=self.name, doing="writing cache entries"):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for stored, data in entries:
+                    pipe.set(stored, data, px=ttl_ms or None)
+                return all(await pipe.execute())
+
+
+class _Flight:
+    """One request for an entry in this process, shared by every caller of it."""
+
+    __slots__ = ("done", "error", "value")
+
+    def __init__(self) -> None:
+        self.done = Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class _Background:
+    """A background refresh, kept alive by the cache until it ends."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+
+
+class AsyncHerdCache(_AsyncCacheBase):
+    """A cache that never stampedes: one caller loads, the rest are served or woken.
+
+    The arguments are :class:`AsyncCache`'s, plus:
+
+    * ``ttl`` — freshness in seconds (``None``: fresh until deleted).
+    * ``herd_timeout`` — how long past its freshness an entry is kept to be
+      served stale while one caller refreshes it (default 60 s).
+    * ``load_lease`` — how long the caller elected to load holds that right
+      without renewing it (default 5 s; renewed every third while loading).
+      A caller that dies while loading delays the others by at most this.
+    * ``early`` — XFetch's beta: above 0, a fresh entry is refreshed early,
+      with a probability rising as its deadline nears and scaled by its last
+      load time (1.0 is the paper's default). 0 (default) never refreshes early.
+    * ``fallback`` — when the server is unavailable, :meth:`fetch` calls the
+      loader and returns its value (the outage logged once) instead of raising.
+
+    Use :meth:`fetch` (value or load, with every guarantee); :meth:`get` and
+    :meth:`set` keep aredis's ``HerdCache`` behaviour.
+    """
+
+    _default_prefix = "tenure:herd:"
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        ttl: float | None = None,
+        herd_timeout: float = DEFAULT_HERD_TIMEOUT,
+        load_lease: float = DEFAULT_LOAD_LEASE,
+        early: float = 0.0,
+        fallback: bool = True,
+        identity_generator: Any = _DEFAULT_IDENTITY,
+        serializer: Any = DEFAULT_SERIALIZER,
+        compressor: Any = DEFAULT_COMPRESSOR,
+        prefix: str | None = None,
+    ) -> None:
+        super().__init__(
+            client,
+            name,
+            ttl=ttl,
+            identity_generator=identity_generator,
+            serializer=serializer,
+            compressor=compressor,
+            prefix=prefix,
+        )
+        self.herd_timeout = check_duration(
+            "herd_timeout", herd_timeout, name=name, allow_none=False, allow_zero=True
+        )
+        self.load_lease = check_duration("load_lease", load_lease, name=name, allow_none=False)
+        beta = check_duration("early", early, name=name, allow_none=False, allow_zero=True)
+        self.early = beta or 0.0
+        self.fallback = bool(fallback)
+        self._registry = registry_for(client)
+        self._leases: dict[str, str] = {}  # entry key -> lease token handed out by get()
+        self._flights: dict[tuple[object, str], _Flight] = {}
+        self._mutex = Mutex()
+        self._outage_logged = False
+        self._background: set[_Background] = set()  # refreshes in flight, strongly referenced
+
+    async def _exists(self, stored: str) -> bool:
+        return bool(await self.client.hexists(stored, "v"))
+
+    # -- aredis's get / set ----------------------------------------------------
+
+    async def get(self, key: str, param: Any = None, default: Any = None) -> Any:
+        """The value, fresh or stale, as aredis's ``HerdCache.get`` gives it.
+
+        The one caller who must refresh a stale entry (or load a missing one)
+        gets ``default`` instead, and its next :meth:`set` of the entry is
+        the refresh.
+        """
+        stored = self.key_of(key, param)
+        token = secrets.token_hex(8)
+        fetched = await self._fetch(CacheKeys.for_entry(stored), token, "", 0.0)
+        if fetched.status in (Status.REFRESH, Status.LOAD):
+            with self._mutex:
+                self._leases[stored] = token
+        if fetched.status in (Status.REFRESH, Status.LOAD, Status.WAIT):
+            self._counts["misses"] += 1
+            return default
+        try:
+            value = self._decode(fetched.value, stored, default)
+        except CacheDecodeError:
+            self._counts["misses"] += 1
+            return default
+        self._counts["stale_hits" if fetched.status == Status.STALE else "hits"] += 1
+        return value
+
+    async def get_many(
+        self, keys: Iterable[str], param: Any = None, default: Any = None
+    ) -> list[Any]:
+        """:meth:`get` of each of ``keys`` (all with the same ``param``), in order."""
+        return [await self.get(key, param, default) for key in keys]
+
+    async def set(
+        self,
+        key: str,
+        value: Any,
+        param: Any = None,
+        ttl: float | None = None,
+        herd_timeout: float | None = None,
+    ) -> bool:
+        """Store ``value``, fresh for ``ttl`` seconds and kept ``herd_timeout`` longer.
+
+        After :meth:`get` handed this object the refresh of the entry, the
+        write goes through only if that lease is still its own (False if it
+        passed on); otherwise it is an explicit write and always lands.
+        """
+        stored = self.key_of(key, param)
+        with self._mutex:
+            token = self._leases.pop(stored, "")
+        return await self._commit(
+            CacheKeys.for_entry(stored), token, self.codec.encode(value), 0.0, ttl, herd_timeout
+        )
+
+    async def set_many(
+        self,
+        values: Mapping[str, Any],
+        param: Any = None,
+        ttl: float | None = None,
+        herd_timeout: float | None = None,
+    ) -> bool:
+        """:meth:`set` of every ``key: value`` of ``values``; True if all were stored."""
+        results = [await self.set(k, v, param, ttl, herd_timeout) for k, v in values.items()]
+        return all(results)
+
+    # -- fetch: the value, or exactly one load ---------------------------------
+
+    async def fetch(
+        self,
+        key: str,
+        loader: Callable[[], Any],
+        param: Any = None,
+        *,
+        ttl: float | None = None,
+        herd_timeout: float | None = None,
+    ) -> Any:
+        """The entry's value; if it is missing, ``loader()``'s, loaded once across processes.
+
+        Fresh: returned at once. Stale: returned at once, while one caller
+        (across every process) refreshes it in the background. Missing: one
+        caller runs ``loader`` and stores its value; the others wait for it
+        and return it. A loader that raises stores nothing (the error goes to
+        the callers that waited on this process's request; a waiting caller
+        in another process takes the load over). ``ttl`` and
+        ``herd_timeout`` override the cache's for this entry's write.
+        """
+        stored = self.key_of(key, param)
+        flight_key = (scope_key(), stored)
+        with self._mutex:
+            flight = self._flights.get(flight_key)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[flight_key] = _Flight()
+        if not leader:
+            self._counts["shared"] += 1
+            while not await flight.done.wait(3600.0):
+                pass
+            if flight.error is not None:
+                raise flight.error
+            return flight.value
+        try:
+            flight.value = await self._fetch_or_load(stored, loader, ttl, herd_timeout)
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._mutex:
+                self._flights.pop(flight_key, None)
+            flight.done.set()
+        return flight.value
+
+    async def _fetch_or_load(
+        self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
+    ) -> Any:
+        keys = CacheKeys.for_entry(stored)
+        token = secrets.token_hex(8)
+        try:
+            fetched = await self._fetch(keys, token, "", early_factor(self.early))
+            waiter = None
+            try:
+                while fetched.status == Status.WAIT:
+                    self._counts["waits"] += 1
+                    if waiter is None:  # listen first, then ask again with the channel
+                        waiter = await listen(self.client, token, fetched.ms / 1000 + 0.1)
+                        fetched = await self._fetch(keys, token, waiter.channel, 0.0)
+                        continue
+                    await waiter.wait(fetched.ms / 1000 + 0.05)
+                    fetched = await self._fetch(keys, token, waiter.channel, 0.0)
+            finally:
+                if waiter is not None:
+                    waiter.stop()
+        except ServerUnavailableError as exc:
+            if not self.fallback:
+                raise
+            self._counts["fallbacks"] += 1
+            if not self._outage_logged:
+                self._outage_logged = True
+                logger.warning("tenure cache %r: %s; computing without the cache", self.name, exc)
+            return await _call(loader)
+        self._outage_logged = False
+        if fetched.status in (Status.FRESH, Status.STALE, Status.REFRESH):
+            try:
+                value = self._decode(fetched.value, stored, None)
+            except CacheDecodeError:
+                if fetched.status == Status.REFRESH:
+                    await self._give_back(keys, token)
+                self._counts["misses"] += 1
+                return await _call(loader)  # not written back: another writer's format
+            if fetched.status == Status.FRESH:
+                self._counts["hits"] += 1
+            else:
+                self._counts["stale_hits"] += 1
+            if fetched.status == Status.REFRESH:
+                self._refresh_in_background(keys, token, loader, ttl, herd)
+            return value
+        self._counts["misses"] += 1
+        self._counts["loads"] += 1
+        return await self._load(keys, token, loader, ttl, herd)
+
+    async def _load(
+        self,
+        keys: CacheKeys,
+        token: str,
+        loader: Callable[[], Any],
+        ttl: float | None,
+        herd: float | None,
+    ) -> Any:
+        renewal = self._renew_while_loading(keys, token)
+        started = time.monotonic()
+        try:
+            value = await _call(loader)
+        except BaseException:
+            watchdog().cancel(renewal)
+            await self._give_back(keys, token)
+            raise
+        watchdog().cancel(renewal)
+        took = time.monotonic() - started
+        try:
+            await self._commit(keys, token, self.codec.encode(value), took, ttl, herd)
+        except ServerUnavailableError as exc:
+            logger.warning("tenure cache %r: the loaded value was not stored: %s", self.name, exc)
+        return value
+
+    def _refresh_in_background(
+        self,
+        keys: CacheKeys,
+        token: str,
+        loader: Callable[[], Any],
+        ttl: float | None,
+        herd: float | None,
+    ) -> None:
+        self._counts["refreshes"] += 1
+
+        job = _Background()
+
+        async def refresh() -> None:
+            try:
+                await self._load(keys, token, loader, ttl, herd)
+            except Exception as exc:
+                logger.warning(
+                    "tenure cache %r: refreshing %s failed: %r", self.name, keys.entry, exc
+                )
+            finally:
+                with self._mutex:
+                    self._background.discard(job)
+
+        with self._mutex:
+            self._background.add(job)  # before it starts: it may end at once
+        job.handle = start_background(refresh, "tenure-cache-refresh")
+
+    def _renew_while_loading(self, keys: CacheKeys, token: str) -> Job:
+        lease_ms = to_ms(self.load_lease)
+        every = self.load_lease / 3
+
+        def renewed(reply: Any, error: BaseException | None) -> float | None:
+            if error is None and int(reply) == 1:
+                return time.monotonic() + every
+            return None  # lost (or an error): the commit will tell
+
+        return watchdog().schedule(
+            Job(
+                due=time.monotonic() + every,
+                client=self.client,
+                script="cache_lease",
+                keys=keys.as_tuple(),
+                args=(token, lease_ms),
+                on_result=renewed,
+                name=self.name,
+                slack=every / 4,
+            )
+        )
+
+    # -- the scripts -----------------------------------------------------------
+
+    async def _fetch(self, keys: CacheKeys, token: str, channel: str, early: float) -> Fetched:
+        with map_exceptions(name=self.name, doing="reading a cache entry"):
+            reply = await self._registry.run(
+                "cache_fetch",
+                keys.as_tuple(),
+                (token, to_ms(self.load_lease), channel, repr(early)),
+                name=self.name,
+            )
+        return parse_fetch(reply)
+
+    async def _commit(
+        self,
+        keys: CacheKeys,
+        token: str,
+        data: bytes,
+        took: float,
+        ttl: float | None,
+        herd: float | None,
+    ) -> bool:
+        fresh_ms = self._ttl_ms(ttl)
+        herd_s = (
+            self.herd_timeout
+            if herd is None
+            else check_duration(
+                "herd_timeout", herd, name=self.name, allow_none=False, allow_zero=True
+            )
+        )
+        keep_ms = fresh_ms + to_ms(herd_s) if fresh_ms else 0
+        with map_exceptions(name=self.name, doing="writing a cache entry"):
+            stored = await self._registry.run(
+                "cache_commit",
+                keys.as_tuple(),
+                (token, data, fresh_ms, keep_ms, round(took * 1000)),
+                name=self.name,
+            )
+        if int(stored) != 1:
+            self._counts["refused"] += 1
+            return False
+        return True
+
+    async def _give_back(self, keys: CacheKeys, token: str) -> None:
+        try:
+            with map_exceptions(name=self.name, doing="giving back a cache lease"):
+                await self._registry.run("cache_lease", keys.as_tuple(), (token, 0), name=self.name)
+        except ServerUnavailableError:
+            pass  # the lease runs out by itself
+
+
+def _as_bytes(data: Any) -> bytes | None:
+    """A stored value as bytes (a client with decode_responses=True gives str)."""
+    if data is None or isinstance(data, bytes):
+        return data
+    return str(data).encode("utf-8", "surrogateescape")
+
+
+async def _call(loader: Callable[[], Any]) -> Any:
+    """Call ``loader`` and return its value (async loaders too, in the async twin)."""
+    value = loader()
+    # unasync: async-only
+    if inspect.isawaitable(value):
+        value = await value
+    # unasync: sync-only
+    # unasync: end
+    return value

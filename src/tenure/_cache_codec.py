@@ -1,0 +1,391 @@
+"""How cache entries become bytes and back, and how keys get their names (sans-IO).
+
+A :class:`Codec` turns a value into the bytes stored on the server:
+
+    b"tn1" <serializer tag> b":" <compressor tag> b":" <payload>
+
+The header names the serializer and the compressor that made the payload, so
+decoding never guesses: bytes written by another serializer, by a newer
+format, or by something that is not tenure at all are reported as
+:class:`CacheDecodeError` (which the caches turn into a miss and one logged
+warning), never decoded into wrong data.
+
+* :class:`JsonSerializer` (the default) and :class:`MsgpackSerializer`
+  (``pip install msgpack``) store data, never code.
+* :class:`PickleSerializer` stores any picklable object, and only with a
+  signing key: every payload carries an HMAC-SHA256 of itself, checked before
+  a byte is unpickled, so a payload planted by someone without the key is
+  refused, never executed.
+* :class:`ZlibCompressor` (the default, above 1 KiB) and
+  :class:`ZstdCompressor` (``pip install zstandard``).
+
+:class:`IdentityGenerator` names an entry by its ``key`` and optional
+``param``: the param is encoded canonically (dict keys sorted, floats by
+their shortest repr, sets sorted), so equal params give the same identity in
+every process, host and Python version — unlike hashing ``str(param)``.
+
+Each of the three may be replaced by any object with the same methods, or
+``None`` to skip the step, as in aredis.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import hashlib
+import hmac
+import json
+import pickle
+import uuid
+import zlib
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from tenure._exceptions import ArgumentError, CacheDecodeError
+
+__all__ = [
+    "DEFAULT_COMPRESSOR",
+    "DEFAULT_SERIALIZER",
+    "Codec",
+    "Compressor",
+    "IdentityGenerator",
+    "JsonSerializer",
+    "MsgpackSerializer",
+    "PickleSerializer",
+    "Serializer",
+    "ZlibCompressor",
+    "ZstdCompressor",
+    "canonical",
+]
+
+MAGIC = b"tn1"
+"""The first bytes of every stored entry (format version 1)."""
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Turns values into bytes and back; ``tag`` names the format in each entry."""
+
+    tag: str
+
+    def serialize(self, value: Any) -> bytes:
+        """The bytes of ``value``."""
+        ...
+
+    def deserialize(self, data: bytes) -> Any:
+        """The value of ``data`` (raise any exception on bytes it did not make)."""
+        ...
+
+
+@runtime_checkable
+class Compressor(Protocol):
+    """Shrinks payloads; ``tag`` names the method in each entry."""
+
+    tag: str
+
+    def compress(self, data: bytes) -> bytes | None:
+        """The compressed bytes, or ``None`` to store ``data`` as it is (too small)."""
+        ...
+
+    def decompress(self, data: bytes) -> bytes:
+        """The original bytes of ``data``."""
+        ...
+
+
+# -- serializers -----------------------------------------------------------------
+
+
+class JsonSerializer:
+    """JSON (UTF-8, compact): dicts, lists, strings, numbers, booleans and None.
+
+    Tuples come back as lists and dict keys as strings, as JSON has it.
+    """
+
+    tag = "json"
+
+    def serialize(self, value: Any) -> bytes:
+        """Compact JSON; raises ``TypeError`` for values JSON cannot hold."""
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def deserialize(self, data: bytes) -> Any:
+        """The value of JSON ``data``."""
+        return json.loads(data)
+
+
+class MsgpackSerializer:
+    """MessagePack (``pip install msgpack``): JSON's types plus bytes, more compact."""
+
+    tag = "msgpack"
+
+    def __init__(self) -> None:
+        try:
+            import msgpack  # optional dependency
+        except ImportError:
+            raise ArgumentError(
+                "serializer", "MsgpackSerializer needs msgpack: pip install msgpack"
+            ) from None
+        self._msgpack = msgpack
+
+    def serialize(self, value: Any) -> bytes:
+        """The MessagePack bytes of ``value``."""
+        return bytes(self._msgpack.packb(value, use_bin_type=True))
+
+    def deserialize(self, data: bytes) -> Any:
+        """The value of MessagePack ``data``."""
+        return self._msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class PickleSerializer:
+    """Pickle, signed: any picklable object, for caches only trusted code writes to.
+
+    ``key`` (bytes or str, at least 16 bytes) signs every payload with
+    HMAC-SHA256; :meth:`deserialize` checks the signature before unpickling
+    and refuses a payload that is unsigned, signed with another key or
+    altered. Give every process of one cache the same key, and keep it secret.
+    """
+
+    tag = "pickle"
+    _DIGEST = 32
+
+    def __init__(self, key: bytes | str, *, protocol: int = pickle.HIGHEST_PROTOCOL) -> None:
+        if isinstance(key, str):
+            key = key.encode("utf-8")
+        if not isinstance(key, bytes) or len(key) < 16:
+            raise ArgumentError("key", "the signing key must be at least 16 bytes")
+        self._key = key
+        self._protocol = protocol
+
+    def _sign(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, payload, hashlib.sha256).digest()
+
+    def serialize(self, value: Any) -> bytes:
+        """The signature followed by the pickle of ``value``."""
+        payload = pickle.dumps(value, protocol=self._protocol)
+        return self._sign(payload) + payload
+
+    def deserialize(self, data: bytes) -> Any:
+        """Unpickle ``data`` only if its signature is this key's."""
+        signature, payload = data[: self._DIGEST], data[self._DIGEST :]
+        if len(signature) != self._DIGEST or not hmac.compare_digest(
+            signature, self._sign(payload)
+        ):
+            raise CacheDecodeError("pickle payload with a missing or wrong signature: refused")
+        return pickle.loads(payload)  # signed by this key: checked above
+
+
+# -- compressors -----------------------------------------------------------------
+
+
+class ZlibCompressor:
+    """zlib at ``level``, for payloads of at least ``threshold`` bytes."""
+
+    tag = "zlib"
+
+    def __init__(self, *, threshold: int = 1024, level: int = 6) -> None:
+        self.threshold = threshold
+        self.level = level
+
+    def compress(self, data: bytes) -> bytes | None:
+        """The zlib bytes, or ``None`` below the threshold or when nothing is saved."""
+        if len(data) < self.threshold:
+            return None
+        packed = zlib.compress(data, self.level)
+        return packed if len(packed) < len(data) else None
+
+    def decompress(self, data: bytes) -> bytes:
+        """The bytes zlib compressed."""
+        return zlib.decompress(data)
+
+
+class ZstdCompressor:
+    """Zstandard (``pip install zstandard``) at ``level``, from ``threshold`` bytes."""
+
+    tag = "zstd"
+
+    def __init__(self, *, threshold: int = 1024, level: int = 3) -> None:
+        try:
+            import zstandard  # optional dependency
+        except ImportError:
+            raise ArgumentError(
+                "compressor", "ZstdCompressor needs zstandard: pip install zstandard"
+            ) from None
+        self.threshold = threshold
+        self._compressor = zstandard.ZstdCompressor(level=level)
+        self._decompressor = zstandard.ZstdDecompressor()
+
+    def compress(self, data: bytes) -> bytes | None:
+        """Zstandard bytes, or ``None`` below the threshold or when nothing is saved."""
+        if len(data) < self.threshold:
+            return None
+        packed = bytes(self._compressor.compress(data))
+        return packed if len(packed) < len(data) else None
+
+    def decompress(self, data: bytes) -> bytes:
+        """The bytes Zstandard compressed."""
+        return bytes(self._decompressor.decompress(data))
+
+
+DEFAULT_SERIALIZER = JsonSerializer()
+DEFAULT_COMPRESSOR = ZlibCompressor()
+
+_RAW = "raw"  # no serializer: the value must be bytes (or str, stored as UTF-8)
+
+
+def _tag_of(step: object, what: str) -> str:
+    tag = getattr(step, "tag", None)
+    if tag is None:
+        tag = type(step).__qualname__
+    if not isinstance(tag, str) or not tag or ":" in tag or len(tag) > 40:
+        raise ArgumentError(what, f"tag must be a short str without ':', got {tag!r}")
+    return tag
+
+
+class Codec:
+    """A serializer and a compressor (either may be ``None``), with the entry header."""
+
+    __slots__ = ("_compressor_tag", "_serializer_tag", "compressor", "serializer")
+
+    def __init__(
+        self, serializer: Any = DEFAULT_SERIALIZER, compressor: Any = DEFAULT_COMPRESSOR
+    ) -> None:
+        for what, step, methods in (
+            ("serializer", serializer, ("serialize", "deserialize")),
+            ("compressor", compressor, ("compress", "decompress")),
+        ):
+            if step is not None and not all(callable(getattr(step, m, None)) for m in methods):
+                raise ArgumentError(what, f"needs methods {' and '.join(methods)}, or None")
+        self.serializer = serializer
+        self.compressor = compressor
+        tag = _RAW if serializer is None else _tag_of(serializer, "serializer")
+        self._serializer_tag = tag.encode("ascii")
+        self._compressor_tag = (
+            b"" if compressor is None else _tag_of(compressor, "compressor").encode("ascii")
+        )
+
+    def __repr__(self) -> str:
+        return f"Codec({self._serializer_tag.decode()}, {self._compressor_tag.decode() or 'none'})"
+
+    def encode(self, value: Any) -> bytes:
+        """The stored bytes of ``value``: header, then the (compressed) payload."""
+        if self.serializer is None:
+            if isinstance(value, str):
+                value = value.encode("utf-8")
+            if not isinstance(value, bytes):
+                raise ArgumentError(
+                    "value",
+                    f"without a serializer values must be bytes, got {type(value).__name__}",
+                )
+            payload = value
+        else:
+            try:
+                payload = self.serializer.serialize(value)
+            except Exception as exc:
+                raise ArgumentError(
+                    "value", f"{_tag_of(self.serializer, 'serializer')} cannot store it: {exc}"
+                ) from exc
+            if isinstance(payload, str):
+                payload = payload.encode("utf-8")
+        compressor_tag = b""
+        if self.compressor is not None:
+            packed = self.compressor.compress(payload)
+            if packed is not None:
+                payload, compressor_tag = packed, self._compressor_tag
+        return b"".join((MAGIC, self._serializer_tag, b":", compressor_tag, b":", payload))
+
+    def decode(self, data: bytes) -> Any:
+        """The value of stored ``data``; :class:`CacheDecodeError` if it is not ours."""
+        if not data.startswith(MAGIC):
+            raise CacheDecodeError("not a tenure cache entry (no tn1 header)")
+        serializer_tag, sep, rest = data[len(MAGIC) :].partition(b":")
+        compressor_tag, sep2, payload = rest.partition(b":")
+        if not sep or not sep2:
+            raise CacheDecodeError("truncated tenure cache entry")
+        if serializer_tag != self._serializer_tag:
+            raise CacheDecodeError(
+                f"entry written with serializer {serializer_tag.decode(errors='replace')!r}, "
+                f"this cache reads {self._serializer_tag.decode()!r}"
+            )
+        if compressor_tag:
+            if compressor_tag != self._compressor_tag:
+                raise CacheDecodeError(
+                    f"entry compressed with {compressor_tag.decode(errors='replace')!r}, "
+                    "which this cache does not use"
+                )
+            try:
+                payload = self.compressor.decompress(payload)
+            except Exception as exc:
+                raise CacheDecodeError(f"cannot decompress the entry: {exc}") from exc
+        if self.serializer is None:
+            return payload
+        try:
+            return self.serializer.deserialize(payload)
+        except CacheDecodeError:
+            raise
+        except Exception as exc:
+            raise CacheDecodeError(f"cannot deserialize the entry: {exc}") from exc
+
+
+# -- identities ------------------------------------------------------------------
+
+
+def canonical(value: Any, *, _where: str = "param") -> Any:
+    """A JSON-ready form of ``value`` that is the same for equal values everywhere.
+
+    Dicts get their keys sorted (keys may be str, int, float, bool or None);
+    sets and frozensets are sorted by their canonical JSON; tuples become
+    lists; bytes, datetimes, dates, times, Decimals and UUIDs are tagged so
+    they never collide with a plain string. Anything else is refused with
+    :class:`ArgumentError`: a key built from ``repr`` would not be stable.
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"$float": repr(value)}
+        return value
+    if isinstance(value, (list, tuple)):
+        return [canonical(item, _where=_where) for item in value]
+    if isinstance(value, Mapping):
+        pairs = []
+        for key, item in value.items():
+            if not (key is None or isinstance(key, (str, int, float, bool))):
+                raise ArgumentError(
+                    _where,
+                    f"dict keys must be str, int, float, bool or None, got {type(key).__name__}",
+                )
+            pairs.append((canonical(key, _where=_where), canonical(item, _where=_where)))
+        if all(isinstance(key, str) and not key.startswith("$") for key, _ in pairs):
+            return dict(pairs)  # dumped with sorted keys
+        return {"$dict": sorted(([key, item] for key, item in pairs), key=lambda p: _dump(p[0]))}
+    if isinstance(value, (set, frozenset)):
+        members = [canonical(item, _where=_where) for item in value]
+        return {"$set": sorted(members, key=_dump)}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return {f"${type(value).__name__}": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, uuid.UUID):
+        return {"$uuid": str(value)}
+    raise ArgumentError(_where, f"cannot build a stable cache key from a {type(value).__name__}")
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class IdentityGenerator:
+    """Names a cache entry by ``key`` and an optional ``param`` (aredis's ``generate``).
+
+    Without a param the identity is the key itself; with one it is
+    ``key:<sha256 of the param's canonical JSON, 32 hex digits>``.
+    """
+
+    def generate(self, key: str, param: Any) -> str:
+        """The identity of ``key`` with ``param`` (``None``: the key alone)."""
+        if param is None:
+            return key
+        digest = hashlib.sha256(_dump(canonical(param)).encode("utf-8")).hexdigest()
+        return f"{key}:{digest[:32]}"

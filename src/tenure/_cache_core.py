@@ -1,0 +1,200 @@
+"""The caches' sans-IO half: key naming, durations, the fetch script's replies, statistics.
+
+Every function here is pure and tested without a server
+(``tests/test_cache_core.py``); the I/O lives in :mod:`tenure._async._cache`
+and its generated sync twin.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Literal, overload
+
+from tenure._exceptions import ArgumentError
+
+__all__ = [
+    "CacheKeys",
+    "CacheStatistics",
+    "Fetched",
+    "Status",
+    "check_duration",
+    "early_factor",
+    "entry_key",
+    "new_counters",
+    "parse_fetch",
+    "to_ms",
+]
+
+
+@overload
+def check_duration(
+    argument: str,
+    value: float,
+    *,
+    name: str,
+    allow_none: Literal[False],
+    allow_zero: bool = False,
+) -> float: ...
+
+
+@overload
+def check_duration(
+    argument: str,
+    value: float | None,
+    *,
+    name: str,
+    allow_none: bool = True,
+    allow_zero: bool = False,
+) -> float | None: ...
+
+
+def check_duration(
+    argument: str,
+    value: float | None,
+    *,
+    name: str,
+    allow_none: bool = True,
+    allow_zero: bool = False,
+) -> float | None:
+    """``value`` in seconds, validated: a finite number > 0 (or 0, or None when allowed)."""
+    if value is None:
+        if allow_none:
+            return None
+        raise ArgumentError(argument, "must be a number of seconds, not None", name=name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentError(
+            argument, f"must be a number of seconds, got {type(value).__name__}", name=name
+        )
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ArgumentError(argument, f"must be finite and {bound}, got {value!r}", name=name)
+    return float(value)
+
+
+def to_ms(seconds: float | None) -> int:
+    """Whole milliseconds of ``seconds``, at least 1 (``None`` or 0 give 0: no limit)."""
+    if not seconds:
+        return 0
+    return max(1, round(seconds * 1000))
+
+
+def entry_key(prefix: str, name: str, identity: str) -> str:
+    """The server key of one entry: ``{prefix}{name}:{{identity}}``.
+
+    The identity is the cluster hash tag, so an entry's keys share one slot
+    while entries spread over the cluster.
+    """
+    return f"{prefix}{name}:{{{identity}}}"
+
+
+@dataclass(frozen=True)
+class CacheKeys:
+    """The two keys of one herd-cache entry (one hash tag)."""
+
+    entry: str
+    waiters: str
+
+    @classmethod
+    def for_entry(cls, key: str) -> CacheKeys:
+        """The keys of the entry stored at ``key``."""
+        return cls(entry=key, waiters=f"{key}:waiters")
+
+    def as_tuple(self) -> tuple[str, str]:
+        """KEYS of every cache script, in order."""
+        return (self.entry, self.waiters)
+
+
+class Status(enum.IntEnum):
+    """What ``cache_fetch`` found (see ``tenure/lua/cache_fetch.lua``)."""
+
+    FRESH = 1
+    """A fresh value."""
+    REFRESH = 2
+    """A stale value (or one due for early refresh); this caller refreshes it."""
+    STALE = 3
+    """A stale value another caller is refreshing."""
+    LOAD = 4
+    """No value; this caller loads it."""
+    WAIT = 5
+    """No value; another caller loads it."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """One reply of ``cache_fetch``: status, stored bytes (if any), and a time in ms.
+
+    ``ms`` is the freshness left (FRESH), the lease granted (REFRESH, LOAD),
+    or how long the current lease still runs (STALE, WAIT).
+    """
+
+    status: Status
+    value: bytes | None
+    ms: int
+
+
+def parse_fetch(reply: Any) -> Fetched:
+    """Interpret ``cache_fetch``'s reply; :class:`ValueError` for anything else."""
+    if not isinstance(reply, (list, tuple)) or len(reply) != 3:
+        raise ValueError(f"unexpected cache_fetch reply: {reply!r}")
+    status, value, ms = reply
+    try:
+        parsed = Status(int(status))
+    except ValueError:
+        raise ValueError(f"unexpected cache_fetch status: {reply!r}") from None
+    if value is not None and not isinstance(value, bytes):
+        value = str(value).encode("utf-8") if value else None
+    has_value = parsed in (Status.FRESH, Status.REFRESH, Status.STALE)
+    if has_value != (value is not None):
+        raise ValueError(f"cache_fetch reply {reply!r}: status and value disagree")
+    return Fetched(status=parsed, value=value, ms=int(ms))
+
+
+def early_factor(beta: float, rand: float | None = None) -> float:
+    """XFetch's ``-beta * ln(u)`` for uniform ``u`` in (0, 1] (0 when beta is 0).
+
+    A fresh entry is refreshed early once ``now + load_time * factor`` passes
+    its freshness deadline (Vattani, Chierichetti, Lowenstein, VLDB 2015):
+    the longer the load, the earlier; one caller at a time, since the
+    refresh still takes the entry's one lease.
+    """
+    if beta <= 0:
+        return 0.0
+    u = 1.0 - (random.random() if rand is None else rand)
+    return -beta * math.log(u) if u > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class CacheStatistics:
+    """An immutable snapshot of one cache object's counters (this process only).
+
+    * ``hits`` — reads answered with a fresh value; ``stale_hits`` with a
+      stale one while someone refreshed it.
+    * ``misses`` — reads that found nothing (``get``), or found nothing and
+      loaded or waited (``fetch``).
+    * ``loads`` / ``refreshes`` — loader calls for a missing / stale entry.
+    * ``waits`` — fetches that waited for another caller's load.
+    * ``shared`` — fetches that joined a request already in flight in this
+      process instead of asking the server.
+    * ``refused`` — write-backs refused because the lease had passed on.
+    * ``decode_errors`` — stored values this cache could not decode.
+    * ``fallbacks`` — fetches computed without the cache (server unavailable).
+    """
+
+    hits: int = 0
+    stale_hits: int = 0
+    misses: int = 0
+    loads: int = 0
+    refreshes: int = 0
+    waits: int = 0
+    shared: int = 0
+    refused: int = 0
+    decode_errors: int = 0
+    fallbacks: int = 0
+
+
+def new_counters() -> dict[str, int]:
+    """Zeroed mutable counters, one per :class:`CacheStatistics` field."""
+    return dict.fromkeys(CacheStatistics.__dataclass_fields__, 0)

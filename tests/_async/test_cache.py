@@ -1,0 +1,352 @@
+"""Cache and HerdCache contract tests, written once for asyncio and generated for threads."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio
+import redis.asyncio.cluster
+
+from tenure import (
+    ArgumentError,
+    AsyncCache,
+    AsyncHerdCache,
+    ClientTypeError,
+    MsgpackSerializer,
+    PickleSerializer,
+    ZstdCompressor,
+)
+from tests._backend_asyncio import gather, join, sleep, spawn
+
+
+class Loader:
+    """A loader that counts its calls and takes ``seconds`` (a slow database query)."""
+
+    def __init__(self, value: Any, seconds: float = 0.0) -> None:
+        self.value = value
+        self.seconds = seconds
+        self.calls = 0
+
+    async def __call__(self) -> Any:
+        self.calls += 1
+        if self.seconds:
+            await sleep(self.seconds)
+        return self.value
+
+
+# -- Cache -----------------------------------------------------------------------
+
+
+async def test_cache_round_trip(tenure_async_client: redis.asyncio.Redis) -> None:
+    cache = AsyncCache(tenure_async_client, "pages", ttl=30)
+    assert await cache.get("home") is None
+    assert await cache.get("home", default="none") == "none"
+    assert await cache.set("home", {"title": "Hi", "n": [1, 2.5, None]})
+    assert await cache.get("home") == {"title": "Hi", "n": [1, 2.5, None]}
+    assert await cache.exists("home")
+    left = await cache.ttl("home")
+    assert left is not None and 29 < left <= 30
+    assert await cache.delete("home")
+    assert not await cache.exists("home")
+    assert await cache.ttl("home") is None
+
+
+async def test_cache_params_name_entries_canonically(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    cache = AsyncCache(tenure_async_client, "search")
+    await cache.set("q", "first", param={"page": 1, "sort": ["a", "b"], "tags": {"x", "y"}})
+    # the same param built in another order names the same entry
+    assert (
+        await cache.get("q", param={"tags": {"y", "x"}, "sort": ["a", "b"], "page": 1}) == "first"
+    )
+    assert await cache.get("q", param={"page": 2, "sort": ["a", "b"], "tags": {"x", "y"}}) is None
+    assert await cache.get("q") is None
+    assert await cache.ttl("q", param={"page": 1, "sort": ["a", "b"], "tags": {"x", "y"}}) == float(
+        "inf"
+    )
+    with pytest.raises(ArgumentError, match="stable cache key"):
+        await cache.get("q", param=object())
+
+
+async def test_cache_many_and_clear(tenure_async_client: redis.asyncio.Redis) -> None:
+    cache = AsyncCache(tenure_async_client, "items", ttl=60)
+    other = AsyncCache(tenure_async_client, "items-other")
+    assert await cache.set_many({f"k{i}": i for i in range(1200)})
+    await other.set("k1", "kept")
+    assert await cache.get_many(["k1", "nope", "k1199"], default=-1) == [1, -1, 1199]
+    assert await cache.delete_many(["k0", "k1", "nope"]) == 2
+    assert await cache.clear() == 1198
+    assert await cache.get("k5") is None
+    assert await other.get("k1") == "kept"
+
+
+async def test_cache_expires(tenure_async_client: redis.asyncio.Redis) -> None:
+    cache = AsyncCache(tenure_async_client, "short", ttl=0.2)
+    await cache.set("a", 1)
+    await cache.set("b", 2, ttl=5)
+    await sleep(0.35)
+    assert await cache.get("a") is None
+    assert await cache.get("b") == 2
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"compressor": None},
+        {"serializer": MsgpackSerializer()},
+        {"serializer": PickleSerializer(b"0123456789abcdef"), "compressor": ZstdCompressor()},
+    ],
+    ids=["json-zlib", "json-raw", "msgpack", "pickle-zstd"],
+)
+async def test_every_value_kind_round_trips(
+    tenure_async_client: redis.asyncio.Redis, options: dict[str, Any]
+) -> None:
+    cache = AsyncCache(tenure_async_client, "kinds", **options)
+    values: list[Any] = [
+        None,
+        True,
+        0,
+        -(2**53),
+        3.25,
+        "",
+        "ünïcode ✓",
+        [1, [2, [3]]],
+        {"a": {"b": None}},
+        "x" * 5000,  # compressed
+    ]
+    if "serializer" in options:
+        values += [b"\x00\xffbytes"]
+    if isinstance(options.get("serializer"), PickleSerializer):
+        values += [{1, 2, 3}, (1, "two"), complex(1, 2)]
+    for index, value in enumerate(values):
+        await cache.set(f"v{index}", value)
+        assert await cache.get(f"v{index}") == value, value
+
+
+async def test_raw_bytes_without_a_serializer(tenure_async_client: redis.asyncio.Redis) -> None:
+    cache = AsyncCache(tenure_async_client, "raw", serializer=None, compressor=None)
+    await cache.set("a", b"\x00\x01")
+    assert await cache.get("a") == b"\x00\x01"
+    with pytest.raises(ArgumentError, match="must be bytes"):
+        await cache.set("b", 12)
+
+
+async def test_undecodable_value_is_a_miss_with_one_warning(
+    tenure_async_client: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = AsyncCache(tenure_async_client, "mixed")
+    await tenure_async_client.set(cache.key_of("garbage"), b"not ours")
+    await AsyncCache(tenure_async_client, "mixed", serializer=MsgpackSerializer()).set("mp", [1])
+    with caplog.at_level(logging.WARNING, logger="tenure.cache"):
+        assert await cache.get("garbage", default="miss") == "miss"
+        assert await cache.get("mp", default="miss") == "miss"
+    assert sum("cannot decode" in r.message for r in caplog.records) == 1
+    assert cache.statistics().decode_errors == 2
+
+
+class _Planted:
+    """Unpickling this creates a file: the side effect a planted payload must never have."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+async def test_planted_pickle_is_never_unpickled(
+    tenure_async_client: redis.asyncio.Redis, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    cache = AsyncCache(tenure_async_client, "signed", serializer=PickleSerializer(b"k" * 32))
+    evil = pickle.dumps(_Planted(str(marker)))
+    forged = AsyncCache(tenure_async_client, "signed", serializer=PickleSerializer(b"x" * 32))
+    await forged.set("wrong-key", _Planted(str(marker)))
+    await tenure_async_client.set(cache.key_of("unsigned"), b"tn1pickle::" + evil)
+    await tenure_async_client.set(cache.key_of("short"), b"tn1pickle::" + evil[:10])
+    for key in ("wrong-key", "unsigned", "short"):
+        assert await cache.get(key, default="refused") == "refused"
+    assert not marker.exists()
+    pickle.loads(evil).close()  # the payload does have the side effect when unpickled
+    assert marker.exists()
+    os.unlink(marker)
+    with pytest.raises(ArgumentError, match="16 bytes"):
+        PickleSerializer(b"short")
+
+
+async def test_caches_check_their_arguments(tenure_async_client: redis.asyncio.Redis) -> None:
+    with pytest.raises(ArgumentError, match="ttl"):
+        AsyncCache(tenure_async_client, "x", ttl=-1)
+    with pytest.raises(ArgumentError, match="serialize"):
+        AsyncCache(tenure_async_client, "x", serializer=object())
+    with pytest.raises(ArgumentError, match="herd_timeout"):
+        AsyncHerdCache(tenure_async_client, "x", herd_timeout=float("nan"))
+    with pytest.raises(ArgumentError, match="identity_generator"):
+        await AsyncCache(tenure_async_client, "x", identity_generator=None).get("k", param=1)
+    with pytest.raises(ClientTypeError, match="client"):
+        AsyncCache(object(), "x")  # type: ignore[arg-type]
+
+
+# -- HerdCache: fetch ----------------------------------------------------------------
+
+
+async def test_cold_key_loads_once_for_every_caller(
+    tenure_async_client: redis.asyncio.Redis, clients: list[redis.asyncio.Redis]
+) -> None:
+    loader = Loader({"report": 42}, seconds=0.3)
+    caches = [AsyncHerdCache(client, "reports", ttl=10) for client in clients[:4]]
+
+    async def caller(index: int) -> tuple[Any, float]:
+        started = time.monotonic()
+        value = await caches[index % 4].fetch("monthly", loader)
+        return value, time.monotonic() - started
+
+    results = await gather(*(lambda i=i: caller(i) for i in range(20)))
+    assert loader.calls == 1
+    assert all(value == {"report": 42} for value, _ in results)
+    assert max(waited for _, waited in results) < 0.3 + 0.25
+    assert sum(c.statistics().loads for c in caches) == 1
+
+
+async def test_stale_key_is_served_at_once_while_one_caller_refreshes(
+    tenure_async_client: redis.asyncio.Redis, clients: list[redis.asyncio.Redis]
+) -> None:
+    caches = [AsyncHerdCache(client, "prices", ttl=0.2) for client in clients[:4]]
+    first = Loader("old")
+    assert await caches[0].fetch("eur", first) == "old"
+    await sleep(0.3)  # stale now, still kept for herd_timeout
+    loader = Loader("new", seconds=0.3)
+
+    async def caller(index: int) -> tuple[Any, float]:
+        started = time.monotonic()
+        value = await caches[index % 4].fetch("eur", loader, ttl=10)
+        return value, time.monotonic() - started
+
+    results = await gather(*(lambda i=i: caller(i) for i in range(20)))
+    assert all(value == "old" for value, _ in results)
+    assert max(waited for _, waited in results) < 0.1
+    await sleep(0.5)
+    assert loader.calls == 1
+    assert await caches[1].fetch("eur", loader) == "new"
+    assert loader.calls == 1
+
+
+async def test_a_lapsed_refresher_cannot_overwrite_newer_data(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    slow = AsyncHerdCache(tenure_async_client, "rates", ttl=0.1, load_lease=0.2)
+    fast = AsyncHerdCache(other_client, "rates", ttl=10, load_lease=0.2)
+    await slow.set("usd", "v1")
+    await sleep(0.15)
+    assert await slow.get("usd") is None  # stale: this caller is elected to refresh
+    assert await fast.get("usd") == "v1"  # the others are served stale
+    await sleep(0.3)  # the slow refresher's lease runs out
+    assert await fast.fetch("usd", Loader("v3")) == "v1"  # fast takes the lease over...
+    await sleep(0.2)
+    assert await fast.get("usd") == "v3"  # ...and stores
+    assert await slow.set("usd", "v2-late") is False
+    assert await fast.get("usd") == "v3"
+    assert slow.statistics().refused == 1
+
+
+async def test_loader_error_stores_nothing_and_passes_the_load_on(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    cache = AsyncHerdCache(tenure_async_client, "flaky", ttl=10)
+    other = AsyncHerdCache(other_client, "flaky", ttl=10)
+
+    async def failing() -> Any:
+        await sleep(0.2)
+        raise RuntimeError("database down")
+
+    good = Loader("fine")
+    failing_call = spawn(lambda: cache.fetch("k", failing))
+    await sleep(0.05)
+    started = time.monotonic()
+    waiting_call = spawn(lambda: other.fetch("k", good))  # waits for the failing load
+    with pytest.raises(RuntimeError, match="database down"):
+        await join(failing_call)
+    assert await join(waiting_call) == "fine"
+    assert time.monotonic() - started < 0.5  # woken when the lease was given back
+    assert good.calls == 1
+    assert await cache.fetch("k", Loader("unused")) == "fine"
+
+
+async def test_a_long_load_renews_its_lease(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    cache = AsyncHerdCache(tenure_async_client, "slow", ttl=10, load_lease=0.3)
+    other = AsyncHerdCache(other_client, "slow", ttl=10, load_lease=0.3)
+    slow = Loader("computed", seconds=1.0)
+    racer = Loader("racer")
+    first = spawn(lambda: cache.fetch("k", slow))
+    await sleep(0.1)
+    assert await other.fetch("k", racer) == "computed"
+    assert await join(first) == "computed"
+    assert (slow.calls, racer.calls) == (1, 0)
+
+
+async def test_a_dead_loader_delays_others_by_its_lease_at_most(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    dead = AsyncHerdCache(tenure_async_client, "orphan", ttl=10, load_lease=0.4)
+    assert await dead.get("k") is None  # elected to load, then never stores (a crash)
+    other = AsyncHerdCache(other_client, "orphan", ttl=10, load_lease=0.4)
+    started = time.monotonic()
+    assert await other.fetch("k", Loader("recovered")) == "recovered"
+    assert 0.2 < time.monotonic() - started < 0.9
+
+
+async def test_callers_in_one_process_share_one_request(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    cache = AsyncHerdCache(tenure_async_client, "shared", ttl=10)
+    loader = Loader("v", seconds=0.2)
+    results = await gather(*(lambda: cache.fetch("k", loader) for _ in range(10)))
+    assert results == ["v"] * 10
+    stats = cache.statistics()
+    assert (loader.calls, stats.loads, stats.shared) == (1, 1, 9)
+
+
+async def test_herd_get_and_set_keep_aredis_behaviour(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    cache = AsyncHerdCache(tenure_async_client, "legacy", ttl=0.1, herd_timeout=5)
+    assert await cache.get("k") is None  # missing: this caller loads
+    assert await cache.set("k", "v1")
+    assert await cache.get("k") == "v1"
+    await sleep(0.2)
+    assert await cache.get("k") is None  # stale: the first caller refreshes...
+    assert await cache.get("k") == "v1"  # ...everyone else is served the stale value
+    assert await cache.set("k", "v2")
+    assert await cache.get("k") == "v2"
+    left = await cache.ttl("k")
+    assert left is not None and 4.5 < left <= 5.1
+    assert await cache.exists("k")
+    assert await cache.set_many({"a": 1, "b": 2}, ttl=10)
+    assert await cache.get_many(["a", "b", "c"], default=0) == [1, 2, 0]
+    assert not await cache.exists("c")  # the get elected this caller to load "c"...
+    assert await cache.clear() == 4  # ...so its lease is an entry too, cleared with k, a, b
+
+
+async def test_herd_cache_on_a_cluster(
+    tenure_async_cluster_client: redis.asyncio.cluster.RedisCluster,
+) -> None:
+    cache = AsyncHerdCache(tenure_async_cluster_client, "spread", ttl=10)
+    loader = Loader("v", seconds=0.1)
+    for index in range(30):
+        assert await cache.fetch(f"k{index}", loader) == "v"
+    assert loader.calls == 30
+    plain = AsyncCache(tenure_async_cluster_client, "spread-plain")
+    assert await plain.set_many({f"k{i}": i for i in range(30)})
+    assert await plain.get_many([f"k{i}" for i in range(30)]) == list(range(30))
+    assert await cache.clear() == 30
+    assert await plain.clear() == 30

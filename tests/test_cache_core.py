@@ -1,0 +1,155 @@
+"""The caches' sans-IO half, without a server: codec, identities, replies, durations."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tenure import (
+    ArgumentError,
+    CacheDecodeError,
+    IdentityGenerator,
+    JsonSerializer,
+    MsgpackSerializer,
+    PickleSerializer,
+    ZlibCompressor,
+    ZstdCompressor,
+)
+from tenure._cache_codec import Codec, canonical
+from tenure._cache_core import (
+    CacheKeys,
+    Status,
+    check_duration,
+    early_factor,
+    entry_key,
+    parse_fetch,
+    to_ms,
+)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values, st.sampled_from([None, ZlibCompressor(threshold=0), ZstdCompressor()]))
+def test_json_entries_round_trip(value: Any, compressor: Any) -> None:
+    codec = Codec(JsonSerializer(), compressor)
+    assert codec.decode(codec.encode(value)) == value
+
+
+@given(json_values | st.binary())
+def test_msgpack_entries_round_trip(value: Any) -> None:
+    codec = Codec(MsgpackSerializer(), ZlibCompressor(threshold=0))
+    assert codec.decode(codec.encode(value)) == value
+
+
+def test_the_header_names_the_format_so_decoding_never_guesses() -> None:
+    json_codec = Codec()
+    msgpack_codec = Codec(MsgpackSerializer())
+    stored = msgpack_codec.encode([1, 2])
+    assert stored.startswith(b"tn1msgpack::")
+    with pytest.raises(CacheDecodeError, match="msgpack"):
+        json_codec.decode(stored)
+    big = json_codec.encode("x" * 4096)
+    assert big.startswith(b"tn1json:zlib:") and len(big) < 200
+    with pytest.raises(CacheDecodeError, match="zlib"):
+        Codec(compressor=None).decode(big)
+    for junk in (b"", b"hello", b"tn1json", b"tn1json:zlib:not zlib", b"tn1json::{bad json"):
+        with pytest.raises(CacheDecodeError):
+            json_codec.decode(junk)
+
+
+def test_signed_pickle_refuses_what_it_did_not_sign() -> None:
+    codec = Codec(PickleSerializer("a" * 16), None)
+    stored = codec.encode({"k": (1, 2)})
+    assert codec.decode(stored) == {"k": (1, 2)}
+    tampered = stored[:-1] + bytes([stored[-1] ^ 1])
+    with pytest.raises(CacheDecodeError, match="signature"):
+        codec.decode(tampered)
+    with pytest.raises(CacheDecodeError, match="signature"):
+        Codec(PickleSerializer("b" * 16), None).decode(stored)
+
+
+def test_values_a_serializer_cannot_hold_are_refused_by_name() -> None:
+    with pytest.raises(ArgumentError, match="json cannot store it"):
+        Codec().encode(object())
+
+
+equal_params = st.dictionaries(
+    st.text(max_size=6),
+    st.integers() | st.text(max_size=6) | st.frozensets(st.integers(), max_size=4),
+    max_size=6,
+)
+
+
+@given(equal_params)
+def test_identity_ignores_dict_and_set_order(param: dict[str, Any]) -> None:
+    generator = IdentityGenerator()
+    reordered = dict(reversed(list(param.items())))
+    assert generator.generate("k", param) == generator.generate("k", reordered)
+
+
+def test_identity_tells_apart_what_str_would_confuse() -> None:
+    generate = IdentityGenerator().generate
+    assert generate("k", None) == "k"
+    distinct = [1, 1.5, "1", True, [1], (2,), {"1": 1}, {1: 1}, b"1", {"$bytes": "MQ=="}, {1}]
+    identities = {generate("k", param) for param in distinct}
+    assert len(identities) == len(distinct)
+    assert generate("k", (1, 2)) == generate("k", [1, 2])  # JSON has one kind of sequence
+    assert canonical(float("nan")) == {"$float": "nan"}
+
+
+def test_identity_is_the_same_in_another_interpreter() -> None:
+    param = {"z": [1.1, None, {"b": 2, "a": 1}], "a": {3, 1, 2}}
+    code = (
+        f"from tenure import IdentityGenerator;print(IdentityGenerator().generate('k', {param!r}))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert other == IdentityGenerator().generate("k", param)
+
+
+def test_keys_share_the_entry_hash_tag() -> None:
+    keys = CacheKeys.for_entry(entry_key("tenure:herd:", "prices", "eur:abc"))
+    assert keys.entry == "tenure:herd:prices:{eur:abc}"
+    assert keys.waiters == "tenure:herd:prices:{eur:abc}:waiters"
+
+
+def test_fetch_replies_are_parsed_strictly() -> None:
+    assert parse_fetch([1, b"v", 10]).status is Status.FRESH
+    assert parse_fetch([4, None, 5000]).value is None
+    for bad in ([1, None, 0], [4, b"v", 0], [9, None, 0], "x", [1, b"v"]):
+        with pytest.raises(ValueError, match="cache_fetch"):
+            parse_fetch(bad)
+
+
+@given(st.floats(min_value=0.0, max_value=0.999999))
+def test_early_factor_is_non_negative_and_off_at_zero(rand: float) -> None:
+    assert early_factor(0.0, rand) == 0.0
+    factor = early_factor(1.0, rand)
+    assert factor >= 0 and math.isfinite(factor)
+    assert early_factor(2.0, rand) == pytest.approx(2 * factor)
+
+
+def test_durations() -> None:
+    assert to_ms(None) == 0 and to_ms(0.0001) == 1 and to_ms(1.5) == 1500
+    assert check_duration("ttl", None, name="c") is None
+    assert check_duration("ttl", 0, name="c", allow_zero=True) == 0.0
+    for bad in (-1, 0, float("inf"), float("nan"), "5", True):
+        with pytest.raises(ArgumentError, match="ttl"):
+            check_duration("ttl", bad, name="c")  # type: ignore[arg-type]
