@@ -25,6 +25,7 @@ from tenure._cache_codec import (
     ZstdCompressor,
 )
 from tenure._cache_core import CacheStatistics
+from tenure._cached import cached
 from tenure._exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
@@ -116,4 +117,5 @@ __all__ = [
     "ZlibCompressor",
     "ZstdCompressor",
     "__version__",
+    "cached",
 ]

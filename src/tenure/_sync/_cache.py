@@ -163,8 +163,11 @@ class _AsyncCacheBase:
 
     def delete(self, key: str, param: Any = None) -> bool:
         """Delete the entry; True if there was one."""
+        return self._delete_key(self.key_of(key, param))
+
+    def _delete_key(self, stored: str) -> bool:
         with map_exceptions(name=self.name, doing="deleting a cache entry"):
-            return bool(self.client.delete(self.key_of(key, param)))
+            return bool(self.client.delete(stored))
 
     def delete_many(self, keys: Iterable[str], param: Any = None) -> int:
         """Delete the entries of ``keys`` (all with the same ``param``); how many there were."""
@@ -452,7 +455,17 @@ class HerdCache(_AsyncCacheBase):
         in another process takes the load over). ``ttl`` and
         ``herd_timeout`` override the cache's for this entry's write.
         """
-        stored = self.key_of(key, param)
+        return self._fetch_key(self.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout)
+
+    def _fetch_key(
+        self,
+        stored: str,
+        loader: Callable[[], Any],
+        *,
+        ttl: float | None = None,
+        herd_timeout: float | None = None,
+    ) -> Any:
+        """:meth:`fetch` of the entry at server key ``stored``."""
         flight_key = (scope_key(), stored)
         with self._mutex:
             flight = self._flights.get(flight_key)

@@ -1,0 +1,144 @@
+"""``@tenure.cached``: a function's results in a :class:`~tenure.HerdCache`.
+
+One decorator for plain and async functions; the entry of a call is named by
+the function and its arguments (bound to the signature, defaults applied,
+encoded canonically), or by a ``cache_key`` hook. Every guarantee is
+:meth:`HerdCache.fetch`'s: one load across every process on a cold entry,
+stale values served at once while one caller refreshes, errors never cached,
+and the function still computed when the server is down.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from tenure._async._cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, AsyncHerdCache
+from tenure._cache_codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
+from tenure._exceptions import ArgumentError, ClientTypeError
+from tenure._sync._cache import HerdCache
+
+__all__ = ["cached"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_KEY = "call"  # every entry of one function: "<prefix><name>:{call:<digest of the arguments>}"
+
+
+def cached(
+    client: Any,
+    *,
+    ttl: float | None,
+    name: str | None = None,
+    herd_timeout: float = DEFAULT_HERD_TIMEOUT,
+    load_lease: float = DEFAULT_LOAD_LEASE,
+    early: float = 0.0,
+    cache_key: Callable[..., Any] | None = None,
+    fallback: bool = True,
+    serializer: Any = DEFAULT_SERIALIZER,
+    compressor: Any = DEFAULT_COMPRESSOR,
+    prefix: str | None = None,
+) -> Callable[[F], F]:
+    """Cache a function's results on the server; each result is loaded once.
+
+    ``client`` is a ``redis.Redis`` (or ``RedisCluster``) for a plain
+    function, a ``redis.asyncio`` client for an ``async def`` one. ``ttl`` is
+    the results' freshness in seconds (``None``: until invalidated);
+    ``herd_timeout``, ``load_lease``, ``early``, ``fallback``,
+    ``serializer``, ``compressor`` and ``prefix`` are
+    :class:`~tenure.HerdCache`'s. ``name`` (default: the function's module
+    and qualified name) names the cache: give two deployments of a changed
+    function different names.
+
+    A call's entry is named by its arguments, bound to the signature with
+    defaults applied, so ``f(1)`` and ``f(x=1)`` share one; they must be
+    values with a stable encoding (see :class:`~tenure.IdentityGenerator`).
+    ``cache_key(*args, **kwargs)`` may return what names the call instead
+    (say, to leave out ``self`` or a database handle).
+
+    The wrapper has ``.cache`` (the :class:`~tenure.HerdCache`),
+    ``.invalidate(*args, **kwargs)`` (delete that call's entry) and
+    ``.uncached(*args, **kwargs)`` (the function itself, bypassing the cache).
+    """
+
+    def decorate(func: F) -> F:
+        if not callable(func):
+            raise ArgumentError("func", f"@cached needs a function, got {type(func).__name__}")
+        is_async = inspect.iscoroutinefunction(func)
+        cache_name = name or f"{func.__module__}.{func.__qualname__}"
+        kind: type[Any] = AsyncHerdCache if is_async else HerdCache
+        try:
+            cache = kind(
+                client,
+                cache_name,
+                ttl=ttl,
+                herd_timeout=herd_timeout,
+                load_lease=load_lease,
+                early=early,
+                fallback=fallback,
+                serializer=serializer,
+                compressor=compressor,
+                prefix=prefix if prefix is not None else "tenure:cached:",
+            )
+        except ClientTypeError as exc:
+            wanted = "a redis.asyncio client" if is_async else "a redis.Redis or RedisCluster"
+            what = "async function" if is_async else "function"
+            raise ClientTypeError(
+                "client",
+                f"@cached {what} {func.__qualname__} needs {wanted}: {exc}",
+                name=cache_name,
+            ) from None
+        signature = inspect.signature(func)
+
+        def param_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            if cache_key is not None:
+                return cache_key(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{func.__qualname__}(): {exc}") from None
+            bound.apply_defaults()
+            return {"args": dict(bound.arguments)}
+
+        def key_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+            try:
+                return cast(str, cache.key_of(_KEY, param_of(args, kwargs)))
+            except ArgumentError as exc:
+                raise ArgumentError(
+                    "cache_key",
+                    f"cannot name a call of {func.__qualname__} by its arguments ({exc}); "
+                    "pass cache_key=",
+                    name=cache_name,
+                ) from None
+
+        if is_async:
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                stored = key_of(args, kwargs)
+                return await cache._fetch_key(stored, lambda: func(*args, **kwargs))
+
+            async def async_invalidate(*args: Any, **kwargs: Any) -> bool:
+                return bool(await cache._delete_key(key_of(args, kwargs)))
+
+            wrapper: Any = async_wrapper
+            wrapper.invalidate = async_invalidate
+        else:
+
+            @functools.wraps(func)
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                stored = key_of(args, kwargs)
+                return cache._fetch_key(stored, lambda: func(*args, **kwargs))
+
+            def sync_invalidate(*args: Any, **kwargs: Any) -> bool:
+                return bool(cache._delete_key(key_of(args, kwargs)))
+
+            wrapper = sync_wrapper
+            wrapper.invalidate = sync_invalidate
+        wrapper.cache = cache
+        wrapper.uncached = func
+        return cast(F, wrapper)
+
+    return decorate

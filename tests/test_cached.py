@@ -1,0 +1,177 @@
+"""@tenure.cached on plain and async functions, and through a server outage."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from tenure import ArgumentError, ClientTypeError, cached
+from tenure.server import Engine, ServerProcess
+
+
+def test_a_plain_function_is_called_once_per_arguments(tenure_client: redis.Redis) -> None:
+    calls: list[tuple[int, int]] = []
+
+    @cached(tenure_client, ttl=30)
+    def price(item: int, qty: int = 1) -> dict[str, int]:
+        calls.append((item, qty))
+        return {"item": item, "total": item * qty}
+
+    assert price(3) == {"item": 3, "total": 3}
+    assert price(3, 1) == price(item=3) == price(3, qty=1) == {"item": 3, "total": 3}
+    assert price(3, 2) == {"item": 3, "total": 6}
+    assert calls == [(3, 1), (3, 2)]
+    assert price.invalidate(3)  # type: ignore[attr-defined]
+    assert price(3) == {"item": 3, "total": 3}
+    assert calls == [(3, 1), (3, 2), (3, 1)]
+    assert price.uncached(3) == {"item": 3, "total": 3}  # type: ignore[attr-defined]
+    assert len(calls) == 4
+    assert price.__name__ == "price"
+    assert price.cache.name.endswith("price")  # type: ignore[attr-defined]
+
+
+def test_threads_share_one_load(tenure_client: redis.Redis) -> None:
+    calls = 0
+
+    @cached(tenure_client, ttl=30)
+    def slow(key: str) -> str:
+        nonlocal calls
+        calls += 1
+        time.sleep(0.3)
+        return key.upper()
+
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(slow("a"))) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == ["A"] * 20
+    assert calls == 1
+
+
+async def test_an_async_function(tenure_async_client: redis.asyncio.Redis) -> None:
+    calls = 0
+
+    @cached(tenure_async_client, ttl=30, name="reports")
+    async def report(month: str) -> list[int]:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.2)
+        return [1, 2, 3]
+
+    results = await asyncio.gather(*(report("2026-11") for _ in range(25)))
+    assert results == [[1, 2, 3]] * 25
+    assert calls == 1
+    assert await report.invalidate("2026-11")  # type: ignore[attr-defined]
+    assert await report("2026-11") == [1, 2, 3]
+    assert calls == 2
+
+
+def test_errors_are_never_cached(tenure_client: redis.Redis) -> None:
+    attempts = 0
+
+    @cached(tenure_client, ttl=30)
+    def flaky() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise ConnectionRefusedError("database restarting")
+        return "ok"
+
+    with pytest.raises(ConnectionRefusedError):
+        flaky()
+    assert flaky() == "ok"
+    assert flaky() == "ok"
+    assert attempts == 2
+
+
+def test_cache_key_names_calls_of_methods(tenure_client: redis.Redis) -> None:
+    class Repository:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @cached(tenure_client, ttl=30, cache_key=lambda self, user_id: user_id)
+        def user(self, user_id: int) -> dict[str, int]:
+            self.calls += 1
+            return {"id": user_id}
+
+    first, second = Repository(), Repository()
+    assert first.user(7) == second.user(7) == {"id": 7}
+    assert first.calls + second.calls == 1
+
+    @cached(tenure_client, ttl=30)
+    def unnamed(handle: object) -> int:
+        return 1
+
+    with pytest.raises(ArgumentError, match="cache_key"):
+        unnamed(object())
+
+
+def test_the_client_kind_must_match_the_function(
+    tenure_client: redis.Redis, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    with pytest.raises(ClientTypeError, match="async function .* needs a redis.asyncio client"):
+
+        @cached(tenure_client, ttl=1)
+        async def needs_async() -> int:
+            return 1
+
+    with pytest.raises(ClientTypeError, match="function .* needs a redis.Redis"):
+
+        @cached(tenure_async_client, ttl=1)
+        def needs_sync() -> int:
+            return 1
+
+
+def test_a_server_outage_computes_and_caching_resumes(
+    tenure_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ServerProcess(tenure_engine, name="tenure-cache-outage") as server:
+        client = server.client(socket_timeout=1, socket_connect_timeout=1)
+        calls = 0
+
+        @cached(client, ttl=30)
+        def lookup(key: str) -> str:
+            nonlocal calls
+            calls += 1
+            return f"value of {key}"
+
+        assert lookup("a") == "value of a"
+        assert lookup("a") == "value of a"
+        assert calls == 1
+        server.kill()
+        with caplog.at_level(logging.WARNING, logger="tenure.cache"):
+            assert [lookup("a") for _ in range(3)] == ["value of a"] * 3
+        assert calls == 4
+        assert sum("computing without the cache" in r.message for r in caplog.records) == 1
+        server.restart()
+        deadline = time.monotonic() + 10
+        while True:  # the client reconnects on its next call
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert lookup("a") == "value of a"
+        assert lookup("a") == "value of a"
+        assert calls == 5  # loaded once more (the restart lost the data), then cached
+        assert lookup.cache.statistics().fallbacks == 3  # type: ignore[attr-defined]
+        client.close()
+
+
+def test_cached_checks_its_arguments(tenure_client: redis.Redis) -> None:
+    with pytest.raises(ArgumentError, match="ttl"):
+        cached(tenure_client, ttl=-5)(lambda: 1)
+    decorate: Any = cached(tenure_client, ttl=5)
+    with pytest.raises(ArgumentError, match="function"):
+        decorate(42)
