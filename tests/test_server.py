@@ -38,6 +38,7 @@ from tenure.server import (
     standalone,
     sweep_stale_folders,
 )
+from tenure.server._ports import reserve_port
 
 ENGINE = find_engine()
 
@@ -264,7 +265,7 @@ def test_auto_port_retries_after_losing_the_race(monkeypatch: pytest.MonkeyPatch
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         taken = busy.getsockname()[1]
-        real = process_module._reserve_port
+        real = reserve_port
         handed: list[int] = []
 
         def racy(cluster_bus: bool) -> int:
@@ -272,7 +273,7 @@ def test_auto_port_retries_after_losing_the_race(monkeypatch: pytest.MonkeyPatch
             handed.append(port)
             return port
 
-        monkeypatch.setattr(process_module, "_reserve_port", racy)
+        monkeypatch.setattr(process_module, "reserve_port", racy)
         with ServerProcess() as server:
             assert handed[0] == taken
             assert server.port == handed[-1] != taken

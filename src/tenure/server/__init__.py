@@ -46,10 +46,13 @@ stops like the servers::
 from __future__ import annotations
 
 from tenure.server._binaries import Engine, find_engine
+from tenure.server._cluster import Cluster
 from tenure.server._folders import sweep_stale_folders
 from tenure.server._process import ServerProcess
 from tenure.server._proxy import FaultProxy, ProxyConnection, ProxyFaults
-from tenure.server._topologies import Cluster, Replicated, Sentinel, Standalone
+from tenure.server._replication import Replicated
+from tenure.server._sentinel import Sentinel
+from tenure.server._standalone import Standalone
 
 __all__ = [
     "Cluster",

@@ -15,334 +15,57 @@ outlive their parent:
   the terminal reaches Python, which then stops the servers in order, instead
   of killing them under their clients' feet.
 
-Only the PIDs started here are ever signalled.
+Only the PIDs started here are ever signalled. The forking lives in
+``_spawner``, the exit hook in ``_registry``, the ports in ``_ports``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import contextlib
-import ctypes
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
-from queue import SimpleQueue
-from typing import Any, TypeVar, cast
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import redis
 import redis.asyncio
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from tenure._exceptions import ArgumentError, EmbeddedServerError, ServerStartError
 from tenure.server._binaries import Engine, find_engine
+from tenure.server._command_line import server_command
+from tenure.server._commands import (
+    answers_as,
+    execute,
+    no_retry,
+    parse_info,
+    raw_reply,
+    shutdown_now,
+)
 from tenure.server._folders import make_folder, note_server
+from tenure.server._lifecycle import Lifecycle
+from tenure.server._logs import LOG_NAME, OUT_NAME, TAIL_LINES, log_offsets, tail_since
+from tenure.server._ports import HOST, release_port, reserve_port
+from tenure.server._procfs import wait_state
+from tenure.server._registry import register, unregister
+from tenure.server._spawner import spawn
 
-__all__ = ["HOST", "ServerProcess", "given_or_private"]
+__all__ = ["ServerProcess", "given_or_private"]
 
-#: The only address servers bind to.
-HOST = "127.0.0.1"
-
-_PR_SET_PDEATHSIG = 1
-_LOG_NAME = "server.log"
-_OUT_NAME = "server.out"
 _SOCKET_NAME = "server.sock"
 _CONFIG_NAME = "server.conf"
-_TAIL_LINES = 25
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux
-_CLUSTER_BUS_OFFSET = 10000
 _PORT_ATTEMPTS = 8
-
-_L = TypeVar("_L", bound="_Lifecycle")
-
-
-class _Lifecycle:
-    """Start/stop plus the sync and async context-manager protocol."""
-
-    def start(self: _L) -> _L:
-        """Start, wait until ready, and return ``self``; a no-op when already running."""
-        self._start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop and clean up; idempotent.
-
-        Each process gets ``timeout`` seconds to exit after a graceful request
-        before it is killed.
-        """
-        self._stop(timeout)
-
-    def _start(self) -> None:
-        raise NotImplementedError
-
-    def _stop(self, timeout: float) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: _L) -> _L:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    async def __aenter__(self: _L) -> _L:
-        try:
-            await asyncio.to_thread(self._start)
-        except asyncio.CancelledError:
-            # The worker thread still runs start(); stop once it is done.
-            threading.Thread(target=self.stop, name="tenure-server-stop", daemon=True).start()
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await asyncio.to_thread(self._stop, 5.0)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def execute(client: redis.Redis, *args: Any) -> Any:
-    """Run a raw command on a sync client (redis-py's ``execute_command`` is untyped)."""
-    run: Callable[..., Any] = client.execute_command
-    return run(*args)
-
-
-def parse_info(text: str) -> dict[str, str]:
-    """Parse ``INFO`` / ``CLUSTER INFO`` text into a flat ``{field: value}`` dict."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#") or ":" not in line:
-            continue
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    return fields
-
-
-def _raw_reply(response: Any, **options: Any) -> Any:
-    return response
-
-
-def _no_retry() -> Retry:
-    return Retry(NoBackoff(), 0)
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return cast("Callable[..., int]", prctl)
-
-
-_PRCTL = _load_prctl()
-_SIGKILL = int(signal.SIGKILL)
-
-
-def _make_preexec(parent_pid: int) -> Callable[[], None] | None:
-    prctl = _PRCTL
-    if prctl is None:
-        return None
-
-    def preexec() -> None:  # runs in the child between fork and exec: keep it tiny
-        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
-class _Spawner:
-    """One long-lived daemon thread that forks every server.
-
-    ``PR_SET_PDEATHSIG`` fires when the forking *thread* exits, so forking from
-    a thread that lives as long as the process makes it fire only when the
-    process dies.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: SimpleQueue[
-            tuple[Callable[[], subprocess.Popen[bytes]], Future[subprocess.Popen[bytes]]]
-        ] = SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def run(self, job: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, name="tenure-server-spawner", daemon=True
-                )
-                self._thread.start()
-            thread = self._thread
-        if threading.current_thread() is thread:
-            return job()
-        future: Future[subprocess.Popen[bytes]] = Future()
-        self._jobs.put((job, future))
-        return future.result()
-
-    def _loop(self) -> None:
-        while True:
-            job, future = self._jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(job())
-            except BaseException as exc:
-                future.set_exception(exc)
-
-
-_SPAWNER = _Spawner()
-
-# Servers started by this process that may still need stopping or cleaning up.
-_LIVE: dict[int, ServerProcess] = {}
-_LIVE_LOCK = threading.Lock()
-_ATEXIT_REGISTERED = False
-
-# Ports handed out by this process and not yet released (avoids handing one out twice).
-_RESERVED_PORTS: set[int] = set()
-_PORTS_LOCK = threading.Lock()
-
-
-def _register(process: ServerProcess) -> None:
-    global _ATEXIT_REGISTERED
-    with _LIVE_LOCK:
-        _LIVE[id(process)] = process
-        if not _ATEXIT_REGISTERED:
-            atexit.register(_stop_all_at_exit)
-            _ATEXIT_REGISTERED = True
-
-
-def _unregister(process: ServerProcess) -> None:
-    with _LIVE_LOCK:
-        _LIVE.pop(id(process), None)
-
-
-def _stop_all_at_exit() -> None:
-    with _LIVE_LOCK:
-        processes = list(_LIVE.values())
-    for process in reversed(processes):
-        with contextlib.suppress(Exception):
-            process.stop(timeout=2.0)
-
-
-def _after_fork_in_child() -> None:
-    # A forked child owns none of its parent's servers: never stop them at its exit.
-    global _SPAWNER, _LIVE_LOCK, _PORTS_LOCK
-    _LIVE.clear()
-    _LIVE_LOCK = threading.Lock()
-    _PORTS_LOCK = threading.Lock()
-    _SPAWNER = _Spawner()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as file:
-            return int(file.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _os_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _reserve_port(cluster_bus: bool) -> int:
-    """A free loopback port (and free ``port + 10000`` for a cluster node).
-
-    Ports come from below the kernel's ephemeral range so that an outgoing
-    connection cannot grab the port while a server restarts; when that range
-    is too small, the kernel picks (bind to port 0).
-    """
-    span = _CLUSTER_BUS_OFFSET if cluster_bus else 0
-    low, high = 10000, _ephemeral_low() - span
-    for _ in range(200):
-        port = random.randrange(low, high) if high - low >= 1000 else _os_port()
-        if cluster_bus and port + _CLUSTER_BUS_OFFSET > 65535:
-            continue
-        with _PORTS_LOCK:
-            if port in _RESERVED_PORTS:
-                continue
-            if not _port_free(port):
-                continue
-            if cluster_bus and not _port_free(port + _CLUSTER_BUS_OFFSET):
-                continue
-            _RESERVED_PORTS.add(port)
-            return port
-    raise ServerStartError("found no free loopback port for a server")
-
-
-def _release_port(port: int | None) -> None:
-    if port:
-        with _PORTS_LOCK:
-            _RESERVED_PORTS.discard(port)
-
-
-def _proc_state(pid: int) -> str | None:
-    """The one-letter state in /proc/<pid>/stat (``None`` if unknown or gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
-            stat = file.read()
-    except OSError:
-        return None
-    _, _, rest = stat.rpartition(")")
-    fields = rest.split()
-    return fields[0] if fields else None
-
-
-def _tail(path: str, offset: int, lines: int) -> str:
-    try:
-        with open(path, "rb") as file:
-            file.seek(offset)
-            data = file.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace").rstrip()
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 class _AddressInUseError(Exception):
     """The server exited early because its port was taken."""
 
 
-# --------------------------------------------------------------------------- ServerProcess
-
-
-class ServerProcess(_Lifecycle):
+class ServerProcess(Lifecycle):
     """One private Redis or Valkey server process, bound to loopback.
 
     Nothing runs until :meth:`start` (or ``with`` / ``async with``)::
@@ -507,7 +230,7 @@ class ServerProcess(_Lifecycle):
     @property
     def log_path(self) -> str | None:
         """The server's log file, once started."""
-        return None if self._dir is None else os.path.join(self._dir, _LOG_NAME)
+        return None if self._dir is None else os.path.join(self._dir, LOG_NAME)
 
     @property
     def replicaof(self) -> tuple[str, int] | None:
@@ -545,9 +268,9 @@ class ServerProcess(_Lifecycle):
             decode_responses=True,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
-            retry=_no_retry(),
+            retry=no_retry(),
         )
-        client.set_response_callback("INFO", _raw_reply)
+        client.set_response_callback("INFO", raw_reply)
         return client
 
     # ------------------------------------------------------------------ lifecycle
@@ -574,7 +297,7 @@ class ServerProcess(_Lifecycle):
                     except _AddressInUseError as exc:
                         self._halt(1.0)
                         if attempt + 1 < attempts and self._auto_port:
-                            _release_port(self._port)
+                            release_port(self._port)
                             self._port = None
                             continue
                         raise ServerStartError(
@@ -585,7 +308,7 @@ class ServerProcess(_Lifecycle):
                 if fresh:
                     self._cleanup()
                 raise
-            _register(self)
+            register(self)
 
     def _stop(self, timeout: float) -> None:
         with self._lock:
@@ -594,7 +317,7 @@ class ServerProcess(_Lifecycle):
             self._halt(timeout)
             self._cleanup()
             self._stopped = True
-            _unregister(self)
+            unregister(self)
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until the server answers PING (``timeout`` defaults to ``startup_timeout``).
@@ -643,7 +366,7 @@ class ServerProcess(_Lifecycle):
             pid = self._require_pid()
             os.kill(pid, signal.SIGSTOP)
             self._paused = True
-            self._wait_state(pid, lambda state: state in ("T", "t"))
+            wait_state(pid, lambda state: state in ("T", "t"))
 
     def resume(self) -> None:
         """Thaw a server frozen by :meth:`pause` (SIGCONT)."""
@@ -651,7 +374,7 @@ class ServerProcess(_Lifecycle):
             pid = self._require_pid()
             os.kill(pid, signal.SIGCONT)
             self._paused = False
-            self._wait_state(pid, lambda state: state not in ("T", "t"))
+            wait_state(pid, lambda state: state not in ("T", "t"))
 
     # ------------------------------------------------------------------ internals
 
@@ -665,15 +388,6 @@ class ServerProcess(_Lifecycle):
         if pid is None:
             raise EmbeddedServerError(f"{self!r} is not running")
         return pid
-
-    @staticmethod
-    def _wait_state(pid: int, done: Callable[[str], bool]) -> None:
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            state = _proc_state(pid)
-            if state is None or done(state):
-                return
-            time.sleep(0.001)
 
     def _prepare_directory(self) -> None:
         if self._dir is None:
@@ -706,67 +420,33 @@ class ServerProcess(_Lifecycle):
         elif self._requested_port is not None:
             self._port = self._requested_port
         else:
-            self._port = _reserve_port(self._cluster_bus)
+            self._port = reserve_port(self._cluster_bus)
             self._auto_port = True
 
     def _command(self) -> list[str]:
         assert self._dir is not None
         assert self._port is not None
-        args = [self._engine.server]
-        if self._config is not None:
-            args.append(os.path.join(self._dir, _CONFIG_NAME))
-        args += [
-            "--port",
-            str(self._port),
-            "--bind",
-            HOST,
-            "--protected-mode",
-            "yes",
-            "--daemonize",
-            "no",
-            "--dir",
-            self._dir,
-            "--logfile",
-            os.path.join(self._dir, _LOG_NAME),
-            "--save",
-            "",
-            "--enable-debug-command",
-            "local",
-        ]
-        socket_path = self.unix_socket_path
-        if socket_path is not None:
-            args += ["--unixsocket", socket_path, "--unixsocketperm", "700"]
-        if self._appendonly:
-            args += ["--appendonly", "yes"]
-        if self._replicaof is not None:
-            args += ["--replicaof", self._replicaof[0], str(self._replicaof[1])]
-        args += self._extra_args
-        return args
+        config_path = None if self._config is None else os.path.join(self._dir, _CONFIG_NAME)
+        return server_command(
+            self._engine.server,
+            port=self._port,
+            directory=self._dir,
+            log_path=os.path.join(self._dir, LOG_NAME),
+            config_path=config_path,
+            socket_path=self.unix_socket_path,
+            appendonly=self._appendonly,
+            replicaof=self._replicaof,
+            extra_args=self._extra_args,
+        )
 
     def _launch(self) -> None:
         assert self._dir is not None
         args = self._command()
-        out_path = os.path.join(self._dir, _OUT_NAME)
-        log_path = os.path.join(self._dir, _LOG_NAME)
-        self._log_offsets = (_size(out_path), _size(log_path))
-        preexec = _make_preexec(os.getpid())
         directory = self._dir
-        with open(out_path, "ab") as out:
-
-            def spawn() -> subprocess.Popen[bytes]:
-                return subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=directory,
-                    start_new_session=True,
-                    preexec_fn=preexec,
-                    close_fds=True,
-                )
-
+        self._log_offsets = log_offsets(directory)
+        with open(os.path.join(directory, OUT_NAME), "ab") as out:
             try:
-                self._popen = _SPAWNER.run(spawn)
+                self._popen = spawn(args, stdout=out, cwd=directory)
             except OSError as exc:
                 raise ServerStartError(f"{self!r}: cannot run {args[0]}: {exc}") from exc
         if self._owns_dir:
@@ -774,13 +454,11 @@ class ServerProcess(_Lifecycle):
         self._owner_pid = os.getpid()
         self._paused = False
 
-    def log_tail(self, lines: int = _TAIL_LINES) -> str:
+    def log_tail(self, lines: int = TAIL_LINES) -> str:
         """The last ``lines`` lines the server wrote (console output, then log) this run."""
         if self._dir is None:
             return ""
-        out = _tail(os.path.join(self._dir, _OUT_NAME), self._log_offsets[0], lines)
-        log = _tail(os.path.join(self._dir, _LOG_NAME), self._log_offsets[1], lines)
-        return "\n".join(part for part in (out, log) if part) or "(empty log)"
+        return tail_since(self._dir, self._log_offsets, lines)
 
     def _wait_ready(self, deadline: float) -> None:
         popen = self._popen
@@ -797,14 +475,9 @@ class ServerProcess(_Lifecycle):
                         f"{self!r} exited with code {code} while starting; "
                         f"last lines of its output:\n{tail}"
                     )
-                try:
-                    if execute(probe, "PING") in (True, "PONG"):
-                        fields = parse_info(str(execute(probe, "INFO", "server")))
-                        # Another server may hold the port while ours fails to bind.
-                        if fields.get("process_id") == str(popen.pid):
-                            return
-                except redis.RedisError:
-                    pass
+                # Another server may hold the port while ours fails to bind.
+                if answers_as(probe, popen.pid):
+                    return
                 if time.monotonic() >= deadline:
                     raise ServerStartError(
                         f"{self!r} did not answer PING within {self.startup_timeout:g} s; "
@@ -823,19 +496,9 @@ class ServerProcess(_Lifecycle):
         except Exception:
             return False
         try:
-            execute(client, "PING")
-        except redis.RedisError:
-            client.close()
-            return False
-        try:
-            execute(client, "SHUTDOWN", "NOSAVE", "NOW")
-        except (redis.ConnectionError, redis.TimeoutError):
-            return True  # the server closed the connection: it is going down
-        except redis.RedisError:
-            return False
+            return shutdown_now(client)
         finally:
             client.close()
-        return True
 
     def _halt(self, timeout: float) -> None:
         """Stop the process (graceful, then SIGKILL after ``timeout``) and reap it."""
@@ -862,7 +525,7 @@ class ServerProcess(_Lifecycle):
 
     def _cleanup(self) -> None:
         if self._auto_port:
-            _release_port(self._port)
+            release_port(self._port)
             self._auto_port = False
         self._port = None
         if self._dir is not None and self._owns_dir:

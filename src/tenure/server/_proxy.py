@@ -30,7 +30,6 @@ connections, closes every socket and joins the thread.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import dataclasses
 import errno
@@ -50,7 +49,9 @@ import redis
 import redis.asyncio
 
 from tenure._exceptions import ArgumentError, EmbeddedServerError, ServerStartError
-from tenure.server._process import _Lifecycle, _release_port, _reserve_port
+from tenure.server._lifecycle import Lifecycle
+from tenure.server._ports import release_port, reserve_port
+from tenure.server._registry import register, unregister
 
 __all__ = ["Direction", "FaultProxy", "ProxyConnection", "ProxyFaults", "RefuseMode"]
 
@@ -231,46 +232,7 @@ def _check_direction(direction: str) -> tuple[bool, bool]:
         ) from None
 
 
-# Proxies running in this process, stopped at exit.
-_LIVE: dict[int, FaultProxy] = {}
-_LIVE_LOCK = threading.Lock()
-_ATEXIT_REGISTERED = False
-
-
-def _register(proxy: FaultProxy) -> None:
-    global _ATEXIT_REGISTERED
-    with _LIVE_LOCK:
-        _LIVE[id(proxy)] = proxy
-        if not _ATEXIT_REGISTERED:
-            atexit.register(_stop_all_at_exit)
-            _ATEXIT_REGISTERED = True
-
-
-def _unregister(proxy: FaultProxy) -> None:
-    with _LIVE_LOCK:
-        _LIVE.pop(id(proxy), None)
-
-
-def _stop_all_at_exit() -> None:
-    with _LIVE_LOCK:
-        proxies = list(_LIVE.values())
-    for proxy in proxies:
-        with contextlib.suppress(Exception):
-            proxy.stop(timeout=2.0)
-
-
-def _after_fork_in_child() -> None:
-    # The proxy threads did not survive the fork: the child owns no proxy.
-    global _LIVE_LOCK
-    _LIVE.clear()
-    _LIVE_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class FaultProxy(_Lifecycle):
+class FaultProxy(Lifecycle):
     """A TCP proxy on loopback in front of ``(target_host, target_port)``, with faults.
 
     Nothing runs until :meth:`start` (or ``with`` / ``async with``)::
@@ -509,14 +471,14 @@ class FaultProxy(_Lifecycle):
             except BaseException:
                 self._halt(5.0)
                 raise
-            _register(self)
+            register(self)
 
     def _stop(self, timeout: float) -> None:
         with self._lock:
             if os.getpid() != self._owner_pid:
                 return  # a forked child: the proxy belongs to the parent
             self._halt(timeout)
-            _unregister(self)
+            unregister(self)
 
     def _halt(self, timeout: float) -> None:
         loop, thread = self._loop, self._thread
@@ -540,7 +502,7 @@ class FaultProxy(_Lifecycle):
         self._changed = None
         self._listening = False
         self._port = None
-        _release_port(self._reserved_port)
+        release_port(self._reserved_port)
         self._reserved_port = None
 
     def _resolve_target(self) -> None:
@@ -560,7 +522,7 @@ class FaultProxy(_Lifecycle):
         for attempt in range(attempts):
             # An explicit port (never 0) keeps the port bound while the listener
             # is shut down by refuse_connections("refuse").
-            reserved = None if self._requested_port else _reserve_port(False)
+            reserved = None if self._requested_port else reserve_port(False)
             port = self._requested_port or reserved
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
@@ -568,7 +530,7 @@ class FaultProxy(_Lifecycle):
                 sock.bind((self._host, port))
             except OSError as exc:
                 sock.close()
-                _release_port(reserved)
+                release_port(reserved)
                 if exc.errno == errno.EADDRINUSE and attempt + 1 < attempts:
                     continue
                 raise ServerStartError(
