@@ -93,6 +93,56 @@ def test_errors_are_never_cached(tenure_client: redis.Redis) -> None:
     assert attempts == 2
 
 
+class NotFound(Exception):
+    """A lookup that found nothing: worth caching for a while."""
+
+
+def test_negative_caching_stores_chosen_errors_for_their_ttl(tenure_client: redis.Redis) -> None:
+    calls = 0
+
+    @cached(tenure_client, ttl=30, cache_errors=(NotFound,), error_ttl=0.3)
+    def user(user_id: int) -> dict[str, int]:
+        nonlocal calls
+        calls += 1
+        if user_id < 0:
+            raise NotFound("no such user", user_id)
+        if user_id == 0:
+            raise ValueError("zero is not an id")
+        return {"id": user_id}
+
+    for _ in range(3):
+        with pytest.raises(NotFound) as raised:
+            user(-1)
+        assert raised.value.args == ("no such user", -1)
+    assert calls == 1  # the error was cached
+    for _ in range(2):
+        with pytest.raises(ValueError, match="zero"):
+            user(0)
+    assert calls == 3  # other errors are not
+    time.sleep(0.4)  # stale after error_ttl: served once more while one caller refreshes
+    with pytest.raises(NotFound):
+        user(-1)
+    time.sleep(0.2)
+    assert calls == 4
+    with pytest.raises(ArgumentError, match="cache_errors"):
+        cached(tenure_client, ttl=1, cache_errors=(int,))  # type: ignore[arg-type]
+
+
+def test_refresh_recomputes_and_stores(tenure_client: redis.Redis) -> None:
+    version = 0
+
+    @cached(tenure_client, ttl=30)
+    def config() -> int:
+        nonlocal version
+        version += 1
+        return version
+
+    assert config() == 1
+    assert config() == 1
+    assert config.refresh() == 2  # type: ignore[attr-defined]
+    assert config() == 2
+
+
 def test_cache_key_names_calls_of_methods(tenure_client: redis.Redis) -> None:
     class Repository:
         def __init__(self) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "CacheKeys",
     "CacheStatistics",
     "Fetched",
+    "Loaded",
     "Status",
     "check_duration",
     "early_factor",
@@ -26,6 +27,7 @@ __all__ = [
     "new_counters",
     "parse_fetch",
     "to_ms",
+    "unwrap_loaded",
 ]
 
 
@@ -193,6 +195,24 @@ class CacheStatistics:
     refused: int = 0
     decode_errors: int = 0
     fallbacks: int = 0
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a loader may return to store ``value`` with its own freshness ``ttl``.
+
+    ``@cached`` stores a cached error this way (for its ``error_ttl``).
+    """
+
+    value: Any
+    ttl: float | None
+
+
+def unwrap_loaded(result: Any, ttl: float | None) -> tuple[Any, float | None]:
+    """A loader's ``(value, ttl)``: its :class:`Loaded`'s, or ``(result, ttl)``."""
+    if isinstance(result, Loaded):
+        return result.value, result.ttl
+    return result, ttl
 
 
 def new_counters() -> dict[str, int]:

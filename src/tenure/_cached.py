@@ -4,19 +4,22 @@ One decorator for plain and async functions; the entry of a call is named by
 the function and its arguments (bound to the signature, defaults applied,
 encoded canonically), or by a ``cache_key`` hook. Every guarantee is
 :meth:`HerdCache.fetch`'s: one load across every process on a cold entry,
-stale values served at once while one caller refreshes, errors never cached,
-and the function still computed when the server is down.
+stale values served at once while one caller refreshes, errors not cached
+unless asked (``cache_errors``), and the function still computed when the
+server is down.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from tenure._async._cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, AsyncHerdCache
 from tenure._cache_codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
+from tenure._cache_core import Loaded, check_duration
 from tenure._exceptions import ArgumentError, ClientTypeError
 from tenure._sync._cache import HerdCache
 
@@ -36,6 +39,8 @@ def cached(
     load_lease: float = DEFAULT_LOAD_LEASE,
     early: float = 0.0,
     cache_key: Callable[..., Any] | None = None,
+    cache_errors: tuple[type[BaseException], ...] = (),
+    error_ttl: float = 5.0,
     fallback: bool = True,
     serializer: Any = DEFAULT_SERIALIZER,
     compressor: Any = DEFAULT_COMPRESSOR,
@@ -58,10 +63,23 @@ def cached(
     ``cache_key(*args, **kwargs)`` may return what names the call instead
     (say, to leave out ``self`` or a database handle).
 
+    Errors are not cached: a call that raises stores nothing. Negative
+    caching is opt-in: an error of a class in ``cache_errors`` (say, your
+    ``NotFound``) is stored for ``error_ttl`` seconds and raised again, as
+    ``cls(*args)``, to every caller meanwhile.
+
     The wrapper has ``.cache`` (the :class:`~tenure.HerdCache`),
-    ``.invalidate(*args, **kwargs)`` (delete that call's entry) and
-    ``.uncached(*args, **kwargs)`` (the function itself, bypassing the cache).
+    ``.invalidate(*args, **kwargs)`` (delete that call's entry),
+    ``.refresh(*args, **kwargs)`` (call the function now and store its
+    result, whatever is cached) and ``.uncached(*args, **kwargs)`` (the
+    function itself, bypassing the cache).
     """
+    if not isinstance(cache_errors, tuple) or not all(
+        isinstance(kind, type) and issubclass(kind, BaseException) for kind in cache_errors
+    ):
+        raise ArgumentError("cache_errors", "must be a tuple of exception classes")
+    error_seconds = check_duration("error_ttl", error_ttl, name="cached", allow_none=False)
+    errors = _ErrorCodec(cache_errors, error_seconds)
 
     def decorate(func: F) -> F:
         if not callable(func):
@@ -115,30 +133,97 @@ def cached(
 
         if is_async:
 
+            async def async_load(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                try:
+                    return await func(*args, **kwargs)
+                except errors.kinds as exc:
+                    return errors.stored(exc)
+
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 stored = key_of(args, kwargs)
-                return await cache._fetch_key(stored, lambda: func(*args, **kwargs))
+                value = errors.result(
+                    await cache._fetch_key(stored, lambda: async_load(args, kwargs))
+                )
+                return await func(*args, **kwargs) if value is UNKNOWN_ERROR else value
 
             async def async_invalidate(*args: Any, **kwargs: Any) -> bool:
                 return bool(await cache._delete_key(key_of(args, kwargs)))
 
+            async def async_refresh(*args: Any, **kwargs: Any) -> Any:
+                stored = key_of(args, kwargs)
+                loaded = await async_load(args, kwargs)
+                await cache._store_key(stored, loaded, None, None)
+                return errors.result(loaded.value if isinstance(loaded, Loaded) else loaded)
+
             wrapper: Any = async_wrapper
             wrapper.invalidate = async_invalidate
+            wrapper.refresh = async_refresh
         else:
+
+            def sync_load(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                try:
+                    return func(*args, **kwargs)
+                except errors.kinds as exc:
+                    return errors.stored(exc)
 
             @functools.wraps(func)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
                 stored = key_of(args, kwargs)
-                return cache._fetch_key(stored, lambda: func(*args, **kwargs))
+                value = errors.result(cache._fetch_key(stored, lambda: sync_load(args, kwargs)))
+                return func(*args, **kwargs) if value is UNKNOWN_ERROR else value
 
             def sync_invalidate(*args: Any, **kwargs: Any) -> bool:
                 return bool(cache._delete_key(key_of(args, kwargs)))
 
+            def sync_refresh(*args: Any, **kwargs: Any) -> Any:
+                stored = key_of(args, kwargs)
+                loaded = sync_load(args, kwargs)
+                cache._store_key(stored, loaded, None, None)
+                return errors.result(loaded.value if isinstance(loaded, Loaded) else loaded)
+
             wrapper = sync_wrapper
             wrapper.invalidate = sync_invalidate
+            wrapper.refresh = sync_refresh
         wrapper.cache = cache
         wrapper.uncached = func
         return cast(F, wrapper)
 
     return decorate
+
+
+_ERROR_TAG = "$tenure_error"
+UNKNOWN_ERROR = object()  # a cached error this wrapper does not know: call the function
+
+
+class _ErrorCodec:
+    """How ``@cached`` stores an error of ``cache_errors`` and raises it again."""
+
+    def __init__(self, kinds: tuple[type[BaseException], ...], ttl: float) -> None:
+        self.kinds = kinds
+        self.ttl = ttl
+        self._by_path = {_path_of(kind): kind for kind in kinds}
+
+    def stored(self, error: BaseException) -> Loaded:
+        """The entry that stands for ``error``, fresh for the error TTL."""
+        try:
+            args = json.loads(json.dumps(list(error.args)))
+        except (TypeError, ValueError):
+            args = [str(error)]
+        return Loaded({_ERROR_TAG: {"type": _path_of(type(error)), "args": args}}, self.ttl)
+
+    def result(self, value: Any) -> Any:
+        """``value``, or, for a stored error of a known class, raise that error."""
+        if isinstance(value, Loaded):
+            value = value.value
+        if not (isinstance(value, dict) and len(value) == 1 and _ERROR_TAG in value):
+            return value
+        error = value[_ERROR_TAG]
+        kind = self._by_path.get(str(error.get("type")))
+        if kind is None:  # stored by a deployment that cached other errors: a miss
+            return UNKNOWN_ERROR
+        raise kind(*error.get("args", []))
+
+
+def _path_of(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"

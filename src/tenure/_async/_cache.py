@@ -52,6 +52,7 @@ from tenure._cache_core import (
     new_counters,
     parse_fetch,
     to_ms,
+    unwrap_loaded,
 )
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError, CacheDecodeError, ServerUnavailableError
@@ -420,9 +421,15 @@ class AsyncHerdCache(_AsyncCacheBase):
         write goes through only if that lease is still its own (False if it
         passed on); otherwise it is an explicit write and always lands.
         """
-        stored = self.key_of(key, param)
+        return await self._store_key(self.key_of(key, param), value, ttl, herd_timeout)
+
+    async def _store_key(
+        self, stored: str, value: Any, ttl: float | None, herd_timeout: float | None
+    ) -> bool:
+        """:meth:`set` of the entry at server key ``stored``."""
         with self._mutex:
             token = self._leases.pop(stored, "")
+        value, ttl = unwrap_loaded(value, ttl)
         return await self._commit(
             CacheKeys.for_entry(stored), token, self.codec.encode(value), 0.0, ttl, herd_timeout
         )
@@ -523,7 +530,7 @@ class AsyncHerdCache(_AsyncCacheBase):
             if not self._outage_logged:
                 self._outage_logged = True
                 logger.warning("tenure cache %r: %s; computing without the cache", self.name, exc)
-            return await _call(loader)
+            return unwrap_loaded(await _call(loader), None)[0]
         self._outage_logged = False
         if fetched.status in (Status.FRESH, Status.STALE, Status.REFRESH):
             try:
@@ -532,7 +539,8 @@ class AsyncHerdCache(_AsyncCacheBase):
                 if fetched.status == Status.REFRESH:
                     await self._give_back(keys, token)
                 self._counts["misses"] += 1
-                return await _call(loader)  # not written back: another writer's format
+                # not written back: another writer's format
+                return unwrap_loaded(await _call(loader), None)[0]
             if fetched.status == Status.FRESH:
                 self._counts["hits"] += 1
             else:
@@ -555,7 +563,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         renewal = self._renew_while_loading(keys, token)
         started = time.monotonic()
         try:
-            value = await _call(loader)
+            value, ttl = unwrap_loaded(await _call(loader), ttl)
         except BaseException:
             watchdog().cancel(renewal)
             await self._give_back(keys, token)
