@@ -31,6 +31,8 @@ def main(url: str, mode: str, callers: int, start_at: float, ttl: float) -> None
         results = _threads(url, callers, start_at, ttl)
     else:
         results = asyncio.run(_tasks(url, callers, start_at, ttl))
+    # A refresh elected in this process runs in the background after its callers
+    # were served: live on, as a server process would, until it is stored.
     print(json.dumps({"values": [v for v, _ in results], "waits": [w for _, w in results]}))
 
 
@@ -58,6 +60,7 @@ def _threads(url: str, callers: int, start_at: float, ttl: float) -> list[tuple[
         thread.start()
     for thread in threads:
         thread.join()
+    time.sleep(LOAD_SECONDS + 0.5)  # see main()
     client.close()
     return results
 
@@ -78,6 +81,7 @@ async def _tasks(url: str, callers: int, start_at: float, ttl: float) -> list[tu
         return value, time.monotonic() - started
 
     results = await asyncio.gather(*(caller() for _ in range(callers)))
+    await asyncio.sleep(LOAD_SECONDS + 0.5)  # see main()
     await client.aclose()
     return list(results)
 
