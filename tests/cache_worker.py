@@ -4,7 +4,7 @@
 
 MODE is ``threads`` or ``asyncio``; the callers all fetch the entry
 ``stampede`` at the wall-clock time START_AT, with a loader that counts its
-calls on the server (INCR ``loads``) and takes 0.3 s. Prints one JSON line:
+calls on the server (INCR ``loads``) and takes 1 s. Prints one JSON line:
 the values the callers got and how long each waited.
 """
 
@@ -22,7 +22,7 @@ import redis.asyncio
 
 from tenure import AsyncHerdCache, HerdCache
 
-LOAD_SECONDS = 0.3
+LOAD_SECONDS = 1.0
 
 
 def main(url: str, mode: str, callers: int, start_at: float, ttl: float) -> None:

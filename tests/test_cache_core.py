@@ -24,11 +24,14 @@ from tenure import (
 from tenure._cache_codec import Codec, canonical
 from tenure._cache_core import (
     CacheKeys,
+    Entry,
+    ServerClock,
     Status,
     check_duration,
     early_factor,
     entry_key,
     parse_fetch,
+    split_entry,
     to_ms,
 )
 
@@ -127,15 +130,39 @@ def test_identity_is_the_same_in_another_interpreter() -> None:
 def test_keys_share_the_entry_hash_tag() -> None:
     keys = CacheKeys.for_entry(entry_key("tenure:herd:", "prices", "eur:abc"))
     assert keys.entry == "tenure:herd:prices:{eur:abc}"
-    assert keys.waiters == "tenure:herd:prices:{eur:abc}:waiters"
+    assert keys.as_tuple()[1:] == (
+        "tenure:herd:prices:{eur:abc}:lease",
+        "tenure:herd:prices:{eur:abc}:waiters",
+    )
 
 
 def test_fetch_replies_are_parsed_strictly() -> None:
-    assert parse_fetch([1, b"v", 10]).status is Status.FRESH
-    assert parse_fetch([4, None, 5000]).value is None
-    for bad in ([1, None, 0], [4, b"v", 0], [9, None, 0], "x", [1, b"v"]):
+    fresh = parse_fetch([1, b"h1700000000000:25:tn1json::1", 10, 1699999999990])
+    assert fresh.status is Status.FRESH and fresh.value == b"tn1json::1"
+    assert fresh.entry == Entry(fresh_until=1700000000000, took_ms=25, value=b"tn1json::1")
+    assert parse_fetch([4, None, 5000, 1]).value is None
+    for bad in ([1, None, 0, 0], [4, b"h0:0:v", 0, 0], [9, None, 0, 0], "x", [1, b"h0:0:v", 0]):
         with pytest.raises(ValueError, match="cache_fetch"):
             parse_fetch(bad)
+    with pytest.raises(ValueError, match="herd-cache entry"):
+        split_entry(b"tn1json::1")
+    with pytest.raises(ValueError, match="truncated"):
+        split_entry(b"h12")
+
+
+def test_the_server_clock_trusts_a_hit_only_well_before_its_deadline() -> None:
+    clock = ServerClock()
+    entry = Entry(fresh_until=100_000, took_ms=50, value=b"")
+    assert not clock.fresh(entry, now=10.0)  # nothing learned yet: ask the server
+    assert clock.fresh(Entry(0, 0, b""), now=10.0)  # fresh for ever
+    clock.observe(server_ms=90_000, sent=10.0, received=10.002)  # offset 79,999 ms, error 1 ms
+    assert clock.fresh(entry, now=10.0)  # server ~90,000: 10 s left
+    assert not clock.fresh(entry, now=19.999)  # within error + margin of the deadline
+    assert clock.fresh(entry, now=19.9, early=1.0)
+    assert not clock.fresh(entry, now=19.9, early=3.0)  # XFetch: 150 ms of load time ahead
+    clock.observe(server_ms=95_000, sent=12.0, received=12.5)  # a worse estimate is ignored
+    assert clock.fresh(entry, now=15.0)
+    assert not clock.fresh(entry, now=10.0 + ServerClock.MAX_AGE + 0.1)  # too old: ask
 
 
 @given(st.floats(min_value=0.0, max_value=0.999999))

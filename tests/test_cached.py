@@ -225,3 +225,17 @@ def test_cached_checks_its_arguments(tenure_client: redis.Redis) -> None:
     decorate: Any = cached(tenure_client, ttl=5)
     with pytest.raises(ArgumentError, match="function"):
         decorate(42)
+
+
+def test_equal_but_different_arguments_name_different_entries(tenure_client: redis.Redis) -> None:
+    @cached(tenure_client, ttl=30)
+    def kind(value: object) -> str:
+        return type(value).__name__
+
+    assert [kind(1), kind(True), kind(1.0), kind("1"), kind(1)] == [
+        "int",
+        "bool",
+        "float",
+        "str",
+        "int",
+    ]

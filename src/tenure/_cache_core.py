@@ -18,14 +18,17 @@ from tenure._exceptions import ArgumentError
 __all__ = [
     "CacheKeys",
     "CacheStatistics",
+    "Entry",
     "Fetched",
     "Loaded",
+    "ServerClock",
     "Status",
     "check_duration",
     "early_factor",
     "entry_key",
     "new_counters",
     "parse_fetch",
+    "split_entry",
     "to_ms",
     "unwrap_loaded",
 ]
@@ -94,19 +97,78 @@ def entry_key(prefix: str, name: str, identity: str) -> str:
 
 @dataclass(frozen=True)
 class CacheKeys:
-    """The two keys of one herd-cache entry (one hash tag)."""
+    """The three keys of one herd-cache entry (one hash tag; see ``lua/lib/cache.lua``)."""
 
     entry: str
+    lease: str
     waiters: str
 
     @classmethod
     def for_entry(cls, key: str) -> CacheKeys:
         """The keys of the entry stored at ``key``."""
-        return cls(entry=key, waiters=f"{key}:waiters")
+        return cls(entry=key, lease=f"{key}:lease", waiters=f"{key}:waiters")
 
-    def as_tuple(self) -> tuple[str, str]:
+    def as_tuple(self) -> tuple[str, str, str]:
         """KEYS of every cache script, in order."""
-        return (self.entry, self.waiters)
+        return (self.entry, self.lease, self.waiters)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A stored herd-cache entry: ``h<fresh until>:<load ms>:<value>``."""
+
+    fresh_until: int  # ms on the server's clock; 0: fresh for ever
+    took_ms: int  # how long the load that stored it took
+    value: bytes  # the codec's bytes
+
+
+def split_entry(raw: bytes) -> Entry:
+    """Parse a stored entry; :class:`ValueError` if it is not one."""
+    if not raw.startswith(b"h"):
+        raise ValueError("not a herd-cache entry")
+    fresh, _, rest = raw[1:].partition(b":")
+    took, sep, value = rest.partition(b":")
+    if not sep:
+        raise ValueError("truncated herd-cache entry")
+    return Entry(fresh_until=int(fresh), took_ms=int(took), value=value)
+
+
+class ServerClock:
+    """The server's clock as this process estimates it (from the scripts' replies).
+
+    Each script call that reports the server's time gives ``offset = server
+    - midpoint of the call`` with an error of at most half the call's
+    duration; the estimate with the smallest error of the last
+    :data:`MAX_AGE` seconds is kept. A fresh hit read with a plain GET is
+    trusted only while the estimate is that recent, and only up to
+    ``error + margin`` before the entry's deadline; anything closer goes
+    through the script, which decides on the server's own clock.
+    """
+
+    MAX_AGE = 10.0
+    MARGIN_MS = 1.0
+
+    def __init__(self) -> None:
+        self._offset_ms = 0.0
+        self._error_ms = float("inf")
+        self._at = float("-inf")
+
+    def observe(self, server_ms: int, sent: float, received: float) -> None:
+        """Learn from a reply carrying ``server_ms``, sent and received at monotonic times."""
+        error = (received - sent) * 500  # half the call, in ms
+        midpoint = (sent + received) * 500
+        expired = received - self._at > self.MAX_AGE
+        if expired or error <= self._error_ms:
+            self._offset_ms, self._error_ms, self._at = server_ms - midpoint, error, received
+
+    def fresh(self, entry: Entry, now: float, early: float = 0.0) -> bool:
+        """Whether ``entry`` is surely fresh at monotonic ``now`` (False: ask the server)."""
+        if entry.fresh_until == 0:
+            return True
+        if now - self._at > self.MAX_AGE:
+            return False
+        server_now = now * 1000 + self._offset_ms + self._error_ms + self.MARGIN_MS
+        return server_now + entry.took_ms * early < entry.fresh_until
 
 
 class Status(enum.IntEnum):
@@ -126,32 +188,39 @@ class Status(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Fetched:
-    """One reply of ``cache_fetch``: status, stored bytes (if any), and a time in ms.
+    """One reply of ``cache_fetch``: status, the entry (if any), a time in ms, the server's now.
 
-    ``ms`` is the freshness left (FRESH), the lease granted (REFRESH, LOAD),
-    or how long the current lease still runs (STALE, WAIT).
+    ``ms`` is the freshness left (FRESH; -1: for ever), the lease granted
+    (REFRESH, LOAD), or how long the current lease still runs (STALE, WAIT).
     """
 
     status: Status
-    value: bytes | None
+    entry: Entry | None
     ms: int
+    server_ms: int
+
+    @property
+    def value(self) -> bytes | None:
+        """The stored value's bytes, if the entry has one."""
+        return None if self.entry is None else self.entry.value
 
 
 def parse_fetch(reply: Any) -> Fetched:
     """Interpret ``cache_fetch``'s reply; :class:`ValueError` for anything else."""
-    if not isinstance(reply, (list, tuple)) or len(reply) != 3:
+    if not isinstance(reply, (list, tuple)) or len(reply) != 4:
         raise ValueError(f"unexpected cache_fetch reply: {reply!r}")
-    status, value, ms = reply
+    status, raw, ms, server_ms = reply
     try:
         parsed = Status(int(status))
     except ValueError:
         raise ValueError(f"unexpected cache_fetch status: {reply!r}") from None
-    if value is not None and not isinstance(value, bytes):
-        value = str(value).encode("utf-8") if value else None
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogateescape")
     has_value = parsed in (Status.FRESH, Status.REFRESH, Status.STALE)
-    if has_value != (value is not None):
+    if has_value != isinstance(raw, bytes):
         raise ValueError(f"cache_fetch reply {reply!r}: status and value disagree")
-    return Fetched(status=parsed, value=value, ms=int(ms))
+    entry = split_entry(raw) if isinstance(raw, bytes) else None
+    return Fetched(status=parsed, entry=entry, ms=int(ms), server_ms=int(server_ms))
 
 
 def early_factor(beta: float, rand: float | None = None) -> float:

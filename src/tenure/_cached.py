@@ -120,9 +120,16 @@ def cached(
             bound.apply_defaults()
             return {"args": dict(bound.arguments)}
 
+        names: dict[tuple[Any, ...], str] = {}  # simple arguments -> entry key, bounded
+
         def key_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+            memo = _memo_key(args, kwargs) if cache_key is None else None
+            if memo is not None:
+                found = names.get(memo)
+                if found is not None:
+                    return found
             try:
-                return cast(str, cache.key_of(_KEY, param_of(args, kwargs)))
+                stored = cast(str, cache.key_of(_KEY, param_of(args, kwargs)))
             except ArgumentError as exc:
                 raise ArgumentError(
                     "cache_key",
@@ -130,6 +137,11 @@ def cached(
                     "pass cache_key=",
                     name=cache_name,
                 ) from None
+            if memo is not None:
+                if len(names) >= _MEMO_SIZE:
+                    names.clear()
+                names[memo] = stored
+            return stored
 
         if is_async:
 
@@ -227,3 +239,25 @@ class _ErrorCodec:
 
 def _path_of(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
+
+
+_MEMO_SIZE = 4096
+_SIMPLE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _memo_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A hashable stand-in for a call whose arguments are all simple values, else None.
+
+    Types are part of it, so ``f(1)``, ``f(1.0)`` and ``f(True)`` (equal in
+    Python, named differently on the server) never share an entry by way of it.
+    """
+    memo: list[Any] = []
+    for value in args:
+        if type(value) not in _SIMPLE:
+            return None
+        memo += (type(value), value)
+    for name, value in kwargs.items():
+        if type(value) not in _SIMPLE:
+            return None
+        memo += (name, type(value), value)
+    return tuple(memo)

@@ -45,12 +45,14 @@ from tenure._cache_core import (
     CacheKeys,
     CacheStatistics,
     Fetched,
+    ServerClock,
     Status,
     check_duration,
     early_factor,
     entry_key,
     new_counters,
     parse_fetch,
+    split_entry,
     to_ms,
     unwrap_loaded,
 )
@@ -157,10 +159,7 @@ class _AsyncCacheBase:
     async def exists(self, key: str, param: Any = None) -> bool:
         """Whether the entry holds a value (fresh or stale)."""
         with map_exceptions(name=self.name, doing="checking a cache entry"):
-            return bool(await self._exists(self.key_of(key, param)))
-
-    async def _exists(self, stored: str) -> bool:
-        return bool(await self.client.exists(stored))
+            return bool(await self.client.exists(self.key_of(key, param)))
 
     async def delete(self, key: str, param: Any = None) -> bool:
         """Delete the entry; True if there was one."""
@@ -302,6 +301,9 @@ class _Flight:
         self.error: BaseException | None = None
 
 
+_MISS = object()  # not a fresh hit: ask the script
+
+
 class _Background:
     """A background refresh, kept alive by the cache until it ends."""
 
@@ -370,10 +372,8 @@ class AsyncHerdCache(_AsyncCacheBase):
         self._flights: dict[tuple[object, str], _Flight] = {}
         self._mutex = Mutex()
         self._outage_logged = False
+        self._clock = ServerClock()
         self._background: set[_Background] = set()  # refreshes in flight, strongly referenced
-
-    async def _exists(self, stored: str) -> bool:
-        return bool(await self.client.hexists(stored, "v"))
 
     # -- aredis's get / set ----------------------------------------------------
 
@@ -479,6 +479,9 @@ class AsyncHerdCache(_AsyncCacheBase):
         herd_timeout: float | None = None,
     ) -> Any:
         """:meth:`fetch` of the entry at server key ``stored``."""
+        fresh = await self._fresh_hit(stored)
+        if fresh is not _MISS:
+            return fresh
         flight_key = (scope_key(), stored)
         with self._mutex:
             flight = self._flights.get(flight_key)
@@ -502,6 +505,34 @@ class AsyncHerdCache(_AsyncCacheBase):
                 self._flights.pop(flight_key, None)
             flight.done.set()
         return flight.value
+
+    async def _fresh_hit(self, stored: str) -> Any:
+        """The value if a plain GET finds it surely fresh (no script), else ``_MISS``.
+
+        Freshness is judged on this process's estimate of the server's clock
+        (:class:`~tenure._cache_core.ServerClock`); an entry near its deadline,
+        or any doubt, goes to the script, which decides on the server's clock.
+        """
+        try:
+            with map_exceptions(name=self.name, doing="reading a cache entry"):
+                raw = await self.client.get(stored)
+        except ServerUnavailableError:
+            return _MISS  # the script path decides: fall back, or raise
+        if raw is None:
+            return _MISS
+        try:
+            entry = split_entry(_as_bytes(raw) or b"")
+        except ValueError:
+            return _MISS
+        early = early_factor(self.early) if self.early else 0.0
+        if not self._clock.fresh(entry, time.monotonic(), early):
+            return _MISS
+        try:
+            value = self.codec.decode(entry.value)
+        except CacheDecodeError:
+            return _MISS  # the script path counts and reports it
+        self._counts["hits"] += 1
+        return value
 
     async def _fetch_or_load(
         self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
@@ -628,6 +659,7 @@ class AsyncHerdCache(_AsyncCacheBase):
     # -- the scripts -----------------------------------------------------------
 
     async def _fetch(self, keys: CacheKeys, token: str, channel: str, early: float) -> Fetched:
+        sent = time.monotonic()
         with map_exceptions(name=self.name, doing="reading a cache entry"):
             reply = await self._registry.run(
                 "cache_fetch",
@@ -635,7 +667,9 @@ class AsyncHerdCache(_AsyncCacheBase):
                 (token, to_ms(self.load_lease), channel, repr(early)),
                 name=self.name,
             )
-        return parse_fetch(reply)
+        fetched = parse_fetch(reply)
+        self._clock.observe(fetched.server_ms, sent, time.monotonic())
+        return fetched
 
     async def _commit(
         self,

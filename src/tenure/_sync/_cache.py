@@ -42,12 +42,14 @@ from tenure._cache_core import (
     CacheKeys,
     CacheStatistics,
     Fetched,
+    ServerClock,
     Status,
     check_duration,
     early_factor,
     entry_key,
     new_counters,
     parse_fetch,
+    split_entry,
     to_ms,
     unwrap_loaded,
 )
@@ -157,10 +159,7 @@ class _AsyncCacheBase:
     def exists(self, key: str, param: Any = None) -> bool:
         """Whether the entry holds a value (fresh or stale)."""
         with map_exceptions(name=self.name, doing="checking a cache entry"):
-            return bool(self._exists(self.key_of(key, param)))
-
-    def _exists(self, stored: str) -> bool:
-        return bool(self.client.exists(stored))
+            return bool(self.client.exists(self.key_of(key, param)))
 
     def delete(self, key: str, param: Any = None) -> bool:
         """Delete the entry; True if there was one."""
@@ -300,6 +299,9 @@ class _Flight:
         self.error: BaseException | None = None
 
 
+_MISS = object()  # not a fresh hit: ask the script
+
+
 class _Background:
     """A background refresh, kept alive by the cache until it ends."""
 
@@ -368,10 +370,8 @@ class HerdCache(_AsyncCacheBase):
         self._flights: dict[tuple[object, str], _Flight] = {}
         self._mutex = Mutex()
         self._outage_logged = False
+        self._clock = ServerClock()
         self._background: set[_Background] = set()  # refreshes in flight, strongly referenced
-
-    def _exists(self, stored: str) -> bool:
-        return bool(self.client.hexists(stored, "v"))
 
     # -- aredis's get / set ----------------------------------------------------
 
@@ -473,6 +473,9 @@ class HerdCache(_AsyncCacheBase):
         herd_timeout: float | None = None,
     ) -> Any:
         """:meth:`fetch` of the entry at server key ``stored``."""
+        fresh = self._fresh_hit(stored)
+        if fresh is not _MISS:
+            return fresh
         flight_key = (scope_key(), stored)
         with self._mutex:
             flight = self._flights.get(flight_key)
@@ -496,6 +499,34 @@ class HerdCache(_AsyncCacheBase):
                 self._flights.pop(flight_key, None)
             flight.done.set()
         return flight.value
+
+    def _fresh_hit(self, stored: str) -> Any:
+        """The value if a plain GET finds it surely fresh (no script), else ``_MISS``.
+
+        Freshness is judged on this process's estimate of the server's clock
+        (:class:`~tenure._cache_core.ServerClock`); an entry near its deadline,
+        or any doubt, goes to the script, which decides on the server's clock.
+        """
+        try:
+            with map_exceptions(name=self.name, doing="reading a cache entry"):
+                raw = self.client.get(stored)
+        except ServerUnavailableError:
+            return _MISS  # the script path decides: fall back, or raise
+        if raw is None:
+            return _MISS
+        try:
+            entry = split_entry(_as_bytes(raw) or b"")
+        except ValueError:
+            return _MISS
+        early = early_factor(self.early) if self.early else 0.0
+        if not self._clock.fresh(entry, time.monotonic(), early):
+            return _MISS
+        try:
+            value = self.codec.decode(entry.value)
+        except CacheDecodeError:
+            return _MISS  # the script path counts and reports it
+        self._counts["hits"] += 1
+        return value
 
     def _fetch_or_load(
         self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
@@ -622,6 +653,7 @@ class HerdCache(_AsyncCacheBase):
     # -- the scripts -----------------------------------------------------------
 
     def _fetch(self, keys: CacheKeys, token: str, channel: str, early: float) -> Fetched:
+        sent = time.monotonic()
         with map_exceptions(name=self.name, doing="reading a cache entry"):
             reply = self._registry.run(
                 "cache_fetch",
@@ -629,7 +661,9 @@ class HerdCache(_AsyncCacheBase):
                 (token, to_ms(self.load_lease), channel, repr(early)),
                 name=self.name,
             )
-        return parse_fetch(reply)
+        fetched = parse_fetch(reply)
+        self._clock.observe(fetched.server_ms, sent, time.monotonic())
+        return fetched
 
     def _commit(
         self,

@@ -1,7 +1,8 @@
 -- tenure script: cache_commit
 -- Store a herd-cache entry's new value, if the caller still holds the lease.
--- KEYS[1] entry hash (see lib/cache)
--- KEYS[2] waiters hash
+-- KEYS[1] entry string (see lib/cache)
+-- KEYS[2] lease string
+-- KEYS[3] waiters hash
 -- ARGV[1] the lease's token ("": an explicit write, stored whoever holds the lease)
 -- ARGV[2] the stored value
 -- ARGV[3] freshness in ms (0: fresh until deleted or evicted)
@@ -10,18 +11,21 @@
 -- returns 1 if stored, 0 if refused (the lease ran out or passed to another caller)
 
 --! include cache
-local entry, waiters, token = KEYS[1], KEYS[2], ARGV[1]
-if token ~= '' and redis.call('HGET', entry, 'l') ~= token then
+local entry, lease, waiters, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local holder = redis.call('GET', lease)
+if token ~= '' and holder ~= token then
     return 0
 end
-local now = now_ms()
-redis.call('DEL', entry)
-redis.call('HSET', entry, 'v', ARGV[2], 'd', ARGV[5])
+local fresh_until = 0
 if tonumber(ARGV[3]) > 0 then
-    redis.call('HSET', entry, 'f', string.format('%d', now + tonumber(ARGV[3])))
+    fresh_until = now_ms() + tonumber(ARGV[3])
 end
+local raw = 'h' .. string.format('%d', fresh_until) .. ':' .. ARGV[5] .. ':' .. ARGV[2]
 if tonumber(ARGV[4]) > 0 then
-    redis.call('PEXPIRE', entry, ARGV[4])
+    redis.call('SET', entry, raw, 'PX', ARGV[4])
+else
+    redis.call('SET', entry, raw)
 end
+redis.call('DEL', lease)  -- an explicit write also ends a refresh started before it
 wake_waiters(waiters)
 return 1

@@ -1,49 +1,48 @@
 -- tenure script: cache_fetch
 -- Read a herd-cache entry; elect exactly one caller to load or refresh it.
--- KEYS[1] entry hash (see lib/cache)
--- KEYS[2] waiters hash
+-- KEYS[1] entry string (see lib/cache)
+-- KEYS[2] lease string
+-- KEYS[3] waiters hash
 -- ARGV[1] this caller's token
 -- ARGV[2] lease in ms, for the caller elected to load or refresh
 -- ARGV[3] channel to wake this caller on when a cold entry lands ("": do not wait)
--- ARGV[4] early factor x: a fresh entry counts as stale once now + d * x >= f (0: never)
--- returns {status, value or false, ms}:
---   1 fresh: the value
---   2 stale (or due for early refresh), and the lease is yours: the value; refresh it
---   3 stale, someone else refreshes: the value
---   4 missing, and the lease is yours: load it
+-- ARGV[4] early factor x: a fresh entry counts as stale once now + load_ms * x >= fresh until
+-- returns {status, entry or false, ms, server now in ms}:
+--   1 fresh: the entry; ms = freshness left (-1: for ever)
+--   2 stale (or due for early refresh), and the lease is yours: the entry; refresh it
+--   3 stale, someone else refreshes: the entry; ms = their lease left
+--   4 missing, and the lease is yours: load it; ms = the lease
 --   5 missing, someone else loads: wait up to ms (woken if a channel was given)
 
 --! include cache
-local entry, waiters, token = KEYS[1], KEYS[2], ARGV[1]
+local entry, lease, waiters, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local now = now_ms()
-local e = redis.call('HMGET', entry, 'v', 'f', 'd', 'l', 'lu')
-local value, fresh_until, took, holder, lease_until = e[1], tonumber(e[2]), tonumber(e[3]), e[4], tonumber(e[5])
-local lease_free = (not holder) or (not lease_until) or lease_until <= now or holder == token
-if value then
-    if not fresh_until then
-        return {1, value, 0}
+local raw = redis.call('GET', entry)
+local holder = redis.call('GET', lease)
+local lease_free = (not holder) or holder == token
+if raw then
+    local fresh_until, took = string.match(raw, '^h(%d+):(%d+):')
+    fresh_until, took = tonumber(fresh_until), tonumber(took)
+    if fresh_until == 0 then
+        return {1, raw, -1, now}
     end
-    local early = (took or 0) * tonumber(ARGV[4])
-    if now + early < fresh_until then
-        return {1, value, fresh_until - now}
+    if now + took * tonumber(ARGV[4]) < fresh_until then
+        return {1, raw, fresh_until - now, now}
     end
     if lease_free then
-        grant_lease(entry, token, now, lease_ms)
-        return {2, value, lease_ms}
+        grant_lease(entry, lease, token, lease_ms)
+        return {2, raw, lease_ms, now}
     end
-    return {3, value, lease_until - now}
+    return {3, raw, redis.call('PTTL', lease), now}
 end
 if lease_free then
-    grant_lease(entry, token, now, lease_ms)
-    if redis.call('PTTL', entry) < 0 then
-        redis.call('PEXPIRE', entry, lease_ms)
-    end
-    return {4, false, lease_ms}
+    grant_lease(entry, lease, token, lease_ms)
+    return {4, false, lease_ms, now}
 end
-local wait_ms = lease_until - now
+local wait_ms = redis.call('PTTL', lease)
 if ARGV[3] ~= '' then
     redis.call('HSET', waiters, token, ARGV[3])
     redis.call('PEXPIRE', waiters, wait_ms + lease_ms)
 end
-return {5, false, wait_ms}
+return {5, false, wait_ms, now}
