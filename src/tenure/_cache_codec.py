@@ -244,7 +244,7 @@ def _tag_of(step: object, what: str) -> str:
 class Codec:
     """A serializer and a compressor (either may be ``None``), with the entry header."""
 
-    __slots__ = ("_compressor_tag", "_serializer_tag", "compressor", "serializer")
+    __slots__ = ("_compressor_tag", "_plain", "_serializer_tag", "compressor", "serializer")
 
     def __init__(
         self, serializer: Any = DEFAULT_SERIALIZER, compressor: Any = DEFAULT_COMPRESSOR
@@ -262,6 +262,7 @@ class Codec:
         self._compressor_tag = (
             b"" if compressor is None else _tag_of(compressor, "compressor").encode("ascii")
         )
+        self._plain = MAGIC + self._serializer_tag + b"::"  # header of an uncompressed value
 
     def __repr__(self) -> str:
         return f"Codec({self._serializer_tag.decode()}, {self._compressor_tag.decode() or 'none'})"
@@ -295,6 +296,13 @@ class Codec:
 
     def decode(self, data: bytes) -> Any:
         """The value of stored ``data``; :class:`CacheDecodeError` if it is not ours."""
+        if self.serializer is not None and data.startswith(self._plain):  # the common case
+            try:
+                return self.serializer.deserialize(data[len(self._plain) :])
+            except CacheDecodeError:
+                raise
+            except Exception as exc:
+                raise CacheDecodeError(f"cannot deserialize the entry: {exc}") from exc
         if not data.startswith(MAGIC):
             raise CacheDecodeError("not a tenure cache entry (no tn1 header)")
         serializer_tag, sep, rest = data[len(MAGIC) :].partition(b":")

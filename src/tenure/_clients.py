@@ -6,8 +6,7 @@ call them, so the rules live in one place.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import redis
 import redis.asyncio
@@ -88,29 +87,40 @@ def translate_error(
     return exc
 
 
-@contextlib.contextmanager
-def map_exceptions(
-    *,
-    name: str | None = None,
-    doing: str = "",
-    refine: Callable[[BaseException, BaseException], BaseException] | None = None,
-) -> Iterator[None]:
+class map_exceptions:  # lower case: used as a function, ``with map_exceptions(...)``
     """Translate redis-py's errors raised in the block into tenure's (httpcore's way).
 
     The one place where a redis-py error becomes a :class:`BackendError`
     subclass, with the original as ``__cause__``; tenure's own errors and
     anything else pass through untouched. ``refine(translated, original)``
     may replace the translated error (say which commands an ACL refused).
+    A plain class rather than a generator: it wraps every call, hits included.
     """
-    try:
-        yield
-    except TenureError:
-        raise
-    except (redis_errors.RedisError, redis_errors.RedisClusterException) as exc:
-        error = translate_error(exc, name=name, doing=doing)
-        if refine is not None:
-            error = refine(error, exc)
-        raise error from exc
+
+    __slots__ = ("doing", "name", "refine")
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        doing: str = "",
+        refine: Callable[[BaseException, BaseException], BaseException] | None = None,
+    ) -> None:
+        self.name = name
+        self.doing = doing
+        self.refine = refine
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if exc is None or isinstance(exc, TenureError):
+            return
+        if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):
+            error = translate_error(exc, name=self.name, doing=self.doing)
+            if self.refine is not None:
+                error = self.refine(error, exc)
+            raise error from exc
 
 
 def _is_script_failure(message: str) -> bool:

@@ -34,6 +34,7 @@ __all__ = [
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "locks": ("locks", "tenure.Lock beside redis-py, python-redis-lock and pottery"),
     "semaphores": ("semaphores", "tenure.Semaphore beside Redis in Action's fair semaphore"),
+    "caches": ("caches", "tenure's HerdCache beside dogpile.cache, cashews and aiocache"),
 }
 
 
