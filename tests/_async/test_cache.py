@@ -193,6 +193,10 @@ async def test_caches_check_their_arguments(tenure_async_client: redis.asyncio.R
         await AsyncCache(tenure_async_client, "x", identity_generator=None).get("k", param=1)
     with pytest.raises(ClientTypeError, match="client"):
         AsyncCache(object(), "x")  # type: ignore[arg-type]
+    decoding = redis.asyncio.Redis(decode_responses=True)
+    with pytest.raises(ClientTypeError, match="decode_responses=False"):
+        AsyncHerdCache(decoding, "x")
+    await decoding.aclose()
 
 
 # -- HerdCache: fetch ----------------------------------------------------------------
@@ -350,3 +354,22 @@ async def test_herd_cache_on_a_cluster(
     assert await plain.get_many([f"k{i}" for i in range(30)]) == list(range(30))
     assert await cache.clear() == 30
     assert await plain.clear() == 30
+
+
+async def test_early_refresh_renews_a_hot_entry_before_it_goes_stale(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    eager = AsyncHerdCache(tenure_async_client, "eager", ttl=30, early=10_000)
+    loader = Loader("v", seconds=0.05)
+    assert await eager.fetch("k", loader) == "v"
+    # 50 ms loads x a huge beta: due for early refresh long before its 30 s are up
+    assert await eager.fetch("k", loader) == "v"  # served at once, refreshed in the background
+    await sleep(0.3)
+    assert loader.calls == 2
+    assert eager.statistics().refreshes == 1
+    calm = AsyncHerdCache(tenure_async_client, "calm", ttl=30)  # early=0: never early
+    other = Loader("v", seconds=0.05)
+    for _ in range(3):
+        assert await calm.fetch("k", other) == "v"
+    await sleep(0.1)
+    assert other.calls == 1

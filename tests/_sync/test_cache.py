@@ -186,6 +186,10 @@ def test_caches_check_their_arguments(tenure_client: redis.Redis) -> None:
         Cache(tenure_client, "x", identity_generator=None).get("k", param=1)
     with pytest.raises(ClientTypeError, match="client"):
         Cache(object(), "x")  # type: ignore[arg-type]
+    decoding = redis.Redis(decode_responses=True)
+    with pytest.raises(ClientTypeError, match="decode_responses=False"):
+        HerdCache(decoding, "x")
+    decoding.close()
 
 
 # -- HerdCache: fetch ----------------------------------------------------------------
@@ -343,3 +347,22 @@ def test_herd_cache_on_a_cluster(
     assert plain.get_many([f"k{i}" for i in range(30)]) == list(range(30))
     assert cache.clear() == 30
     assert plain.clear() == 30
+
+
+def test_early_refresh_renews_a_hot_entry_before_it_goes_stale(
+    tenure_client: redis.Redis,
+) -> None:
+    eager = HerdCache(tenure_client, "eager", ttl=30, early=10_000)
+    loader = Loader("v", seconds=0.05)
+    assert eager.fetch("k", loader) == "v"
+    # 50 ms loads x a huge beta: due for early refresh long before its 30 s are up
+    assert eager.fetch("k", loader) == "v"  # served at once, refreshed in the background
+    sleep(0.3)
+    assert loader.calls == 2
+    assert eager.statistics().refreshes == 1
+    calm = HerdCache(tenure_client, "calm", ttl=30)  # early=0: never early
+    other = Loader("v", seconds=0.05)
+    for _ in range(3):
+        assert calm.fetch("k", other) == "v"
+    sleep(0.1)
+    assert other.calls == 1

@@ -57,7 +57,12 @@ from tenure._cache_core import (
     unwrap_loaded,
 )
 from tenure._clients import map_exceptions, require_client
-from tenure._exceptions import ArgumentError, CacheDecodeError, ServerUnavailableError
+from tenure._exceptions import (
+    ArgumentError,
+    CacheDecodeError,
+    ClientTypeError,
+    ServerUnavailableError,
+)
 
 __all__ = ["AsyncCache", "AsyncHerdCache"]
 
@@ -93,6 +98,14 @@ class _AsyncCacheBase:
         prefix: str | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        settings: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
+        if settings.get("decode_responses"):
+            raise ClientTypeError(
+                "client",
+                f"{type(self).__name__} stores bytes (compressed values among them): use a "
+                "client with decode_responses=False, redis-py's default",
+                name=str(name),
+            )
         if not isinstance(name, str) or not name:
             raise ArgumentError("name", "must be a non-empty str", name=str(name))
         if identity_generator is not None and not callable(
@@ -291,12 +304,17 @@ class AsyncCache(_AsyncCacheBase):
 
 
 class _Flight:
-    """One request for an entry in this process, shared by every caller of it."""
+    """One request for an entry in this process, shared by every caller of it.
 
-    __slots__ = ("done", "error", "value")
+    Its event is made only when a second caller joins (under the cache's
+    mutex), so a lone hit pays for a dict entry and no more.
+    """
+
+    __slots__ = ("error", "event", "finished", "value")
 
     def __init__(self) -> None:
-        self.done = Event()
+        self.event: Event | None = None
+        self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
 
@@ -478,32 +496,44 @@ class AsyncHerdCache(_AsyncCacheBase):
         ttl: float | None = None,
         herd_timeout: float | None = None,
     ) -> Any:
-        """:meth:`fetch` of the entry at server key ``stored``."""
-        fresh = await self._fresh_hit(stored)
-        if fresh is not _MISS:
-            return fresh
+        """:meth:`fetch` of the entry at server key ``stored``.
+
+        The first caller of an entry in this process (or event loop) asks
+        the server; callers that come while it does wait for
+        its answer instead of asking too (one connection, not one each).
+        """
         flight_key = (scope_key(), stored)
+        event = None
         with self._mutex:
             flight = self._flights.get(flight_key)
-            leader = flight is None
             if flight is None:
                 flight = self._flights[flight_key] = _Flight()
-        if not leader:
+            else:
+                if flight.event is None:
+                    flight.event = Event()
+                event = flight.event
+        if event is not None:
             self._counts["shared"] += 1
-            while not await flight.done.wait(3600.0):
+            while not flight.finished and not await event.wait(3600.0):
                 pass
             if flight.error is not None:
                 raise flight.error
             return flight.value
         try:
-            flight.value = await self._fetch_or_load(stored, loader, ttl, herd_timeout)
+            value = await self._fresh_hit(stored)
+            if value is _MISS:
+                value = await self._fetch_or_load(stored, loader, ttl, herd_timeout)
+            flight.value = value
         except BaseException as exc:
             flight.error = exc
             raise
         finally:
             with self._mutex:
                 self._flights.pop(flight_key, None)
-            flight.done.set()
+                flight.finished = True
+                event = flight.event
+            if event is not None:
+                event.set()
         return flight.value
 
     async def _fresh_hit(self, stored: str) -> Any:
