@@ -229,6 +229,30 @@ def test_bench_semaphores_prints_ratio_and_plots(tmp_path: Path) -> None:
     assert plot.read_bytes().startswith(PNG_MAGIC)
 
 
+def test_bench_caches_measures_stampedes_and_hits(tmp_path: Path) -> None:
+    plot, report = tmp_path / "waits.png", tmp_path / "report.md"
+    done = run(
+        "bench", "caches", "--rounds", "1", "--processes", "2", "--callers", "3",
+        "--load", "0.05", "--fresh", "0.2", "--hit-seconds", "0.2",
+        "--only", "tenure-async,tenure-threads,cashews-early",
+        "--plot", str(plot), "--output", str(report),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("  ")[0]: line.split() for line in done.stdout.splitlines()}
+    for label in ("tenure `@cached` (asyncio)", "tenure `@cached` (threads)"):
+        row = next(v for k, v in rows.items() if k.startswith(label))
+        assert row[-8] == "1" and row[-5] == "1"  # one load cold, one load just expired
+    assert "bare GET + json.loads" in done.stdout
+    assert "hits: " in done.stdout and "x the bare loop" in done.stdout
+    assert plot.read_bytes().startswith(PNG_MAGIC)
+    text = report.read_text()
+    assert "<!-- tenure-bench:caches:start -->" in text and "cashews `early`" in text
+    unknown = run("bench", "caches", "--only", "nonesuch")
+    assert unknown.returncode == 2 and "no contender 'nonesuch'" in unknown.stderr
+    bad = run("bench", "caches", "--callers", "0")
+    assert bad.returncode == 2 and "--callers 1..200" in bad.stderr
+
+
 def test_bench_refuses_bad_values() -> None:
     bad = run("bench", "locks", "--seconds", "0")
     assert bad.returncode == 2

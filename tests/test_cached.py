@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.cluster
 
 from tenure import ArgumentError, ClientTypeError, cached
 from tenure.server import Engine, ServerProcess
@@ -239,3 +240,19 @@ def test_equal_but_different_arguments_name_different_entries(tenure_client: red
         "str",
         "int",
     ]
+
+
+def test_cached_on_a_cluster(tenure_cluster_client: redis.cluster.RedisCluster) -> None:
+    calls = 0
+
+    @cached(tenure_cluster_client, ttl=30, name="on-cluster")
+    def square(n: int) -> int:
+        nonlocal calls
+        calls += 1
+        return n * n
+
+    assert [square(n) for n in range(40)] == [n * n for n in range(40)]
+    assert [square(n) for n in range(40)] == [n * n for n in range(40)]
+    assert calls == 40  # entries spread over the masters, each loaded once
+    assert square.invalidate(3)  # type: ignore[attr-defined]
+    assert square.cache.clear() == 39  # type: ignore[attr-defined]

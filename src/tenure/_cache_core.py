@@ -126,11 +126,10 @@ def split_entry(raw: bytes) -> Entry:
     """Parse a stored entry; :class:`ValueError` if it is not one."""
     if not raw.startswith(b"h"):
         raise ValueError("not a herd-cache entry")
-    fresh, _, rest = raw[1:].partition(b":")
-    took, sep, value = rest.partition(b":")
-    if not sep:
+    parts = raw.split(b":", 2)
+    if len(parts) != 3:
         raise ValueError("truncated herd-cache entry")
-    return Entry(fresh_until=int(fresh), took_ms=int(took), value=value)
+    return Entry(fresh_until=int(parts[0][1:]), took_ms=int(parts[1]), value=parts[2])
 
 
 class ServerClock:

@@ -251,6 +251,9 @@ def _memo_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] 
     Types are part of it, so ``f(1)``, ``f(1.0)`` and ``f(True)`` (equal in
     Python, named differently on the server) never share an entry by way of it.
     """
+    if not kwargs:  # the common case, in one pass
+        kinds = tuple(map(type, args))
+        return (kinds, args) if _SIMPLE.issuperset(kinds) else None
     memo: list[Any] = []
     for value in args:
         if type(value) not in _SIMPLE:
