@@ -233,7 +233,7 @@ def test_bench_caches_measures_stampedes_and_hits(tmp_path: Path) -> None:
     plot, report = tmp_path / "waits.png", tmp_path / "report.md"
     done = run(
         "bench", "caches", "--rounds", "1", "--processes", "2", "--callers", "3",
-        "--load", "0.05", "--fresh", "0.2", "--hit-seconds", "0.2",
+        "--load", "0.05", "--fresh", "0.2", "--seconds", "0.2",
         "--only", "tenure-async,tenure-threads,cashews-early",
         "--plot", str(plot), "--output", str(report),
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """``tenure bench caches``: tenure's HerdCache beside dogpile.cache, cashews and aiocache.
 
     tenure bench caches [--rounds 3] [--processes 4] [--callers 25] [--load 0.3]
-        [--fresh 1.0] [--hit-seconds 2] [--only KEY,...] [--url URL]
+        [--fresh 1.0] [--seconds 2] [--only KEY,...] [--url URL]
         [--output FILE.md] [--plot FILE.png]
 
 (``python -m benchmarks.caches`` is the same, writing docs/benchmarks.md.)
@@ -16,7 +16,7 @@ Two parts, every contender in the same run on the same server:
   loader calls, and the median and worst caller wait, each the median of
   ``--rounds`` rounds.
 * **Hits.** One process calls the cached function of a warm key for
-  ``--hit-seconds``, one call after another: calls per second (median of
+  ``--seconds``, one call after another: calls per second (median of
   the rounds), beside a bare ``GET`` + ``json.loads`` loop (sync and asyncio).
 
 ``--plot`` draws every caller's wait of the last round, per contender and
@@ -294,7 +294,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument("--callers", type=int, default=25, help="callers per process (25)")
     parser.add_argument("--load", type=float, default=0.3, help="loader seconds (0.3)")
     parser.add_argument("--fresh", type=float, default=1.0, help="freshness seconds (1.0)")
-    parser.add_argument("--hit-seconds", type=float, default=2.0, help="per hit run (2)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="per hit run (2)")
     parser.add_argument("--only", help="comma-separated contenders (default: all)")
     add_output_arguments(parser, output, "caller-wait")
 
@@ -306,11 +306,11 @@ def _check(args: argparse.Namespace) -> None:
         and 1 <= args.callers <= 200
         and 0 < args.load <= 10
         and 0.1 <= args.fresh <= 60
-        and 0 < args.hit_seconds <= 60
+        and 0 < args.seconds <= 60
     ):
         raise BenchmarkError(
             "--rounds 1..20, --processes 1..16, --callers 1..200, --load (0, 10], "
-            "--fresh [0.1, 60] and --hit-seconds (0, 60]"
+            "--fresh [0.1, 60] and --seconds (0, 60]"
         )
 
 
@@ -326,7 +326,7 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
             for contender in contenders:
                 stampede_round(contender, url, args, stampedes[contender.key])
             for key in ["bare-sync", "bare-async", *(c.key for c in contenders)]:
-                hits.setdefault(key, []).append(hit_rate(key, url, args.hit_seconds))
+                hits.setdefault(key, []).append(hit_rate(key, url, args.seconds))
             print(f"round {round_number}/{args.rounds} done", file=sys.stderr)
         rates = {key: statistics.median(values) for key, values in hits.items()}
         widths = [
