@@ -11,7 +11,7 @@ import enum
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, overload
 
 from tenure._exceptions import ArgumentError
 
@@ -113,9 +113,11 @@ class CacheKeys:
         return (self.entry, self.lease, self.waiters)
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A stored herd-cache entry: ``h<fresh until>:<load ms>:<value>``."""
+class Entry(NamedTuple):
+    """A stored herd-cache entry: ``h<fresh until>:<load ms>:<value>``.
+
+    A named tuple, not a frozen dataclass: one is made on every cache hit.
+    """
 
     fresh_until: int  # ms on the server's clock; 0: fresh for ever
     took_ms: int  # how long the load that stored it took

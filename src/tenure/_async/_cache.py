@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from redis import exceptions as redis_errors
+
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._wakeups import listen
 from tenure._async._watchdog import Job, watchdog
@@ -503,17 +505,17 @@ class AsyncHerdCache(_AsyncCacheBase):
         its answer instead of asking too (one connection, not one each).
         """
         flight_key = (scope_key(), stored)
-        event = None
-        with self._mutex:
-            flight = self._flights.get(flight_key)
-            if flight is None:
-                flight = self._flights[flight_key] = _Flight()
-            else:
+        mine = _Flight()
+        flight = self._flights.setdefault(flight_key, mine)  # atomic: one leader
+        if flight is not mine:
+            with self._mutex:  # followers share one event, made by the first of them
                 if flight.event is None:
                     flight.event = Event()
                 event = flight.event
-        if event is not None:
             self._counts["shared"] += 1
+            # The leader marks the flight finished before it looks for an event
+            # to set, and a follower makes the event before it looks at finished:
+            # one of them sees the other.
             while not flight.finished and not await event.wait(3600.0):
                 pass
             if flight.error is not None:
@@ -528,12 +530,12 @@ class AsyncHerdCache(_AsyncCacheBase):
             flight.error = exc
             raise
         finally:
+            self._flights.pop(flight_key, None)
+            flight.finished = True
             with self._mutex:
-                self._flights.pop(flight_key, None)
-                flight.finished = True
-                event = flight.event
-            if event is not None:
-                event.set()
+                waiting = flight.event
+            if waiting is not None:
+                waiting.set()
         return flight.value
 
     async def _fresh_hit(self, stored: str) -> Any:
@@ -544,10 +546,9 @@ class AsyncHerdCache(_AsyncCacheBase):
         or any doubt, goes to the script, which decides on the server's clock.
         """
         try:
-            with map_exceptions(name=self.name, doing="reading a cache entry"):
-                raw = await self.client.get(stored)
-        except ServerUnavailableError:
-            return _MISS  # the script path decides: fall back, or raise
+            raw = await self.client.get(stored)
+        except redis_errors.RedisError:
+            return _MISS  # the script path decides: fall back, or raise a translated error
         if raw is None:
             return _MISS
         try:
