@@ -3,8 +3,10 @@
 Locks that are fair, fenced and told when lost (a drop-in for redis-py's
 ``Lock``), re-entrant locks, counting semaphores, read-write locks,
 connection-bound locks, fenced keys, and caches that load each value once
-across every process (:class:`HerdCache`). Every primitive has a sync and an
-asyncio API and takes the redis-py client you already have.
+across every process (:class:`HerdCache`), and chunked ingestion of a SQL
+table into a stream, every row once whatever dies (:class:`IngestJob`, sync
+for now). The primitives have a sync and an asyncio API and take the
+redis-py client you already have.
 
 Errors all derive from :class:`TenureError`; the tree is drawn in
 ``tenure._exceptions``.
@@ -39,6 +41,7 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
     PermissionDeniedError,
+    PlanMismatchError,
     PrimitiveError,
     ScriptError,
     SemaphoreLimitError,
@@ -49,6 +52,8 @@ from tenure._exceptions import (
     ServerUnavailableError,
     TenureError,
 )
+from tenure._ingest import IngestJob, IngestStatus, WorkerReport
+from tenure._ingest_sources import CallableSource, SqlSource
 from tenure._leased_core import (
     LeasedStatistics,
     LockStatistics,
@@ -81,12 +86,15 @@ __all__ = [
     "Cache",
     "CacheDecodeError",
     "CacheStatistics",
+    "CallableSource",
     "ClientTypeError",
     "ConnectionLock",
     "EmbeddedServerError",
     "FencedKey",
     "HerdCache",
     "IdentityGenerator",
+    "IngestJob",
+    "IngestStatus",
     "JsonSerializer",
     "LeasedStatistics",
     "Lock",
@@ -98,6 +106,7 @@ __all__ = [
     "NotOwnedError",
     "PermissionDeniedError",
     "PickleSerializer",
+    "PlanMismatchError",
     "PrimitiveError",
     "ReadLock",
     "ReadWriteLock",
@@ -112,7 +121,9 @@ __all__ = [
     "ServerNotFoundError",
     "ServerStartError",
     "ServerUnavailableError",
+    "SqlSource",
     "TenureError",
+    "WorkerReport",
     "WriteLock",
     "ZlibCompressor",
     "ZstdCompressor",

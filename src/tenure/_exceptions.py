@@ -22,9 +22,10 @@ The tree::
         ├── SemaphoreLimitError (LockError)      the name is in use with another limit
         ├── AlreadyHeldError (LockError)         re-acquire of a non-reentrant hold
         ├── AcquireTimeoutError (LockError)      ``with`` could not acquire in time
-        └── CacheDecodeError                     a stored cache value this cache cannot
-                                                 decode (read as a miss, never raised
-                                                 from get or fetch)
+        ├── CacheDecodeError                     a stored cache value this cache cannot
+        │                                        decode (read as a miss, never raised
+        │                                        from get or fetch)
+        └── PlanMismatchError                    an ingestion job's name holds another plan
 
 The names in parentheses are redis-py's exception classes
 (``redis.exceptions``): an error that means what a redis-py exception means
@@ -56,6 +57,7 @@ __all__ = [
     "LostError",
     "NotOwnedError",
     "PermissionDeniedError",
+    "PlanMismatchError",
     "PrimitiveError",
     "ScriptError",
     "SemaphoreLimitError",
@@ -201,3 +203,7 @@ for _error in [v for k, v in list(globals().items()) if k in __all__]:
 
 class CacheDecodeError(PrimitiveError):
     """Stored bytes that a cache cannot decode: another format, tampered, or corrupt."""
+
+
+class PlanMismatchError(PrimitiveError):
+    """An ingestion job's name is taken by a job with another plan (source or chunk size)."""

@@ -1,0 +1,254 @@
+"""IngestJob: a source read in chunks by many workers, every row in the sink exactly once.
+
+* **Plan.** The source's key range is split into chunks of ``chunk_size``
+  keys; the plan (source description, range, chunk size) is frozen on the
+  server under the job's name by one script (``ingest_plan``). A later run
+  with the same source and chunk size uses the frozen plan (a finished job
+  is then a no-op); another source or chunk size under the name raises
+  :class:`~tenure.PlanMismatchError`.
+* **Claim.** ``ingest_claim`` gives a worker the next chunk that is free or
+  whose lease ran out, with a token and a fencing number, in one call.
+* **Commit.** Rows go out in batches of ``batch`` rows. ``ingest_commit``
+  checks the claim, appends the batch to the sink (a stream by default) and
+  moves the chunk's cursor to the batch's last key, atomically, and renews
+  the lease. A worker that is killed, or hangs past its lease, loses the
+  chunk; its successor resumes after the cursor, and the late worker's
+  commits are refused. So every row lands once, whatever dies when.
+* **State stays.** Counters and chunk states are kept after the job ends
+  (never a deleted key), so ``status`` can tell, and a rerun does nothing.
+
+Every key is under the job's ``{name}`` hash tag, the default sink included.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from tenure._clients import map_exceptions, require_client
+from tenure._exceptions import ArgumentError, PlanMismatchError
+from tenure._ingest_core import Claim, IngestKeys, Plan, chunk_range, parse_claim
+from tenure._ingest_sources import RowSource, encode_row
+from tenure._sync._scripting import registry_for
+
+__all__ = ["IngestJob", "IngestStatus", "WorkerReport"]
+
+
+@dataclass(frozen=True)
+class IngestStatus:
+    """Where a job stands: chunks done, claimed (lease running) and free; rows; claims."""
+
+    chunks: int
+    done: int
+    claimed: int
+    free: int
+    rows: int
+    claims: int
+
+    @property
+    def finished(self) -> bool:
+        """Whether every chunk is done."""
+        return self.chunks > 0 and self.done == self.chunks
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What one :meth:`IngestJob.work` call did."""
+
+    chunks: int
+    rows: int
+    refused: int  # batches refused: the chunk's lease had passed to another worker
+
+
+class IngestJob:
+    """A chunked, crash-safe ingestion of ``source`` into a Redis stream (or list).
+
+    * ``name`` — the job; its plan and progress live under ``{prefix}{{name}}``.
+    * ``source`` — a :class:`~tenure.SqlSource`, a :class:`~tenure.CallableSource`
+      or any object with their three methods.
+    * ``chunk_size`` — keys per chunk (10,000).
+    * ``sink`` — ``"stream:KEY"`` (each row an entry with fields ``key`` and
+      ``row``, JSON) or ``"list:KEY"`` (the row's JSON); default: the job's own
+      stream ``{prefix}{{name}}:rows``. On a cluster the sink key must carry the
+      job's ``{name}`` hash tag.
+    * ``lease`` — seconds a claim lasts without progress (30); each batch
+      renews it, so a worker that hangs loses its chunk after this.
+    * ``batch`` — rows per commit (500).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.cluster.RedisCluster,
+        name: str,
+        source: RowSource,
+        *,
+        chunk_size: int = 10_000,
+        sink: str | None = None,
+        lease: float = 30.0,
+        batch: int = 500,
+        prefix: str = "tenure:ingest:",
+    ) -> None:
+        require_client(client, is_async=False, owner="IngestJob", name=name)
+        if not isinstance(name, str) or not name:
+            raise ArgumentError("name", "must be a non-empty str")
+        for argument, value in (("chunk_size", chunk_size), ("batch", batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ArgumentError(argument, f"must be a positive int, got {value!r}", name=name)
+        if not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
+            raise ArgumentError("lease", f"must be 0.1..86400 seconds, got {lease!r}", name=name)
+        self.client = client
+        self.name = name
+        self.source = source
+        self.chunk_size = chunk_size
+        self.lease_ms = round(lease * 1000)
+        self.batch = batch
+        self.keys = IngestKeys.for_job(prefix, name)
+        self.sink_kind, self.sink_key = _parse_sink(sink, self.keys.default_sink(), name)
+        self._registry = registry_for(client)
+        self._plan: Plan | None = None
+
+    def __repr__(self) -> str:
+        return f"<IngestJob {self.name!r} sink={self.sink_kind}:{self.sink_key}>"
+
+    # -- the plan ----------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        """The job's plan: frozen now, or the one frozen before (checked to match)."""
+        if self._plan is not None:
+            return self._plan
+        frozen = self._frozen()
+        if frozen is None:
+            low, high = self.source.key_range()
+            wanted = Plan(self.source.describe(), low, high, self.chunk_size)
+            with map_exceptions(name=self.name, doing="freezing the plan"):
+                reply = self._registry.run(
+                    "ingest_plan",
+                    (self.keys.plan, self.keys.free),
+                    (wanted.fingerprint, wanted.as_json(), wanted.chunks),
+                    name=self.name,
+                )
+            frozen = wanted if int(reply[0]) in (1, 2) else self._frozen()
+            if frozen is None:  # pragma: no cover - the script says a plan exists
+                raise PlanMismatchError("the plan vanished while it was frozen", name=self.name)
+        if frozen.source != self.source.describe() or frozen.chunk_size != self.chunk_size:
+            raise PlanMismatchError(
+                f"job {self.name!r} was planned for {frozen.source} in chunks of "
+                f"{frozen.chunk_size}; this run asks {self.source.describe()} in chunks of "
+                f"{self.chunk_size}: use another job name",
+                name=self.name,
+            )
+        self._plan = frozen
+        return frozen
+
+    def _frozen(self) -> Plan | None:
+        with map_exceptions(name=self.name, doing="reading the plan"):
+            text = self.client.hget(self.keys.plan, "plan")
+        return None if text is None else Plan.from_json(_text(text))
+
+    # -- working -----------------------------------------------------------------
+
+    def work(self, *, max_chunks: int | None = None, wait: bool = True) -> WorkerReport:
+        """Claim and ingest chunks until the job is done (or ``max_chunks`` are).
+
+        When every chunk left is leased by others, waits for the first lease
+        to run out (``wait=False``: returns instead), since its worker may
+        have died.
+        """
+        plan = self.plan()
+        chunks = rows = refused = 0
+        while max_chunks is None or chunks < max_chunks:
+            token = secrets.token_hex(8)
+            with map_exceptions(name=self.name, doing="claiming a chunk"):
+                reply = self._registry.run(
+                    "ingest_claim",
+                    (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.stats,
+                     self.keys.fence),
+                    (token, self.lease_ms),
+                    name=self.name,
+                )  # fmt: skip
+            claim = parse_claim(reply)
+            if claim is None:
+                break
+            if isinstance(claim, float):
+                if not wait:
+                    break
+                time.sleep(min(claim + 0.05, 1.0))
+                continue
+            done, added = self._ingest_chunk(plan, claim, token)
+            rows += added
+            if done:
+                chunks += 1
+            else:
+                refused += 1
+        return WorkerReport(chunks=chunks, rows=rows, refused=refused)
+
+    def _ingest_chunk(self, plan: Plan, claim: Claim, token: str) -> tuple[bool, int]:
+        """Stream the chunk after its cursor, a batch per commit; (finished, rows)."""
+        first, last = chunk_range(plan, claim.chunk)
+        if claim.cursor is not None:
+            first = claim.cursor + 1
+        batch: list[str] = []
+        added = 0
+        for key, row in self.source.rows(first, last) if first <= last else iter(()):
+            batch += (str(key), encode_row(row))
+            if len(batch) >= 2 * self.batch:
+                if not self._commit(claim.chunk, token, batch, final=False):
+                    return False, added
+                added += len(batch) // 2
+                batch = []
+        if not self._commit(claim.chunk, token, batch, final=True):
+            return False, added
+        return True, added + len(batch) // 2
+
+    def _commit(self, chunk: int, token: str, batch: list[str], *, final: bool) -> bool:
+        with map_exceptions(name=self.name, doing="committing a batch"):
+            reply = self._registry.run(
+                "ingest_commit",
+                (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.state,
+                 self.keys.stats, self.sink_key),
+                (token, chunk, self.lease_ms, 1 if final else 0, self.sink_kind, *batch),
+                name=self.name,
+            )  # fmt: skip
+        return int(reply) == 1
+
+    # -- status --------------------------------------------------------------------
+
+    def status(self) -> IngestStatus:
+        """Chunks done, claimed and free, rows committed and claims made, as the server has them."""
+        now_ms = None
+        with map_exceptions(name=self.name, doing="reading the job's status"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(self.keys.plan, "chunks")
+            pipe.hgetall(self.keys.stats)
+            pipe.zcard(self.keys.free)
+            pipe.time()
+            chunks, stats, left, server_time = pipe.execute()
+            now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
+            claimed = int(self.client.zcount(self.keys.free, f"({now_ms}", "+inf"))
+        figures = {_text(k): int(v) for k, v in (stats or {}).items()}
+        total = int(chunks or 0)
+        return IngestStatus(
+            chunks=total,
+            done=figures.get("chunks_done", 0),
+            claimed=claimed,
+            free=int(left) - claimed,
+            rows=figures.get("rows", 0),
+            claims=figures.get("claims", 0),
+        )
+
+
+def _parse_sink(sink: str | None, default: str, name: str) -> tuple[str, str]:
+    if sink is None:
+        return "stream", default
+    kind, sep, key = sink.partition(":")
+    if not sep or kind not in ("stream", "list") or not key:
+        raise ArgumentError("sink", f"must be 'stream:KEY' or 'list:KEY', got {sink!r}", name=name)
+    return kind, key
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)

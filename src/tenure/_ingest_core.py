@@ -1,0 +1,119 @@
+"""Chunked ingestion, the sans-IO half: plans, chunk ranges, keys, replies.
+
+A job reads a source in chunks of primary-key ranges (never OFFSET) and
+appends every row to a sink exactly once. The plan — the source's
+description, its key range and the chunk size — is frozen on the server
+under the job's name; its fingerprint refuses a different plan under the
+same name. Every function here is pure and tested without a server
+(``tests/test_ingest_core.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tenure._exceptions import ArgumentError
+
+__all__ = ["Claim", "IngestKeys", "Plan", "chunk_range", "parse_claim"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a job ingests: the source, its key range and the chunk size."""
+
+    source: dict[str, Any]  # the source's own description (kind, table, key column...)
+    low: int  # the smallest key
+    high: int  # the largest key
+    chunk_size: int  # keys per chunk (a range of keys, whether or not each exists)
+
+    def __post_init__(self) -> None:
+        for name in ("low", "high", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ArgumentError(name, f"must be an int, got {type(value).__name__}")
+        if self.chunk_size < 1:
+            raise ArgumentError("chunk_size", f"must be at least 1, got {self.chunk_size}")
+        if self.high < self.low:
+            raise ArgumentError("high", f"the key range is empty ({self.low}..{self.high})")
+
+    @property
+    def chunks(self) -> int:
+        """How many chunks the key range makes."""
+        return (self.high - self.low) // self.chunk_size + 1
+
+    def as_json(self) -> str:
+        """The plan, canonically (sorted keys, no spaces): what the fingerprint hashes."""
+        return json.dumps(
+            {"source": self.source, "low": self.low, "high": self.high, "chunk": self.chunk_size},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of :meth:`as_json`: equal plans, equal fingerprints."""
+        return hashlib.sha256(self.as_json().encode("utf-8")).hexdigest()
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """The plan :meth:`as_json` wrote."""
+        data = json.loads(text)
+        return cls(data["source"], data["low"], data["high"], data["chunk"])
+
+
+def chunk_range(plan: Plan, chunk: int) -> tuple[int, int]:
+    """The first and last key (both included) of ``chunk``."""
+    if not 0 <= chunk < plan.chunks:
+        raise ArgumentError("chunk", f"no chunk {chunk} in a plan of {plan.chunks}")
+    first = plan.low + chunk * plan.chunk_size
+    return first, min(plan.high, first + plan.chunk_size - 1)
+
+
+@dataclass(frozen=True)
+class IngestKeys:
+    """The keys of one job, all under the ``{name}`` hash tag (see ``lua/ingest_*.lua``)."""
+
+    plan: str  # hash: fingerprint, plan (JSON), chunks
+    free: str  # zset: chunk -> lease expiry in ms (0: never claimed); done chunks leave it
+    leases: str  # hash: chunk -> the claim's token
+    cursors: str  # hash: chunk -> the last key committed
+    state: str  # hash: chunk -> "done"
+    stats: str  # hash: rows, chunks_done, claims
+    fence: str  # counter: each claim's fencing number
+
+    @classmethod
+    def for_job(cls, prefix: str, name: str) -> IngestKeys:
+        """The keys of job ``name``."""
+        base = f"{prefix}{{{name}}}"  # each key is the base and its field's name
+        return cls(**{field: f"{base}:{field}" for field in cls.__dataclass_fields__})
+
+    def default_sink(self) -> str:
+        """The job's own stream, in its hash slot."""
+        return self.plan.removesuffix(":plan") + ":rows"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claimed chunk: its number, the claim's fencing number, and where to resume."""
+
+    chunk: int
+    fence: int
+    cursor: int | None  # the last key committed by an earlier claim, if any
+
+
+def parse_claim(reply: Any) -> Claim | float | None:
+    """``ingest_claim``'s reply: a :class:`Claim`, seconds to wait (all leased), or None (done)."""
+    if not isinstance(reply, (list, tuple)) or not reply:
+        raise ValueError(f"unexpected ingest_claim reply: {reply!r}")
+    status = int(reply[0])
+    if status == 0:
+        return None
+    if status == -1:
+        return max(0.0, int(reply[1]) / 1000)
+    if status == 1 and len(reply) == 4:
+        cursor = None if reply[3] is None else int(reply[3])
+        return Claim(chunk=int(reply[1]), fence=int(reply[2]), cursor=cursor)
+    raise ValueError(f"unexpected ingest_claim reply: {reply!r}")

@@ -1,0 +1,178 @@
+"""Where an ingestion job reads its rows: a SQL table, or any callable.
+
+A source describes itself (the plan's fingerprint hashes the description),
+finds its key range, and yields the rows of a key range in ascending key
+order, a bounded page at a time (memory stays flat in the table's size).
+Keys are integers, unique, and never read with OFFSET.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from tenure._exceptions import ArgumentError
+
+__all__ = ["CallableSource", "RowSource", "SqlSource", "encode_row"]
+
+Row = tuple[int, dict[str, Any]]
+
+
+class RowSource(Protocol):
+    """What an ingestion job reads."""
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description that names this source (no secrets)."""
+        ...
+
+    def key_range(self) -> tuple[int, int]:
+        """The smallest and largest key; :class:`ArgumentError` if there are none."""
+        ...
+
+    def rows(self, first: int, last: int) -> Iterator[Row]:
+        """``(key, row)`` for every key in ``first..last`` (both included), ascending."""
+        ...
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    raise TypeError(f"cannot store a {type(value).__name__} in a row")
+
+
+def encode_row(row: dict[str, Any]) -> str:
+    """A row as compact JSON (dates ISO, decimals and UUIDs as strings, bytes as hex)."""
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+class SqlSource:
+    """A table read through SQLAlchemy Core, by ranges of an integer primary key.
+
+    ``url`` is a SQLAlchemy URL (``sqlite:///path.db``,
+    ``postgresql+psycopg://...``, ``mysql+pymysql://...``) or an ``Engine``.
+    ``page`` rows are read per query: ``WHERE key > last_seen AND key <=
+    chunk_end ORDER BY key LIMIT page``.
+    """
+
+    def __init__(self, url: Any, table: str, key: str, *, page: int = 1000) -> None:
+        try:
+            import sqlalchemy  # optional dependency: pip install "tenure[sql]"
+        except ImportError:
+            raise ArgumentError(
+                "url", 'SqlSource needs SQLAlchemy: pip install "tenure[sql]"'
+            ) from None
+        self._sa = sqlalchemy
+        self.engine = sqlalchemy.create_engine(url) if isinstance(url, str) else url
+        if not isinstance(page, int) or page < 1:
+            raise ArgumentError("page", f"must be a positive int, got {page!r}")
+        self.page = page
+        try:
+            self.table = sqlalchemy.Table(table, sqlalchemy.MetaData(), autoload_with=self.engine)
+        except sqlalchemy.exc.NoSuchTableError:
+            raise ArgumentError("table", f"no table {table!r} in {self._where()}") from None
+        if key not in self.table.c:
+            columns = ", ".join(self.table.c.keys())
+            raise ArgumentError("key", f"table {table!r} has no column {key!r} ({columns})")
+        self.key = self.table.c[key]
+
+    def _where(self) -> str:
+        return str(self.engine.url.render_as_string(hide_password=True))
+
+    def describe(self) -> dict[str, Any]:
+        """Kind, database (password hidden), table and key column."""
+        return {
+            "kind": "sql",
+            "database": self._where(),
+            "table": self.table.name,
+            "key": self.key.name,
+        }
+
+    def key_range(self) -> tuple[int, int]:
+        """MIN and MAX of the key, after checking it is an integer and unique."""
+        sa = self._sa
+        query = sa.select(
+            sa.func.min(self.key),
+            sa.func.max(self.key),
+            sa.func.count(),
+            sa.func.count(sa.distinct(self.key)),
+        ).select_from(self.table)
+        with self.engine.connect() as conn:
+            low, high, rows, distinct = conn.execute(query).one()
+        name = f"{self.table.name}.{self.key.name}"
+        if rows == 0:
+            raise ArgumentError("table", f"{self.table.name!r} is empty: nothing to ingest")
+        if not isinstance(low, int) or not isinstance(high, int) or isinstance(low, bool):
+            raise ArgumentError("key", f"{name} must be an integer column, got {low!r}")
+        if distinct != rows:
+            raise ArgumentError(
+                "key", f"{name} is not unique ({rows - distinct} duplicate or NULL keys)"
+            )
+        return int(low), int(high)
+
+    def rows(self, first: int, last: int) -> Iterator[Row]:
+        """The rows of ``first..last``, a page per query."""
+        sa = self._sa
+        after = first - 1
+        while True:
+            query = (
+                sa.select(self.table)
+                .where(self.key > after, self.key <= last)
+                .order_by(self.key)
+                .limit(self.page)
+            )
+            with self.engine.connect() as conn:
+                page = [dict(row._mapping) for row in conn.execute(query)]
+            for row in page:
+                yield int(row[self.key.name]), row
+            if len(page) < self.page:
+                return
+            after = int(page[-1][self.key.name])
+
+
+class CallableSource:
+    """Any callable that yields ``(key, row)`` for a key range, in ascending key order.
+
+    ``fetch(first, last)`` is called with a chunk's remaining range;
+    ``low``/``high`` are the keys the job covers and ``name`` names the
+    source in the plan (a different name is a different plan).
+    """
+
+    def __init__(
+        self,
+        fetch: Callable[[int, int], Iterable[Row]],
+        *,
+        low: int,
+        high: int,
+        name: str,
+    ) -> None:
+        if not callable(fetch):
+            raise ArgumentError("fetch", "must be callable")
+        self._fetch = fetch
+        self.low, self.high, self.name = low, high, name
+
+    def describe(self) -> dict[str, Any]:
+        """Kind and name."""
+        return {"kind": "callable", "name": self.name}
+
+    def key_range(self) -> tuple[int, int]:
+        """The range given."""
+        return self.low, self.high
+
+    def rows(self, first: int, last: int) -> Iterator[Row]:
+        """What ``fetch`` yields, checked to ascend within the range."""
+        previous = first - 1
+        for key, row in self._fetch(first, last):
+            if not previous < key <= last:
+                raise ArgumentError(
+                    "fetch", f"yielded key {key} outside {previous + 1}..{last} or out of order"
+                )
+            previous = key
+            yield key, row

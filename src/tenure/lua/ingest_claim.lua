@@ -1,0 +1,28 @@
+-- tenure script: ingest_claim
+-- Claim the next chunk that is free or whose lease ran out.
+-- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed)
+-- KEYS[2] leases hash chunk -> token
+-- KEYS[3] cursors hash chunk -> the last key committed
+-- KEYS[4] stats hash {rows, chunks_done, claims}
+-- KEYS[5] fence counter
+-- ARGV[1] the claim's token
+-- ARGV[2] lease in ms
+-- returns {1, chunk, fencing number, cursor or false}; {-1, ms until a lease
+--   runs out} when every chunk left is leased; {0} when every chunk is done
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)
+if #found == 0 then
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    if #first == 0 then
+        return {0}
+    end
+    return {-1, math.max(0, tonumber(first[2]) - now)}
+end
+local chunk = found[1]
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), chunk)
+redis.call('HSET', KEYS[2], chunk, ARGV[1])
+redis.call('HINCRBY', KEYS[4], 'claims', 1)
+local fence = redis.call('INCR', KEYS[5])
+return {1, tonumber(chunk), fence, redis.call('HGET', KEYS[3], chunk)}

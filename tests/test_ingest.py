@@ -1,0 +1,206 @@
+"""IngestJob: chunks claimed by workers, every row in the sink exactly once (real servers)."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tenure import (
+    ArgumentError,
+    CallableSource,
+    IngestJob,
+    PlanMismatchError,
+    SqlSource,
+)
+from tenure.server import ServerProcess
+
+
+def make_table(path: Path, rows: int, *, gaps: bool = True) -> list[int]:
+    """An SQLite table ``events`` with integer ids (some missing) and a few columns."""
+    ids = [i * 3 + (i % 2) if gaps else i for i in range(1, rows + 1)]
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, name TEXT, amount REAL)")
+        db.executemany(
+            "INSERT INTO events VALUES (?, ?, ?)", ((i, f"event {i}", i / 4) for i in ids)
+        )
+    return ids
+
+
+def stream_keys(client: redis.Redis, key: str) -> list[int]:
+    entries: Any = client.xrange(key)
+    return [int(fields[b"key"]) for _, fields in entries]
+
+
+def test_every_row_lands_once_with_workers_in_threads(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    ids = make_table(tmp_path / "db.sqlite", 5_000)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    clients = [tenure_server.client() for _ in range(3)]
+    jobs = [
+        IngestJob(c, "events", SqlSource(url, "events", "id"), chunk_size=700, batch=100)
+        for c in clients
+    ]
+    reports: list[Any] = []
+    threads = [threading.Thread(target=lambda j=j: reports.append(j.work())) for j in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sink = jobs[0].keys.default_sink()
+    assert sorted(stream_keys(tenure_client, sink)) == ids
+    assert sum(r.rows for r in reports) == len(ids)
+    status = jobs[0].status()
+    assert status.finished and status.rows == len(ids) and status.free == 0
+    assert status.chunks == jobs[0].plan().chunks
+    entries: Any = tenure_client.xrange(sink, count=1)
+    first = json.loads(entries[0][1][b"row"])
+    assert set(first) == {"id", "name", "amount"}
+    # a finished job run again is a no-op
+    assert jobs[1].work().rows == 0
+    assert tenure_client.xlen(sink) == len(ids)
+    for client in clients:
+        client.close()
+
+
+def test_a_hung_worker_loses_its_chunk_and_its_late_commit_is_refused(
+    tenure_client: redis.Redis,
+) -> None:
+    stalled = threading.Event()
+
+    def slow(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            if key == 50 and not stalled.is_set():
+                stalled.set()
+                time.sleep(1.0)  # hung past its 0.3 s lease
+            yield key, {"n": key}
+
+    def fast(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            yield key, {"n": key}
+
+    def numbers(fetch: Any) -> IngestJob:  # one chunk of 100 keys, 0.3 s leases
+        source = CallableSource(fetch, low=1, high=100, name="numbers")
+        return IngestJob(tenure_client, "hang", source, chunk_size=100, batch=10, lease=0.3)
+
+    hung = numbers(slow)
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(hung.work()))
+    thread.start()
+    assert stalled.wait(5)
+    time.sleep(0.4)  # the lease ran out
+    successor = numbers(fast)
+    taken = successor.work()
+    thread.join()
+    assert taken.chunks == 1 and result[0].refused == 1 and result[0].chunks == 0
+    assert sorted(stream_keys(tenure_client, hung.keys.default_sink())) == list(range(1, 101))
+
+
+def test_a_plan_under_the_same_name_must_match(tenure_client: redis.Redis, tmp_path: Path) -> None:
+    make_table(tmp_path / "db.sqlite", 100)
+    source = SqlSource(f"sqlite:///{tmp_path / 'db.sqlite'}", "events", "id")
+    first = IngestJob(tenure_client, "job", source, chunk_size=10)
+    plan = first.plan()
+    assert plan.chunks == (plan.high - plan.low) // 10 + 1
+    before = tenure_client.dbsize()
+    with pytest.raises(PlanMismatchError, match="chunks of 10; this run asks .* chunks of 20"):
+        IngestJob(tenure_client, "job", source, chunk_size=20).work()
+    other = CallableSource(lambda a, b: iter(()), low=1, high=5, name="else")
+    with pytest.raises(PlanMismatchError, match="use another job name"):
+        IngestJob(tenure_client, "job", other, chunk_size=10).plan()
+    assert tenure_client.dbsize() == before  # nothing half-written
+    assert IngestJob(tenure_client, "job", source, chunk_size=10).plan() == plan
+
+
+def test_bad_sources_are_refused_by_name(tenure_client: redis.Redis, tmp_path: Path) -> None:
+    path = tmp_path / "bad.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE words (id INTEGER, word TEXT)")
+        db.executemany("INSERT INTO words VALUES (?, ?)", [(1, "a"), (1, "b"), (2, "c")])
+        db.execute("CREATE TABLE named (code TEXT PRIMARY KEY)")
+        db.execute("INSERT INTO named VALUES ('x')")
+        db.execute("CREATE TABLE vacant (id INTEGER PRIMARY KEY)")
+    url = f"sqlite:///{path}"
+    with pytest.raises(ArgumentError, match="no table 'missing'"):
+        SqlSource(url, "missing", "id")
+    with pytest.raises(ArgumentError, match="has no column 'nope'"):
+        SqlSource(url, "words", "nope")
+    cases = [
+        (SqlSource(url, "words", "id"), "not unique"),
+        (SqlSource(url, "named", "code"), "must be an integer column"),
+        (SqlSource(url, "vacant", "id"), "is empty"),
+    ]
+    for source, message in cases:
+        with pytest.raises(ArgumentError, match=message):
+            IngestJob(tenure_client, f"bad-{message}", source).work()
+    with pytest.raises(ArgumentError, match="sink"):
+        IngestJob(tenure_client, "x", cases[0][0], sink="queue:x")
+    assert tenure_client.dbsize() == 0  # nothing half-written
+
+
+def test_a_list_sink_and_a_source_that_breaks_its_contract(tenure_client: redis.Redis) -> None:
+    rows = CallableSource(
+        lambda a, b: ((k, {"k": k}) for k in range(a, b + 1)), low=0, high=49, name="n"
+    )
+    job = IngestJob(tenure_client, "to-list", rows, chunk_size=7, sink="list:{to-list}:out")
+    assert job.work().rows == 50
+    stored = [json.loads(v)["k"] for v in tenure_client.lrange("{to-list}:out", 0, -1)]
+    assert sorted(stored) == list(range(50))
+    backwards = CallableSource(lambda a, b: iter([(b, {}), (a, {})]), low=0, high=9, name="b")
+    with pytest.raises(ArgumentError, match="out of order"):
+        IngestJob(tenure_client, "backwards", backwards).work()
+
+
+def test_workers_killed_with_kill_9_lose_and_duplicate_nothing(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    database = tmp_path / "big.sqlite"
+    ids = make_table(database, 100_000, gaps=False)
+    command = [sys.executable, "-m", "tests.ingest_worker", tenure_server.url, str(database), "big"]
+    workers = [subprocess.Popen(command) for _ in range(4)]
+    job = IngestJob(
+        tenure_client,
+        "big",
+        SqlSource(f"sqlite:///{database}", "events", "id", page=400),
+        chunk_size=5_000,
+        lease=1.0,
+        batch=200,
+    )
+    rng = random.Random(7)
+    kills = 0
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.05, 0.3))
+            if job.status().finished:
+                break
+            victim = rng.randrange(len(workers))
+            if workers[victim].poll() is None:
+                workers[victim].send_signal(signal.SIGKILL)
+                workers[victim].wait()
+                kills += 1
+            workers[victim] = subprocess.Popen(command)
+        for worker in workers:  # let the last ones finish what the killed ones held
+            worker.wait(timeout=60)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    assert job.status().finished
+    assert kills >= 10
+    keys = stream_keys(tenure_client, job.keys.default_sink())
+    assert len(keys) == len(ids)  # none duplicated...
+    assert sorted(keys) == ids  # ...and none lost

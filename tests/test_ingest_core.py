@@ -1,0 +1,57 @@
+"""Chunked ingestion's sans-IO half, without a server: plans, chunk ranges, replies."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tenure import ArgumentError
+from tenure._ingest_core import Claim, IngestKeys, Plan, chunk_range, parse_claim
+
+
+@given(
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=1, max_value=10**5),
+)
+def test_chunks_cover_the_range_once(low: int, span: int, size: int) -> None:
+    plan = Plan({"kind": "test"}, low, low + span, size)
+    first, _ = chunk_range(plan, 0)
+    _, last = chunk_range(plan, plan.chunks - 1)
+    assert (first, last) == (plan.low, plan.high)
+    if plan.chunks > 1:
+        _, end = chunk_range(plan, 0)
+        start, _ = chunk_range(plan, 1)
+        assert start == end + 1 and end - first + 1 == size
+
+
+def test_the_fingerprint_names_the_plan() -> None:
+    plan = Plan({"table": "t", "key": "id"}, 1, 100, 10)
+    same = Plan({"key": "id", "table": "t"}, 1, 100, 10)
+    assert plan.fingerprint == same.fingerprint
+    assert Plan.from_json(plan.as_json()) == plan
+    assert plan.fingerprint != Plan({"table": "t", "key": "id"}, 1, 100, 20).fingerprint
+    with pytest.raises(ArgumentError, match="empty"):
+        Plan({}, 5, 4, 1)
+    with pytest.raises(ArgumentError, match="chunk_size"):
+        Plan({}, 1, 4, 0)
+    with pytest.raises(ArgumentError, match="no chunk 10"):
+        chunk_range(plan, 10)
+
+
+def test_keys_share_the_job_hash_tag() -> None:
+    keys = IngestKeys.for_job("tenure:ingest:", "orders")
+    assert keys.plan == "tenure:ingest:{orders}:plan"
+    assert keys.default_sink() == "tenure:ingest:{orders}:rows"
+    assert all("{orders}" in key for key in vars(keys).values())
+
+
+def test_claim_replies() -> None:
+    assert parse_claim([1, 3, 17, None]) == Claim(chunk=3, fence=17, cursor=None)
+    assert parse_claim([1, 3, 17, b"41"]) == Claim(chunk=3, fence=17, cursor=41)
+    assert parse_claim([0]) is None
+    assert parse_claim([-1, 1500]) == 1.5
+    for bad in ([], [7], "x", [1, 2]):
+        with pytest.raises(ValueError, match="ingest_claim"):
+            parse_claim(bad)
