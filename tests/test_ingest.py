@@ -204,3 +204,92 @@ def test_workers_killed_with_kill_9_lose_and_duplicate_nothing(
     keys = stream_keys(tenure_client, job.keys.default_sink())
     assert len(keys) == len(ids)  # none duplicated...
     assert sorted(keys) == ids  # ...and none lost
+
+
+def _workers_until_done(
+    command: list[str], job: IngestJob, count: int, timeout: float = 120
+) -> list[subprocess.Popen[bytes]]:
+    """Start ``count`` workers; respawn any that exits before the job is done."""
+    workers = [subprocess.Popen(command, stderr=subprocess.DEVNULL) for _ in range(count)]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if job.status().finished:
+                break
+        except redis.RedisError:
+            pass  # the server is restarting
+        for index, worker in enumerate(workers):
+            if worker.poll() is not None:
+                workers[index] = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+        time.sleep(0.1)
+    return workers
+
+
+def test_a_stopped_worker_is_taken_over_and_its_commits_refused_when_resumed(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    database = tmp_path / "stop.sqlite"
+    ids = make_table(database, 40_000, gaps=False)
+    command = [
+        sys.executable,
+        "-m",
+        "tests.ingest_worker",
+        tenure_server.url,
+        str(database),
+        "stop",
+    ]
+    job = IngestJob(
+        tenure_client, "stop", SqlSource(f"sqlite:///{database}", "events", "id"), chunk_size=5_000
+    )
+    stopped = subprocess.Popen(command)
+    try:
+        while job.status().rows < 1_000:  # it is inside a chunk
+            time.sleep(0.01)
+        stopped.send_signal(signal.SIGSTOP)
+        held = job.status().claimed
+        assert held == 1
+        others = _workers_until_done(command, job, 2)
+        for worker in others:
+            worker.wait(timeout=60)
+        assert job.status().finished  # the stopped worker's chunk was taken over
+        stopped.send_signal(signal.SIGCONT)
+        assert stopped.wait(timeout=60) == 0  # resumed: refused, it moved on and ended
+    finally:
+        if stopped.poll() is None:
+            stopped.send_signal(signal.SIGCONT)
+            stopped.kill()
+            stopped.wait()
+    keys = stream_keys(tenure_client, job.keys.default_sink())
+    assert len(keys) == len(ids) and sorted(keys) == ids
+
+
+def test_a_server_restarted_with_aof_mid_job_loses_and_duplicates_nothing(
+    tenure_engine: Any, tmp_path: Path
+) -> None:
+    database = tmp_path / "aof.sqlite"
+    ids = make_table(database, 60_000, gaps=False)
+    with ServerProcess(tenure_engine, appendonly=True, name="tenure-ingest-aof") as server:
+        client = server.client()
+        command = [sys.executable, "-m", "tests.ingest_worker", server.url, str(database), "aof"]
+        job = IngestJob(
+            client, "aof", SqlSource(f"sqlite:///{database}", "events", "id"), chunk_size=5_000
+        )
+        job.plan()
+        restarted = threading.Event()
+
+        def restart_when_a_third_is_in() -> None:
+            while job.status().rows < len(ids) // 3:
+                time.sleep(0.02)
+            server.restart()
+            restarted.set()
+
+        restarter = threading.Thread(target=restart_when_a_third_is_in)
+        restarter.start()
+        workers = _workers_until_done(command, job, 3)
+        restarter.join(timeout=60)
+        for worker in workers:
+            worker.wait(timeout=60)
+        assert restarted.is_set() and job.status().finished
+        keys = stream_keys(client, job.keys.default_sink())
+        assert len(keys) == len(ids) and sorted(keys) == ids
+        client.close()

@@ -216,7 +216,7 @@ async def test_cold_key_loads_once_for_every_caller(
     results = await gather(*(lambda i=i: caller(i) for i in range(20)))
     assert loader.calls == 1
     assert all(value == {"report": 42} for value, _ in results)
-    assert max(waited for _, waited in results) < 0.3 + 0.25
+    assert max(waited for _, waited in results) < 0.3 + 0.5  # generous: a busy CI machine
     assert sum(c.statistics().loads for c in caches) == 1
 
 
@@ -236,7 +236,7 @@ async def test_stale_key_is_served_at_once_while_one_caller_refreshes(
 
     results = await gather(*(lambda i=i: caller(i) for i in range(20)))
     assert all(value == "old" for value, _ in results)
-    assert max(waited for _, waited in results) < 0.1
+    assert max(waited for _, waited in results) < 0.25  # nobody waited for the 0.3 s load
     await sleep(0.5)
     assert loader.calls == 1
     assert await caches[1].fetch("eur", loader) == "new"
@@ -279,7 +279,7 @@ async def test_loader_error_stores_nothing_and_passes_the_load_on(
     with pytest.raises(RuntimeError, match="database down"):
         await join(failing_call)
     assert await join(waiting_call) == "fine"
-    assert time.monotonic() - started < 0.5  # woken when the lease was given back
+    assert time.monotonic() - started < 1.0  # woken when the lease was given back, not at 5 s
     assert good.calls == 1
     assert await cache.fetch("k", Loader("unused")) == "fine"
 
@@ -306,7 +306,7 @@ async def test_a_dead_loader_delays_others_by_its_lease_at_most(
     other = AsyncHerdCache(other_client, "orphan", ttl=10, load_lease=0.4)
     started = time.monotonic()
     assert await other.fetch("k", Loader("recovered")) == "recovered"
-    assert 0.2 < time.monotonic() - started < 0.9
+    assert 0.2 < time.monotonic() - started < 1.5  # not the default 5 s lease
 
 
 async def test_callers_in_one_process_share_one_request(
@@ -359,10 +359,10 @@ async def test_herd_cache_on_a_cluster(
 async def test_early_refresh_renews_a_hot_entry_before_it_goes_stale(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
-    eager = AsyncHerdCache(tenure_async_client, "eager", ttl=30, early=10_000)
+    eager = AsyncHerdCache(tenure_async_client, "eager", ttl=30, early=1e9)
     loader = Loader("v", seconds=0.05)
     assert await eager.fetch("k", loader) == "v"
-    # 50 ms loads x a huge beta: due for early refresh long before its 30 s are up
+    # 50 ms loads x beta 1e9: due for early refresh unless -ln(u) < 6e-7 (p ~ 6e-7)
     assert await eager.fetch("k", loader) == "v"  # served at once, refreshed in the background
     await sleep(0.3)
     assert loader.calls == 2
