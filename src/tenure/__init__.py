@@ -14,6 +14,7 @@ Errors all derive from :class:`TenureError`; the tree is drawn in
 
 from tenure._async._cache import AsyncCache, AsyncHerdCache
 from tenure._async._connlock import AsyncConnectionLock
+from tenure._async._consumer import AsyncStreamConsumer
 from tenure._async._fence import AsyncFencedKey
 from tenure._async._lock import AsyncLock, AsyncReentrantLock
 from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
@@ -60,8 +61,10 @@ from tenure._leased_core import (
     ReadWriteStatistics,
     SemaphoreStatistics,
 )
+from tenure._stream_core import StreamMessage
 from tenure._sync._cache import Cache, HerdCache
 from tenure._sync._connlock import ConnectionLock
+from tenure._sync._consumer import StreamConsumer
 from tenure._sync._fence import FencedKey
 from tenure._sync._lock import Lock, ReentrantLock
 from tenure._sync._rwlock import ReadLock, ReadWriteLock, WriteLock
@@ -81,6 +84,7 @@ __all__ = [
     "AsyncReadWriteLock",
     "AsyncReentrantLock",
     "AsyncSemaphore",
+    "AsyncStreamConsumer",
     "AsyncWriteLock",
     "BackendError",
     "Cache",
@@ -122,6 +126,8 @@ __all__ = [
     "ServerStartError",
     "ServerUnavailableError",
     "SqlSource",
+    "StreamConsumer",
+    "StreamMessage",
     "TenureError",
     "WorkerReport",
     "WriteLock",

@@ -1,0 +1,222 @@
+"""AsyncStreamConsumer: a stream read through a consumer group, every message at least once.
+
+* New messages come with XREADGROUP; a message is done when its handler
+  returns and it is acknowledged (XACK).
+* A message whose consumer died (idle past ``claim_idle``) is claimed by
+  another consumer (XPENDING with IDLE, then XCLAIM), so nothing is lost.
+* A message delivered more than ``max_deliveries`` times (a poison
+  message) goes to the dead-letter stream with its delivery count, and is
+  acknowledged there, in one script (``stream_dead_letter``).
+* While a handler works, a heartbeat (the watchdog, every third of
+  ``claim_idle``) keeps its message claimed, so a long job is not claimed
+  twice while its consumer is alive.
+* :meth:`AsyncStreamConsumer.stop` ends :meth:`AsyncStreamConsumer.run`
+  after the message in hand, which is acknowledged first.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from tenure._async._scripting import AsyncClient, registry_for
+from tenure._async._watchdog import Job, watchdog
+from tenure._backend_asyncio import IS_ASYNC
+from tenure._clients import map_exceptions, require_client
+from tenure._exceptions import ArgumentError
+from tenure._stream_core import StreamMessage, entry_message, text
+
+__all__ = ["AsyncStreamConsumer"]
+
+
+class AsyncStreamConsumer:
+    """One consumer of ``stream`` in consumer group ``group``.
+
+    * ``consumer`` — this consumer's name (default: random); give a restarted
+      process the same name to get its own pending messages back at once.
+    * ``count`` / ``block`` — messages per read, seconds a read waits.
+    * ``claim_idle`` — seconds after which another consumer's unacknowledged
+      message is taken over (its consumer is presumed dead).
+    * ``max_deliveries`` — deliveries after which a message is dead-lettered.
+    * ``dead_letter`` — the dead-letter stream (default ``<stream>:dead``;
+      on a cluster give both keys one hash tag).
+    * ``start`` — where a new group starts: ``"0"`` (everything, default) or
+      ``"$"`` (only what arrives from now on).
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        stream: str,
+        group: str,
+        consumer: str | None = None,
+        *,
+        count: int = 100,
+        block: float = 1.0,
+        claim_idle: float = 30.0,
+        max_deliveries: int = 5,
+        dead_letter: str | None = None,
+        start: str = "0",
+    ) -> None:
+        require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=stream)
+        if not isinstance(count, int) or count < 1:
+            raise ArgumentError("count", f"must be a positive int, got {count!r}", name=stream)
+        if not isinstance(max_deliveries, int) or max_deliveries < 1:
+            raise ArgumentError("max_deliveries", "must be a positive int", name=stream)
+        if not 0 < claim_idle <= 86_400 or not 0 <= block <= 3600:
+            raise ArgumentError(
+                "claim_idle", "claim_idle must be in (0, 86400] and block in [0, 3600]", name=stream
+            )
+        self.client = client
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer or f"consumer-{secrets.token_hex(4)}"
+        self.count = count
+        self.block_ms = round(block * 1000)
+        self.claim_idle_ms = round(claim_idle * 1000)
+        self.max_deliveries = max_deliveries
+        self.dead_letter = dead_letter or f"{stream}:dead"
+        self.start = start
+        self._registry = registry_for(client)
+        self._ready = False
+        self._stopping = False
+        self.processed = 0
+        self.dead_lettered = 0
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.stream!r} group={self.group!r} as {self.consumer!r}>"
+
+    async def setup(self) -> None:
+        """Create the group (and the stream) if they do not exist; idempotent."""
+        with map_exceptions(name=self.stream, doing="creating the consumer group"):
+            try:
+                await self.client.xgroup_create(self.stream, self.group, self.start, mkstream=True)
+            except redis_errors.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+        self._ready = True
+
+    async def read(self) -> list[StreamMessage]:
+        """The next messages: first those of dead consumers, then new ones (waits ``block``).
+
+        Messages delivered more than ``max_deliveries`` times are moved to the
+        dead-letter stream instead of being returned.
+        """
+        if not self._ready:
+            await self.setup()
+        messages = await self._claim_abandoned()
+        if messages:
+            return messages
+        with map_exceptions(name=self.stream, doing="reading the stream"):
+            reply: Any = await self.client.xreadgroup(
+                self.group,
+                self.consumer,
+                {self.stream: ">"},
+                count=self.count,
+                block=self.block_ms or None,
+            )
+        found: list[StreamMessage] = []
+        for _, entries in reply or []:
+            found += [entry_message(entry_id, fields, 1) for entry_id, fields in entries]
+        return found
+
+    async def _claim_abandoned(self) -> list[StreamMessage]:
+        with map_exceptions(name=self.stream, doing="looking for abandoned messages"):
+            pending: Any = await self.client.xpending_range(
+                self.stream, self.group, "-", "+", self.count, idle=self.claim_idle_ms
+            )
+        if not pending:
+            return []
+        deliveries = {text(p["message_id"]): int(p["times_delivered"]) + 1 for p in pending}
+        with map_exceptions(name=self.stream, doing="claiming abandoned messages"):
+            claimed: Any = await self.client.xclaim(
+                self.stream, self.group, self.consumer, self.claim_idle_ms, list(deliveries)
+            )
+        messages = []
+        for entry_id, fields in claimed:
+            message_id = text(entry_id)
+            count = deliveries.get(message_id, 1)
+            if fields is None:
+                continue  # deleted from the stream meanwhile
+            if count > self.max_deliveries:
+                await self._dead_letter(message_id, count)
+            else:
+                messages.append(entry_message(entry_id, fields, count))
+        return messages
+
+    async def _dead_letter(self, message_id: str, deliveries: int) -> None:
+        with map_exceptions(name=self.stream, doing="dead-lettering a message"):
+            await self._registry.run(
+                "stream_dead_letter",
+                (self.stream, self.dead_letter),
+                (self.group, message_id, deliveries),
+                name=self.stream,
+            )
+        self.dead_lettered += 1
+
+    async def ack(self, *messages: StreamMessage) -> int:
+        """Acknowledge ``messages``: done, never delivered again. How many were pending."""
+        if not messages:
+            return 0
+        with map_exceptions(name=self.stream, doing="acknowledging messages"):
+            return int(await self.client.xack(self.stream, self.group, *(m.id for m in messages)))
+
+    def stop(self) -> None:
+        """Make :meth:`run` return after the message in hand (a signal handler may call it)."""
+        self._stopping = True
+
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping
+
+    async def run(self, handler: Callable[[StreamMessage], Any]) -> int:
+        """Handle messages until :meth:`stop`; acknowledge each one its handler finished.
+
+        A handler that raises leaves its message unacknowledged: it comes back
+        (to any consumer) after ``claim_idle``, and goes to the dead-letter
+        stream after ``max_deliveries``. Returns how many messages were handled.
+        """
+        handled = 0
+        while not self.stopping():
+            for message in await self.read():
+                heartbeat = self._keep_claimed(message)
+                try:
+                    result = handler(message)
+                    # unasync: async-only
+                    if hasattr(result, "__await__"):
+                        await result
+                    # unasync: sync-only
+                    # unasync: end
+                except Exception:
+                    continue  # unacknowledged: retried after claim_idle
+                finally:
+                    watchdog().cancel(heartbeat)
+                await self.ack(message)
+                handled += 1
+                self.processed += 1
+                if self.stopping():  # the handler, or a signal, may have asked
+                    break
+        return handled
+
+    def _keep_claimed(self, message: StreamMessage) -> Job:
+        every = self.claim_idle_ms / 3000
+
+        def touched(reply: Any, error: BaseException | None) -> float | None:
+            return time.monotonic() + every if error is None and int(reply) == 1 else None
+
+        return watchdog().schedule(
+            Job(
+                due=time.monotonic() + every,
+                client=self.client,
+                script="stream_touch",
+                keys=(self.stream,),
+                args=(self.group, self.consumer, message.id),
+                on_result=touched,
+                name=self.stream,
+                slack=every / 4,
+            )
+        )

@@ -1,0 +1,119 @@
+"""StreamConsumer contract tests, written once for asyncio and generated for threads."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from tenure import ArgumentError, AsyncStreamConsumer, StreamMessage
+from tests._backend_asyncio import join, sleep, spawn
+
+
+async def add(client: redis.asyncio.Redis, stream: str, count: int) -> list[str]:
+    ids = []
+    for n in range(count):
+        entry = await client.xadd(stream, {"n": str(n)})
+        ids.append(entry.decode() if isinstance(entry, bytes) else str(entry))
+    return ids
+
+
+async def test_messages_are_read_once_and_acknowledged(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    ids = await add(tenure_async_client, "jobs", 10)
+    consumer = AsyncStreamConsumer(tenure_async_client, "jobs", "workers", "w1", block=0.1)
+    got = await consumer.read()
+    assert [m.id for m in got] == ids and all(m.deliveries == 1 for m in got)
+    assert got[3].fields == {"n": b"3"}
+    assert await consumer.ack(*got) == 10
+    assert await consumer.read() == []
+    pending: Any = await tenure_async_client.xpending("jobs", "workers")
+    assert pending["pending"] == 0
+
+
+async def test_a_dead_consumers_messages_are_claimed_by_another(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    await add(tenure_async_client, "jobs", 5)
+    dead = AsyncStreamConsumer(tenure_async_client, "jobs", "g", "dead", block=0.1)
+    assert len(await dead.read()) == 5  # read, never acknowledged: it died
+    alive = AsyncStreamConsumer(other_client, "jobs", "g", "alive", block=0.1, claim_idle=0.2)
+    assert await alive.read() == []  # not idle long enough yet
+    await sleep(0.3)
+    taken = await alive.read()
+    assert len(taken) == 5 and all(m.deliveries == 2 for m in taken)
+    await alive.ack(*taken)
+
+
+async def test_a_poison_message_ends_in_the_dead_letter_stream(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    await add(tenure_async_client, "{q}jobs", 1)
+    consumers = [
+        AsyncStreamConsumer(
+            tenure_async_client, "{q}jobs", "g", f"c{n}", block=0.1, claim_idle=0.1,
+            max_deliveries=2,
+        )
+        for n in range(3)
+    ]  # fmt: skip
+    assert [m.deliveries for m in await consumers[0].read()] == [1]
+    await sleep(0.15)
+    assert [m.deliveries for m in await consumers[1].read()] == [2]
+    await sleep(0.15)
+    assert await consumers[2].read() == []  # a third delivery: dead-lettered instead
+    dead: Any = await tenure_async_client.xrange("{q}jobs:dead")
+    assert len(dead) == 1 and dead[0][1][b"tenure-deliveries"] == b"3"
+    assert dead[0][1][b"n"] == b"0"
+    pending: Any = await tenure_async_client.xpending("{q}jobs", "g")
+    assert pending["pending"] == 0
+    assert consumers[2].dead_lettered == 1
+
+
+async def test_run_acknowledges_each_handled_message_and_stops(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    await add(tenure_async_client, "jobs", 20)
+    consumer = AsyncStreamConsumer(tenure_async_client, "jobs", "g", count=3, block=0.1)
+    seen: list[StreamMessage] = []
+
+    def handle(message: StreamMessage) -> None:
+        if message.fields["n"] == b"4":
+            raise ValueError("poison")  # left unacknowledged, retried later
+        seen.append(message)
+        if len(seen) == 8:
+            consumer.stop()
+
+    assert await consumer.run(handle) == 8
+    pending: Any = await tenure_async_client.xpending("jobs", "g")
+    assert pending["pending"] == 1  # the one that raised
+
+
+async def test_a_long_job_stays_claimed_while_its_consumer_lives(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    await add(tenure_async_client, "jobs", 1)
+    worker = AsyncStreamConsumer(tenure_async_client, "jobs", "g", "slow", claim_idle=0.3)
+    thief = AsyncStreamConsumer(other_client, "jobs", "g", "thief", block=0.05, claim_idle=0.3)
+
+    async def slow(message: StreamMessage) -> None:
+        await sleep(1.2)  # four claim_idle periods
+        worker.stop()
+
+    running = spawn(lambda: worker.run(slow))
+    stolen = []
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        stolen += await thief.read()
+        await sleep(0.05)
+    assert await join(running) == 1
+    assert stolen == []  # the heartbeat kept it claimed
+
+
+async def test_bad_arguments(tenure_async_client: redis.asyncio.Redis) -> None:
+    with pytest.raises(ArgumentError, match="count"):
+        AsyncStreamConsumer(tenure_async_client, "s", "g", count=0)
+    with pytest.raises(ArgumentError, match="claim_idle"):
+        AsyncStreamConsumer(tenure_async_client, "s", "g", claim_idle=0)
