@@ -35,7 +35,7 @@ from tenure._ingest_core import Claim, IngestKeys, Plan, chunk_range, parse_clai
 from tenure._ingest_sources import RowSource, encode_row
 from tenure._sync._scripting import registry_for
 
-__all__ = ["IngestJob", "IngestStatus", "WorkerReport"]
+__all__ = ["IngestJob", "IngestStatus", "WorkerReport", "read_status"]
 
 
 @dataclass(frozen=True)
@@ -219,26 +219,29 @@ class IngestJob:
 
     def status(self) -> IngestStatus:
         """Chunks done, claimed and free, rows committed and claims made, as the server has them."""
-        now_ms = None
-        with map_exceptions(name=self.name, doing="reading the job's status"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hget(self.keys.plan, "chunks")
-            pipe.hgetall(self.keys.stats)
-            pipe.zcard(self.keys.free)
-            pipe.time()
-            chunks, stats, left, server_time = pipe.execute()
-            now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
-            claimed = int(self.client.zcount(self.keys.free, f"({now_ms}", "+inf"))
-        figures = {_text(k): int(v) for k, v in (stats or {}).items()}
-        total = int(chunks or 0)
-        return IngestStatus(
-            chunks=total,
-            done=figures.get("chunks_done", 0),
-            claimed=claimed,
-            free=int(left) - claimed,
-            rows=figures.get("rows", 0),
-            claims=figures.get("claims", 0),
-        )
+        return read_status(self.client, self.keys, name=self.name)
+
+
+def read_status(client: Any, keys: IngestKeys, *, name: str) -> IngestStatus:
+    """The status of the job with ``keys``; no source needed (``tenure ingest status``)."""
+    with map_exceptions(name=name, doing="reading the job's status"):
+        pipe = client.pipeline(transaction=False)
+        pipe.hget(keys.plan, "chunks")
+        pipe.hgetall(keys.stats)
+        pipe.zcard(keys.free)
+        pipe.time()
+        chunks, stats, left, server_time = pipe.execute()
+        now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
+        claimed = int(client.zcount(keys.free, f"({now_ms}", "+inf"))
+    figures = {_text(k): int(v) for k, v in (stats or {}).items()}
+    return IngestStatus(
+        chunks=int(chunks or 0),
+        done=figures.get("chunks_done", 0),
+        claimed=claimed,
+        free=int(left) - claimed,
+        rows=figures.get("rows", 0),
+        claims=figures.get("claims", 0),
+    )
 
 
 def _parse_sink(sink: str | None, default: str, name: str) -> tuple[str, str]:

@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--watch", type=_positive_float, help="refresh every N seconds")
     look.add_argument("--count", type=_positive_int, help="with --watch: stop after N rounds")
 
+    from tenure._ingest_cli import add_ingest
+
+    add_ingest(commands, _positive_int, _positive_float)
+
     server = commands.add_parser(
         "server",
         help="run an embedded server in the foreground",
@@ -237,6 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(load_benchmark(options.bench).run_command(options, command))
         if options.command == "inspect":
             return _run_inspect(options)
+        if options.command == "ingest":
+            from tenure._ingest_cli import run_ingest
+
+            return run_ingest(options)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -1,0 +1,176 @@
+"""``tenure ingest run`` and ``tenure ingest status``: the ingestion job from the command line.
+
+``run`` freezes the plan, starts ``--workers`` worker processes and draws a
+progress line (rows, rows/s, chunks, ETA) until the job is done. Ctrl-C stops
+the workers; their chunks' leases run out and the same command resumes
+where the job stood (a finished job is a no-op). ``status`` reads a job's
+counters without its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import sys
+import time
+from typing import Any
+
+import redis
+
+from tenure._exceptions import ArgumentError
+from tenure._ingest import IngestJob, IngestStatus, read_status
+from tenure._ingest_core import IngestKeys
+from tenure._ingest_sources import SqlSource
+
+__all__ = ["add_ingest", "run_ingest"]
+
+PREFIX = "tenure:ingest:"
+
+
+def add_ingest(commands: Any, positive_int: Any, positive_float: Any) -> None:
+    """The ``ingest`` command and its ``run`` and ``status`` subcommands."""
+    ingest = commands.add_parser(
+        "ingest",
+        help="feed a SQL table into a Redis stream in chunks, every row once",
+        description="Chunked, crash-safe ingestion of a SQL table into a Redis stream.",
+    )
+    actions = ingest.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = actions.add_parser(
+        "run",
+        help="ingest a table (resumable: run it again after Ctrl-C or a crash)",
+        description="Ingest TABLE of SOURCE_URL (a SQLAlchemy URL, e.g. sqlite:///data.db) "
+        "into a stream with --workers processes.",
+    )
+    run.add_argument("source_url", metavar="SOURCE_URL", help="SQLAlchemy URL of the database")
+    run.add_argument("--table", required=True, help="the table to read")
+    run.add_argument("--key", required=True, help="its integer, unique key column")
+    run.add_argument("--chunk-size", type=positive_int, default=10_000, help="keys per chunk")
+    run.add_argument("--workers", type=positive_int, default=4, help="worker processes (4)")
+    run.add_argument("--sink", help="stream:KEY or list:KEY (default: the job's own stream)")
+    run.add_argument("--name", help="the job's name (default: the table's)")
+    run.add_argument("--lease", type=positive_float, default=30.0, help="claim lease, s (30)")
+    run.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
+    status = actions.add_parser("status", help="a job's progress")
+    status.add_argument("name", metavar="JOB")
+    status.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _redis(url: str | None) -> redis.Redis:
+    url = url or os.environ.get("REDIS_URL")
+    if not url:
+        raise ArgumentError("--url", "give --url or set REDIS_URL (the job lives on that server)")
+    try:
+        return redis.Redis.from_url(url)
+    except ValueError as exc:
+        raise ArgumentError("--url", f"{exc} (got {url!r})") from exc
+
+
+def _job(client: redis.Redis, options: argparse.Namespace) -> IngestJob:
+    source = SqlSource(options.source_url, options.table, options.key)
+    return IngestJob(
+        client,
+        options.name or options.table,
+        source,
+        chunk_size=options.chunk_size,
+        sink=options.sink,
+        lease=options.lease,
+    )
+
+
+def _work(url: str, options: dict[str, Any]) -> None:
+    """One worker process: work the job to its end."""
+    with redis.Redis.from_url(url) as client:
+        _job(client, argparse.Namespace(**options)).work()
+
+
+def _progress(status: IngestStatus, started: float, rows_before: int) -> str:
+    elapsed = max(time.monotonic() - started, 1e-6)
+    rate = (status.rows - rows_before) / elapsed
+    done_share = status.done / status.chunks if status.chunks else 1.0
+    eta = elapsed / done_share - elapsed if 0 < done_share < 1 else 0.0
+    return (
+        f"{status.rows:,} rows  {rate:,.0f} rows/s  chunks {status.done}/{status.chunks} "
+        f"({status.claimed} in work)  ETA {eta:,.0f} s"
+    )
+
+
+def run_ingest(options: argparse.Namespace) -> int:
+    """Run ``tenure ingest run`` or ``tenure ingest status``."""
+    client = _redis(options.url)
+    try:
+        if options.action == "status":
+            status = read_status(
+                client, IngestKeys.for_job(PREFIX, options.name), name=options.name
+            )
+            if status.chunks == 0:
+                raise ArgumentError(
+                    "JOB", f"no ingestion job named {options.name!r} on this server"
+                )
+            if options.json:
+                print(json.dumps({**dataclasses.asdict(status), "finished": status.finished}))
+            else:
+                print(f"{options.name}: {_progress(status, time.monotonic() - 1, status.rows)}"
+                      f"{'  finished' if status.finished else ''}")  # fmt: skip
+            return 0
+        return _run(client, options)
+    finally:
+        client.close()
+
+
+def _run(client: redis.Redis, options: argparse.Namespace) -> int:
+    job = _job(client, options)
+    plan = job.plan()  # checks the source and freezes (or matches) the plan
+    before = job.status()
+    if before.finished:
+        print(f"{job.name}: already done ({before.rows:,} rows in {plan.chunks} chunks)")
+        return 0
+    redis_url = options.url or os.environ["REDIS_URL"]  # _redis() checked there is one
+    context = multiprocessing.get_context("spawn")
+    settings = {k: getattr(options, k) for k in
+                ("source_url", "table", "key", "chunk_size", "sink", "name", "lease")}  # fmt: skip
+    workers = [
+        context.Process(target=_work, args=(redis_url, settings), daemon=True)
+        for _ in range(options.workers)
+    ]
+    started = time.monotonic()
+    tty = sys.stderr.isatty()
+    last_line = 0.0
+    try:
+        for worker in workers:
+            worker.start()
+        while True:
+            status = job.status()
+            line = _progress(status, started, before.rows)
+            if tty:
+                print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
+            elif time.monotonic() - last_line >= 5:
+                print(line, file=sys.stderr, flush=True)
+                last_line = time.monotonic()
+            if status.finished:
+                break
+            if not any(worker.is_alive() for worker in workers):
+                workers = [context.Process(target=_work, args=(redis_url, settings), daemon=True)
+                           for _ in range(options.workers)]  # fmt: skip
+                for worker in workers:  # they ended (an error, a lost server): start again
+                    worker.start()
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        for worker in workers:
+            worker.terminate()
+        if tty:
+            print(file=sys.stderr)
+        print(f"{job.name}: stopped; run the same command again to resume", file=sys.stderr)
+        return 130
+    finally:
+        for worker in workers:
+            worker.join(timeout=10)
+    if tty:
+        print(file=sys.stderr)
+    status = job.status()
+    took = time.monotonic() - started
+    print(f"{job.name}: done, {status.rows:,} rows in {plan.chunks} chunks, {took:,.1f} s")
+    return 0
