@@ -296,13 +296,19 @@ class Codec:
 
     def decode(self, data: bytes) -> Any:
         """The value of stored ``data``; :class:`CacheDecodeError` if it is not ours."""
-        if self.serializer is not None and data.startswith(self._plain):  # the common case
-            try:
-                return self.serializer.deserialize(data[len(self._plain) :])
-            except CacheDecodeError:
-                raise
-            except Exception as exc:
-                raise CacheDecodeError(f"cannot deserialize the entry: {exc}") from exc
+        plain = data.startswith(self._plain)  # the common case: this format, uncompressed
+        payload = data[len(self._plain) :] if plain else self._payload(data)
+        if self.serializer is None:
+            return payload
+        try:
+            return self.serializer.deserialize(payload)
+        except CacheDecodeError:
+            raise
+        except Exception as exc:
+            raise CacheDecodeError(f"cannot deserialize the entry: {exc}") from exc
+
+    def _payload(self, data: bytes) -> bytes:
+        """The serialized bytes of ``data``, its header checked, decompressed if it was."""
         if not data.startswith(MAGIC):
             raise CacheDecodeError("not a tenure cache entry (no tn1 header)")
         serializer_tag, sep, rest = data[len(MAGIC) :].partition(b":")
@@ -314,24 +320,17 @@ class Codec:
                 f"entry written with serializer {serializer_tag.decode(errors='replace')!r}, "
                 f"this cache reads {self._serializer_tag.decode()!r}"
             )
-        if compressor_tag:
-            if compressor_tag != self._compressor_tag:
-                raise CacheDecodeError(
-                    f"entry compressed with {compressor_tag.decode(errors='replace')!r}, "
-                    "which this cache does not use"
-                )
-            try:
-                payload = self.compressor.decompress(payload)
-            except Exception as exc:
-                raise CacheDecodeError(f"cannot decompress the entry: {exc}") from exc
-        if self.serializer is None:
+        if not compressor_tag:
             return payload
+        if compressor_tag != self._compressor_tag:
+            raise CacheDecodeError(
+                f"entry compressed with {compressor_tag.decode(errors='replace')!r}, "
+                "which this cache does not use"
+            )
         try:
-            return self.serializer.deserialize(payload)
-        except CacheDecodeError:
-            raise
+            return bytes(self.compressor.decompress(payload))
         except Exception as exc:
-            raise CacheDecodeError(f"cannot deserialize the entry: {exc}") from exc
+            raise CacheDecodeError(f"cannot decompress the entry: {exc}") from exc
 
 
 # -- identities ------------------------------------------------------------------

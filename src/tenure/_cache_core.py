@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, overload
 
 from tenure._exceptions import ArgumentError
+from tenure._leased_core import check_seconds
 
 __all__ = [
     "CacheKeys",
@@ -64,16 +65,15 @@ def check_duration(
     allow_none: bool = True,
     allow_zero: bool = False,
 ) -> float | None:
-    """``value`` in seconds, validated: a finite number > 0 (or 0, or None when allowed)."""
+    """``value`` in seconds, validated: a finite number > 0 (or 0, or None when allowed).
+
+    :func:`~tenure._leased_core.check_seconds` refuses what no duration can be;
+    a cache's durations must also be finite, and most of them non-zero.
+    """
+    check_seconds(argument, value, allow_none=allow_none, name=name)
     if value is None:
-        if allow_none:
-            return None
-        raise ArgumentError(argument, "must be a number of seconds, not None", name=name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ArgumentError(
-            argument, f"must be a number of seconds, got {type(value).__name__}", name=name
-        )
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        return None
+    if not math.isfinite(value) or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ArgumentError(argument, f"must be finite and {bound}, got {value!r}", name=name)
     return float(value)

@@ -166,7 +166,7 @@ def cached(
                 stored = key_of(args, kwargs)
                 loaded = await async_load(args, kwargs)
                 await cache._store_key(stored, loaded, None, None)
-                return errors.result(loaded.value if isinstance(loaded, Loaded) else loaded)
+                return errors.result(loaded)
 
             wrapper: Any = async_wrapper
             wrapper.invalidate = async_invalidate
@@ -192,7 +192,7 @@ def cached(
                 stored = key_of(args, kwargs)
                 loaded = sync_load(args, kwargs)
                 cache._store_key(stored, loaded, None, None)
-                return errors.result(loaded.value if isinstance(loaded, Loaded) else loaded)
+                return errors.result(loaded)
 
             wrapper = sync_wrapper
             wrapper.invalidate = sync_invalidate

@@ -14,7 +14,7 @@
   the lease. A worker that is killed, or hangs past its lease, loses the
   chunk; its successor resumes after the cursor, and the late worker's
   commits are refused. So every row lands once, whatever dies when.
-* **State stays.** Counters and chunk states are kept after the job ends
+* **State stays.** Counters, cursors and the chunks left are kept after the job ends
   (never a deleted key), so ``status`` can tell, and a rerun does nothing.
 
 Every key is under the job's ``{name}`` hash tag, the default sink included.
@@ -33,6 +33,7 @@ from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError, PlanMismatchError
 from tenure._ingest_core import Claim, IngestKeys, Plan, chunk_range, parse_claim
 from tenure._ingest_sources import RowSource, encode_row
+from tenure._leased_core import to_text
 from tenure._sync._scripting import registry_for
 
 __all__ = ["IngestJob", "IngestStatus", "WorkerReport", "read_status"]
@@ -147,7 +148,7 @@ class IngestJob:
     def _frozen(self) -> Plan | None:
         with map_exceptions(name=self.name, doing="reading the plan"):
             text = self.client.hget(self.keys.plan, "plan")
-        return None if text is None else Plan.from_json(_text(text))
+        return None if text is None else Plan.from_json(to_text(text))
 
     # -- working -----------------------------------------------------------------
 
@@ -208,8 +209,8 @@ class IngestJob:
         with map_exceptions(name=self.name, doing="committing a batch"):
             reply = self._registry.run(
                 "ingest_commit",
-                (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.state,
-                 self.keys.stats, self.sink_key),
+                (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.stats,
+                 self.sink_key),
                 (token, chunk, self.lease_ms, 1 if final else 0, self.sink_kind, *batch),
                 name=self.name,
             )  # fmt: skip
@@ -225,22 +226,12 @@ class IngestJob:
 def read_status(client: Any, keys: IngestKeys, *, name: str) -> IngestStatus:
     """The status of the job with ``keys``; no source needed (``tenure ingest status``)."""
     with map_exceptions(name=name, doing="reading the job's status"):
-        pipe = client.pipeline(transaction=False)
-        pipe.hget(keys.plan, "chunks")
-        pipe.hgetall(keys.stats)
-        pipe.zcard(keys.free)
-        pipe.time()
-        chunks, stats, left, server_time = pipe.execute()
-        now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
-        claimed = int(client.zcount(keys.free, f"({now_ms}", "+inf"))
-    figures = {_text(k): int(v) for k, v in (stats or {}).items()}
+        reply = registry_for(client).run(
+            "ingest_status", (keys.plan, keys.free, keys.stats), (), name=name
+        )
+    chunks, left, claimed, rows, done, claims = (int(figure) for figure in reply)
     return IngestStatus(
-        chunks=int(chunks or 0),
-        done=figures.get("chunks_done", 0),
-        claimed=claimed,
-        free=int(left) - claimed,
-        rows=figures.get("rows", 0),
-        claims=figures.get("claims", 0),
+        chunks=chunks, done=done, claimed=claimed, free=left - claimed, rows=rows, claims=claims
     )
 
 
@@ -251,7 +242,3 @@ def _parse_sink(sink: str | None, default: str, name: str) -> tuple[str, str]:
     if not sep or kind not in ("stream", "list") or not key:
         raise ArgumentError("sink", f"must be 'stream:KEY' or 'list:KEY', got {sink!r}", name=name)
     return kind, key
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)

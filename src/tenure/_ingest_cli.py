@@ -59,10 +59,14 @@ def add_ingest(commands: Any, positive_int: Any, positive_float: Any) -> None:
     status.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _redis(url: str | None) -> redis.Redis:
-    url = url or os.environ.get("REDIS_URL")
+def _redis_url(given: str | None) -> str:
+    url = given or os.environ.get("REDIS_URL")
     if not url:
         raise ArgumentError("--url", "give --url or set REDIS_URL (the job lives on that server)")
+    return url
+
+
+def _redis(url: str) -> redis.Redis:
     try:
         return redis.Redis.from_url(url)
     except ValueError as exc:
@@ -87,20 +91,22 @@ def _work(url: str, options: dict[str, Any]) -> None:
         _job(client, argparse.Namespace(**options)).work()
 
 
+def _figures(status: IngestStatus) -> str:
+    return f"{status.rows:,} rows  chunks {status.done}/{status.chunks} ({status.claimed} in work)"
+
+
 def _progress(status: IngestStatus, started: float, rows_before: int) -> str:
     elapsed = max(time.monotonic() - started, 1e-6)
     rate = (status.rows - rows_before) / elapsed
     done_share = status.done / status.chunks if status.chunks else 1.0
     eta = elapsed / done_share - elapsed if 0 < done_share < 1 else 0.0
-    return (
-        f"{status.rows:,} rows  {rate:,.0f} rows/s  chunks {status.done}/{status.chunks} "
-        f"({status.claimed} in work)  ETA {eta:,.0f} s"
-    )
+    return f"{_figures(status)}  {rate:,.0f} rows/s  ETA {eta:,.0f} s"
 
 
 def run_ingest(options: argparse.Namespace) -> int:
     """Run ``tenure ingest run`` or ``tenure ingest status``."""
-    client = _redis(options.url)
+    url = _redis_url(options.url)
+    client = _redis(url)
     try:
         if options.action == "status":
             status = read_status(
@@ -113,22 +119,22 @@ def run_ingest(options: argparse.Namespace) -> int:
             if options.json:
                 print(json.dumps({**dataclasses.asdict(status), "finished": status.finished}))
             else:
-                print(f"{options.name}: {_progress(status, time.monotonic() - 1, status.rows)}"
-                      f"{'  finished' if status.finished else ''}")  # fmt: skip
+                print(
+                    f"{options.name}: {_figures(status)}{'  finished' if status.finished else ''}"
+                )
             return 0
-        return _run(client, options)
+        return _run(client, url, options)
     finally:
         client.close()
 
 
-def _run(client: redis.Redis, options: argparse.Namespace) -> int:
+def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> int:
     job = _job(client, options)
     plan = job.plan()  # checks the source and freezes (or matches) the plan
     before = job.status()
     if before.finished:
         print(f"{job.name}: already done ({before.rows:,} rows in {plan.chunks} chunks)")
         return 0
-    redis_url = options.url or os.environ["REDIS_URL"]  # _redis() checked there is one
     context = multiprocessing.get_context("spawn")
     settings = {k: getattr(options, k) for k in
                 ("source_url", "table", "key", "chunk_size", "sink", "name", "lease")}  # fmt: skip

@@ -80,7 +80,6 @@ class IngestKeys:
     free: str  # zset: chunk -> lease expiry in ms (0: never claimed); done chunks leave it
     leases: str  # hash: chunk -> the claim's token
     cursors: str  # hash: chunk -> the last key committed
-    state: str  # hash: chunk -> "done"
     stats: str  # hash: rows, chunks_done, claims
     fence: str  # counter: each claim's fencing number
 

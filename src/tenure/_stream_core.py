@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["StreamMessage", "entry_message", "text"]
+from tenure._leased_core import to_text
+
+__all__ = ["StreamMessage", "entry_message"]
 
 
 @dataclass(frozen=True)
@@ -17,12 +19,9 @@ class StreamMessage:
     deliveries: int  # 1 the first time; more when it was claimed from a consumer that died
 
 
-def text(value: Any) -> str:
-    """A reply element as str."""
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 def entry_message(entry_id: Any, fields: Any, deliveries: int) -> StreamMessage:
     """A stream entry (as redis-py returns it) as a :class:`StreamMessage`."""
-    decoded = {text(k): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()}
-    return StreamMessage(id=text(entry_id), fields=decoded, deliveries=deliveries)
+    decoded = {
+        to_text(k): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()
+    }
+    return StreamMessage(id=to_text(entry_id), fields=decoded, deliveries=deliveries)

@@ -28,7 +28,8 @@ from tenure._async._watchdog import Job, watchdog
 from tenure._backend_asyncio import IS_ASYNC
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._stream_core import StreamMessage, entry_message, text
+from tenure._leased_core import to_text
+from tenure._stream_core import StreamMessage, entry_message
 
 __all__ = ["AsyncStreamConsumer"]
 
@@ -131,14 +132,14 @@ class AsyncStreamConsumer:
             )
         if not pending:
             return []
-        deliveries = {text(p["message_id"]): int(p["times_delivered"]) + 1 for p in pending}
+        deliveries = {to_text(p["message_id"]): int(p["times_delivered"]) + 1 for p in pending}
         with map_exceptions(name=self.stream, doing="claiming abandoned messages"):
             claimed: Any = await self.client.xclaim(
                 self.stream, self.group, self.consumer, self.claim_idle_ms, list(deliveries)
             )
         messages = []
         for entry_id, fields in claimed:
-            message_id = text(entry_id)
+            message_id = to_text(entry_id)
             count = deliveries.get(message_id, 1)
             if fields is None:
                 continue  # deleted from the stream meanwhile

@@ -155,9 +155,7 @@ class _AsyncCacheBase:
             self.default_ttl if ttl is None else check_duration("ttl", ttl, name=self.name)
         )
 
-    def _decode(self, data: bytes | None, key: str, default: Any) -> Any:
-        if data is None:
-            return default
+    def _decode(self, data: bytes, key: str) -> Any:
         try:
             return self.codec.decode(data)
         except CacheDecodeError as exc:
@@ -253,7 +251,7 @@ class Cache(_AsyncCacheBase):
             self._counts["misses"] += 1
             return default
         try:
-            value = self._decode(data, key, default)
+            value = self._decode(data, key)
         except CacheDecodeError:
             self._counts["misses"] += 1
             return default
@@ -382,8 +380,7 @@ class HerdCache(_AsyncCacheBase):
             "herd_timeout", herd_timeout, name=name, allow_none=False, allow_zero=True
         )
         self.load_lease = check_duration("load_lease", load_lease, name=name, allow_none=False)
-        beta = check_duration("early", early, name=name, allow_none=False, allow_zero=True)
-        self.early = beta or 0.0
+        self.early = check_duration("early", early, name=name, allow_none=False, allow_zero=True)
         self.fallback = bool(fallback)
         self._registry = registry_for(client)
         self._leases: dict[str, str] = {}  # entry key -> lease token handed out by get()
@@ -412,7 +409,7 @@ class HerdCache(_AsyncCacheBase):
             self._counts["misses"] += 1
             return default
         try:
-            value = self._decode(fetched.value, stored, default)
+            value = self._decode(fetched.value or b"", stored)
         except CacheDecodeError:
             self._counts["misses"] += 1
             return default
@@ -590,7 +587,7 @@ class HerdCache(_AsyncCacheBase):
         self._outage_logged = False
         if fetched.status in (Status.FRESH, Status.STALE, Status.REFRESH):
             try:
-                value = self._decode(fetched.value, stored, None)
+                value = self._decode(fetched.value or b"", stored)
             except CacheDecodeError:
                 if fetched.status == Status.REFRESH:
                     self._give_back(keys, token)

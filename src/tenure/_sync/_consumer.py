@@ -27,7 +27,8 @@ from redis import exceptions as redis_errors
 from tenure._backend_threads import IS_ASYNC
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._stream_core import StreamMessage, entry_message, text
+from tenure._leased_core import to_text
+from tenure._stream_core import StreamMessage, entry_message
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
@@ -132,14 +133,14 @@ class StreamConsumer:
             )
         if not pending:
             return []
-        deliveries = {text(p["message_id"]): int(p["times_delivered"]) + 1 for p in pending}
+        deliveries = {to_text(p["message_id"]): int(p["times_delivered"]) + 1 for p in pending}
         with map_exceptions(name=self.stream, doing="claiming abandoned messages"):
             claimed: Any = self.client.xclaim(
                 self.stream, self.group, self.consumer, self.claim_idle_ms, list(deliveries)
             )
         messages = []
         for entry_id, fields in claimed:
-            message_id = text(entry_id)
+            message_id = to_text(entry_id)
             count = deliveries.get(message_id, 1)
             if fields is None:
                 continue  # deleted from the stream meanwhile

@@ -3,9 +3,8 @@
 -- KEYS[1] free zset chunk -> lease expiry in ms
 -- KEYS[2] leases hash chunk -> token
 -- KEYS[3] cursors hash chunk -> the last key committed
--- KEYS[4] state hash chunk -> "done"
--- KEYS[5] stats hash {rows, chunks_done, claims}
--- KEYS[6] the sink: a stream (XADD) or a list (RPUSH)
+-- KEYS[4] stats hash {rows, chunks_done, claims}
+-- KEYS[5] the sink: a stream (XADD) or a list (RPUSH)
 -- ARGV[1] the claim's token
 -- ARGV[2] the chunk
 -- ARGV[3] lease in ms, renewed by this commit
@@ -21,20 +20,19 @@ end
 local rows = (#ARGV - 5) / 2
 for i = 6, #ARGV, 2 do
     if ARGV[5] == 'stream' then
-        redis.call('XADD', KEYS[6], '*', 'key', ARGV[i], 'row', ARGV[i + 1])
+        redis.call('XADD', KEYS[5], '*', 'key', ARGV[i], 'row', ARGV[i + 1])
     else
-        redis.call('RPUSH', KEYS[6], ARGV[i + 1])
+        redis.call('RPUSH', KEYS[5], ARGV[i + 1])
     end
 end
 if rows > 0 then
     redis.call('HSET', KEYS[3], chunk, ARGV[#ARGV - 1])
-    redis.call('HINCRBY', KEYS[5], 'rows', rows)
+    redis.call('HINCRBY', KEYS[4], 'rows', rows)
 end
 if ARGV[4] == '1' then
     redis.call('ZREM', KEYS[1], chunk)
     redis.call('HDEL', KEYS[2], chunk)
-    redis.call('HSET', KEYS[4], chunk, 'done')
-    redis.call('HINCRBY', KEYS[5], 'chunks_done', 1)
+    redis.call('HINCRBY', KEYS[4], 'chunks_done', 1)
 else
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
