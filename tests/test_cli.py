@@ -48,7 +48,13 @@ def test_version_and_help() -> None:
             "tenure: inspect: cannot reach the server",
         ),
         (("inspect", "--url", "notaurl"), 2, "tenure: inspect: --url: Redis URL must specify"),
-        (("demo", "--url", "redis://127.0.0.1:1", "--seconds", "0.2"), 1, "tenure: demo: "),
+        (
+            ("demo", "market", "--url", "redis://127.0.0.1:1", "--seconds", "0.2"),
+            1,
+            "tenure: demo: ",
+        ),
+        (("demo", "--table-rows", "10"), 2, "tenure: demo: --table-rows: must be 1,000.."),
+        (("demo", "sideshow"), 2, "tenure: demo DEMO: invalid choice: 'sideshow'"),
         (("demo", "--seconds", "abc"), 2, "tenure: demo --seconds: must be a number of seconds"),
         (("inspect", "--count", "x"), 2, "tenure: inspect --count: must be a whole number"),
         (("nonesuch",), 2, "tenure: COMMAND: invalid choice: 'nonesuch'"),
@@ -85,7 +91,7 @@ def test_bad_arguments_exit_with_usage() -> None:
 
 @pytest.mark.slow
 def test_demo_json_on_its_own_server() -> None:
-    done = run("demo", "--seconds", "0.5", "--rows", "1/1,2/2", "--json")
+    done = run("demo", "market", "--seconds", "0.5", "--rows", "1/1,2/2", "--json")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [(r["listers"], r["buyers"], r["mode"]) for r in rows] == [
@@ -113,7 +119,7 @@ def test_demo_json_on_its_own_server() -> None:
 @pytest.mark.slow
 def test_demo_on_a_given_url(tenure_server_url: str, tenure_client: redis.Redis) -> None:
     done = run(
-        "demo", "--seconds", "0.3", "--rows", "2/1", "--modes", "lock,script",
+        "demo", "market", "--seconds", "0.3", "--rows", "2/1", "--modes", "lock,script",
         "--url", tenure_server_url,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -122,6 +128,30 @@ def test_demo_on_a_given_url(tenure_server_url: str, tenure_client: redis.Redis)
     assert "WRONG" not in done.stdout
     assert "started" not in done.stdout
     assert list(tenure_client.scan_iter(match="tenure:demo:*")) == []  # it cleaned up
+
+
+@pytest.mark.slow
+def test_demo_ingest_on_a_given_url(tenure_server_url: str, tenure_client: redis.Redis) -> None:
+    done = run("demo", "ingest", "--table-rows", "60000", "--seed", "3", "--json",
+               "--url", tenure_server_url)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["ok"] and result["rows"] == result["entries"] == 60_000, result
+    assert result["lost"] == result["duplicated"] == result["mismatched"] == 0
+    assert result["kills"] >= 1, result
+    assert "every row exactly once" in done.stderr
+    assert list(tenure_client.scan_iter(match="tenure:demo:*")) == []  # it cleaned up
+
+
+@pytest.mark.slow
+def test_plain_demo_runs_every_demo_on_one_server() -> None:
+    done = run("demo", "--seconds", "0.3", "--rows", "1/1", "--modes", "lock",
+               "--table-rows", "20000", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report) == {"market", "ingest"}
+    assert report["market"][0]["consistent"] and report["ingest"]["ok"]
+    assert done.stderr.count("started ") == 1  # one server for both
 
 
 def _children(pid: int) -> list[int]:
@@ -134,7 +164,7 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.slow
 def test_killing_the_demo_leaves_no_process() -> None:
     demo = subprocess.Popen(
-        [*TENURE, "demo", "--seconds", "30", "--rows", "1/1", "--modes", "lock"],
+        [*TENURE, "demo", "market", "--seconds", "30", "--rows", "1/1", "--modes", "lock"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -161,10 +191,36 @@ def test_killing_the_demo_leaves_no_process() -> None:
 
 
 @pytest.mark.slow
+def test_killing_the_ingest_demo_leaves_no_worker() -> None:
+    demo = subprocess.Popen(
+        [*TENURE, "demo", "ingest", "--table-rows", "2000000", "--no-kills"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children(demo.pid)) < 5:  # the server and four workers
+            assert time.monotonic() < deadline, "the demo never started its workers"
+            time.sleep(0.1)
+        time.sleep(1.0)  # let them work
+        processes = _children(demo.pid)
+        demo.send_signal(signal.SIGKILL)
+        demo.wait(timeout=10)
+        for pid in processes:
+            assert wait_dead(pid, 5.0), f"process {pid} outlived the killed demo"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        if demo.stdout is not None:
+            demo.stdout.close()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["starting", "trading"])
 def test_ctrl_c_stops_the_demo_and_everything_it_started(when: str) -> None:
     demo = subprocess.Popen(
-        [*TENURE, "demo", "--seconds", "20", "--rows", "2/2", "--modes", "lock"],
+        [*TENURE, "demo", "market", "--seconds", "20", "--rows", "2/2", "--modes", "lock"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -163,13 +163,28 @@ def test_a_list_sink_and_a_source_that_breaks_its_contract(tenure_client: redis.
         IngestJob(tenure_client, "backwards", backwards).work()
 
 
-def test_workers_killed_with_kill_9_lose_and_duplicate_nothing(
+def audited_keys(client: redis.Redis, stream: str) -> list[int]:
+    """Every entry's key in stream order, read a page at a time."""
+    keys: list[int] = []
+    start = "-"
+    while True:
+        page: Any = client.xrange(stream, min=start, count=20_000)
+        keys += (int(fields[b"key"]) for _, fields in page)
+        if len(page) < 20_000:
+            return keys
+        start = "(" + page[-1][0].decode()
+
+
+def test_a_million_rows_with_workers_killed_20_times_lose_and_duplicate_nothing(
     tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
 ) -> None:
     database = tmp_path / "big.sqlite"
-    ids = make_table(database, 100_000, gaps=False)
+    rows = 1_000_000
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, name TEXT, amount REAL)")
+        db.executemany("INSERT INTO events VALUES (?, ?, ?)",
+                       ((i, f"event {i}", i / 4) for i in range(1, rows + 1)))  # fmt: skip
     command = [sys.executable, "-m", "tests.ingest_worker", tenure_server.url, str(database), "big"]
-    workers = [subprocess.Popen(command) for _ in range(4)]
     job = IngestJob(
         tenure_client,
         "big",
@@ -178,32 +193,39 @@ def test_workers_killed_with_kill_9_lose_and_duplicate_nothing(
         lease=1.0,
         batch=200,
     )
+    started = time.monotonic()
+    workers = [(subprocess.Popen(command), started) for _ in range(4)]
     rng = random.Random(7)
     kills = 0
-    deadline = time.monotonic() + 120
+    deadline = started + 240
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not job.status().finished:
             time.sleep(rng.uniform(0.05, 0.3))
-            if job.status().finished:
-                break
-            victim = rng.randrange(len(workers))
-            if workers[victim].poll() is None:
-                workers[victim].send_signal(signal.SIGKILL)
-                workers[victim].wait()
+            now = time.monotonic()
+            # a random worker past its start-up (a worker still importing holds nothing)
+            working = [i for i, (_, born) in enumerate(workers) if now - born > 0.5]
+            if not working:
+                continue
+            victim = rng.choice(working)
+            if workers[victim][0].poll() is None:
+                workers[victim][0].send_signal(signal.SIGKILL)
+                workers[victim][0].wait()
                 kills += 1
-            workers[victim] = subprocess.Popen(command)
-        for worker in workers:  # let the last ones finish what the killed ones held
+            workers[victim] = (subprocess.Popen(command), time.monotonic())
+        for worker, _ in workers:  # let the last ones finish what the killed ones held
             worker.wait(timeout=60)
     finally:
-        for worker in workers:
+        for worker, _ in workers:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
-    assert job.status().finished
-    assert kills >= 10
-    keys = stream_keys(tenure_client, job.keys.default_sink())
-    assert len(keys) == len(ids)  # none duplicated...
-    assert sorted(keys) == ids  # ...and none lost
+    status = job.status()
+    assert status.finished and status.rows == rows
+    assert kills >= 20
+    assert status.claims > status.chunks  # chunks of killed workers were taken over
+    keys = audited_keys(tenure_client, job.keys.default_sink())
+    assert len(keys) == rows  # none duplicated...
+    assert set(keys) == set(range(1, rows + 1))  # ...and none lost
 
 
 def _workers_until_done(

@@ -11,11 +11,14 @@ as soon as it has started them.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["ignore_sigint", "sigint_blocked"]
+from tenure.server._spawner import PR_SET_PDEATHSIG, PRCTL
+
+__all__ = ["die_with_parent", "ignore_sigint", "sigint_blocked"]
 
 
 @contextmanager
@@ -32,3 +35,15 @@ def ignore_sigint() -> None:
     """In a helper process: ignore SIGINT, then unblock it (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def die_with_parent(parent: int) -> None:
+    """In a helper process: be killed with the process ``parent`` (even by kill -9), on Linux.
+
+    Call it first thing, with the parent's pid passed in; exits at once if the
+    parent is already gone. Elsewhere only that check is made.
+    """
+    if PRCTL is not None:
+        PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)

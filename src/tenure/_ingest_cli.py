@@ -16,16 +16,18 @@ import multiprocessing
 import os
 import sys
 import time
-from typing import Any
+from multiprocessing.process import BaseProcess
+from typing import Any, TextIO
 
 import redis
 
+from tenure._children import die_with_parent, ignore_sigint, sigint_blocked
 from tenure._exceptions import ArgumentError
 from tenure._ingest import IngestJob, IngestStatus, read_status
 from tenure._ingest_core import IngestKeys
 from tenure._ingest_sources import SqlSource
 
-__all__ = ["add_ingest", "run_ingest"]
+__all__ = ["ProgressWriter", "add_ingest", "progress_line", "run_ingest", "start_worker"]
 
 PREFIX = "tenure:ingest:"
 
@@ -82,25 +84,77 @@ def _job(client: redis.Redis, options: argparse.Namespace) -> IngestJob:
         chunk_size=options.chunk_size,
         sink=options.sink,
         lease=options.lease,
+        prefix=getattr(options, "prefix", PREFIX),
     )
 
 
-def _work(url: str, options: dict[str, Any]) -> None:
-    """One worker process: work the job to its end."""
+def _work(url: str, options: dict[str, Any], parent: int) -> None:
+    """One worker process: work the job to its end (Ctrl-C is the parent's to handle).
+
+    It dies with its parent: a killed ``tenure ingest run`` leaves no worker.
+    """
+    die_with_parent(parent)
+    ignore_sigint()
     with redis.Redis.from_url(url) as client:
         _job(client, argparse.Namespace(**options)).work()
+
+
+def start_worker(url: str, settings: dict[str, Any]) -> BaseProcess:
+    """Start one worker process of the job ``settings`` describe (``run``'s options).
+
+    ``settings``: ``source_url``, ``table``, ``key``, ``chunk_size``, ``sink``,
+    ``name``, ``lease`` and optionally ``prefix``. The worker ignores Ctrl-C; stop it with
+    ``terminate()`` (or kill it: the job loses nothing).
+    """
+    worker = multiprocessing.get_context("spawn").Process(
+        target=_work, args=(url, settings, os.getpid()), daemon=True
+    )
+    with sigint_blocked():
+        worker.start()
+    return worker
 
 
 def _figures(status: IngestStatus) -> str:
     return f"{status.rows:,} rows  chunks {status.done}/{status.chunks} ({status.claimed} in work)"
 
 
-def _progress(status: IngestStatus, started: float, rows_before: int) -> str:
+class ProgressWriter:
+    """One progress line: redrawn in place on a terminal, else printed every ``every`` s."""
+
+    def __init__(self, stream: TextIO, *, every: float = 5.0) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.every = every
+        self._last = 0.0
+        self._drawn = False
+
+    def show(self, line: str) -> None:
+        """Draw ``line`` (on a terminal at once; elsewhere when ``every`` s have passed)."""
+        if self.tty:
+            print(f"\r{line}\033[K", end="", file=self.stream, flush=True)
+            self._drawn = True
+        elif time.monotonic() - self._last >= self.every:
+            print(line, file=self.stream, flush=True)
+            self._last = time.monotonic()
+
+    def end(self) -> None:
+        """Leave the line drawn in place, so what follows starts on a new one."""
+        if self._drawn:
+            print(file=self.stream, flush=True)
+            self._drawn = False
+
+
+def progress_line(
+    status: IngestStatus, started: float, rows_before: int, *, width: int = 20
+) -> str:
+    """A bar of the chunks done, then rows, rows/s since ``started`` and the ETA."""
     elapsed = max(time.monotonic() - started, 1e-6)
     rate = (status.rows - rows_before) / elapsed
     done_share = status.done / status.chunks if status.chunks else 1.0
     eta = elapsed / done_share - elapsed if 0 < done_share < 1 else 0.0
-    return f"{_figures(status)}  {rate:,.0f} rows/s  ETA {eta:,.0f} s"
+    filled = round(done_share * width)
+    bar = "#" * filled + "." * (width - filled)
+    return f"[{bar}] {_figures(status)}  {rate:,.0f} rows/s  ETA {eta:,.0f} s"
 
 
 def run_ingest(options: argparse.Namespace) -> int:
@@ -135,47 +189,32 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
     if before.finished:
         print(f"{job.name}: already done ({before.rows:,} rows in {plan.chunks} chunks)")
         return 0
-    context = multiprocessing.get_context("spawn")
     settings = {k: getattr(options, k) for k in
                 ("source_url", "table", "key", "chunk_size", "sink", "name", "lease")}  # fmt: skip
-    workers = [
-        context.Process(target=_work, args=(redis_url, settings), daemon=True)
-        for _ in range(options.workers)
-    ]
     started = time.monotonic()
-    tty = sys.stderr.isatty()
-    last_line = 0.0
+    progress = ProgressWriter(sys.stderr)
+    workers: list[BaseProcess] = []
     try:
-        for worker in workers:
-            worker.start()
+        workers += [start_worker(redis_url, settings) for _ in range(options.workers)]
         while True:
             status = job.status()
-            line = _progress(status, started, before.rows)
-            if tty:
-                print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
-            elif time.monotonic() - last_line >= 5:
-                print(line, file=sys.stderr, flush=True)
-                last_line = time.monotonic()
+            progress.show(progress_line(status, started, before.rows))
             if status.finished:
                 break
             if not any(worker.is_alive() for worker in workers):
-                workers = [context.Process(target=_work, args=(redis_url, settings), daemon=True)
-                           for _ in range(options.workers)]  # fmt: skip
-                for worker in workers:  # they ended (an error, a lost server): start again
-                    worker.start()
+                # they ended (an error, a lost server): start them again
+                workers = [start_worker(redis_url, settings) for _ in range(options.workers)]
             time.sleep(0.25)
     except KeyboardInterrupt:
         for worker in workers:
             worker.terminate()
-        if tty:
-            print(file=sys.stderr)
+        progress.end()
         print(f"{job.name}: stopped; run the same command again to resume", file=sys.stderr)
         return 130
     finally:
         for worker in workers:
             worker.join(timeout=10)
-    if tty:
-        print(file=sys.stderr)
+    progress.end()
     status = job.status()
     took = time.monotonic() - started
     print(f"{job.name}: done, {status.rows:,} rows in {plan.chunks} chunks, {took:,.1f} s")

@@ -1,6 +1,7 @@
 """The ``tenure`` command: ``demo``, ``bench``, ``inspect``, ``server`` and ``--version``.
 
-tenure demo                 # the marketplace demo on an embedded server
+tenure demo                 # every demo, shortened, on an embedded server
+tenure demo ingest          # one demo in full (market, ingest)
 tenure demo --url URL       # ... on your server instead
 tenure bench locks --plot waits.png   # tenure.Lock beside its peers
 tenure inspect --url URL    # who holds and waits for what
@@ -19,6 +20,7 @@ from typing import NoReturn
 import redis
 
 from tenure._bench import BENCHMARKS, BenchmarkError, load_benchmark
+from tenure._demo.main import DEMOS, run_demos
 from tenure._exceptions import ArgumentError, ClientTypeError, TenureError
 from tenure._version import __version__
 
@@ -89,29 +91,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="the Redis in Action marketplace, three ways, on an embedded server (or --url)",
-        description="Listers and buyers trade on one market (Redis in Action 6.2) guarded by "
-        "WATCH/MULTI/EXEC, by tenure.Lock, and by one Lua script per operation; prints "
-        "what each got done beside the book's figures. Starts its own server unless --url "
-        "or REDIS_URL is given.",
+        help="the demos (marketplace, chunked ingestion) on an embedded server (or --url)",
+        description="Without DEMO, each demo in turn, shortened (about a minute). market: "
+        "listers and buyers trade on one market (Redis in Action 6.2) guarded by "
+        "WATCH/MULTI/EXEC, by tenure.Lock, and by one Lua script per operation, beside the "
+        "book's figures. ingest: a generated SQLite table ingested into a stream by worker "
+        "processes killed at random with kill -9, then audited. Starts its own server "
+        "unless --url or REDIS_URL is given.",
     )
+    demo.add_argument("which", metavar="DEMO", nargs="?", choices=DEMOS, help="market or ingest")
     demo.add_argument("--url", help="use this server instead of an embedded one")
-    demo.add_argument(
-        "--seconds", type=_positive_float, default=4.0, help="seconds per run (default 4)"
+    demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    market = demo.add_argument_group("market")
+    market.add_argument(
+        "--seconds",
+        type=_positive_float,
+        default=None,
+        help="seconds per run (default 4; 2 when every demo runs)",
     )
-    demo.add_argument(
+    market.add_argument(
         "--rows",
         type=_rows,
         default=None,
         help="listers/buyers pairs, comma-separated (default 1/1,5/1,5/5)",
     )
-    demo.add_argument(
+    market.add_argument(
         "--modes",
         type=_modes,
         default=None,
         help="some of watch,lock,script (default: all three)",
     )
-    demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ingest = demo.add_argument_group("ingest")
+    ingest.add_argument(
+        "--table-rows",
+        type=_positive_int,
+        default=None,
+        help="rows in the table (default 1,000,000; 200,000 when every demo runs)",
+    )
+    ingest.add_argument("--workers", type=_positive_int, default=4, help="worker processes (4)")
+    ingest.add_argument("--no-kills", action="store_true", help="kill no worker")
+    ingest.add_argument("--seed", type=int, default=None, help="seed of the kill schedule")
 
     bench = commands.add_parser(
         "bench",
@@ -224,16 +243,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if options.command == "demo":
             from tenure._demo.market import MODES
-            from tenure._demo.run import DEFAULT_ROWS, run_demo
+            from tenure._demo.run import DEFAULT_ROWS
 
-            run_demo(
+            return run_demos(
+                options.which,
                 url=options.url,
                 seconds=options.seconds,
                 rows=options.rows or DEFAULT_ROWS,
                 modes=options.modes or MODES,
-                as_json=options.json,
+                table_rows=options.table_rows,
+                workers=options.workers,
+                kills=not options.no_kills,
+                seed=options.seed,
+                as_json_output=options.json,
             )
-            return 0
         if options.command == "server":
             return _run_server(options)
         if options.command == "bench":

@@ -37,7 +37,7 @@ from tenure._demo.market import MODES, Market, Tally, Trader, audit, close_marke
 from tenure._exceptions import ArgumentError, TenureError
 from tenure.server._process import given_or_private
 
-__all__ = ["BOOK", "DEFAULT_ROWS", "DemoResult", "run_demo"]
+__all__ = ["BOOK", "DEFAULT_ROWS", "DemoResult", "check_arguments", "run_demo", "server_url"]
 
 DEFAULT_ROWS: tuple[tuple[int, int], ...] = ((1, 1), (5, 1), (5, 5))
 MODE_LABELS = {"watch": "WATCH/MULTI/EXEC", "lock": "tenure.Lock", "script": "Lua script"}
@@ -294,16 +294,17 @@ def _run(
 
 
 @contextmanager
-def _server_url(url: str | None, out: TextIO) -> Iterator[str]:
+def server_url(url: str | None, out: TextIO) -> Iterator[str]:
+    """Yield ``url``, or start a private server (saying so on ``out``) and yield its URL."""
     pid = None
-    with given_or_private(url, name="tenure-demo") as (server_url, server):
+    with given_or_private(url, name="tenure-demo") as (address, server):
         if server is not None:
             pid = server.pid
             print(
-                f"started {server.engine.name} {server.engine.version} (pid {pid}) at {server_url}",
+                f"started {server.engine.name} {server.engine.version} (pid {pid}) at {address}",
                 file=out,
             )
-        yield server_url
+        yield address
     if pid is not None:
         print(f"stopped the server (pid {pid})", file=out)
 
@@ -367,7 +368,11 @@ def _summary(results: list[DemoResult]) -> str:
     return "\n".join(textwrap.fill(line, 88, subsequent_indent="  ") for line in lines)
 
 
-def _check_rows(rows: Sequence[tuple[int, int]]) -> None:
+def check_arguments(rows: Sequence[tuple[int, int]], modes: Sequence[str]) -> None:
+    """Refuse listers/buyers pairs and modes the demo cannot run (:class:`ArgumentError`)."""
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown or not modes:
+        raise ArgumentError("modes", f"choose some of {', '.join(MODES)}, got {list(modes)}")
     if not rows:
         raise ArgumentError("rows", "name at least one listers/buyers pair")
     for listers, buyers in rows:
@@ -393,14 +398,11 @@ def run_demo(
     ``rows`` are (listers, buyers) pairs, ``modes`` a subset of ``watch``,
     ``lock`` and ``script``; each pair runs in each mode for ``seconds``.
     """
-    _check_rows(rows)
-    unknown = [mode for mode in modes if mode not in MODES]
-    if unknown or not modes:
-        raise ArgumentError("modes", f"choose some of {', '.join(MODES)}, got {list(modes)}")
+    check_arguments(rows, modes)
     stream = out or sys.stdout
     log = sys.stderr if as_json else stream
     results: list[DemoResult] = []
-    with _server_url(url or os.environ.get("REDIS_URL"), log) as server_url:
+    with server_url(url or os.environ.get("REDIS_URL"), log) as address:
         size = max(listers + buyers for listers, buyers in rows)
         print(
             f"Marketplace of Redis in Action 6.2: {len(rows) * len(modes)} runs of "
@@ -408,12 +410,12 @@ def run_demo(
             file=log,
             flush=True,
         )
-        pool = _Pool(size, server_url)
+        pool = _Pool(size, address)
         progress = _Progress(sys.stderr, len(rows) * len(modes), seconds)
         try:
             for listers, buyers in rows:
                 for mode in modes:
-                    results.append(_run(pool, server_url, listers, buyers, mode, seconds, progress))
+                    results.append(_run(pool, address, listers, buyers, mode, seconds, progress))
         except BaseException:  # Ctrl-C or a failed run: stop the traders now
             pool.close(abort=True)
             raise

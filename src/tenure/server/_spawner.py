@@ -22,9 +22,9 @@ from concurrent.futures import Future
 from queue import SimpleQueue
 from typing import IO, cast
 
-__all__ = ["spawn"]
+__all__ = ["PRCTL", "PR_SET_PDEATHSIG", "spawn"]
 
-_PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG = 1
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -40,17 +40,17 @@ def _load_prctl() -> Callable[..., int] | None:
     return cast("Callable[..., int]", prctl)
 
 
-_PRCTL = _load_prctl()
+PRCTL = _load_prctl()
 _SIGKILL = int(signal.SIGKILL)
 
 
 def _make_preexec(parent_pid: int) -> Callable[[], None] | None:
-    prctl = _PRCTL
+    prctl = PRCTL
     if prctl is None:
         return None
 
     def preexec() -> None:  # runs in the child between fork and exec: keep it tiny
-        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os._exit(1)
 
