@@ -146,7 +146,7 @@ def run_ingest_demo(
             f"ingesting it with {workers} worker processes"
             + (", killing one with kill -9 every 0.1-0.4 s..." if kills else "...")
         )
-        print(textwrap.fill(intro, 88), file=stream, flush=True)
+        print(_wrap(intro), file=stream, flush=True)
         settings = {
             "source_url": f"sqlite:///{folder / 'events.sqlite'}",
             "table": "events",
@@ -255,7 +255,13 @@ def _summary(result: IngestDemoResult) -> str:
         f"audit: {result.entries:,} entries in the stream, {verdict} "
         f"({result.lost} lost, {result.duplicated} duplicated).",
     ]
-    return "\n".join(textwrap.fill(line, 88, subsequent_indent="  ") for line in lines)
+    return "\n".join(_wrap(line, indent="  ") for line in lines)
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    """``text`` in lines of 88 columns, never breaking "kill -9"."""
+    glued = text.replace("kill -9", "kill\0-9")
+    return textwrap.fill(glued, 88, subsequent_indent=indent).replace("\0", " ")
 
 
 def as_json(result: IngestDemoResult) -> dict[str, Any]:
