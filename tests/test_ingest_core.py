@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from tenure import ArgumentError
 from tenure._ingest_core import Claim, IngestKeys, Plan, chunk_range, parse_claim
+from tenure._stream_core import StreamMessage, parse_claimed
 
 
 @given(
@@ -55,3 +56,15 @@ def test_claim_replies() -> None:
     for bad in ([], [7], "x", [1, 2]):
         with pytest.raises(ValueError, match="ingest_claim"):
             parse_claim(bad)
+
+
+def test_stream_claim_replies_are_parsed_strictly() -> None:
+    reply = [b"0-0", [[b"1-1", [b"key", b"7", b"row", b"{}"], 3]], 2]
+    cursor, messages, dead = parse_claimed(reply)
+    assert cursor == "0-0" and dead == 2
+    assert messages == [StreamMessage("1-1", {"key": b"7", "row": b"{}"}, 3)]
+    assert parse_claimed([b"5-0", [], 0]) == ("5-0", [], 0)
+    with pytest.raises(ValueError, match="unexpected stream_claim reply"):
+        parse_claimed([b"0-0", []])
+    with pytest.raises(ValueError, match="shorter than"):  # an odd field list
+        parse_claimed([b"0-0", [[b"1-1", [b"key"], 1]], 0])

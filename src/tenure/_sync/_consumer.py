@@ -4,10 +4,11 @@
 * New messages come with XREADGROUP; a message is done when its handler
   returns and it is acknowledged (XACK).
 * A message whose consumer died (idle past ``claim_idle``) is claimed by
-  another consumer (XPENDING with IDLE, then XCLAIM), so nothing is lost.
+  another consumer (XAUTOCLAIM, its cursor kept from one read to the next),
+  so nothing is lost.
 * A message delivered more than ``max_deliveries`` times (a poison
   message) goes to the dead-letter stream with its delivery count, and is
-  acknowledged there, in one script (``stream_dead_letter``).
+  acknowledged, in the same script call as the claim (``stream_claim``).
 * While a handler works, a heartbeat (the watchdog, every third of
   ``claim_idle``) keeps its message claimed, so a long job is not claimed
   twice while its consumer is alive.
@@ -27,8 +28,7 @@ from redis import exceptions as redis_errors
 from tenure._backend_threads import IS_ASYNC
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._leased_core import to_text
-from tenure._stream_core import StreamMessage, entry_message
+from tenure._stream_core import StreamMessage, entry_message, parse_claimed
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
@@ -86,6 +86,7 @@ class StreamConsumer:
         self._registry = registry_for(client)
         self._ready = False
         self._stopping = False
+        self._cursor = "0-0"  # where the scan for abandoned messages goes on
         self.processed = 0
         self.dead_lettered = 0
 
@@ -127,38 +128,17 @@ class StreamConsumer:
         return found
 
     def _claim_abandoned(self) -> list[StreamMessage]:
-        with map_exceptions(name=self.stream, doing="looking for abandoned messages"):
-            pending: Any = self.client.xpending_range(
-                self.stream, self.group, "-", "+", self.count, idle=self.claim_idle_ms
-            )
-        if not pending:
-            return []
-        deliveries = {to_text(p["message_id"]): int(p["times_delivered"]) + 1 for p in pending}
         with map_exceptions(name=self.stream, doing="claiming abandoned messages"):
-            claimed: Any = self.client.xclaim(
-                self.stream, self.group, self.consumer, self.claim_idle_ms, list(deliveries)
-            )
-        messages = []
-        for entry_id, fields in claimed:
-            message_id = to_text(entry_id)
-            count = deliveries.get(message_id, 1)
-            if fields is None:
-                continue  # deleted from the stream meanwhile
-            if count > self.max_deliveries:
-                self._dead_letter(message_id, count)
-            else:
-                messages.append(entry_message(entry_id, fields, count))
-        return messages
-
-    def _dead_letter(self, message_id: str, deliveries: int) -> None:
-        with map_exceptions(name=self.stream, doing="dead-lettering a message"):
-            self._registry.run(
-                "stream_dead_letter",
+            reply = self._registry.run(
+                "stream_claim",
                 (self.stream, self.dead_letter),
-                (self.group, message_id, deliveries),
+                (self.group, self.consumer, self.claim_idle_ms, self._cursor, self.count,
+                 self.max_deliveries),
                 name=self.stream,
-            )
-        self.dead_lettered += 1
+            )  # fmt: skip
+        self._cursor, messages, dead = parse_claimed(reply)
+        self.dead_lettered += dead
+        return messages
 
     def ack(self, *messages: StreamMessage) -> int:
         """Acknowledge ``messages``: done, never delivered again. How many were pending."""
