@@ -1,22 +1,32 @@
-"""One consumer process, for tests/test_consumer_processes.py (killed with kill -9 there).
+"""One consumer process, for tests/test_consumer_processes.py.
 
-    python -m tests.consumer_worker REDIS_URL NAME
+    python -m tests.consumer_worker REDIS_URL NAME [read|run|arun]
 
-Handles messages of stream ``work`` in group ``g``: each handling adds the
-message's ``n`` to the set ``handled`` and takes 5 ms.
+``read`` (default): its own loop over ``read()`` and ``ack()`` on stream
+``work`` in group ``g``; each handling adds the message's ``n`` to the set
+``handled`` and takes 5 ms; it ends when nothing came for 3 s, or is killed
+with kill -9 by the test. ``run`` / ``arun``: ``StreamConsumer.run`` /
+``AsyncStreamConsumer.run`` with SIGTERM and SIGINT as stop signals; each
+handling pushes ``n`` to the list ``started``, takes 0.15 s, then pushes it to
+``finished``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import sys
 import time
 
 import redis
+import redis.asyncio
 
-from tenure import StreamConsumer, StreamMessage
+from tenure import AsyncStreamConsumer, StreamConsumer, StreamMessage
+
+STOP = (signal.SIGTERM, signal.SIGINT)
 
 
-def main(url: str, name: str) -> None:
+def read_loop(url: str, name: str) -> None:
     """Consume until killed (or until nothing came for 3 s)."""
     client = redis.Redis.from_url(url)
     consumer = StreamConsumer(client, "work", "g", name, count=10, block=0.2, claim_idle=0.5)
@@ -34,5 +44,38 @@ def main(url: str, name: str) -> None:
             consumer.ack(message)
 
 
+def run_until_signalled(url: str, name: str) -> None:
+    """``StreamConsumer.run`` until SIGTERM or SIGINT."""
+    client = redis.Redis.from_url(url)
+    consumer = StreamConsumer(client, "work", "g", name, count=1, block=0.2)
+
+    def handle(message: StreamMessage) -> None:
+        client.rpush("started", message.fields["n"])
+        time.sleep(0.15)
+        client.rpush("finished", message.fields["n"])
+
+    consumer.run(handle, stop_signals=STOP)
+
+
+async def arun_until_signalled(url: str, name: str) -> None:
+    """``AsyncStreamConsumer.run`` until SIGTERM or SIGINT."""
+    client = redis.asyncio.Redis.from_url(url)
+    consumer = AsyncStreamConsumer(client, "work", "g", name, count=1, block=0.2)
+
+    async def handle(message: StreamMessage) -> None:
+        await client.rpush("started", message.fields["n"])
+        await asyncio.sleep(0.15)
+        await client.rpush("finished", message.fields["n"])
+
+    await consumer.run(handle, stop_signals=STOP)
+    await client.aclose()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    url, name, mode = (*sys.argv[1:3], sys.argv[3] if len(sys.argv) > 3 else "read")
+    if mode == "read":
+        read_loop(url, name)
+    elif mode == "run":
+        run_until_signalled(url, name)
+    else:
+        asyncio.run(arun_until_signalled(url, name))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import redis
 
 from tenure.server import ServerProcess
@@ -29,3 +30,36 @@ def test_a_consumer_killed_with_kill_9_loses_no_message(
     assert handled == set(range(2_000))  # at least once: none lost
     pending = tenure_client.xpending("work", "g")
     assert pending["pending"] == 0  # the victim's unacknowledged ones were claimed and acked
+
+
+@pytest.mark.parametrize("mode", ["run", "arun"])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_run_after_the_message_in_hand(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, mode: str, stop: signal.Signals
+) -> None:
+    for n in range(10):
+        tenure_client.xadd("work", {"n": str(n)})
+    command = [sys.executable, "-m", "tests.consumer_worker", tenure_server.url]
+    first = subprocess.Popen([*command, "first", mode], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while int(tenure_client.llen("started")) < 2:  # in the middle of its second message
+        assert time.monotonic() < deadline and first.poll() is None, "it never started"
+        time.sleep(0.01)
+    first.send_signal(stop)
+    _, errors = first.communicate(timeout=10)
+    assert first.returncode == 0, errors
+    assert "Traceback" not in errors
+    started = tenure_client.lrange("started", 0, -1)
+    assert tenure_client.lrange("finished", 0, -1) == started  # the message in hand finished
+    assert 2 <= len(started) < 10
+    assert tenure_client.xpending("work", "g")["pending"] == 0  # ...and was acknowledged
+    second = subprocess.Popen([*command, "second", mode])
+    try:
+        while int(tenure_client.llen("finished")) < 10:
+            assert time.monotonic() < deadline + 30, "the rest was never handled"
+            time.sleep(0.05)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=10) == 0
+    finished = [int(n) for n in tenure_client.lrange("finished", 0, -1)]
+    assert sorted(finished) == list(range(10))  # each once, across both

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from tenure._owners import BaseOwnerSlot
@@ -24,6 +24,7 @@ __all__ = [
     "cancel_holder",
     "current_holder",
     "guarded",
+    "on_signals",
     "scope_key",
     "shielded",
     "sleep",
@@ -187,3 +188,19 @@ async def guarded(call: Awaitable[T], undo: Callable[[T], Awaitable[object]]) ->
         else:
             await shielded(undo(result))
         raise
+
+
+@contextlib.contextmanager
+def on_signals(signals: tuple[int, ...], callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` on each of ``signals`` while the block runs (the running loop's handlers).
+
+    When the block ends the signals get their default handling back (asyncio's rule).
+    """
+    loop = asyncio.get_running_loop()
+    for number in signals:
+        loop.add_signal_handler(number, callback)
+    try:
+        yield
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)

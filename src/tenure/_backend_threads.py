@@ -6,10 +6,12 @@ code imports this module wherever the async source imports that one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from tenure._owners import BaseOwnerSlot
@@ -24,6 +26,7 @@ __all__ = [
     "cancel_holder",
     "current_holder",
     "guarded",
+    "on_signals",
     "scope_key",
     "shielded",
     "sleep",
@@ -123,3 +126,22 @@ class OwnerSlot(BaseOwnerSlot[T]):
 def guarded(call: T, undo: Callable[[T], object]) -> T:
     """Threads are not cancelled between a call and its reply: nothing to undo."""
     return call
+
+
+@contextlib.contextmanager
+def on_signals(signals: tuple[int, ...], callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` on each of ``signals`` while the block runs; then the old handlers.
+
+    Python runs signal handlers in the main thread only, so ``signals`` must
+    be empty anywhere else (:class:`~tenure.ArgumentError`).
+    """
+    if signals and threading.current_thread() is not threading.main_thread():
+        from tenure._exceptions import ArgumentError
+
+        raise ArgumentError("stop_signals", "signal handlers can only be set in the main thread")
+    previous = {number: signal.signal(number, lambda *_: callback()) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

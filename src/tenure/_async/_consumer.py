@@ -26,7 +26,7 @@ from redis import exceptions as redis_errors
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._watchdog import Job, watchdog
-from tenure._backend_asyncio import IS_ASYNC
+from tenure._backend_asyncio import IS_ASYNC, on_signals
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
 from tenure._stream_core import StreamMessage, entry_message, parse_claimed
@@ -154,13 +154,24 @@ class AsyncStreamConsumer:
         """Whether :meth:`stop` was called."""
         return self._stopping
 
-    async def run(self, handler: Callable[[StreamMessage], Any]) -> int:
+    async def run(
+        self, handler: Callable[[StreamMessage], Any], *, stop_signals: tuple[int, ...] = ()
+    ) -> int:
         """Handle messages until :meth:`stop`; acknowledge each one its handler finished.
 
         A handler that raises leaves its message unacknowledged: it comes back
         (to any consumer) after ``claim_idle``, and goes to the dead-letter
         stream after ``max_deliveries``. Returns how many messages were handled.
+
+        ``stop_signals`` (e.g. ``(signal.SIGTERM, signal.SIGINT)``): each of
+        them calls :meth:`stop` while ``run`` runs, so the process ends after
+        the message in hand, acknowledged, and within ``block`` seconds when
+        idle.
         """
+        with on_signals(stop_signals, self.stop):
+            return await self._run(handler)
+
+    async def _run(self, handler: Callable[[StreamMessage], Any]) -> int:
         handled = 0
         while not self.stopping():
             for message in await self.read():

@@ -25,7 +25,7 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from tenure._backend_threads import IS_ASYNC
+from tenure._backend_threads import IS_ASYNC, on_signals
 from tenure._clients import map_exceptions, require_client
 from tenure._exceptions import ArgumentError
 from tenure._stream_core import StreamMessage, entry_message, parse_claimed
@@ -155,13 +155,24 @@ class StreamConsumer:
         """Whether :meth:`stop` was called."""
         return self._stopping
 
-    def run(self, handler: Callable[[StreamMessage], Any]) -> int:
+    def run(
+        self, handler: Callable[[StreamMessage], Any], *, stop_signals: tuple[int, ...] = ()
+    ) -> int:
         """Handle messages until :meth:`stop`; acknowledge each one its handler finished.
 
         A handler that raises leaves its message unacknowledged: it comes back
         (to any consumer) after ``claim_idle``, and goes to the dead-letter
         stream after ``max_deliveries``. Returns how many messages were handled.
+
+        ``stop_signals`` (e.g. ``(signal.SIGTERM, signal.SIGINT)``): each of
+        them calls :meth:`stop` while ``run`` runs, so the process ends after
+        the message in hand, acknowledged, and within ``block`` seconds when
+        idle.
         """
+        with on_signals(stop_signals, self.stop):
+            return self._run(handler)
+
+    def _run(self, handler: Callable[[StreamMessage], Any]) -> int:
         handled = 0
         while not self.stopping():
             for message in self.read():
