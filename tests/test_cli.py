@@ -132,11 +132,11 @@ def test_demo_on_a_given_url(tenure_server_url: str, tenure_client: redis.Redis)
 
 @pytest.mark.slow
 def test_demo_ingest_on_a_given_url(tenure_server_url: str, tenure_client: redis.Redis) -> None:
-    done = run("demo", "ingest", "--table-rows", "60000", "--seed", "3", "--json",
+    done = run("demo", "ingest", "--table-rows", "300000", "--seed", "3", "--json",
                "--url", tenure_server_url)  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["ok"] and result["rows"] == result["entries"] == 60_000, result
+    assert result["ok"] and result["rows"] == result["entries"] == 300_000, result
     assert result["lost"] == result["duplicated"] == result["mismatched"] == 0
     assert result["kills"] >= 1, result
     assert "every row exactly once" in done.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -65,6 +67,8 @@ def test_every_row_lands_once_with_workers_in_threads(
     status = jobs[0].status()
     assert status.finished and status.rows == len(ids) and status.free == 0
     assert status.chunks == jobs[0].plan().chunks
+    assert status.holders == () and status.claims == status.chunks
+    assert 0 < status.elapsed < 60 and status.rate == status.rows / status.elapsed
     entries: Any = tenure_client.xrange(sink, count=1)
     first = json.loads(entries[0][1][b"row"])
     assert set(first) == {"id", "name", "amount"}
@@ -100,7 +104,14 @@ def test_a_hung_worker_loses_its_chunk_and_its_late_commit_is_refused(
     thread = threading.Thread(target=lambda: result.append(hung.work()))
     thread.start()
     assert stalled.wait(5)
+    holding = hung.status()
+    assert holding.claimed == 1 and len(holding.holders) == 1
+    holder = holding.holders[0]
+    assert (holder.chunk, holder.worker, holder.cursor) == (0, hung.worker, 40)
+    assert 0 < holder.lease_left <= 0.3
+    assert hung.worker == f"{socket.gethostname()}:{os.getpid()}"
     time.sleep(0.4)  # the lease ran out
+    assert hung.status().holders == ()
     successor = numbers(fast)
     taken = successor.work()
     thread.join()

@@ -50,6 +50,9 @@ def test_run_status_and_a_rerun(
     code, out, _ = finish(tenure(tenure_server.url, "ingest", "status", "events", "--json"))
     status: Any = json.loads(out)
     assert code == 0 and status["finished"] and status["rows"] == 20_000
+    assert status["rate"] > 0 and status["holders"] == []
+    code, out, _ = finish(tenure(tenure_server.url, "ingest", "status", "events"))
+    assert code == 0 and "20,000 rows  chunks" in out and "rows/s over" in out
     code, _, err = finish(tenure(tenure_server.url, "ingest", "status", "nonesuch"))
     assert code == 2 and "no ingestion job named 'nonesuch'" in err and err.count("\n") == 1
     code, _, err = finish(tenure(tenure_server.url, "ingest", "run", source, "--table", "nope",

@@ -53,7 +53,7 @@ from tenure._exceptions import (
     ServerUnavailableError,
     TenureError,
 )
-from tenure._ingest import IngestJob, IngestStatus, WorkerReport
+from tenure._ingest import ChunkHolder, IngestJob, IngestStatus, WorkerReport
 from tenure._ingest_sources import CallableSource, SqlSource
 from tenure._leased_core import (
     LeasedStatistics,
@@ -91,6 +91,7 @@ __all__ = [
     "CacheDecodeError",
     "CacheStatistics",
     "CallableSource",
+    "ChunkHolder",
     "ClientTypeError",
     "ConnectionLock",
     "EmbeddedServerError",

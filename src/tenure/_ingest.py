@@ -22,7 +22,9 @@ Every key is under the job's ``{name}`` hash tag, the default sink included.
 
 from __future__ import annotations
 
+import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,12 +38,31 @@ from tenure._ingest_sources import RowSource, encode_row
 from tenure._leased_core import to_text
 from tenure._sync._scripting import registry_for
 
-__all__ = ["IngestJob", "IngestStatus", "WorkerReport", "read_status"]
+__all__ = ["ChunkHolder", "IngestJob", "IngestStatus", "WorkerReport", "read_status"]
+
+HOLDERS_LISTED = 100
+
+
+@dataclass(frozen=True)
+class ChunkHolder:
+    """A running claim: its chunk, the worker holding it, its lease and its cursor."""
+
+    chunk: int
+    worker: str  # the worker's name (IngestJob's ``worker``: host:pid by default)
+    lease_left: float  # seconds before another worker may take the chunk over
+    cursor: int | None  # the last key committed in the chunk, if any
 
 
 @dataclass(frozen=True)
 class IngestStatus:
-    """Where a job stands: chunks done, claimed (lease running) and free; rows; claims."""
+    """Where a job stands, read at one instant of the server's clock.
+
+    Chunks done, claimed (lease running) and free; rows committed; claims made
+    (more claims than chunks: chunks taken over from workers that died or
+    hung); when the first claim and the last commit happened (server time,
+    ms since the epoch; 0 before); and the running claims' holders (up to
+    100).
+    """
 
     chunks: int
     done: int
@@ -49,11 +70,24 @@ class IngestStatus:
     free: int
     rows: int
     claims: int
+    started_ms: int = 0
+    updated_ms: int = 0
+    holders: tuple[ChunkHolder, ...] = ()
 
     @property
     def finished(self) -> bool:
         """Whether every chunk is done."""
         return self.chunks > 0 and self.done == self.chunks
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from the first claim to the last commit."""
+        return max(0, self.updated_ms - self.started_ms) / 1000 if self.started_ms else 0.0
+
+    @property
+    def rate(self) -> float:
+        """Rows per second from the first claim to the last commit (0 before two instants)."""
+        return self.rows / self.elapsed if self.elapsed > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +113,8 @@ class IngestJob:
     * ``lease`` — seconds a claim lasts without progress (30); each batch
       renews it, so a worker that hangs loses its chunk after this.
     * ``batch`` — rows per commit (500).
+    * ``worker`` — how this worker is named in :meth:`status`'s holders
+      (default ``host:pid``).
     """
 
     def __init__(
@@ -92,6 +128,7 @@ class IngestJob:
         lease: float = 30.0,
         batch: int = 500,
         prefix: str = "tenure:ingest:",
+        worker: str | None = None,
     ) -> None:
         require_client(client, is_async=False, owner="IngestJob", name=name)
         if not isinstance(name, str) or not name:
@@ -107,6 +144,7 @@ class IngestJob:
         self.chunk_size = chunk_size
         self.lease_ms = round(lease * 1000)
         self.batch = batch
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         self.keys = IngestKeys.for_job(prefix, name)
         self.sink_kind, self.sink_key = _parse_sink(sink, self.keys.default_sink(), name)
         self._registry = registry_for(client)
@@ -162,7 +200,7 @@ class IngestJob:
         plan = self.plan()
         chunks = rows = refused = 0
         while max_chunks is None or chunks < max_chunks:
-            token = secrets.token_hex(8)
+            token = f"{secrets.token_hex(8)}@{self.worker}"
             with map_exceptions(name=self.name, doing="claiming a chunk"):
                 reply = self._registry.run(
                     "ingest_claim",
@@ -227,11 +265,31 @@ def read_status(client: Any, keys: IngestKeys, *, name: str) -> IngestStatus:
     """The status of the job with ``keys``; no source needed (``tenure ingest status``)."""
     with map_exceptions(name=name, doing="reading the job's status"):
         reply = registry_for(client).run(
-            "ingest_status", (keys.plan, keys.free, keys.stats), (), name=name
+            "ingest_status",
+            (keys.plan, keys.free, keys.stats, keys.leases, keys.cursors),
+            (HOLDERS_LISTED,),
+            name=name,
         )
-    chunks, left, claimed, rows, done, claims = (int(figure) for figure in reply)
+    chunks, left, claimed, rows, done, claims, started, updated, _ = (int(x) for x in reply[:9])
+    holders = tuple(
+        ChunkHolder(
+            chunk=int(chunk),
+            worker=to_text(token).partition("@")[2] if token else "?",
+            lease_left=int(left_ms) / 1000,
+            cursor=None if cursor is None else int(cursor),
+        )
+        for chunk, token, left_ms, cursor in reply[9]
+    )
     return IngestStatus(
-        chunks=chunks, done=done, claimed=claimed, free=left - claimed, rows=rows, claims=claims
+        chunks=chunks,
+        done=done,
+        claimed=claimed,
+        free=left - claimed,
+        rows=rows,
+        claims=claims,
+        started_ms=started,
+        updated_ms=updated,
+        holders=holders,
     )
 
 

@@ -144,6 +144,26 @@ class ProgressWriter:
             self._drawn = False
 
 
+def _as_json(status: IngestStatus) -> dict[str, Any]:
+    extra = {"finished": status.finished, "rate": round(status.rate, 1), "elapsed": status.elapsed}
+    return {**dataclasses.asdict(status), **extra}
+
+
+def _status_text(name: str, status: IngestStatus) -> str:
+    lines = [f"{name}: {_figures(status)}"]
+    if status.elapsed:
+        lines[0] += f"  {status.rate:,.0f} rows/s over {status.elapsed:,.1f} s"
+    if status.finished:
+        lines[0] += "  finished"
+    for holder in status.holders:
+        cursor = "nothing committed" if holder.cursor is None else f"cursor {holder.cursor:,}"
+        lease = f"lease {holder.lease_left:.1f} s left"
+        lines.append(f"  chunk {holder.chunk}: {holder.worker}, {cursor}, {lease}")
+    if status.claimed > len(status.holders):
+        lines.append(f"  ... and {status.claimed - len(status.holders)} more claims")
+    return "\n".join(lines)
+
+
 def progress_line(
     status: IngestStatus, started: float, rows_before: int, *, width: int = 20
 ) -> str:
@@ -171,11 +191,9 @@ def run_ingest(options: argparse.Namespace) -> int:
                     "JOB", f"no ingestion job named {options.name!r} on this server"
                 )
             if options.json:
-                print(json.dumps({**dataclasses.asdict(status), "finished": status.finished}))
+                print(json.dumps(_as_json(status)))
             else:
-                print(
-                    f"{options.name}: {_figures(status)}{'  finished' if status.finished else ''}"
-                )
+                print(_status_text(options.name, status))
             return 0
         return _run(client, url, options)
     finally:

@@ -3,7 +3,7 @@
 -- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed)
 -- KEYS[2] leases hash chunk -> token
 -- KEYS[3] cursors hash chunk -> the last key committed
--- KEYS[4] stats hash {rows, chunks_done, claims}
+-- KEYS[4] stats hash {rows, chunks_done, claims, started}
 -- KEYS[5] fence counter
 -- ARGV[1] the claim's token
 -- ARGV[2] lease in ms
@@ -24,5 +24,6 @@ local chunk = found[1]
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), chunk)
 redis.call('HSET', KEYS[2], chunk, ARGV[1])
 redis.call('HINCRBY', KEYS[4], 'claims', 1)
+redis.call('HSETNX', KEYS[4], 'started', now)
 local fence = redis.call('INCR', KEYS[5])
 return {1, tonumber(chunk), fence, redis.call('HGET', KEYS[3], chunk)}

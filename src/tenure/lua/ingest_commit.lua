@@ -3,7 +3,7 @@
 -- KEYS[1] free zset chunk -> lease expiry in ms
 -- KEYS[2] leases hash chunk -> token
 -- KEYS[3] cursors hash chunk -> the last key committed
--- KEYS[4] stats hash {rows, chunks_done, claims}
+-- KEYS[4] stats hash {rows, chunks_done, claims, updated}
 -- KEYS[5] the sink: a stream (XADD) or a list (RPUSH)
 -- ARGV[1] the claim's token
 -- ARGV[2] the chunk
@@ -17,6 +17,8 @@ local chunk = ARGV[2]
 if redis.call('HGET', KEYS[2], chunk) ~= ARGV[1] or redis.call('ZSCORE', KEYS[1], chunk) == false then
     return 0
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rows = (#ARGV - 5) / 2
 for i = 6, #ARGV, 2 do
     if ARGV[5] == 'stream' then
@@ -28,14 +30,13 @@ end
 if rows > 0 then
     redis.call('HSET', KEYS[3], chunk, ARGV[#ARGV - 1])
     redis.call('HINCRBY', KEYS[4], 'rows', rows)
+    redis.call('HSET', KEYS[4], 'updated', now)
 end
 if ARGV[4] == '1' then
     redis.call('ZREM', KEYS[1], chunk)
     redis.call('HDEL', KEYS[2], chunk)
     redis.call('HINCRBY', KEYS[4], 'chunks_done', 1)
 else
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), chunk)
 end
 return 1
