@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +17,7 @@ import redis
 
 from tenure import (
     ArgumentError,
-    CallableSource,
     IngestJob,
-    PlanMismatchError,
     SqlSource,
 )
 from tenure.server import ServerProcess
@@ -43,96 +37,6 @@ def make_table(path: Path, rows: int, *, gaps: bool = True) -> list[int]:
 def stream_keys(client: redis.Redis, key: str) -> list[int]:
     entries: Any = client.xrange(key)
     return [int(fields[b"key"]) for _, fields in entries]
-
-
-def test_every_row_lands_once_with_workers_in_threads(
-    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
-) -> None:
-    ids = make_table(tmp_path / "db.sqlite", 5_000)
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    clients = [tenure_server.client() for _ in range(3)]
-    jobs = [
-        IngestJob(c, "events", SqlSource(url, "events", "id"), chunk_size=700, batch=100)
-        for c in clients
-    ]
-    reports: list[Any] = []
-    threads = [threading.Thread(target=lambda j=j: reports.append(j.work())) for j in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    sink = jobs[0].keys.default_sink()
-    assert sorted(stream_keys(tenure_client, sink)) == ids
-    assert sum(r.rows for r in reports) == len(ids)
-    status = jobs[0].status()
-    assert status.finished and status.rows == len(ids) and status.free == 0
-    assert status.chunks == jobs[0].plan().chunks
-    assert status.holders == () and status.claims == status.chunks
-    assert 0 < status.elapsed < 60 and status.rate == status.rows / status.elapsed
-    entries: Any = tenure_client.xrange(sink, count=1)
-    first = json.loads(entries[0][1][b"row"])
-    assert set(first) == {"id", "name", "amount"}
-    # a finished job run again is a no-op
-    assert jobs[1].work().rows == 0
-    assert tenure_client.xlen(sink) == len(ids)
-    for client in clients:
-        client.close()
-
-
-def test_a_hung_worker_loses_its_chunk_and_its_late_commit_is_refused(
-    tenure_client: redis.Redis,
-) -> None:
-    stalled = threading.Event()
-
-    def slow(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        for key in range(first, last + 1):
-            if key == 50 and not stalled.is_set():
-                stalled.set()
-                time.sleep(1.0)  # hung past its 0.3 s lease
-            yield key, {"n": key}
-
-    def fast(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        for key in range(first, last + 1):
-            yield key, {"n": key}
-
-    def numbers(fetch: Any) -> IngestJob:  # one chunk of 100 keys, 0.3 s leases
-        source = CallableSource(fetch, low=1, high=100, name="numbers")
-        return IngestJob(tenure_client, "hang", source, chunk_size=100, batch=10, lease=0.3)
-
-    hung = numbers(slow)
-    result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(hung.work()))
-    thread.start()
-    assert stalled.wait(5)
-    holding = hung.status()
-    assert holding.claimed == 1 and len(holding.holders) == 1
-    holder = holding.holders[0]
-    assert (holder.chunk, holder.worker, holder.cursor) == (0, hung.worker, 40)
-    assert 0 < holder.lease_left <= 0.3
-    assert hung.worker == f"{socket.gethostname()}:{os.getpid()}"
-    time.sleep(0.4)  # the lease ran out
-    assert hung.status().holders == ()
-    successor = numbers(fast)
-    taken = successor.work()
-    thread.join()
-    assert taken.chunks == 1 and result[0].refused == 1 and result[0].chunks == 0
-    assert sorted(stream_keys(tenure_client, hung.keys.default_sink())) == list(range(1, 101))
-
-
-def test_a_plan_under_the_same_name_must_match(tenure_client: redis.Redis, tmp_path: Path) -> None:
-    make_table(tmp_path / "db.sqlite", 100)
-    source = SqlSource(f"sqlite:///{tmp_path / 'db.sqlite'}", "events", "id")
-    first = IngestJob(tenure_client, "job", source, chunk_size=10)
-    plan = first.plan()
-    assert plan.chunks == (plan.high - plan.low) // 10 + 1
-    before = tenure_client.dbsize()
-    with pytest.raises(PlanMismatchError, match="chunks of 10; this run asks .* chunks of 20"):
-        IngestJob(tenure_client, "job", source, chunk_size=20).work()
-    other = CallableSource(lambda a, b: iter(()), low=1, high=5, name="else")
-    with pytest.raises(PlanMismatchError, match="use another job name"):
-        IngestJob(tenure_client, "job", other, chunk_size=10).plan()
-    assert tenure_client.dbsize() == before  # nothing half-written
-    assert IngestJob(tenure_client, "job", source, chunk_size=10).plan() == plan
 
 
 def test_bad_sources_are_refused_by_name(tenure_client: redis.Redis, tmp_path: Path) -> None:
@@ -159,19 +63,6 @@ def test_bad_sources_are_refused_by_name(tenure_client: redis.Redis, tmp_path: P
     with pytest.raises(ArgumentError, match="sink"):
         IngestJob(tenure_client, "x", cases[0][0], sink="queue:x")
     assert tenure_client.dbsize() == 0  # nothing half-written
-
-
-def test_a_list_sink_and_a_source_that_breaks_its_contract(tenure_client: redis.Redis) -> None:
-    rows = CallableSource(
-        lambda a, b: ((k, {"k": k}) for k in range(a, b + 1)), low=0, high=49, name="n"
-    )
-    job = IngestJob(tenure_client, "to-list", rows, chunk_size=7, sink="list:{to-list}:out")
-    assert job.work().rows == 50
-    stored = [json.loads(v)["k"] for v in tenure_client.lrange("{to-list}:out", 0, -1)]
-    assert sorted(stored) == list(range(50))
-    backwards = CallableSource(lambda a, b: iter([(b, {}), (a, {})]), low=0, high=9, name="b")
-    with pytest.raises(ArgumentError, match="out of order"):
-        IngestJob(tenure_client, "backwards", backwards).work()
 
 
 def audited_keys(client: redis.Redis, stream: str) -> list[int]:

@@ -16,6 +16,7 @@ from tenure._async._cache import AsyncCache, AsyncHerdCache
 from tenure._async._connlock import AsyncConnectionLock
 from tenure._async._consumer import AsyncStreamConsumer
 from tenure._async._fence import AsyncFencedKey
+from tenure._async._ingest import AsyncIngestJob
 from tenure._async._lock import AsyncLock, AsyncReentrantLock
 from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from tenure._async._semaphore import AsyncSemaphore
@@ -53,8 +54,8 @@ from tenure._exceptions import (
     ServerUnavailableError,
     TenureError,
 )
-from tenure._ingest import ChunkHolder, IngestJob, IngestStatus, WorkerReport
-from tenure._ingest_sources import CallableSource, SqlSource
+from tenure._ingest_core import ChunkHolder, IngestStatus, WorkerReport
+from tenure._ingest_sources import AsyncCallableSource, CallableSource, SqlSource
 from tenure._leased_core import (
     LeasedStatistics,
     LockStatistics,
@@ -66,6 +67,7 @@ from tenure._sync._cache import Cache, HerdCache
 from tenure._sync._connlock import ConnectionLock
 from tenure._sync._consumer import StreamConsumer
 from tenure._sync._fence import FencedKey
+from tenure._sync._ingest import IngestJob
 from tenure._sync._lock import Lock, ReentrantLock
 from tenure._sync._rwlock import ReadLock, ReadWriteLock, WriteLock
 from tenure._sync._semaphore import Semaphore
@@ -76,9 +78,11 @@ __all__ = [
     "AlreadyHeldError",
     "ArgumentError",
     "AsyncCache",
+    "AsyncCallableSource",
     "AsyncConnectionLock",
     "AsyncFencedKey",
     "AsyncHerdCache",
+    "AsyncIngestJob",
     "AsyncLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",

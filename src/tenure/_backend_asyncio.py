@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+import inspect
+import itertools
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+)
 from typing import Any, TypeVar
 
 from tenure._owners import BaseOwnerSlot
@@ -24,10 +34,12 @@ __all__ = [
     "cancel_holder",
     "current_holder",
     "guarded",
+    "in_batches",
     "on_signals",
     "scope_key",
     "shielded",
     "sleep",
+    "source_call",
     "start_background",
 ]
 
@@ -204,3 +216,34 @@ def on_signals(signals: tuple[int, ...], callback: Callable[[], None]) -> Iterat
     finally:
         for number in signals:
             loop.remove_signal_handler(number)
+
+
+async def source_call(call: Callable[[], Any]) -> Any:
+    """A source's call, run in a worker thread so a blocking source never stalls the loop.
+
+    A coroutine function's result is awaited on the loop instead.
+    """
+    if inspect.iscoroutinefunction(call):
+        return await call()
+    return await asyncio.to_thread(call)
+
+
+async def in_batches(rows: Iterable[T] | AsyncIterable[T], size: int) -> AsyncIterator[list[T]]:
+    """``rows`` as lists of up to ``size``.
+
+    An async iterable is awaited; a plain one is read a batch at a time in a
+    worker thread, so a blocking source never stalls the loop.
+    """
+    if isinstance(rows, AsyncIterable):
+        batch: list[T] = []
+        async for row in rows:
+            batch.append(row)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+        return
+    iterator = iter(rows)
+    while batch := await asyncio.to_thread(lambda: list(itertools.islice(iterator, size))):
+        yield batch

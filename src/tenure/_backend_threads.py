@@ -7,11 +7,12 @@ code imports this module wherever the async source imports that one.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from tenure._owners import BaseOwnerSlot
@@ -26,10 +27,12 @@ __all__ = [
     "cancel_holder",
     "current_holder",
     "guarded",
+    "in_batches",
     "on_signals",
     "scope_key",
     "shielded",
     "sleep",
+    "source_call",
     "start_background",
 ]
 
@@ -145,3 +148,15 @@ def on_signals(signals: tuple[int, ...], callback: Callable[[], None]) -> Iterat
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def source_call(call: Callable[[], Any]) -> Any:
+    """A source's call, made in the calling thread."""
+    return call()
+
+
+def in_batches(rows: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``rows`` as lists of up to ``size``."""
+    iterator = iter(rows)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch

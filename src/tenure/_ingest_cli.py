@@ -23,9 +23,9 @@ import redis
 
 from tenure._children import die_with_parent, ignore_sigint, sigint_blocked
 from tenure._exceptions import ArgumentError
-from tenure._ingest import IngestJob, IngestStatus, read_status
-from tenure._ingest_core import IngestKeys
+from tenure._ingest_core import IngestKeys, IngestStatus
 from tenure._ingest_sources import SqlSource
+from tenure._sync._ingest import IngestJob, read_status
 
 __all__ = ["ProgressWriter", "add_ingest", "progress_line", "run_ingest", "start_worker"]
 

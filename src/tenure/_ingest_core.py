@@ -16,8 +16,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from tenure._exceptions import ArgumentError
+from tenure._leased_core import to_text
 
-__all__ = ["Claim", "IngestKeys", "Plan", "chunk_range", "parse_claim"]
+__all__ = [
+    "ChunkHolder",
+    "Claim",
+    "IngestKeys",
+    "IngestStatus",
+    "Plan",
+    "WorkerReport",
+    "chunk_range",
+    "parse_claim",
+    "parse_sink",
+    "parse_status",
+]
+
+HOLDERS_LISTED = 100  # running claims listed by a status read
 
 
 @dataclass(frozen=True)
@@ -116,3 +130,96 @@ def parse_claim(reply: Any) -> Claim | float | None:
         cursor = None if reply[3] is None else int(reply[3])
         return Claim(chunk=int(reply[1]), fence=int(reply[2]), cursor=cursor)
     raise ValueError(f"unexpected ingest_claim reply: {reply!r}")
+
+
+@dataclass(frozen=True)
+class ChunkHolder:
+    """A running claim: its chunk, the worker holding it, its lease and its cursor."""
+
+    chunk: int
+    worker: str  # the worker's name (IngestJob's ``worker``: host:pid by default)
+    lease_left: float  # seconds before another worker may take the chunk over
+    cursor: int | None  # the last key committed in the chunk, if any
+
+
+@dataclass(frozen=True)
+class IngestStatus:
+    """Where a job stands, read at one instant of the server's clock.
+
+    Chunks done, claimed (lease running) and free; rows committed; claims made
+    (more claims than chunks: chunks taken over from workers that died or
+    hung); when the first claim and the last commit happened (server time,
+    ms since the epoch; 0 before); and the running claims' holders (up to
+    100).
+    """
+
+    chunks: int
+    done: int
+    claimed: int
+    free: int
+    rows: int
+    claims: int
+    started_ms: int = 0
+    updated_ms: int = 0
+    holders: tuple[ChunkHolder, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        """Whether every chunk is done."""
+        return self.chunks > 0 and self.done == self.chunks
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from the first claim to the last commit."""
+        return max(0, self.updated_ms - self.started_ms) / 1000 if self.started_ms else 0.0
+
+    @property
+    def rate(self) -> float:
+        """Rows per second from the first claim to the last commit (0 before two instants)."""
+        return self.rows / self.elapsed if self.elapsed > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What one :meth:`IngestJob.work` call did."""
+
+    chunks: int
+    rows: int
+    refused: int  # batches refused: the chunk's lease had passed to another worker
+
+
+def parse_status(reply: Any) -> IngestStatus:
+    """``ingest_status``'s reply as an :class:`IngestStatus`."""
+    if not isinstance(reply, (list, tuple)) or len(reply) != 10:
+        raise ValueError(f"unexpected ingest_status reply: {reply!r}")
+    chunks, left, claimed, rows, done, claims, started, updated, _ = (int(x) for x in reply[:9])
+    holders = tuple(
+        ChunkHolder(
+            chunk=int(chunk),
+            worker=to_text(token).partition("@")[2] if token else "?",
+            lease_left=int(left_ms) / 1000,
+            cursor=None if cursor is None else int(cursor),
+        )
+        for chunk, token, left_ms, cursor in reply[9]
+    )
+    return IngestStatus(
+        chunks=chunks,
+        done=done,
+        claimed=claimed,
+        free=left - claimed,
+        rows=rows,
+        claims=claims,
+        started_ms=started,
+        updated_ms=updated,
+        holders=holders,
+    )
+
+
+def parse_sink(sink: str | None, default: str, name: str) -> tuple[str, str]:
+    """``"stream:KEY"`` or ``"list:KEY"`` as (kind, key); ``None`` is the default stream."""
+    if sink is None:
+        return "stream", default
+    kind, sep, key = sink.partition(":")
+    if not sep or kind not in ("stream", "list") or not key:
+        raise ArgumentError("sink", f"must be 'stream:KEY' or 'list:KEY', got {sink!r}", name=name)
+    return kind, key

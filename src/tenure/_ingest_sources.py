@@ -12,12 +12,20 @@ import datetime
 import decimal
 import json
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from tenure._exceptions import ArgumentError
 
-__all__ = ["CallableSource", "RowSource", "SqlSource", "encode_row"]
+__all__ = [
+    "AsyncCallableSource",
+    "AsyncRowSource",
+    "CallableSource",
+    "KeyOrder",
+    "RowSource",
+    "SqlSource",
+    "encode_row",
+]
 
 Row = tuple[int, dict[str, Any]]
 
@@ -168,11 +176,76 @@ class CallableSource:
 
     def rows(self, first: int, last: int) -> Iterator[Row]:
         """What ``fetch`` yields, checked to ascend within the range."""
-        previous = first - 1
+        order = KeyOrder(first, last)
         for key, row in self._fetch(first, last):
-            if not previous < key <= last:
-                raise ArgumentError(
-                    "fetch", f"yielded key {key} outside {previous + 1}..{last} or out of order"
-                )
-            previous = key
+            order.check(key)
+            yield key, row
+
+
+class KeyOrder:
+    """Checks that a source's keys ascend within ``first..last``."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.previous, self.last = first - 1, last
+
+    def check(self, key: int) -> None:
+        """Accept ``key`` or raise :class:`ArgumentError` naming the range."""
+        if not self.previous < key <= self.last:
+            raise ArgumentError(
+                "fetch",
+                f"yielded key {key} outside {self.previous + 1}..{self.last} or out of order",
+            )
+        self.previous = key
+
+
+class AsyncRowSource(Protocol):
+    """What an :class:`~tenure.AsyncIngestJob` reads without a thread: async key range and rows."""
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description that names this source (no secrets)."""
+        ...
+
+    async def key_range(self) -> tuple[int, int]:
+        """The smallest and largest key."""
+        ...
+
+    def rows(self, first: int, last: int) -> AsyncIterator[Row]:
+        """``(key, row)`` for every key in ``first..last`` (both included), ascending."""
+        ...
+
+
+class AsyncCallableSource:
+    """An async generator function that yields ``(key, row)`` for a key range, ascending.
+
+    :class:`CallableSource` for :class:`~tenure.AsyncIngestJob`, when the rows
+    come from an asyncio driver (asyncpg, aiomysql, an HTTP API):
+    ``fetch(first, last)`` is called with a chunk's remaining range.
+    """
+
+    def __init__(
+        self,
+        fetch: Callable[[int, int], AsyncIterable[Row]],
+        *,
+        low: int,
+        high: int,
+        name: str,
+    ) -> None:
+        if not callable(fetch):
+            raise ArgumentError("fetch", "must be callable")
+        self._fetch = fetch
+        self.low, self.high, self.name = low, high, name
+
+    def describe(self) -> dict[str, Any]:
+        """Kind and name (the same as a :class:`CallableSource` of that name)."""
+        return {"kind": "callable", "name": self.name}
+
+    async def key_range(self) -> tuple[int, int]:
+        """The range given."""
+        return self.low, self.high
+
+    async def rows(self, first: int, last: int) -> AsyncIterator[Row]:
+        """What ``fetch`` yields, checked to ascend within the range."""
+        order = KeyOrder(first, last)
+        async for key, row in self._fetch(first, last):
+            order.check(key)
             yield key, row

@@ -30,9 +30,9 @@ from typing import Any, TextIO
 import redis
 
 from tenure._exceptions import ArgumentError, TenureError
-from tenure._ingest import IngestJob
 from tenure._ingest_cli import ProgressWriter, progress_line, start_worker
 from tenure._ingest_sources import SqlSource
+from tenure._sync._ingest import IngestJob
 
 __all__ = [
     "IngestDemoResult",

@@ -1,0 +1,243 @@
+"""AsyncIngestJob: a source read in chunks by many workers, every row in the sink exactly once.
+
+* **Plan.** The source's key range is split into chunks of ``chunk_size``
+  keys; the plan (source description, range, chunk size) is frozen on the
+  server under the job's name by one script (``ingest_plan``). A later run
+  with the same source and chunk size uses the frozen plan (a finished job
+  is then a no-op); another source or chunk size under the name raises
+  :class:`~tenure.PlanMismatchError`.
+* **Claim.** ``ingest_claim`` gives a worker the next chunk that is free or
+  whose lease ran out, with a token and a fencing number, in one call.
+* **Commit.** Rows go out in batches of ``batch`` rows. ``ingest_commit``
+  checks the claim, appends the batch to the sink (a stream by default) and
+  moves the chunk's cursor to the batch's last key, atomically, and renews
+  the lease. A worker that is killed, or hangs past its lease, loses the
+  chunk; its successor resumes after the cursor, and the late worker's
+  commits are refused. So every row lands once, whatever dies when.
+* **State stays.** Counters, cursors and the chunks left are kept after the
+  job ends (never a deleted key), so ``status`` can tell, and a rerun does
+  nothing.
+
+Every key is under the job's ``{name}`` hash tag, the default sink included.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+
+from tenure._async._scripting import AsyncClient, registry_for
+from tenure._backend_asyncio import IS_ASYNC, in_batches, sleep, source_call
+from tenure._clients import map_exceptions, require_client
+from tenure._exceptions import ArgumentError, PlanMismatchError
+from tenure._ingest_core import (
+    HOLDERS_LISTED,
+    Claim,
+    IngestKeys,
+    IngestStatus,
+    Plan,
+    WorkerReport,
+    chunk_range,
+    parse_claim,
+    parse_sink,
+    parse_status,
+)
+
+# unasync: async-only
+from tenure._ingest_sources import AsyncRowSource, RowSource, encode_row
+
+# unasync: sync-only
+# from tenure._ingest_sources import RowSource, encode_row
+# unasync: end
+from tenure._leased_core import to_text
+
+__all__ = ["AsyncIngestJob", "read_status"]
+
+
+class AsyncIngestJob:
+    """A chunked, crash-safe ingestion of ``source`` into a Redis stream (or list).
+
+    * ``name`` — the job; its plan and progress live under ``{prefix}{{name}}``.
+    * ``source`` — a :class:`~tenure.SqlSource`, a :class:`~tenure.CallableSource`
+      or any object with their three methods.
+    * ``chunk_size`` — keys per chunk (10,000).
+    * ``sink`` — ``"stream:KEY"`` (each row an entry with fields ``key`` and
+      ``row``, JSON) or ``"list:KEY"`` (the row's JSON); default: the job's own
+      stream ``{prefix}{{name}}:rows``. On a cluster the sink key must carry the
+      job's ``{name}`` hash tag.
+    * ``lease`` — seconds a claim lasts without progress (30); each batch
+      renews it, so a worker that hangs loses its chunk after this.
+    * ``batch`` — rows per commit (500).
+    * ``worker`` — how this worker is named in :meth:`status`'s holders
+      (default ``host:pid``).
+    * ``source`` — asyncio only: a source's calls run in a worker thread, a
+      batch of rows at a time, so a blocking source (SQLAlchemy) never stalls
+      the event loop; a source whose ``key_range`` is a coroutine function
+      and whose ``rows`` is an async iterator (:class:`~tenure.AsyncCallableSource`)
+      is awaited instead.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        # unasync: async-only
+        source: RowSource | AsyncRowSource,
+        # unasync: sync-only
+        # source: RowSource,
+        # unasync: end
+        *,
+        chunk_size: int = 10_000,
+        sink: str | None = None,
+        lease: float = 30.0,
+        batch: int = 500,
+        prefix: str = "tenure:ingest:",
+        worker: str | None = None,
+    ) -> None:
+        require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        if not isinstance(name, str) or not name:
+            raise ArgumentError("name", "must be a non-empty str")
+        for argument, value in (("chunk_size", chunk_size), ("batch", batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ArgumentError(argument, f"must be a positive int, got {value!r}", name=name)
+        if not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
+            raise ArgumentError("lease", f"must be 0.1..86400 seconds, got {lease!r}", name=name)
+        self.client = client
+        self.name = name
+        self.source = source
+        self.chunk_size = chunk_size
+        self.lease_ms = round(lease * 1000)
+        self.batch = batch
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.keys = IngestKeys.for_job(prefix, name)
+        self.sink_kind, self.sink_key = parse_sink(sink, self.keys.default_sink(), name)
+        self._registry = registry_for(client)
+        self._plan: Plan | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} sink={self.sink_kind}:{self.sink_key}>"
+
+    # -- the plan ----------------------------------------------------------------
+
+    async def plan(self) -> Plan:
+        """The job's plan: frozen now, or the one frozen before (checked to match)."""
+        if self._plan is not None:
+            return self._plan
+        frozen = await self._frozen()
+        if frozen is None:
+            low, high = await source_call(self.source.key_range)
+            wanted = Plan(self.source.describe(), low, high, self.chunk_size)
+            with map_exceptions(name=self.name, doing="freezing the plan"):
+                reply = await self._registry.run(
+                    "ingest_plan",
+                    (self.keys.plan, self.keys.free),
+                    (wanted.fingerprint, wanted.as_json(), wanted.chunks),
+                    name=self.name,
+                )
+            frozen = wanted if int(reply[0]) in (1, 2) else await self._frozen()
+            if frozen is None:  # pragma: no cover - the script says a plan exists
+                raise PlanMismatchError("the plan vanished while it was frozen", name=self.name)
+        if frozen.source != self.source.describe() or frozen.chunk_size != self.chunk_size:
+            raise PlanMismatchError(
+                f"job {self.name!r} was planned for {frozen.source} in chunks of "
+                f"{frozen.chunk_size}; this run asks {self.source.describe()} in chunks of "
+                f"{self.chunk_size}: use another job name",
+                name=self.name,
+            )
+        self._plan = frozen
+        return frozen
+
+    async def _frozen(self) -> Plan | None:
+        with map_exceptions(name=self.name, doing="reading the plan"):
+            text = await self.client.hget(self.keys.plan, "plan")
+        return None if text is None else Plan.from_json(to_text(text))
+
+    # -- working -----------------------------------------------------------------
+
+    async def work(self, *, max_chunks: int | None = None, wait: bool = True) -> WorkerReport:
+        """Claim and ingest chunks until the job is done (or ``max_chunks`` are).
+
+        When every chunk left is leased by others, waits for the first lease
+        to run out (``wait=False``: returns instead), since its worker may
+        have died.
+        """
+        plan = await self.plan()
+        chunks = rows = refused = 0
+        while max_chunks is None or chunks < max_chunks:
+            token = f"{secrets.token_hex(8)}@{self.worker}"
+            with map_exceptions(name=self.name, doing="claiming a chunk"):
+                reply = await self._registry.run(
+                    "ingest_claim",
+                    (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.stats,
+                     self.keys.fence),
+                    (token, self.lease_ms),
+                    name=self.name,
+                )  # fmt: skip
+            claim = parse_claim(reply)
+            if claim is None:
+                break
+            if isinstance(claim, float):
+                if not wait:
+                    break
+                await sleep(min(claim + 0.05, 1.0))
+                continue
+            done, added = await self._ingest_chunk(plan, claim, token)
+            rows += added
+            if done:
+                chunks += 1
+            else:
+                refused += 1
+        return WorkerReport(chunks=chunks, rows=rows, refused=refused)
+
+    async def _ingest_chunk(self, plan: Plan, claim: Claim, token: str) -> tuple[bool, int]:
+        """Stream the chunk after its cursor, a batch per commit; (finished, rows).
+
+        A full batch is committed at once; a short one is the chunk's last and
+        goes with the chunk's end in one call.
+        """
+        first, last = chunk_range(plan, claim.chunk)
+        if claim.cursor is not None:
+            first = claim.cursor + 1
+        added = 0
+        if first <= last:
+            async for rows in in_batches(self.source.rows(first, last), self.batch):
+                final = len(rows) < self.batch
+                batch = [part for key, row in rows for part in (str(key), encode_row(row))]
+                if not await self._commit(claim.chunk, token, batch, final=final):
+                    return False, added
+                added += len(rows)
+                if final:
+                    return True, added
+        if not await self._commit(claim.chunk, token, [], final=True):
+            return False, added
+        return True, added
+
+    async def _commit(self, chunk: int, token: str, batch: list[str], *, final: bool) -> bool:
+        with map_exceptions(name=self.name, doing="committing a batch"):
+            reply = await self._registry.run(
+                "ingest_commit",
+                (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.stats,
+                 self.sink_key),
+                (token, chunk, self.lease_ms, 1 if final else 0, self.sink_kind, *batch),
+                name=self.name,
+            )  # fmt: skip
+        return int(reply) == 1
+
+    # -- status --------------------------------------------------------------------
+
+    async def status(self) -> IngestStatus:
+        """Chunks done, claimed and free, rows, claims, rate and holders, as the server has them."""
+        return await read_status(self.client, self.keys, name=self.name)
+
+
+async def read_status(client: AsyncClient, keys: IngestKeys, *, name: str) -> IngestStatus:
+    """The status of the job with ``keys``; no source needed (``tenure ingest status``)."""
+    with map_exceptions(name=name, doing="reading the job's status"):
+        reply = await registry_for(client).run(
+            "ingest_status",
+            (keys.plan, keys.free, keys.stats, keys.leases, keys.cursors),
+            (HOLDERS_LISTED,),
+            name=name,
+        )
+    return parse_status(reply)

@@ -1,0 +1,178 @@
+"""IngestJob contract tests, written once for asyncio and generated for threads (real servers).
+
+Workers here are tasks (threads in the sync twin) of one process; the tests
+with worker processes, kill -9, SIGSTOP and a server restart are in
+tests/test_ingest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from tenure import (
+    ArgumentError,
+    AsyncCallableSource,
+    AsyncIngestJob,
+    CallableSource,
+    PlanMismatchError,
+    SqlSource,
+)
+from tenure.server import ServerProcess
+from tests._backend_asyncio import gather, join, sleep, spawn
+from tests.test_ingest import make_table
+
+
+async def stream_keys(client: redis.asyncio.Redis, key: str) -> list[int]:
+    entries: Any = await client.xrange(key)
+    return [int(fields[b"key"]) for _, fields in entries]
+
+
+async def test_every_row_lands_once_with_concurrent_workers(
+    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    ids = make_table(tmp_path / "db.sqlite", 5_000)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    clients = [redis.asyncio.Redis.from_url(tenure_server.url) for _ in range(3)]
+    jobs = [
+        AsyncIngestJob(c, "events", SqlSource(url, "events", "id"), chunk_size=700, batch=100)
+        for c in clients
+    ]
+    reports = await gather(*(job.work for job in jobs))
+    sink = jobs[0].keys.default_sink()
+    assert sorted(await stream_keys(tenure_async_client, sink)) == ids
+    assert sum(r.rows for r in reports) == len(ids)
+    assert all(r.chunks > 0 for r in reports)  # they worked side by side
+    status = await jobs[0].status()
+    assert status.finished and status.rows == len(ids) and status.free == 0
+    assert status.chunks == (await jobs[0].plan()).chunks
+    assert status.holders == () and status.claims == status.chunks
+    assert 0 < status.elapsed < 60 and status.rate == status.rows / status.elapsed
+    entries: Any = await tenure_async_client.xrange(sink, count=1)
+    first = json.loads(entries[0][1][b"row"])
+    assert set(first) == {"id", "name", "amount"}
+    # a finished job run again is a no-op
+    assert (await jobs[1].work()).rows == 0
+    assert await tenure_async_client.xlen(sink) == len(ids)
+    for client in clients:
+        await client.aclose()
+
+
+async def test_a_hung_worker_loses_its_chunk_and_its_late_commit_is_refused(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    stalled: list[int] = []
+
+    def slow(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            if key == 50 and not stalled:
+                stalled.append(key)
+                time.sleep(1.0)  # hung past its 0.3 s lease (a blocking source)
+            yield key, {"n": key}
+
+    def fast(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            yield key, {"n": key}
+
+    def numbers(fetch: Any) -> AsyncIngestJob:  # one chunk of 100 keys, 0.3 s leases
+        source = CallableSource(fetch, low=1, high=100, name="numbers")
+        return AsyncIngestJob(
+            tenure_async_client, "hang", source, chunk_size=100, batch=10, lease=0.3
+        )
+
+    hung = numbers(slow)
+    running = spawn(hung.work)
+    deadline = time.monotonic() + 5
+    while not stalled:
+        assert time.monotonic() < deadline, "the source never stalled"
+        await sleep(0.01)
+    await sleep(0.05)  # the stall began after the batch of 31..40 was committed
+    holding = await hung.status()
+    assert holding.claimed == 1 and len(holding.holders) == 1
+    holder = holding.holders[0]
+    assert (holder.chunk, holder.worker, holder.cursor) == (0, hung.worker, 40)
+    assert 0 < holder.lease_left <= 0.3
+    assert hung.worker == f"{socket.gethostname()}:{os.getpid()}"
+    await sleep(0.35)  # the lease ran out
+    assert (await hung.status()).holders == ()
+    successor = numbers(fast)
+    taken = await successor.work()
+    late = await join(running)
+    assert taken.chunks == 1 and late.refused == 1 and late.chunks == 0
+    keys = await stream_keys(tenure_async_client, hung.keys.default_sink())
+    assert sorted(keys) == list(range(1, 101))
+
+
+async def test_a_plan_under_the_same_name_must_match(
+    tenure_async_client: redis.asyncio.Redis, tmp_path: Path
+) -> None:
+    make_table(tmp_path / "db.sqlite", 100)
+    source = SqlSource(f"sqlite:///{tmp_path / 'db.sqlite'}", "events", "id")
+    first = AsyncIngestJob(tenure_async_client, "job", source, chunk_size=10)
+    plan = await first.plan()
+    assert plan.chunks == (plan.high - plan.low) // 10 + 1
+    before = await tenure_async_client.dbsize()
+    with pytest.raises(PlanMismatchError, match="chunks of 10; this run asks .* chunks of 20"):
+        await AsyncIngestJob(tenure_async_client, "job", source, chunk_size=20).work()
+    other = CallableSource(lambda a, b: iter(()), low=1, high=5, name="else")
+    with pytest.raises(PlanMismatchError, match="use another job name"):
+        await AsyncIngestJob(tenure_async_client, "job", other, chunk_size=10).plan()
+    assert await tenure_async_client.dbsize() == before  # nothing half-written
+    assert await AsyncIngestJob(tenure_async_client, "job", source, chunk_size=10).plan() == plan
+
+
+async def test_a_list_sink_and_a_source_that_breaks_its_contract(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    rows = CallableSource(
+        lambda a, b: ((k, {"k": k}) for k in range(a, b + 1)), low=0, high=49, name="n"
+    )
+    job = AsyncIngestJob(
+        tenure_async_client, "to-list", rows, chunk_size=7, sink="list:{to-list}:out"
+    )
+    assert (await job.work()).rows == 50
+    stored = [json.loads(v)["k"] for v in await tenure_async_client.lrange("{to-list}:out", 0, -1)]
+    assert sorted(stored) == list(range(50))
+    backwards = CallableSource(lambda a, b: iter([(b, {}), (a, {})]), low=0, high=9, name="b")
+    with pytest.raises(ArgumentError, match="out of order"):
+        await AsyncIngestJob(tenure_async_client, "backwards", backwards).work()
+    with pytest.raises(ArgumentError, match="sink"):
+        AsyncIngestJob(tenure_async_client, "x", rows, sink="queue:x")
+    bad: list[dict[str, Any]] = [{"chunk_size": 0}, {"batch": True}, {"lease": 0.01}]
+    for options in bad:
+        with pytest.raises(ArgumentError, match=next(iter(options))):
+            AsyncIngestJob(tenure_async_client, "x", rows, **options)
+
+
+async def test_an_async_source_is_awaited(tenure_async_client: redis.asyncio.Redis) -> None:
+    async def fetch(first: int, last: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1, 2):  # odd keys only: gaps in every chunk
+            await sleep(0)
+            yield key, {"odd": key}
+
+    source = AsyncCallableSource(fetch, low=1, high=999, name="odd")
+    jobs = [AsyncIngestJob(tenure_async_client, "odd", source, chunk_size=100, batch=7)
+            for _ in range(2)]  # fmt: skip
+    reports = await gather(*(job.work for job in jobs))
+    assert sum(r.rows for r in reports) == 500
+    keys = await stream_keys(tenure_async_client, jobs[0].keys.default_sink())
+    assert sorted(keys) == list(range(1, 1000, 2))
+
+    async def unordered(first: int, last: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        yield last, {}
+        yield first, {}
+
+    with pytest.raises(ArgumentError, match="out of order"):
+        await AsyncIngestJob(
+            tenure_async_client,
+            "unordered",
+            AsyncCallableSource(unordered, low=0, high=9, name="u"),
+        ).work()
