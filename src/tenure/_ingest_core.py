@@ -92,7 +92,7 @@ class IngestKeys:
 
     plan: str  # hash: fingerprint, plan (JSON), chunks
     free: str  # zset: chunk -> lease expiry in ms (0: never claimed); done chunks leave it
-    leases: str  # hash: chunk -> the claim's token
+    leases: str  # hash: chunk -> the claim's token ("done:<token>" once the chunk is done)
     cursors: str  # hash: chunk -> the last key committed
     stats: str  # hash: rows, chunks_done, claims
     fence: str  # counter: each claim's fencing number

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import ConstantBackoff
 
 from tenure import (
     ArgumentError,
@@ -26,7 +29,7 @@ from tenure import (
     PlanMismatchError,
     SqlSource,
 )
-from tenure.server import ServerProcess
+from tenure.server import FaultProxy, ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
 from tests.test_ingest import make_table
 
@@ -176,3 +179,42 @@ async def test_an_async_source_is_awaited(tenure_async_client: redis.asyncio.Red
             "unordered",
             AsyncCallableSource(unordered, low=0, high=9, name="u"),
         ).work()
+
+
+async def test_a_commit_resent_after_a_dropped_connection_is_not_applied_twice(
+    tenure_async_client: redis.asyncio.Redis, tenure_proxy: FaultProxy
+) -> None:
+    # redis-py resends a command when the connection drops before its reply
+    # (Retry on ConnectionError); a commit that had run must not run again.
+    client = tenure_proxy.async_client(retry=Retry(ConstantBackoff(0.05), 5))
+    drops: list[str] = []
+
+    def drop_the_next_reply(commit: str) -> None:
+        tenure_proxy.set_latency(0.5, "downstream")  # the commit's reply will be late...
+
+        def drop() -> None:
+            time.sleep(0.2)
+            tenure_proxy.reset_connections()  # ...and its connection drops before it comes
+            tenure_proxy.clear()
+            drops.append(commit)
+
+        threading.Thread(target=drop).start()
+
+    def rows(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            if key == 10:
+                drop_the_next_reply("a full batch, 1..10")
+            if key == 15:
+                drop_the_next_reply("a chunk's short last batch, 11..15")
+            yield key, {"n": key}
+        if last == 40:  # read after the full batch 31..40: the chunk's empty final commit
+            drop_the_next_reply("a chunk's end with no rows")
+
+    source = CallableSource(rows, low=1, high=40, name="resent")
+    job = AsyncIngestJob(client, "resent", source, chunk_size=15, batch=10)
+    report = await job.work()
+    assert len(drops) == 3, drops
+    assert report.rows == 40 and report.chunks == 3 and report.refused == 0
+    keys = await stream_keys(tenure_async_client, job.keys.default_sink())
+    assert keys == list(range(1, 41))  # once each
+    await client.aclose()

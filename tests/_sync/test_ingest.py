@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import ConstantBackoff
+from redis.retry import Retry
 
 from tenure import (
     ArgumentError,
@@ -26,7 +29,7 @@ from tenure import (
     PlanMismatchError,
     SqlSource,
 )
-from tenure.server import ServerProcess
+from tenure.server import FaultProxy, ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
 from tests.test_ingest import make_table
 
@@ -170,3 +173,42 @@ def test_an_source_is_awaited(tenure_client: redis.Redis) -> None:
             "unordered",
             CallableSource(unordered, low=0, high=9, name="u"),
         ).work()
+
+
+def test_a_commit_resent_after_a_dropped_connection_is_not_applied_twice(
+    tenure_client: redis.Redis, tenure_proxy: FaultProxy
+) -> None:
+    # redis-py resends a command when the connection drops before its reply
+    # (Retry on ConnectionError); a commit that had run must not run again.
+    client = tenure_proxy.client(retry=Retry(ConstantBackoff(0.05), 5))
+    drops: list[str] = []
+
+    def drop_the_next_reply(commit: str) -> None:
+        tenure_proxy.set_latency(0.5, "downstream")  # the commit's reply will be late...
+
+        def drop() -> None:
+            time.sleep(0.2)
+            tenure_proxy.reset_connections()  # ...and its connection drops before it comes
+            tenure_proxy.clear()
+            drops.append(commit)
+
+        threading.Thread(target=drop).start()
+
+    def rows(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            if key == 10:
+                drop_the_next_reply("a full batch, 1..10")
+            if key == 15:
+                drop_the_next_reply("a chunk's short last batch, 11..15")
+            yield key, {"n": key}
+        if last == 40:  # read after the full batch 31..40: the chunk's empty final commit
+            drop_the_next_reply("a chunk's end with no rows")
+
+    source = CallableSource(rows, low=1, high=40, name="resent")
+    job = IngestJob(client, "resent", source, chunk_size=15, batch=10)
+    report = job.work()
+    assert len(drops) == 3, drops
+    assert report.rows == 40 and report.chunks == 3 and report.refused == 0
+    keys = stream_keys(tenure_client, job.keys.default_sink())
+    assert keys == list(range(1, 41))  # once each
+    client.close()

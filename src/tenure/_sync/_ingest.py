@@ -183,6 +183,7 @@ class IngestJob:
         goes with the chunk's end in one call.
         """
         first, last = chunk_range(plan, claim.chunk)
+        after = "" if claim.cursor is None else str(claim.cursor)
         if claim.cursor is not None:
             first = claim.cursor + 1
         added = 0
@@ -190,22 +191,28 @@ class IngestJob:
             for rows in in_batches(self.source.rows(first, last), self.batch):
                 final = len(rows) < self.batch
                 batch = [part for key, row in rows for part in (str(key), encode_row(row))]
-                if not self._commit(claim.chunk, token, batch, final=final):
+                if not self._commit(claim.chunk, token, after, batch, final=final):
                     return False, added
                 added += len(rows)
+                after = batch[-2]
                 if final:
                     return True, added
-        if not self._commit(claim.chunk, token, [], final=True):
+        if not self._commit(claim.chunk, token, after, [], final=True):
             return False, added
         return True, added
 
-    def _commit(self, chunk: int, token: str, batch: list[str], *, final: bool) -> bool:
+    def _commit(self, chunk: int, token: str, after: str, batch: list[str], *, final: bool) -> bool:
+        """Commit ``batch`` (following cursor ``after``); False if the claim was lost.
+
+        The script answers a resent call (a client library retrying after a
+        dropped connection) without applying it twice.
+        """
         with map_exceptions(name=self.name, doing="committing a batch"):
             reply = self._registry.run(
                 "ingest_commit",
                 (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.stats,
                  self.sink_key),
-                (token, chunk, self.lease_ms, 1 if final else 0, self.sink_kind, *batch),
+                (token, chunk, self.lease_ms, 1 if final else 0, self.sink_kind, after, *batch),
                 name=self.name,
             )  # fmt: skip
         return int(reply) == 1

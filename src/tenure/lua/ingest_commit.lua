@@ -1,7 +1,10 @@
 -- tenure script: ingest_commit
 -- Append one batch of a claimed chunk to the sink and move its cursor, atomically.
+-- The same call made twice (a client library resending it after a dropped
+-- connection, when the first one had run) is answered 1 and changes nothing:
+-- the batch names the cursor it follows, and a finished chunk keeps its last token.
 -- KEYS[1] free zset chunk -> lease expiry in ms
--- KEYS[2] leases hash chunk -> token
+-- KEYS[2] leases hash chunk -> token; "done:<token>" once the chunk is done
 -- KEYS[3] cursors hash chunk -> the last key committed
 -- KEYS[4] stats hash {rows, chunks_done, claims, updated}
 -- KEYS[5] the sink: a stream (XADD) or a list (RPUSH)
@@ -10,17 +13,30 @@
 -- ARGV[3] lease in ms, renewed by this commit
 -- ARGV[4] 1 if this batch ends the chunk, else 0
 -- ARGV[5] "stream" or "list"
--- ARGV[6...] the rows: key, payload, key, payload... (keys ascending)
--- returns 1 if committed, 0 if the claim is no longer this caller's
+-- ARGV[6] the cursor this batch follows ("" if nothing was committed in the chunk)
+-- ARGV[7...] the rows: key, payload, key, payload... (keys ascending)
+-- returns 1 if committed (now or by this same call before), 0 if the claim is
+--   no longer this caller's
 
 local chunk = ARGV[2]
-if redis.call('HGET', KEYS[2], chunk) ~= ARGV[1] or redis.call('ZSCORE', KEYS[1], chunk) == false then
+local lease = redis.call('HGET', KEYS[2], chunk)
+if lease == 'done:' .. ARGV[1] then
+    return 1 -- this claim's final commit ran already: a resent call
+end
+if lease ~= ARGV[1] or redis.call('ZSCORE', KEYS[1], chunk) == false then
+    return 0
+end
+local rows = (#ARGV - 6) / 2
+local cursor = redis.call('HGET', KEYS[3], chunk) or ''
+if cursor ~= ARGV[6] then
+    if rows > 0 and cursor == ARGV[#ARGV - 1] then
+        return 1 -- this batch is in already: a resent call
+    end
     return 0
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rows = (#ARGV - 5) / 2
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
     if ARGV[5] == 'stream' then
         redis.call('XADD', KEYS[5], '*', 'key', ARGV[i], 'row', ARGV[i + 1])
     else
@@ -34,7 +50,7 @@ if rows > 0 then
 end
 if ARGV[4] == '1' then
     redis.call('ZREM', KEYS[1], chunk)
-    redis.call('HDEL', KEYS[2], chunk)
+    redis.call('HSET', KEYS[2], chunk, 'done:' .. ARGV[1])
     redis.call('HINCRBY', KEYS[4], 'chunks_done', 1)
 else
     redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), chunk)
