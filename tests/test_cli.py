@@ -162,46 +162,21 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_killing_the_demo_leaves_no_process() -> None:
+@pytest.mark.parametrize(
+    ("args", "children"),
+    [
+        (("market", "--seconds", "30", "--rows", "1/1", "--modes", "lock"), 3),  # server, 2 traders
+        (("ingest", "--table-rows", "2000000", "--no-kills"), 5),  # the server and 4 workers
+    ],
+)
+def test_killing_the_demo_leaves_no_process(args: tuple[str, ...], children: int) -> None:
     demo = subprocess.Popen(
-        [*TENURE, "demo", "market", "--seconds", "30", "--rows", "1/1", "--modes", "lock"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        first = _read_line(demo, 30)
-        started = re.search(r"pid (\d+)", first)
-        assert started, first
-        deadline = time.monotonic() + 30
-        while len(_children(demo.pid)) < 3:  # the server and two traders
-            assert time.monotonic() < deadline, "the demo never started its traders"
-            time.sleep(0.1)
-        time.sleep(1.0)  # let them trade
-        processes = _children(demo.pid)
-        demo.send_signal(signal.SIGKILL)
-        demo.wait(timeout=10)
-        for pid in processes:
-            assert wait_dead(pid, 5.0), f"process {pid} outlived the killed demo"
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-        if demo.stdout is not None:
-            demo.stdout.close()
-
-
-@pytest.mark.slow
-def test_killing_the_ingest_demo_leaves_no_worker() -> None:
-    demo = subprocess.Popen(
-        [*TENURE, "demo", "ingest", "--table-rows", "2000000", "--no-kills"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+        [*TENURE, "demo", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 60
-        while len(_children(demo.pid)) < 5:  # the server and four workers
-            assert time.monotonic() < deadline, "the demo never started its workers"
+        while len(_children(demo.pid)) < children:
+            assert time.monotonic() < deadline, "the demo never started its processes"
             time.sleep(0.1)
         time.sleep(1.0)  # let them work
         processes = _children(demo.pid)
@@ -212,8 +187,7 @@ def test_killing_the_ingest_demo_leaves_no_worker() -> None:
     finally:
         if demo.poll() is None:
             demo.kill()
-        if demo.stdout is not None:
-            demo.stdout.close()
+            demo.wait()
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import decimal
 import json
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from tenure._exceptions import ArgumentError
 
@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 Row = tuple[int, dict[str, Any]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RowSource(Protocol):
@@ -145,30 +146,27 @@ class SqlSource:
             after = int(page[-1][self.key.name])
 
 
-class CallableSource:
-    """Any callable that yields ``(key, row)`` for a key range, in ascending key order.
+class _FetchSource(Generic[F]):
+    """What the callable sources share: the callable, the key range and the name."""
 
-    ``fetch(first, last)`` is called with a chunk's remaining range;
-    ``low``/``high`` are the keys the job covers and ``name`` names the
-    source in the plan (a different name is a different plan).
-    """
-
-    def __init__(
-        self,
-        fetch: Callable[[int, int], Iterable[Row]],
-        *,
-        low: int,
-        high: int,
-        name: str,
-    ) -> None:
+    def __init__(self, fetch: F, *, low: int, high: int, name: str) -> None:
         if not callable(fetch):
             raise ArgumentError("fetch", "must be callable")
         self._fetch = fetch
         self.low, self.high, self.name = low, high, name
 
     def describe(self) -> dict[str, Any]:
-        """Kind and name."""
+        """Kind and name (a callable and an async callable of one name are one source)."""
         return {"kind": "callable", "name": self.name}
+
+
+class CallableSource(_FetchSource[Callable[[int, int], Iterable[Row]]]):
+    """Any callable that yields ``(key, row)`` for a key range, in ascending key order.
+
+    ``fetch(first, last)`` is called with a chunk's remaining range;
+    ``low``/``high`` are the keys the job covers and ``name`` names the
+    source in the plan (a different name is a different plan).
+    """
 
     def key_range(self) -> tuple[int, int]:
         """The range given."""
@@ -214,30 +212,13 @@ class AsyncRowSource(Protocol):
         ...
 
 
-class AsyncCallableSource:
+class AsyncCallableSource(_FetchSource[Callable[[int, int], AsyncIterable[Row]]]):
     """An async generator function that yields ``(key, row)`` for a key range, ascending.
 
     :class:`CallableSource` for :class:`~tenure.AsyncIngestJob`, when the rows
     come from an asyncio driver (asyncpg, aiomysql, an HTTP API):
     ``fetch(first, last)`` is called with a chunk's remaining range.
     """
-
-    def __init__(
-        self,
-        fetch: Callable[[int, int], AsyncIterable[Row]],
-        *,
-        low: int,
-        high: int,
-        name: str,
-    ) -> None:
-        if not callable(fetch):
-            raise ArgumentError("fetch", "must be callable")
-        self._fetch = fetch
-        self.low, self.high, self.name = low, high, name
-
-    def describe(self) -> dict[str, Any]:
-        """Kind and name (the same as a :class:`CallableSource` of that name)."""
-        return {"kind": "callable", "name": self.name}
 
     async def key_range(self) -> tuple[int, int]:
         """The range given."""
