@@ -68,3 +68,11 @@ def test_stream_claim_replies_are_parsed_strictly() -> None:
         parse_claimed([b"0-0", []])
     with pytest.raises(ValueError, match="shorter than"):  # an odd field list
         parse_claimed([b"0-0", [[b"1-1", [b"key"], 1]], 0])
+
+
+def test_a_plan_of_too_many_chunks_is_refused_with_the_size_that_fits() -> None:
+    assert Plan({"kind": "t"}, 1, 1_000_000_000, 10_000).chunks == 100_000
+    with pytest.raises(ArgumentError, match=r"100,001 chunks.*chunk_size of at least 10,001"):
+        Plan({"kind": "t"}, 1, 1_000_010_000, 10_000)
+    sparse = Plan({"kind": "t"}, 1, 2**40, 10_995_117)  # the size the message asks for fits
+    assert sparse.chunks <= 100_000

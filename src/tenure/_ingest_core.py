@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 HOLDERS_LISTED = 100  # running claims listed by a status read
+MAX_CHUNKS = 100_000  # a plan's chunks, each a member of the job's free set
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ class Plan:
             raise ArgumentError("chunk_size", f"must be at least 1, got {self.chunk_size}")
         if self.high < self.low:
             raise ArgumentError("high", f"the key range is empty ({self.low}..{self.high})")
+        if self.chunks > MAX_CHUNKS:
+            needed = -(-(self.high - self.low + 1) // MAX_CHUNKS)
+            raise ArgumentError(
+                "chunk_size",
+                f"keys {self.low}..{self.high} in chunks of {self.chunk_size:,} make "
+                f"{self.chunks:,} chunks, more than {MAX_CHUNKS:,}: use a chunk_size of at "
+                f"least {needed:,} (with sparse keys, chunks hold fewer rows than keys)",
+            )
 
     @property
     def chunks(self) -> int:

@@ -87,6 +87,9 @@ class SqlSource:
             self.table = sqlalchemy.Table(table, sqlalchemy.MetaData(), autoload_with=self.engine)
         except sqlalchemy.exc.NoSuchTableError:
             raise ArgumentError("table", f"no table {table!r} in {self._where()}") from None
+        for column in self.table.columns:  # MySQL's DOUBLE and FLOAT reflect as decimals
+            if isinstance(column.type, sqlalchemy.Float) and column.type.asdecimal:
+                column.type.asdecimal = False
         if key not in self.table.c:
             columns = ", ".join(self.table.c.keys())
             raise ArgumentError("key", f"table {table!r} has no column {key!r} ({columns})")
