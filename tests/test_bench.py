@@ -253,6 +253,32 @@ def test_bench_caches_measures_stampedes_and_hits(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--callers 1..200" in bad.stderr
 
 
+def test_bench_ingest_measures_speed_faults_and_memory(tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    done = run(
+        "bench", "ingest", "--rows", "20000", "--rounds", "1", "--workers", "1,2",
+        "--fault-rows", "60000", "--memory-rows", "20000,40000", "--output", str(report),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "| one process XADDing from memory, pipelined (the ceiling) | 1 |" in out
+    for design in ("tenure IngestJob", "the post (CLIENT SETNAME)"):
+        for workers in (1, 2):
+            assert f"| {design} | {workers} |" in out
+    tenure_faults = next(
+        line for line in out.splitlines() if line.startswith("| tenure IngestJob |")
+        and line.count("|") == 7
+    )  # fmt: skip
+    kills, _, entries, lost, duplicated = (c.strip() for c in tenure_faults.split("|")[2:7])
+    assert int(kills) >= 1 and entries == "60,000" and lost == duplicated == "0"
+    assert "| 20,000 | " in out and "| 40,000 | " in out and " MiB |" in out
+    assert "<!-- tenure-bench:ingest:start -->" in report.read_text()
+    bad = run("bench", "ingest", "--workers", "0")
+    assert bad.returncode == 2 and "--workers" in bad.stderr and bad.stderr.count("\n") == 1
+    small = run("bench", "ingest", "--rows", "10")
+    assert small.returncode == 2 and "--rows and --fault-rows 1,000..10,000,000" in small.stderr
+
+
 def test_bench_refuses_bad_values() -> None:
     bad = run("bench", "locks", "--seconds", "0")
     assert bad.returncode == 2

@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "locks": ("locks", "tenure.Lock beside redis-py, python-redis-lock and pottery"),
     "semaphores": ("semaphores", "tenure.Semaphore beside Redis in Action's fair semaphore"),
     "caches": ("caches", "tenure's HerdCache beside dogpile.cache, cashews and aiocache"),
+    "ingest": ("ingest", "tenure's IngestJob beside the CLIENT SETNAME chunk booking"),
 }
 
 
