@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+from collections.abc import Sequence
 from types import ModuleType
 
 import redis
@@ -28,6 +30,7 @@ __all__ = [
     "check_empty",
     "load_benchmark",
     "require_peer",
+    "standalone_main",
 ]
 
 # subcommand -> (module under tenure._bench, one line of help)
@@ -86,3 +89,25 @@ def add_output_arguments(parser: argparse.ArgumentParser, output: str | None, pl
         "--output", default=output, help=f"write the Markdown report section here ({output})"
     )
     parser.add_argument("--plot", help=f"draw the {plotted} distributions to this PNG")
+
+
+def standalone_main(
+    name: str, argv: Sequence[str] | None, *, prog: str | None, output: str | None
+) -> int:
+    """Benchmark ``name`` as its own program (``python -m benchmarks.<name>``).
+
+    Parses ``argv`` with the benchmark's options (``output`` is where the
+    report goes by default), runs it and returns the exit status; arguments
+    it cannot run with end the program with one line and status 2.
+    """
+    module = load_benchmark(name)
+    prog = prog or f"tenure bench {name}"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    doc = module.__doc__ or ""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    module.add_arguments(parser, output=output)
+    args = parser.parse_args(argv)
+    try:
+        return int(module.run_command(args, [*prog.split(), *argv]))
+    except BenchmarkError as exc:
+        parser.error(str(exc))

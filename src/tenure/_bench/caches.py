@@ -42,7 +42,7 @@ from typing import Any
 
 import redis
 
-from tenure._bench import BenchmarkError, add_output_arguments, check_empty
+from tenure._bench import BenchmarkError, add_output_arguments, check_empty, standalone_main
 from tenure._bench.cache_contenders import CACHES, CacheContender, by_key
 from tenure._bench.plot import plot_waits
 from tenure._bench.sections import write_section
@@ -387,15 +387,7 @@ def main(
     output: str | None = None,
 ) -> int:
     """Parse ``argv``, run the benchmark and report; return the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    add_arguments(parser, output=output)
-    args = parser.parse_args(argv)
-    try:
-        return run_command(args, [*prog.split(), *argv])
-    except BenchmarkError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
+    return standalone_main("caches", argv, prog=prog, output=output)
 
 
 if __name__ == "__main__":

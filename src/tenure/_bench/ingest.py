@@ -49,7 +49,7 @@ from typing import Any
 
 import redis
 
-from tenure._bench import BenchmarkError, add_output_arguments, check_empty
+from tenure._bench import BenchmarkError, add_output_arguments, check_empty, standalone_main
 from tenure._bench.ingest_contenders import post_keys
 from tenure._bench.ingest_worker import go_keys
 from tenure._bench.sections import write_section
@@ -440,15 +440,7 @@ def main(
     output: str | None = None,
 ) -> int:
     """Parse ``argv``, run the benchmark and report; return the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    add_arguments(parser, output=output)
-    args = parser.parse_args(argv)
-    try:
-        return run_command(args, [*prog.split(), *argv])
-    except BenchmarkError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
+    return standalone_main("ingest", argv, prog=prog, output=output)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,13 @@ from pathlib import Path
 
 import redis
 
-from tenure._bench import BenchmarkError, add_output_arguments, check_empty, require_peer
+from tenure._bench import (
+    BenchmarkError,
+    add_output_arguments,
+    check_empty,
+    require_peer,
+    standalone_main,
+)
 from tenure._bench.contenders import CONTENDERS, Contender, by_key
 from tenure._bench.measure import (
     COUNTER_KEY,
@@ -404,15 +410,7 @@ def main(
     output: str | None = None,
 ) -> int:
     """Parse ``argv``, run the benchmark and report; return the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    add_arguments(parser, output=output)
-    args = parser.parse_args(argv)
-    try:
-        check_arguments(args)
-    except BenchmarkError as exc:
-        parser.error(str(exc))
-    return run_command(args, [*prog.split(), *argv])
+    return standalone_main("locks", argv, prog=prog, output=output)
 
 
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:

@@ -35,7 +35,7 @@ import redis
 from redis.connection import Connection
 
 import tenure
-from tenure._bench import BenchmarkError, add_output_arguments, check_empty
+from tenure._bench import BenchmarkError, add_output_arguments, check_empty, standalone_main
 from tenure._bench.plot import plot_waits
 from tenure._bench.sections import write_section
 from tenure.server._process import given_or_private
@@ -319,13 +319,7 @@ def main(
     output: str | None = None,
 ) -> int:
     """Parse ``argv``, run the benchmark and report; return the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    add_arguments(parser, output=output)
-    args = parser.parse_args(argv)
-    if not 0 < args.seconds <= 600 or not 1 <= args.limit <= 10_000:
-        parser.error("--seconds must be in (0, 600] and --limit in 1..10000")
-    return run_command(args, [*prog.split(), *argv])
+    return standalone_main("semaphores", argv, prog=prog, output=output)
 
 
 if __name__ == "__main__":
