@@ -27,7 +27,14 @@ from tenure._ingest_core import IngestKeys, IngestStatus
 from tenure._ingest_sources import SqlSource
 from tenure._sync._ingest import IngestJob, read_status
 
-__all__ = ["ProgressWriter", "add_ingest", "progress_line", "run_ingest", "start_worker"]
+__all__ = [
+    "ProgressWriter",
+    "add_ingest",
+    "job_from_settings",
+    "progress_line",
+    "run_ingest",
+    "start_worker",
+]
 
 PREFIX = "tenure:ingest:"
 
@@ -75,16 +82,17 @@ def _redis(url: str) -> redis.Redis:
         raise ArgumentError("--url", f"{exc} (got {url!r})") from exc
 
 
-def _job(client: redis.Redis, options: argparse.Namespace) -> IngestJob:
-    source = SqlSource(options.source_url, options.table, options.key)
+def job_from_settings(client: redis.Redis, settings: dict[str, Any]) -> IngestJob:
+    """The job ``settings`` describe (``run``'s options; see :func:`start_worker`)."""
+    source = SqlSource(settings["source_url"], settings["table"], settings["key"])
     return IngestJob(
         client,
-        options.name or options.table,
+        settings.get("name") or settings["table"],
         source,
-        chunk_size=options.chunk_size,
-        sink=options.sink,
-        lease=options.lease,
-        prefix=getattr(options, "prefix", PREFIX),
+        chunk_size=settings["chunk_size"],
+        sink=settings.get("sink"),
+        lease=settings["lease"],
+        prefix=settings.get("prefix", PREFIX),
     )
 
 
@@ -96,7 +104,7 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
     die_with_parent(parent)
     ignore_sigint()
     with redis.Redis.from_url(url) as client:
-        _job(client, argparse.Namespace(**options)).work()
+        job_from_settings(client, options).work()
 
 
 def start_worker(url: str, settings: dict[str, Any]) -> BaseProcess:
@@ -201,7 +209,7 @@ def run_ingest(options: argparse.Namespace) -> int:
 
 
 def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> int:
-    job = _job(client, options)
+    job = job_from_settings(client, vars(options))
     plan = job.plan()  # checks the source and freezes (or matches) the plan
     before = job.status()
     if before.finished:

@@ -53,7 +53,7 @@ from tenure._bench import BenchmarkError, add_output_arguments, check_empty, sta
 from tenure._bench.ingest_contenders import post_keys
 from tenure._bench.ingest_worker import go_keys
 from tenure._bench.sections import write_section
-from tenure._demo.ingest import build_table
+from tenure._demo.ingest import build_table, stream_entries
 from tenure._ingest_core import IngestKeys
 from tenure._ingest_sources import SqlSource, encode_row
 from tenure._sync._ingest import read_status
@@ -107,13 +107,7 @@ def _audit(client: redis.Redis, design: str, job: str, rows: int) -> tuple[int, 
     seen: Counter[int] = Counter()
     sink = _sink(design, job)
     if design == "tenure":
-        start = "-"
-        while True:
-            page: Any = client.xrange(sink, min=start, count=50_000)
-            if not page:
-                break
-            seen.update(int(fields[b"key"]) for _, fields in page)
-            start = "(" + page[-1][0].decode()
+        seen.update(int(fields[b"key"]) for _, fields in stream_entries(client, sink, 50_000))
     else:
         for first in range(0, int(client.llen(sink)), 50_000):
             values: Any = client.lrange(sink, first, first + 49_999)

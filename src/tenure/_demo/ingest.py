@@ -22,6 +22,7 @@ import tempfile
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -30,8 +31,7 @@ from typing import Any, TextIO
 import redis
 
 from tenure._exceptions import ArgumentError, TenureError
-from tenure._ingest_cli import ProgressWriter, progress_line, start_worker
-from tenure._ingest_sources import SqlSource
+from tenure._ingest_cli import ProgressWriter, job_from_settings, progress_line, start_worker
 from tenure._sync._ingest import IngestJob
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "build_table",
     "check_arguments",
     "run_ingest_demo",
+    "stream_entries",
 ]
 
 PREFIX = "tenure:demo:ingest:"
@@ -83,6 +84,17 @@ def build_table(path: Path, rows: int) -> None:
             )
 
 
+def stream_entries(client: redis.Redis, stream: str, page: int = 10_000) -> Iterator[Any]:
+    """Every entry of ``stream`` in order, ``(id, fields)``, read ``page`` at a time."""
+    start = "-"
+    while True:
+        entries: Any = client.xrange(stream, min=start, count=page)
+        yield from entries
+        if len(entries) < page:
+            return
+        start = "(" + entries[-1][0].decode()
+
+
 def audit_stream(client: redis.Redis, stream: str, rows: int) -> tuple[int, int, int, int]:
     """Read the whole stream: (entries, rows lost, entries duplicated, entries mismatched).
 
@@ -90,21 +102,15 @@ def audit_stream(client: redis.Redis, stream: str, rows: int) -> tuple[int, int,
     """
     seen = bytearray(rows + 1)  # times each id was seen, capped at 255
     entries = mismatched = 0
-    start = "-"
-    while True:
-        page: Any = client.xrange(stream, min=start, count=10_000)
-        for _, fields in page:
-            key = int(fields[b"key"])
-            row = json.loads(fields[b"row"])
-            expected = {"id": key, "name": f"event {key}", "amount": key / 4}
-            if row != expected or not 1 <= key <= rows:
-                mismatched += 1
-            elif seen[key] < 255:
-                seen[key] += 1
-        entries += len(page)
-        if len(page) < 10_000:
-            break
-        start = "(" + page[-1][0].decode()
+    for _, fields in stream_entries(client, stream):
+        entries += 1
+        key = int(fields[b"key"])
+        row = json.loads(fields[b"row"])
+        expected = {"id": key, "name": f"event {key}", "amount": key / 4}
+        if row != expected or not 1 <= key <= rows:
+            mismatched += 1
+        elif seen[key] < 255:
+            seen[key] += 1
     lost = seen.count(0) - 1  # index 0 is no row
     duplicated = sum(count - 1 for count in seen if count > 1)
     return entries, lost, duplicated, mismatched
@@ -157,8 +163,7 @@ def run_ingest_demo(
             "lease": LEASE,
             "prefix": PREFIX,
         }
-        source = SqlSource(str(settings["source_url"]), "events", "id")
-        job = IngestJob(client, name, source, chunk_size=CHUNK_SIZE, lease=LEASE, prefix=PREFIX)
+        job = job_from_settings(client, settings)  # the job its workers run
         job.plan()
         started = time.monotonic()
         killed = _ingest_while_killing(job, url, settings, workers, kills, seed)
