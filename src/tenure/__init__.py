@@ -1,7 +1,8 @@
 """tenure: distributed coordination on Redis and Valkey.
 
 Locks that are fair, fenced and told when lost (a drop-in for redis-py's
-``Lock``), re-entrant locks, counting semaphores, read-write locks,
+``Lock``), re-entrant locks, locks acknowledged by replicas before they
+count (:class:`ClusterLock`), counting semaphores, read-write locks,
 connection-bound locks, fenced keys, and caches that load each value once
 across every process (:class:`HerdCache`), and chunked ingestion of a SQL
 table into a stream, every row once whatever dies (:class:`IngestJob`, sync
@@ -13,6 +14,7 @@ Errors all derive from :class:`TenureError`; the tree is drawn in
 """
 
 from tenure._async._cache import AsyncCache, AsyncHerdCache
+from tenure._async._cluster_lock import AsyncClusterLock
 from tenure._async._connlock import AsyncConnectionLock
 from tenure._async._consumer import AsyncStreamConsumer
 from tenure._async._fence import AsyncFencedKey
@@ -45,6 +47,7 @@ from tenure._exceptions import (
     PermissionDeniedError,
     PlanMismatchError,
     PrimitiveError,
+    ReplicationError,
     ScriptError,
     SemaphoreLimitError,
     SemaphoreLostError,
@@ -57,6 +60,7 @@ from tenure._exceptions import (
 from tenure._ingest_core import ChunkHolder, IngestStatus, WorkerReport
 from tenure._ingest_sources import AsyncCallableSource, CallableSource, SqlSource
 from tenure._leased_core import (
+    ClusterLockStatistics,
     LeasedStatistics,
     LockStatistics,
     ReadWriteStatistics,
@@ -64,6 +68,7 @@ from tenure._leased_core import (
 )
 from tenure._stream_core import StreamMessage
 from tenure._sync._cache import Cache, HerdCache
+from tenure._sync._cluster_lock import ClusterLock
 from tenure._sync._connlock import ConnectionLock
 from tenure._sync._consumer import StreamConsumer
 from tenure._sync._fence import FencedKey
@@ -79,6 +84,7 @@ __all__ = [
     "ArgumentError",
     "AsyncCache",
     "AsyncCallableSource",
+    "AsyncClusterLock",
     "AsyncConnectionLock",
     "AsyncFencedKey",
     "AsyncHerdCache",
@@ -97,6 +103,8 @@ __all__ = [
     "CallableSource",
     "ChunkHolder",
     "ClientTypeError",
+    "ClusterLock",
+    "ClusterLockStatistics",
     "ConnectionLock",
     "EmbeddedServerError",
     "FencedKey",
@@ -121,6 +129,7 @@ __all__ = [
     "ReadWriteLock",
     "ReadWriteStatistics",
     "ReentrantLock",
+    "ReplicationError",
     "ScriptError",
     "Semaphore",
     "SemaphoreLimitError",

@@ -35,6 +35,7 @@ __all__ = [
     "current_holder",
     "guarded",
     "in_batches",
+    "node_pipeline",
     "on_signals",
     "scope_key",
     "shielded",
@@ -247,3 +248,29 @@ async def in_batches(rows: Iterable[T] | AsyncIterable[T], size: int) -> AsyncIt
     iterator = iter(rows)
     while batch := await asyncio.to_thread(lambda: list(itertools.islice(iterator, size))):
         yield batch
+
+
+async def node_pipeline(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` to one cluster node on one connection; replies or errors, in order.
+
+    An asyncio cluster node has no client of its own: a connection is taken
+    from the node's pool and given back. A connection interrupted mid-reply
+    (cancelled, timed out) is closed, never reused out of step.
+    """
+    from redis.exceptions import ResponseError
+
+    connection = node.acquire_connection()
+    try:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        node.release(connection)
+    return replies

@@ -28,6 +28,7 @@ __all__ = [
     "current_holder",
     "guarded",
     "in_batches",
+    "node_pipeline",
     "on_signals",
     "scope_key",
     "shielded",
@@ -160,3 +161,15 @@ def in_batches(rows: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(rows)
     while batch := list(itertools.islice(iterator, size)):
         yield batch
+
+
+def node_pipeline(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` to one cluster node on one connection; replies or errors, in order.
+
+    A sync cluster node carries a ``redis.Redis`` of its own; its pipeline
+    takes one connection for the whole batch.
+    """
+    with node.redis_connection.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(pipe.execute(raise_on_error=False))

@@ -8,7 +8,8 @@ The tree::
     ├── BackendError (RedisError)                the server refused or failed a call
     │   ├── ServerUnavailableError (ConnectionError)  refused, reset or timed out
     │   ├── PermissionDeniedError (NoPermissionError) the server's ACL forbids a command
-    │   └── ScriptError (ResponseError)          a tenure script failed on the server
+    │   ├── ScriptError (ResponseError)          a tenure script failed on the server
+    │   └── ReplicationError                     too few replicas acknowledged a write
     ├── EmbeddedServerError                      tenure.server could not run a server
     │   ├── ServerNotFoundError                  no server binary was found
     │   └── ServerStartError                     the server did not start or answer
@@ -59,6 +60,7 @@ __all__ = [
     "PermissionDeniedError",
     "PlanMismatchError",
     "PrimitiveError",
+    "ReplicationError",
     "ScriptError",
     "SemaphoreLimitError",
     "SemaphoreLostError",
@@ -130,6 +132,32 @@ class PermissionDeniedError(BackendError, _redis.NoPermissionError):
 
 class ScriptError(BackendError, _redis.ResponseError):
     """A tenure Lua script raised an error on the server."""
+
+
+class ReplicationError(BackendError):
+    """Too few replicas (or AOF files) acknowledged a write within its timeout.
+
+    Raised by :class:`~tenure.ClusterLock` when an acquisition, handoff or
+    extension was not acknowledged as its replication policy asks; what was
+    taken has been given back (token checked) before it is raised.
+    ``acknowledged`` and ``required`` count replicas; with ``aof=True``,
+    ``local_fsynced`` says whether the primary's own AOF had it on disk
+    (``None`` without AOF).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        acknowledged: int,
+        required: int,
+        local_fsynced: bool | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(message, name=name)
+        self.acknowledged = acknowledged
+        self.required = required
+        self.local_fsynced = local_fsynced
 
 
 class EmbeddedServerError(TenureError):

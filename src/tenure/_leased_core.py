@@ -34,6 +34,7 @@ __all__ = [
     "RENEW_RETRY_MIN",
     "WAITER_REFRESH",
     "Acquired",
+    "ClusterLockStatistics",
     "Hold",
     "LeasedStatistics",
     "LimitMismatch",
@@ -412,6 +413,20 @@ class LeasedStatistics:
 @dataclass(frozen=True, kw_only=True)
 class LockStatistics(LeasedStatistics):
     """A lock's statistics (:meth:`tenure.Lock.statistics`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterLockStatistics(LockStatistics):
+    """A :class:`~tenure.ClusterLock`'s statistics, with its last acknowledgement.
+
+    ``required_replicas`` / ``acknowledged_replicas`` describe the last write
+    that waited (None before the first); ``shortfalls`` counts the writes
+    whose acknowledgements fell short (refused acquisitions, retried renewals).
+    """
+
+    required_replicas: int | None
+    acknowledged_replicas: int | None
+    shortfalls: int
 
 
 @dataclass(frozen=True, kw_only=True)

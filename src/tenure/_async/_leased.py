@@ -54,7 +54,7 @@ from typing import Any, ClassVar, TypeVar
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._wakeups import CONFIRM_TIMEOUT, listen
-from tenure._async._watchdog import Job, watchdog
+from tenure._async._watchdog import Job, JobRunner, watchdog
 from tenure._backend_asyncio import (
     CAN_CANCEL_HOLDER,
     IS_ASYNC,
@@ -75,6 +75,7 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
     PrimitiveError,
+    ReplicationError,
     TenureError,
 )
 from tenure._leased_core import (
@@ -129,6 +130,16 @@ class LeasedScripts:
     def of(cls, kind: str) -> LeasedScripts:
         """The scripts ``{kind}_try``, ``{kind}_acquire`` and so on."""
         return cls(*(f"{kind}_{step}" for step in ("try", "acquire", "release", "leave", "extend")))
+
+
+def _took_lock(reply: Any) -> bool:
+    """Whether an acquire script's reply says the caller holds it."""
+    return isinstance(parse_acquire(reply), Acquired)
+
+
+def _extended(reply: Any) -> bool:
+    """Whether an extend script's reply says the lease was set."""
+    return int(reply) > 0
 
 
 class AsyncLeased:
@@ -414,7 +425,13 @@ class AsyncLeased:
                 # object keeps finding it busy, where it would be wasted.
                 sent = time.monotonic()
                 keys, args = self._try_call(token)
-                fence = self._parse_try(await shielded(self._run(self._scripts.try_, keys, args)))
+                fence = self._parse_try(
+                    await shielded(
+                        self._run_taking(
+                            self._scripts.try_, keys, args, lambda r: self._parse_try(r) > 0
+                        )
+                    )
+                )
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=self._settings.lease_ms)
                     self._took(token, taken, sent, started, holder, queued=False)
@@ -441,7 +458,10 @@ class AsyncLeased:
         try:
             while True:
                 sent = time.monotonic()
-                answer = self._answer(await shielded(self._run(self._scripts.acquire, keys, args)))
+                reply = await shielded(
+                    self._run_taking(self._scripts.acquire, keys, args, _took_lock)
+                )
+                answer = self._answer(reply)
                 if isinstance(answer, Acquired):
                     self._took(token, answer, sent, started, holder, queued)
                     self._seen_busy = queued
@@ -464,7 +484,10 @@ class AsyncLeased:
                 granted = await waiter.wait(wake_at - now)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
-                    self._took(token, granted, at, started, holder, queued)
+                    confirmed = await self._confirm_grant(token, granted, at)
+                    if confirmed is None:
+                        continue  # the handoff lapsed before it was confirmed: wait on
+                    self._took(token, confirmed[0], confirmed[1], started, holder, queued)
                     return True
         finally:
             waiter.stop()
@@ -481,10 +504,16 @@ class AsyncLeased:
     async def _reenter(self, hold: Hold) -> bool:
         sent = time.monotonic()
         keys, args = self._acquire_call(hold.token, 0, reenter=True)
-        reply = await guarded(
-            self._run(self._scripts.acquire, keys, args),
-            lambda reply: self._undo_reentry(hold, reply),
-        )
+        try:
+            reply = await guarded(
+                self._run_taking(self._scripts.acquire, keys, args, _took_lock),
+                lambda reply: self._undo_reentry(hold, reply),
+            )
+        except ReplicationError:
+            # Counted on the primary but not acknowledged: count it down again.
+            keys, args = self._release_call(hold.token)
+            await shielded(self._run(self._scripts.release, keys, args))
+            raise
         answer = self._answer(reply)
         if not isinstance(answer, Acquired):
             self._mark_lost(hold)
@@ -507,8 +536,10 @@ class AsyncLeased:
         reply = await shielded(self._run(self._scripts.leave, keys, args))
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            self._took(token, granted, sent, started, holder, queued=True)
-            return True
+            confirmed = await self._confirm_grant(token, granted, sent)
+            if confirmed is not None:
+                self._took(token, confirmed[0], confirmed[1], started, holder, queued=True)
+                return True
         with self._mutex:
             self._counters.timeouts += 1
         return False
@@ -588,6 +619,7 @@ class AsyncLeased:
             on_result=on_result,
             name=self.name,
             slack=(due - time.monotonic()) / 2,
+            runner=self._renewal_runner(),
         )
         hold.renewal = watchdog().schedule(job)
 
@@ -721,7 +753,7 @@ class AsyncLeased:
     async def _set_lease(self, hold: Hold, ms: int, mode: str) -> bool:
         sent = time.monotonic()
         keys, args = self._extend_call(hold.token, ms, mode)
-        reply = int(await self._run(self._scripts.extend, keys, args))
+        reply = int(await self._run_taking(self._scripts.extend, keys, args, _extended))
         if reply <= 0:
             self._mark_lost(hold)
             raise self._not_owned(
@@ -750,6 +782,35 @@ class AsyncLeased:
 
     async def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
         return await self._registry.run(script, keys, args, name=self.name)
+
+    async def _run_taking(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        args: tuple[str | int, ...],
+        took: Callable[[Any], bool],
+    ) -> Any:
+        """Run a script that may take or extend a hold (``took(reply)`` says if it did).
+
+        A hook: replica-acknowledged kinds wait for their replicas here and
+        raise :class:`~tenure.ReplicationError` when a taking call fell short.
+        """
+        return await self._run(script, keys, args)
+
+    async def _confirm_grant(
+        self, token: str, granted: Acquired, at: float
+    ) -> tuple[Acquired, float] | None:
+        """A hook: make a hold handed over by another's release this owner's own.
+
+        Returns the hold's answer and when its lease started, or None if it
+        lapsed first. Plain kinds take it as granted (the watchdog confirms
+        the full lease later); replica-acknowledged kinds confirm it now.
+        """
+        return granted, at
+
+    def _renewal_runner(self) -> JobRunner | None:
+        """A hook: how the watchdog runs this kind's renewals (None: batched EVALSHA)."""
+        return None
 
     # -- context manager -------------------------------------------------------
 

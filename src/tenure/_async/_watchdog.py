@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from tenure._backend_asyncio import Event, Mutex, scope_key, start_background
 from tenure._clients import is_cluster, translate_error
 from tenure._scripts import load_script
 
-__all__ = ["AsyncWatchdog", "Job", "watchdog"]
+__all__ = ["AsyncWatchdog", "Job", "JobRunner", "watchdog"]
 
 IDLE_LINGER = 1.0
 """Seconds the background task stays alive with nothing to do."""
@@ -39,6 +39,8 @@ IDLE_LINGER = 1.0
 logger = logging.getLogger("tenure.watchdog")
 
 OnResult = Callable[[Any, BaseException | None], float | None]
+JobRunner = Callable[["Job"], Awaitable[Any]]
+"""Runs one job and returns its reply (a job with a runner is never batched)."""
 
 
 @dataclass(eq=False)
@@ -60,6 +62,7 @@ class Job:
     name: str | None = None
     slack: float = 0.0
     cancelled: bool = False
+    runner: JobRunner | None = None
 
 
 class AsyncWatchdog:
@@ -180,7 +183,7 @@ class AsyncWatchdog:
 
     async def _call(self, jobs: list[Job]) -> list[tuple[Any, BaseException | None]]:
         client = jobs[0].client
-        if len(jobs) == 1 or is_cluster(client):
+        if len(jobs) == 1 or is_cluster(client) or any(job.runner for job in jobs):
             return [await self._call_one(job) for job in jobs]
         results: list[tuple[Any, BaseException | None]] = []
         try:
@@ -203,9 +206,12 @@ class AsyncWatchdog:
 
     async def _call_one(self, job: Job) -> tuple[Any, BaseException | None]:
         try:
-            reply = await registry_for(job.client).run(
-                job.script, job.keys, job.args, name=job.name
-            )
+            if job.runner is not None:
+                reply = await job.runner(job)
+            else:
+                reply = await registry_for(job.client).run(
+                    job.script, job.keys, job.args, name=job.name
+                )
         except Exception as exc:
             return None, exc
         return reply, None

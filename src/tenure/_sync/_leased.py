@@ -73,6 +73,7 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
     PrimitiveError,
+    ReplicationError,
     TenureError,
 )
 from tenure._leased_core import (
@@ -104,7 +105,7 @@ from tenure._leased_core import (
 )
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, listen
-from tenure._sync._watchdog import Job, watchdog
+from tenure._sync._watchdog import Job, JobRunner, watchdog
 
 __all__ = ["Leased", "LeasedScripts"]
 
@@ -130,6 +131,16 @@ class LeasedScripts:
     def of(cls, kind: str) -> LeasedScripts:
         """The scripts ``{kind}_try``, ``{kind}_acquire`` and so on."""
         return cls(*(f"{kind}_{step}" for step in ("try", "acquire", "release", "leave", "extend")))
+
+
+def _took_lock(reply: Any) -> bool:
+    """Whether an acquire script's reply says the caller holds it."""
+    return isinstance(parse_acquire(reply), Acquired)
+
+
+def _extended(reply: Any) -> bool:
+    """Whether an extend script's reply says the lease was set."""
+    return int(reply) > 0
 
 
 class Leased:
@@ -394,7 +405,13 @@ class Leased:
                 # object keeps finding it busy, where it would be wasted.
                 sent = time.monotonic()
                 keys, args = self._try_call(token)
-                fence = self._parse_try(shielded(self._run(self._scripts.try_, keys, args)))
+                fence = self._parse_try(
+                    shielded(
+                        self._run_taking(
+                            self._scripts.try_, keys, args, lambda r: self._parse_try(r) > 0
+                        )
+                    )
+                )
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=self._settings.lease_ms)
                     self._took(token, taken, sent, started, holder, queued=False)
@@ -421,7 +438,8 @@ class Leased:
         try:
             while True:
                 sent = time.monotonic()
-                answer = self._answer(shielded(self._run(self._scripts.acquire, keys, args)))
+                reply = shielded(self._run_taking(self._scripts.acquire, keys, args, _took_lock))
+                answer = self._answer(reply)
                 if isinstance(answer, Acquired):
                     self._took(token, answer, sent, started, holder, queued)
                     self._seen_busy = queued
@@ -444,7 +462,10 @@ class Leased:
                 granted = waiter.wait(wake_at - now)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
-                    self._took(token, granted, at, started, holder, queued)
+                    confirmed = self._confirm_grant(token, granted, at)
+                    if confirmed is None:
+                        continue  # the handoff lapsed before it was confirmed: wait on
+                    self._took(token, confirmed[0], confirmed[1], started, holder, queued)
                     return True
         finally:
             waiter.stop()
@@ -461,10 +482,16 @@ class Leased:
     def _reenter(self, hold: Hold) -> bool:
         sent = time.monotonic()
         keys, args = self._acquire_call(hold.token, 0, reenter=True)
-        reply = guarded(
-            self._run(self._scripts.acquire, keys, args),
-            lambda reply: self._undo_reentry(hold, reply),
-        )
+        try:
+            reply = guarded(
+                self._run_taking(self._scripts.acquire, keys, args, _took_lock),
+                lambda reply: self._undo_reentry(hold, reply),
+            )
+        except ReplicationError:
+            # Counted on the primary but not acknowledged: count it down again.
+            keys, args = self._release_call(hold.token)
+            shielded(self._run(self._scripts.release, keys, args))
+            raise
         answer = self._answer(reply)
         if not isinstance(answer, Acquired):
             self._mark_lost(hold)
@@ -487,8 +514,10 @@ class Leased:
         reply = shielded(self._run(self._scripts.leave, keys, args))
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            self._took(token, granted, sent, started, holder, queued=True)
-            return True
+            confirmed = self._confirm_grant(token, granted, sent)
+            if confirmed is not None:
+                self._took(token, confirmed[0], confirmed[1], started, holder, queued=True)
+                return True
         with self._mutex:
             self._counters.timeouts += 1
         return False
@@ -568,6 +597,7 @@ class Leased:
             on_result=on_result,
             name=self.name,
             slack=(due - time.monotonic()) / 2,
+            runner=self._renewal_runner(),
         )
         hold.renewal = watchdog().schedule(job)
 
@@ -701,7 +731,7 @@ class Leased:
     def _set_lease(self, hold: Hold, ms: int, mode: str) -> bool:
         sent = time.monotonic()
         keys, args = self._extend_call(hold.token, ms, mode)
-        reply = int(self._run(self._scripts.extend, keys, args))
+        reply = int(self._run_taking(self._scripts.extend, keys, args, _extended))
         if reply <= 0:
             self._mark_lost(hold)
             raise self._not_owned(
@@ -730,6 +760,35 @@ class Leased:
 
     def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
         return self._registry.run(script, keys, args, name=self.name)
+
+    def _run_taking(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        args: tuple[str | int, ...],
+        took: Callable[[Any], bool],
+    ) -> Any:
+        """Run a script that may take or extend a hold (``took(reply)`` says if it did).
+
+        A hook: replica-acknowledged kinds wait for their replicas here and
+        raise :class:`~tenure.ReplicationError` when a taking call fell short.
+        """
+        return self._run(script, keys, args)
+
+    def _confirm_grant(
+        self, token: str, granted: Acquired, at: float
+    ) -> tuple[Acquired, float] | None:
+        """A hook: make a hold handed over by another's release this owner's own.
+
+        Returns the hold's answer and when its lease started, or None if it
+        lapsed first. Plain kinds take it as granted (the watchdog confirms
+        the full lease later); replica-acknowledged kinds confirm it now.
+        """
+        return granted, at
+
+    def _renewal_runner(self) -> JobRunner | None:
+        """A hook: how the watchdog runs this kind's renewals (None: batched EVALSHA)."""
+        return None
 
     # -- context manager -------------------------------------------------------
 

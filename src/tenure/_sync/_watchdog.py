@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from tenure._clients import is_cluster, translate_error
 from tenure._scripts import load_script
 from tenure._sync._scripting import Client, registry_for
 
-__all__ = ["Watchdog", "Job", "watchdog"]
+__all__ = ["Watchdog", "Job", "JobRunner", "watchdog"]
 
 IDLE_LINGER = 1.0
 """Seconds the background thread stays alive with nothing to do."""
@@ -40,6 +40,8 @@ IDLE_LINGER = 1.0
 logger = logging.getLogger("tenure.watchdog")
 
 OnResult = Callable[[Any, BaseException | None], float | None]
+JobRunner = Callable[["Job"], Awaitable[Any]]
+"""Runs one job and returns its reply (a job with a runner is never batched)."""
 
 
 @dataclass(eq=False)
@@ -61,6 +63,7 @@ class Job:
     name: str | None = None
     slack: float = 0.0
     cancelled: bool = False
+    runner: JobRunner | None = None
 
 
 class Watchdog:
@@ -181,7 +184,7 @@ class Watchdog:
 
     def _call(self, jobs: list[Job]) -> list[tuple[Any, BaseException | None]]:
         client = jobs[0].client
-        if len(jobs) == 1 or is_cluster(client):
+        if len(jobs) == 1 or is_cluster(client) or any(job.runner for job in jobs):
             return [self._call_one(job) for job in jobs]
         results: list[tuple[Any, BaseException | None]] = []
         try:
@@ -204,7 +207,10 @@ class Watchdog:
 
     def _call_one(self, job: Job) -> tuple[Any, BaseException | None]:
         try:
-            reply = registry_for(job.client).run(job.script, job.keys, job.args, name=job.name)
+            if job.runner is not None:
+                reply = job.runner(job)
+            else:
+                reply = registry_for(job.client).run(job.script, job.keys, job.args, name=job.name)
         except Exception as exc:
             return None, exc
         return reply, None

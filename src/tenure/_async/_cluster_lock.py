@@ -1,0 +1,180 @@
+"""AsyncClusterLock: a Lock that counts only once its primary's replicas hold it.
+
+Everything a :class:`~tenure.AsyncLock` does (FIFO handoff, watchdog,
+fencing, lost notice, redis-py's signature) plus a replication policy: each
+acquisition, handoff and renewal is followed by ``WAIT`` (or ``WAITAOF``)
+on the connection that wrote it (:mod:`tenure._async._replication`), and
+counts only when enough replicas acknowledged it:
+
+* **acquire** — the fast path and the queue's script travel in one pipeline
+  with their WAIT: one round trip plus the replicas' acknowledgement. On a
+  shortfall the lock is given back (by token: nothing of another owner's is
+  touched) and :class:`~tenure.ReplicationError` says how many replicas
+  acknowledged and how many were required.
+* **handoff** — a waiter handed the lock by another owner's release did not
+  write it itself, so it confirms the full lease with a write of its own and
+  WAITs for that before it counts as the owner (one more round trip, paid
+  only by waiters, and it replaces the later confirmation a Lock makes).
+* **renewal** — the watchdog's renewals WAIT too; one that falls short is
+  retried like a failed one, and the hold is reported lost if no renewal is
+  acknowledged before its lease runs out.
+* **release** is not acknowledged: a release lost in a failover leaves the
+  lock held on the promoted replica until its lease ends, never two owners.
+
+Fencing tokens come from the same script as the acquisition, so an
+acknowledged acquisition's token is on the acknowledging replicas too: after
+a failover to one of them, tokens go on growing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar, cast
+
+from tenure._async._lock import AsyncLock
+from tenure._async._replication import AsyncAcknowledger
+from tenure._async._scripting import AsyncClient
+from tenure._async._watchdog import Job, JobRunner
+from tenure._exceptions import ArgumentError
+from tenure._leased_core import Acquired, ClusterLockStatistics, LeasedStatistics
+from tenure._replication_core import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
+
+__all__ = ["AsyncClusterLock"]
+
+
+class AsyncClusterLock(AsyncLock):
+    """A lock whose acquisitions count only once replicas acknowledged them.
+
+    Takes :class:`AsyncLock`'s arguments (redis-py's eight first, in order, so
+    ``client.lock(name, lock_class=AsyncClusterLock)`` works) and these,
+    keyword-only:
+
+    * ``min_replicas`` — acknowledgements each acquisition, handoff and
+      renewal needs. ``None`` (default): a majority of the replicas the
+      primary reports (``ROLE``; 0 with none, so a lone primary works as a
+      Lock), counted again every 30 s and after a failover.
+    * ``replica_timeout`` — seconds to wait for them (default 0.5); at most
+      a quarter of ``waiter_lease`` (a waiter's refresh waits too) and less
+      than the lease.
+    * ``aof`` — wait with ``WAITAOF 1 n`` instead: the write must be fsynced
+      to the AOF of the primary (which needs ``appendonly yes``) and of
+      ``n`` replicas. Redis 7.2+ and Valkey; Redis 7.0 raises a clear error.
+
+    ``client`` may be a plain client of the primary, one from
+    ``Sentinel.master_for`` (it follows failovers) or a cluster client (the
+    primary of the key's slot is asked).
+    """
+
+    _statistics_type: ClassVar[type[LeasedStatistics]] = ClusterLockStatistics
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        min_replicas: int | None = None,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        aof: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            client,
+            name,
+            timeout,
+            sleep,
+            blocking,
+            blocking_timeout,
+            thread_local,
+            raise_on_release_error,
+            **kwargs,
+        )
+        policy = ReplicationPolicy.build(
+            min_replicas=min_replicas, replica_timeout=replica_timeout, aof=aof, name=name
+        )
+        settings = self._settings
+        if policy.replica_timeout > settings.waiter_lease / 4:
+            raise ArgumentError(
+                "replica_timeout",
+                f"{replica_timeout:g}s is more than a quarter of waiter_lease "
+                f"({settings.waiter_lease:g}s): a waiter refreshing its place would "
+                "outlive it; raise waiter_lease or lower replica_timeout",
+                name=name,
+            )
+        if policy.replica_timeout >= settings.lease:
+            raise ArgumentError(
+                "replica_timeout",
+                f"{replica_timeout:g}s is not below the lease ({settings.lease:g}s)",
+                name=name,
+            )
+        self._acks = AsyncAcknowledger(client, policy, name)
+
+    @property
+    def min_replicas(self) -> int | None:
+        """The policy's replica count (None: a majority of those discovered)."""
+        return self._acks.policy.min_replicas
+
+    @property
+    def replica_timeout(self) -> float:
+        """Seconds each write waits for its acknowledgements."""
+        return self._acks.policy.replica_timeout
+
+    @property
+    def aof(self) -> bool:
+        """Whether writes wait for AOF fsyncs (WAITAOF) rather than replication (WAIT)."""
+        return self._acks.policy.aof
+
+    def statistics(self) -> ClusterLockStatistics:
+        """An immutable snapshot of the counters, with the last acknowledgement."""
+        return cast(ClusterLockStatistics, super().statistics())
+
+    def _statistics_extra(self) -> dict[str, Any]:
+        last = self._acks.last
+        return {
+            "required_replicas": None if last is None else last.required,
+            "acknowledged_replicas": None if last is None else last.acknowledged,
+            "shortfalls": self._acks.shortfalls,
+        }
+
+    async def _run_taking(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        args: tuple[str | int, ...],
+        took: Callable[[Any], bool],
+    ) -> Any:
+        reply, ack = await self._acks.run(script, keys, args)
+        if ack.short and took(reply):
+            raise ack.error(f"{script} was not acknowledged", name=self.name)
+        return reply
+
+    async def _confirm_grant(
+        self, token: str, granted: Acquired, at: float
+    ) -> tuple[Acquired, float] | None:
+        sent = time.monotonic()
+        keys, args = self._extend_call(token, self._settings.lease_ms, "set")
+        reply = int(await self._run_taking(self._scripts.extend, keys, args, _positive))
+        if reply <= 0:
+            return None
+        return Acquired(fence=granted.fence, lease_ms=reply), sent
+
+    def _renewal_runner(self) -> JobRunner | None:
+        acks = self._acks  # not the lock: renewals must not keep it alive
+
+        async def renew(job: Job) -> Any:
+            reply, ack = await acks.run(job.script, job.keys, job.args)
+            if ack.short and _positive(reply):
+                raise ack.error("the renewal was not acknowledged", name=acks.name)
+            return reply
+
+        return renew
+
+
+def _positive(reply: Any) -> bool:
+    return int(reply) > 0
