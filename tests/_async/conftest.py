@@ -1,27 +1,98 @@
-"""Fixtures of the contract tests (asyncio source; the sync twin is generated)."""
+"""Fixtures of the contract tests (asyncio source; the sync twin is generated).
+
+The primitives' contract tests run on two topologies: a standalone server
+and a real 3-master cluster (limits' storage matrix is the model). A test
+asks for ``tenure_async_client`` (and ``other_client`` / ``clients``) and
+gets, per run, a plain client or a cluster client; the test id says which
+(``[standalone]``, ``[cluster]``). Modules outside :data:`ON_CLUSTER`,
+tests that ask for one server process themselves (:data:`ONE_SERVER`: a
+proxy in front of it, a restart, an ACL user) and tests marked
+``standalone_only`` run on the standalone server only.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
-import redis.asyncio
 
-from tenure.server import ServerProcess
+from tenure.server import Cluster, ServerProcess
+
+ON_CLUSTER = frozenset(
+    {"test_lock", "test_semaphore", "test_rwlock", "test_waiting", "test_scripting"}
+)
+"""The modules whose tests run on the cluster too."""
+
+ONE_SERVER = frozenset({"tenure_server", "tenure_server_factory", "tenure_proxy"})
+"""Fixtures that tie a test to one standalone server process."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test that uses a topology's client once per topology."""
+    if "topology" not in metafunc.fixturenames:
+        return
+    module = metafunc.module.__name__.rpartition(".")[2]
+    topologies = ["standalone"]
+    if (
+        module in ON_CLUSTER
+        and ONE_SERVER.isdisjoint(metafunc.fixturenames)
+        and metafunc.definition.get_closest_marker("standalone_only") is None
+    ):
+        topologies.append("cluster")
+    metafunc.parametrize("topology", topologies, indirect=True)
 
 
 @pytest.fixture
-async def other_client(tenure_server: ServerProcess) -> AsyncIterator[redis.asyncio.Redis]:
-    """A second client to the same server, as a second process would have."""
-    client = tenure_server.async_client()
+def topology(request: pytest.FixtureRequest) -> str:
+    """``"standalone"`` or ``"cluster"``: where this run of the test's clients point."""
+    return str(request.param)
+
+
+def _flush(cluster: Cluster) -> None:
+    for node in cluster.masters:
+        with node.client() as direct:
+            direct.flushall()
+            direct.script_flush()
+
+
+async def _connect(request: pytest.FixtureRequest, topology: str) -> Any:
+    """A connected client: a cluster client maps its slots before the test's clock starts."""
+    if topology == "cluster":
+        cluster: Cluster = request.getfixturevalue("tenure_cluster")
+        client = cluster.async_client()
+    else:
+        server: ServerProcess = request.getfixturevalue("tenure_server")
+        client = server.async_client()
+    await client.ping()
+    return client
+
+
+@pytest.fixture
+async def tenure_async_client(topology: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A client of this run's topology, every key and script flushed first."""
+    if topology == "cluster":
+        _flush(request.getfixturevalue("tenure_cluster"))
+    client = await _connect(request, topology)
+    if topology == "standalone":
+        await client.flushall()
+        await client.script_flush()
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-async def clients(tenure_server: ServerProcess) -> AsyncIterator[list[redis.asyncio.Redis]]:
-    """Eight clients to the same server, as eight processes would have."""
-    made = [tenure_server.async_client() for _ in range(8)]
+async def other_client(topology: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A second client of the same topology, as a second process would have."""
+    client = await _connect(request, topology)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def clients(topology: str, request: pytest.FixtureRequest) -> AsyncIterator[list[Any]]:
+    """Eight clients of the same topology, as eight processes would have."""
+    made = [await _connect(request, topology) for _ in range(8)]
     yield made
     for client in made:
         await client.aclose()

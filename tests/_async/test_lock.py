@@ -129,35 +129,30 @@ async def test_release_wakes_the_waiter_without_polling(
 
 
 async def test_fifo_order_of_queued_waiters(
-    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+    tenure_async_client: redis.asyncio.Redis, clients: list[redis.asyncio.Redis]
 ) -> None:
     holder = AsyncLock(tenure_async_client, "fifo", thread_local=False)
     assert await holder.acquire()
-    clients = [tenure_server.async_client() for _ in range(8)]
     order: list[int] = []
-    try:
 
-        def waiter(index: int) -> object:
-            async def job() -> None:
-                await sleep(0.05 * index)  # arrive in index order
-                lock = AsyncLock(clients[index], "fifo")
-                assert await lock.acquire(blocking_timeout=10)
-                order.append(index)
-                await sleep(0.005)
-                await lock.release()
+    def waiter(index: int) -> object:
+        async def job() -> None:
+            await sleep(0.05 * index)  # arrive in index order
+            lock = AsyncLock(clients[index], "fifo")
+            assert await lock.acquire(blocking_timeout=10)
+            order.append(index)
+            await sleep(0.005)
+            await lock.release()
 
-            return job
+        return job
 
-        async def release_later() -> None:
-            await sleep(0.05 * 8 + 0.2)
-            assert await tenure_async_client.zcard(holder.keys.queue) == 8
-            await holder.release()
+    async def release_later() -> None:
+        await sleep(0.05 * 8 + 0.2)
+        assert await tenure_async_client.zcard(holder.keys.queue) == 8
+        await holder.release()
 
-        await gather(release_later, *(waiter(i) for i in range(8)))  # type: ignore[arg-type]
-        assert order == list(range(8))
-    finally:
-        for client in clients:
-            await client.aclose()
+    await gather(release_later, *(waiter(i) for i in range(8)))  # type: ignore[arg-type]
+    assert order == list(range(8))
 
 
 async def test_lease_expires_without_renewal(tenure_async_client: redis.asyncio.Redis) -> None:

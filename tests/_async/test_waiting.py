@@ -299,6 +299,7 @@ async def test_waiters_are_woken_on_a_cluster(
     await waiter.release()
 
 
+@pytest.mark.standalone_only  # CLIENT KILL reaches one node; the subscriber may be on another
 async def test_a_lost_wakeup_costs_at_most_a_recheck(
     tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:

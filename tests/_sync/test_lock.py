@@ -128,35 +128,30 @@ def test_release_wakes_the_waiter_without_polling(
 
 
 def test_fifo_order_of_queued_waiters(
-    tenure_client: redis.Redis, tenure_server: ServerProcess
+    tenure_client: redis.Redis, clients: list[redis.Redis]
 ) -> None:
     holder = Lock(tenure_client, "fifo", thread_local=False)
     assert holder.acquire()
-    clients = [tenure_server.client() for _ in range(8)]
     order: list[int] = []
-    try:
 
-        def waiter(index: int) -> object:
-            def job() -> None:
-                sleep(0.05 * index)  # arrive in index order
-                lock = Lock(clients[index], "fifo")
-                assert lock.acquire(blocking_timeout=10)
-                order.append(index)
-                sleep(0.005)
-                lock.release()
+    def waiter(index: int) -> object:
+        def job() -> None:
+            sleep(0.05 * index)  # arrive in index order
+            lock = Lock(clients[index], "fifo")
+            assert lock.acquire(blocking_timeout=10)
+            order.append(index)
+            sleep(0.005)
+            lock.release()
 
-            return job
+        return job
 
-        def release_later() -> None:
-            sleep(0.05 * 8 + 0.2)
-            assert tenure_client.zcard(holder.keys.queue) == 8
-            holder.release()
+    def release_later() -> None:
+        sleep(0.05 * 8 + 0.2)
+        assert tenure_client.zcard(holder.keys.queue) == 8
+        holder.release()
 
-        gather(release_later, *(waiter(i) for i in range(8)))  # type: ignore[arg-type]
-        assert order == list(range(8))
-    finally:
-        for client in clients:
-            client.close()
+    gather(release_later, *(waiter(i) for i in range(8)))  # type: ignore[arg-type]
+    assert order == list(range(8))
 
 
 def test_lease_expires_without_renewal(tenure_client: redis.Redis) -> None:

@@ -299,6 +299,7 @@ def test_waiters_are_woken_on_a_cluster(
     waiter.release()
 
 
+@pytest.mark.standalone_only  # CLIENT KILL reaches one node; the subscriber may be on another
 def test_a_lost_wakeup_costs_at_most_a_recheck(
     tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
