@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+import redis.asyncio.cluster
 
 from tenure import ArgumentError, AsyncStreamConsumer, StreamMessage
+from tenure._backend_asyncio import Event
 from tests._backend_asyncio import join, sleep, spawn
 
 
@@ -23,24 +25,24 @@ async def add(client: redis.asyncio.Redis, stream: str, count: int) -> list[str]
 async def test_messages_are_read_once_and_acknowledged(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
-    ids = await add(tenure_async_client, "jobs", 10)
-    consumer = AsyncStreamConsumer(tenure_async_client, "jobs", "workers", "w1", block=0.1)
+    ids = await add(tenure_async_client, "{jobs}", 10)
+    consumer = AsyncStreamConsumer(tenure_async_client, "{jobs}", "workers", "w1", block=0.1)
     got = await consumer.read()
     assert [m.id for m in got] == ids and all(m.deliveries == 1 for m in got)
     assert got[3].fields == {"n": b"3"}
     assert await consumer.ack(*got) == 10
     assert await consumer.read() == []
-    pending: Any = await tenure_async_client.xpending("jobs", "workers")
+    pending: Any = await tenure_async_client.xpending("{jobs}", "workers")
     assert pending["pending"] == 0
 
 
 async def test_a_dead_consumers_messages_are_claimed_by_another(
     tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:
-    await add(tenure_async_client, "jobs", 5)
-    dead = AsyncStreamConsumer(tenure_async_client, "jobs", "g", "dead", block=0.1)
+    await add(tenure_async_client, "{jobs}", 5)
+    dead = AsyncStreamConsumer(tenure_async_client, "{jobs}", "g", "dead", block=0.1)
     assert len(await dead.read()) == 5  # read, never acknowledged: it died
-    alive = AsyncStreamConsumer(other_client, "jobs", "g", "alive", block=0.1, claim_idle=0.2)
+    alive = AsyncStreamConsumer(other_client, "{jobs}", "g", "alive", block=0.1, claim_idle=0.2)
     assert await alive.read() == []  # not idle long enough yet
     await sleep(0.3)
     taken = await alive.read()
@@ -75,8 +77,8 @@ async def test_a_poison_message_ends_in_the_dead_letter_stream(
 async def test_run_acknowledges_each_handled_message_and_stops(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
-    await add(tenure_async_client, "jobs", 20)
-    consumer = AsyncStreamConsumer(tenure_async_client, "jobs", "g", count=3, block=0.1)
+    await add(tenure_async_client, "{jobs}", 20)
+    consumer = AsyncStreamConsumer(tenure_async_client, "{jobs}", "g", count=3, block=0.1)
     seen: list[StreamMessage] = []
 
     def handle(message: StreamMessage) -> None:
@@ -87,22 +89,26 @@ async def test_run_acknowledges_each_handled_message_and_stops(
             consumer.stop()
 
     assert await consumer.run(handle) == 8
-    pending: Any = await tenure_async_client.xpending("jobs", "g")
+    pending: Any = await tenure_async_client.xpending("{jobs}", "g")
     assert pending["pending"] == 1  # the one that raised
 
 
 async def test_a_long_job_stays_claimed_while_its_consumer_lives(
     tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:
-    await add(tenure_async_client, "jobs", 1)
-    worker = AsyncStreamConsumer(tenure_async_client, "jobs", "g", "slow", claim_idle=0.3)
-    thief = AsyncStreamConsumer(other_client, "jobs", "g", "thief", block=0.05, claim_idle=0.3)
+    await add(tenure_async_client, "{jobs}", 1)
+    worker = AsyncStreamConsumer(tenure_async_client, "{jobs}", "g", "slow", claim_idle=0.3)
+    thief = AsyncStreamConsumer(other_client, "{jobs}", "g", "thief", block=0.05, claim_idle=0.3)
+
+    working = Event()
 
     async def slow(message: StreamMessage) -> None:
+        working.set()
         await sleep(1.2)  # four claim_idle periods
         worker.stop()
 
     running = spawn(lambda: worker.run(slow))
+    assert await working.wait(5)  # the worker has it before the thief looks
     stolen = []
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
@@ -117,3 +123,14 @@ async def test_bad_arguments(tenure_async_client: redis.asyncio.Redis) -> None:
         AsyncStreamConsumer(tenure_async_client, "s", "g", count=0)
     with pytest.raises(ArgumentError, match="claim_idle"):
         AsyncStreamConsumer(tenure_async_client, "s", "g", claim_idle=0)
+
+
+async def test_a_cluster_needs_both_streams_in_one_slot(
+    tenure_async_cluster_client: redis.asyncio.cluster.RedisCluster,
+) -> None:
+    with pytest.raises(ArgumentError, match=r"^stream: .*hash tag"):
+        AsyncStreamConsumer(tenure_async_cluster_client, "jobs", "g")
+    with pytest.raises(ArgumentError, match=r"^dead_letter: .*share a slot"):
+        AsyncStreamConsumer(tenure_async_cluster_client, "{jobs}", "g", dead_letter="dead")
+    consumer = AsyncStreamConsumer(tenure_async_cluster_client, "{jobs}", "g", block=0.1)
+    assert consumer.dead_letter == "{jobs}:dead"

@@ -21,7 +21,16 @@ import pytest
 from tenure.server import Cluster, ServerProcess
 
 ON_CLUSTER = frozenset(
-    {"test_lock", "test_semaphore", "test_rwlock", "test_waiting", "test_scripting"}
+    {
+        "test_lock",
+        "test_semaphore",
+        "test_rwlock",
+        "test_waiting",
+        "test_scripting",
+        "test_cache",
+        "test_consumer",
+        "test_ingest",
+    }
 )
 """The modules whose tests run on the cluster too."""
 
@@ -59,6 +68,7 @@ def _flush(cluster: Cluster) -> None:
 
 def _connect(request: pytest.FixtureRequest, topology: str) -> Any:
     """A connected client: a cluster client maps its slots before the test's clock starts."""
+    client: Any
     if topology == "cluster":
         cluster: Cluster = request.getfixturevalue("tenure_cluster")
         client = cluster.client()

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 import redis
+import redis.cluster
 
 from tenure import ArgumentError, StreamConsumer, StreamMessage
+from tenure._backend_threads import Event
 from tests._backend_threads import join, sleep, spawn
 
 
@@ -24,24 +26,24 @@ def add(client: redis.Redis, stream: str, count: int) -> list[str]:
 def test_messages_are_read_once_and_acknowledged(
     tenure_client: redis.Redis,
 ) -> None:
-    ids = add(tenure_client, "jobs", 10)
-    consumer = StreamConsumer(tenure_client, "jobs", "workers", "w1", block=0.1)
+    ids = add(tenure_client, "{jobs}", 10)
+    consumer = StreamConsumer(tenure_client, "{jobs}", "workers", "w1", block=0.1)
     got = consumer.read()
     assert [m.id for m in got] == ids and all(m.deliveries == 1 for m in got)
     assert got[3].fields == {"n": b"3"}
     assert consumer.ack(*got) == 10
     assert consumer.read() == []
-    pending: Any = tenure_client.xpending("jobs", "workers")
+    pending: Any = tenure_client.xpending("{jobs}", "workers")
     assert pending["pending"] == 0
 
 
 def test_a_dead_consumers_messages_are_claimed_by_another(
     tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
-    add(tenure_client, "jobs", 5)
-    dead = StreamConsumer(tenure_client, "jobs", "g", "dead", block=0.1)
+    add(tenure_client, "{jobs}", 5)
+    dead = StreamConsumer(tenure_client, "{jobs}", "g", "dead", block=0.1)
     assert len(dead.read()) == 5  # read, never acknowledged: it died
-    alive = StreamConsumer(other_client, "jobs", "g", "alive", block=0.1, claim_idle=0.2)
+    alive = StreamConsumer(other_client, "{jobs}", "g", "alive", block=0.1, claim_idle=0.2)
     assert alive.read() == []  # not idle long enough yet
     sleep(0.3)
     taken = alive.read()
@@ -76,8 +78,8 @@ def test_a_poison_message_ends_in_the_dead_letter_stream(
 def test_run_acknowledges_each_handled_message_and_stops(
     tenure_client: redis.Redis,
 ) -> None:
-    add(tenure_client, "jobs", 20)
-    consumer = StreamConsumer(tenure_client, "jobs", "g", count=3, block=0.1)
+    add(tenure_client, "{jobs}", 20)
+    consumer = StreamConsumer(tenure_client, "{jobs}", "g", count=3, block=0.1)
     seen: list[StreamMessage] = []
 
     def handle(message: StreamMessage) -> None:
@@ -88,22 +90,26 @@ def test_run_acknowledges_each_handled_message_and_stops(
             consumer.stop()
 
     assert consumer.run(handle) == 8
-    pending: Any = tenure_client.xpending("jobs", "g")
+    pending: Any = tenure_client.xpending("{jobs}", "g")
     assert pending["pending"] == 1  # the one that raised
 
 
 def test_a_long_job_stays_claimed_while_its_consumer_lives(
     tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
-    add(tenure_client, "jobs", 1)
-    worker = StreamConsumer(tenure_client, "jobs", "g", "slow", claim_idle=0.3)
-    thief = StreamConsumer(other_client, "jobs", "g", "thief", block=0.05, claim_idle=0.3)
+    add(tenure_client, "{jobs}", 1)
+    worker = StreamConsumer(tenure_client, "{jobs}", "g", "slow", claim_idle=0.3)
+    thief = StreamConsumer(other_client, "{jobs}", "g", "thief", block=0.05, claim_idle=0.3)
+
+    working = Event()
 
     def slow(message: StreamMessage) -> None:
+        working.set()
         sleep(1.2)  # four claim_idle periods
         worker.stop()
 
     running = spawn(lambda: worker.run(slow))
+    assert working.wait(5)  # the worker has it before the thief looks
     stolen = []
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
@@ -118,3 +124,14 @@ def test_bad_arguments(tenure_client: redis.Redis) -> None:
         StreamConsumer(tenure_client, "s", "g", count=0)
     with pytest.raises(ArgumentError, match="claim_idle"):
         StreamConsumer(tenure_client, "s", "g", claim_idle=0)
+
+
+def test_a_cluster_needs_both_streams_in_one_slot(
+    tenure_cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    with pytest.raises(ArgumentError, match=r"^stream: .*hash tag"):
+        StreamConsumer(tenure_cluster_client, "jobs", "g")
+    with pytest.raises(ArgumentError, match=r"^dead_letter: .*share a slot"):
+        StreamConsumer(tenure_cluster_client, "{jobs}", "g", dead_letter="dead")
+    consumer = StreamConsumer(tenure_cluster_client, "{jobs}", "g", block=0.1)
+    assert consumer.dead_letter == "{jobs}:dead"

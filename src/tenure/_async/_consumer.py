@@ -23,11 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 from redis import exceptions as redis_errors
+from redis.crc import key_slot
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._watchdog import Job, watchdog
 from tenure._backend_asyncio import IS_ASYNC, on_signals
-from tenure._clients import map_exceptions, require_client
+from tenure._clients import is_cluster, map_exceptions, require_client
 from tenure._exceptions import ArgumentError
 from tenure._stream_core import StreamMessage, entry_message, parse_claimed
 
@@ -43,8 +44,9 @@ class AsyncStreamConsumer:
     * ``claim_idle`` — seconds after which another consumer's unacknowledged
       message is taken over (its consumer is presumed dead).
     * ``max_deliveries`` — deliveries after which a message is dead-lettered.
-    * ``dead_letter`` — the dead-letter stream (default ``<stream>:dead``;
-      on a cluster give both keys one hash tag).
+    * ``dead_letter`` — the dead-letter stream (default ``<stream>:dead``).
+      On a cluster both must share a slot: name the stream with a hash tag
+      (``"{jobs}"``); a pair in two slots is refused with an ArgumentError.
     * ``start`` — where a new group starts: ``"0"`` (everything, default) or
       ``"$"`` (only what arrives from now on).
     """
@@ -81,6 +83,14 @@ class AsyncStreamConsumer:
         self.claim_idle_ms = round(claim_idle * 1000)
         self.max_deliveries = max_deliveries
         self.dead_letter = dead_letter or f"{stream}:dead"
+        if is_cluster(client) and key_slot(stream.encode()) != key_slot(self.dead_letter.encode()):
+            raise ArgumentError(
+                "dead_letter" if dead_letter else "stream",
+                f"on a cluster {stream!r} and its dead-letter stream {self.dead_letter!r} "
+                "must share a slot (one script moves messages between them): give the "
+                "stream a hash tag, e.g. '{jobs}', whose dead-letter stream is then '{jobs}:dead'",
+                name=stream,
+            )
         self.start = start
         self._registry = registry_for(client)
         self._ready = False
