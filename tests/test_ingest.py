@@ -77,6 +77,7 @@ def audited_keys(client: redis.Redis, stream: str) -> list[int]:
         start = "(" + page[-1][0].decode()
 
 
+@pytest.mark.timeout(360)  # about a minute alone; a busy 2-core machine may triple that
 def test_a_million_rows_with_workers_killed_20_times_lose_and_duplicate_nothing(
     tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -53,8 +53,9 @@ class ReplicationPolicy:
     """How many acknowledgements a write needs, and how long to wait for them.
 
     ``min_replicas=None`` asks for a majority of the replicas the primary
-    reports (``ROLE``), counted when first needed and again every
-    :data:`REPLICA_COUNT_TTL` seconds or after a failover.
+    reports (``ROLE``: those attached now), counted when first needed and
+    again every :data:`REPLICA_COUNT_TTL` seconds, after a shortfall and
+    after a failover. A fixed ``min_replicas`` never changes.
     """
 
     min_replicas: int | None

@@ -16,8 +16,9 @@ cost one round trip plus the replicas' acknowledgement:
 A script missing from the node (NOSCRIPT) is sent again as EVAL, with its
 WAIT. The replica count behind the default policy (a majority) is read with
 ``ROLE`` from the node that will be asked to WAIT, and read again after
-:data:`~tenure._replication_core.REPLICA_COUNT_TTL` seconds or when the
-slot's primary changes.
+:data:`~tenure._replication_core.REPLICA_COUNT_TTL` seconds, after a
+shortfall (a failover's new primary has fewer replicas; a replica was lost)
+and when the slot's primary changes.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class Acknowledger:
         self.last = ack
         if ack.short:
             self.shortfalls += 1
+            # A failover or a lost replica changes the count: ask again next time.
+            self._counted.pop(self._node_name(keys[0]), None)
         return reply, ack
 
     def required(self, key: str) -> int:

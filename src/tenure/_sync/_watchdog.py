@@ -10,11 +10,12 @@ into a single pipeline round trip. A job's
 is next due, or ``None`` to drop it. The background thread lingers for a
 second once no jobs remain (a loop that takes and releases locks does not
 start one per lock), then exits; the next :meth:`Watchdog.schedule`
-starts it again. Jobs carry a slack: the thread sleeps until the first job's
-window closes and then runs every job whose window has opened, so jobs that
-are cancelled before they run (a renewal of a lock released quickly) rarely
-cost a wake-up. The job list is scanned at each wake-up: a process holds few
-locks at a time.
+starts it again. Jobs carry a slack: a job may run up to that much early,
+never late (a renewal due at a third of its lease is the promise that a lost
+hold is noticed within a third of its lease). The thread sleeps until the first
+job is due and then runs every job whose window has opened, so renewals of
+many holds share wake-ups and round trips. The job list is scanned at each
+wake-up: a process holds few locks at a time.
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ JobRunner = Callable[["Job"], Awaitable[Any]]
 class Job:
     """A script call due at ``due`` (monotonic seconds); see the module docstring.
 
-    ``slack`` is how far from ``due`` the job may run, early or late: a
-    renewal due at a third of its lease is as good a little sooner or later,
-    and the slack lets the watchdog serve many such jobs with one wake-up. A
-    wake-up of a waiter has no slack.
+    ``slack`` is how much before ``due`` the job may run (never after): a
+    renewal due at a third of its lease is as good a little sooner, and the
+    slack lets the watchdog serve many such jobs with one wake-up. A wake-up
+    of a waiter has no slack.
     """
 
     due: float
@@ -95,7 +96,7 @@ class Watchdog:
                 self._sleep_until = float("-inf")
                 # Kept in self._worker: see start_background.
                 self._worker = start_background(self._run, "tenure-watchdog")
-            elif job.due + job.slack < self._sleep_until:
+            elif job.due < self._sleep_until:
                 self._wakeup.set()  # it sleeps past this job's window: wake it to re-plan
         return job
 
@@ -125,7 +126,7 @@ class Watchdog:
                     due.append(job)
                 else:
                     waiting.append(job)
-                    wake = min(wake, job.due + job.slack)
+                    wake = min(wake, job.due)
             self._jobs = waiting
             self._cancelled = 0
             if due:

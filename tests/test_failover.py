@@ -1,0 +1,176 @@
+"""Failovers with real processes: what a ClusterLock keeps and what a Lock loses.
+
+Each test starts its own topology (they kill and pause its processes):
+Sentinel over a primary and one replica, or a 3-master cluster with one
+replica per master. A primary is killed with SIGKILL; Sentinel or the
+cluster promotes its replica by itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tenure import ClusterLock, Lock
+from tenure.server import Cluster, Engine, Sentinel
+from tests.conftest import ServerFactory
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> float:
+    """Poll ``condition`` until true; return when it became true (monotonic)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return time.monotonic()
+        except Exception:  # a node or sentinel mid-failover may refuse to answer
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"{what} did not happen within {seconds}s")
+
+
+def test_an_acknowledged_lock_survives_a_sentinel_failover(tenure_engine: Engine) -> None:
+    with Sentinel(replicas=1, sentinels=1, engine=tenure_engine) as topology:
+        holder_client = topology.master_client(socket_timeout=1.0)
+        other_client = topology.master_client(socket_timeout=1.0)
+        lock = ClusterLock(holder_client, "survivor", timeout=9)  # renewed every 3 s
+        assert lock.acquire()
+        fence = lock.fencing_token
+        assert fence is not None
+        old = topology.master_address()
+        topology.primary.kill()
+        wait_for(lambda: topology.master_address() != old, 30, "the promotion")
+        wait_for(lambda: bool(other_client.ping()), 30, "the new primary answering")
+        # The promoted replica acknowledged the acquisition: it holds the lock.
+        other = ClusterLock(other_client, "survivor", replica_timeout=0.2, min_replicas=0)
+        assert not other.acquire(blocking=False)
+        time.sleep(3.5)  # a renewal reaches the new primary through the client's reconnect
+        assert not lock.lost
+        assert lock.owned()
+        lock.release()
+        assert other.acquire(blocking=False)
+        assert other.fencing_token is not None and other.fencing_token > fence
+        other.release()
+        holder_client.close()
+        other_client.close()
+
+
+def test_a_lock_the_server_forgot_is_reported_within_a_third_of_its_lease(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    # A restart without persistence forgets every lock, as a failover to a
+    # replica that never received it would: the holder's next renewal finds
+    # it gone. (A replica paused with SIGSTOP still reads what the primary
+    # had already sent once resumed, so it cannot stand for a lagging one.)
+    server = tenure_server_factory()
+    client = server.client()
+    told: list[float] = []
+    lease = 6.0
+    lock = Lock(
+        client,
+        "forgotten",
+        timeout=lease,
+        auto_renew=True,
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    assert lock.acquire()
+    server.restart()
+    restarted = time.monotonic()
+    wait_for(lambda: bool(told), lease, "the lost notice")
+    assert lock.lost
+    # Renewals run at a third of the lease at the latest; add one reconnect.
+    assert told[0] - restarted <= lease / 3 + 0.5
+    other = Lock(server.client(), "forgotten")
+    assert other.acquire(blocking=False)  # the lock is free: the holder was told
+    other.release()
+    client.close()
+
+
+def test_an_acknowledged_lock_survives_a_cluster_failover(tenure_engine: Engine) -> None:
+    with Cluster(masters=3, replicas_per_master=1, engine=tenure_engine) as cluster:
+        client = cluster.client()
+        lock = ClusterLock(client, "slot-owner", timeout=15)  # renewed every 5 s
+        assert lock.acquire()
+        fence = lock.fencing_token
+        assert fence is not None
+        primary = cluster.node_for_key(lock.keys.owner)
+        (replica,) = cluster.replicas_of(primary)
+        primary.kill()
+
+        def promoted() -> bool:
+            with replica.client() as direct:
+                return bool(direct.execute_command("ROLE")[0] in (b"master", "master"))
+
+        wait_for(promoted, 30, "the cluster failover")
+        fresh = cluster.client()
+        try:
+            wait_for(lambda: fresh.exists(lock.keys.owner) == 1, 10, "the new primary answering")
+            other = ClusterLock(fresh, "slot-owner", min_replicas=0)
+            assert not other.acquire(blocking=False)
+            time.sleep(5.5)  # a renewal finds the new primary (MOVED / reconnect)
+            assert not lock.lost
+            lock.release()
+            assert other.acquire(blocking=False)
+            assert other.fencing_token is not None and other.fencing_token > fence
+            other.release()
+        finally:
+            fresh.close()
+            client.close()
+
+
+def test_no_two_holds_overlap_through_a_sentinel_failover(
+    tenure_engine: Engine, tmp_path: Path
+) -> None:
+    with Sentinel(replicas=1, sentinels=1, engine=tenure_engine) as topology:
+        sentinel_port = topology.sentinels[0].port
+        outputs = [tmp_path / f"worker-{index}.jsonl" for index in range(3)]
+        workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.failover_worker",
+                    str(sentinel_port),
+                    topology.service_name,
+                    "9",
+                    str(out),
+                ],
+                cwd=ROOT,
+            )
+            for out in outputs
+        ]
+        try:
+            time.sleep(2.5)
+            old = topology.master_address()
+            topology.primary.kill()
+            wait_for(lambda: topology.master_address() != old, 30, "the promotion")
+            for worker in workers:
+                assert worker.wait(timeout=60) == 0
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+        holds = []
+        for out in outputs:
+            for line in out.read_text().splitlines():
+                record = json.loads(line)
+                if "start" in record:
+                    holds.append((record["start"], record["end"], record["fence"]))
+        holds.sort()
+        assert len(holds) > 50  # cycles ran before and after the failover
+        assert holds[-1][0] > holds[0][0] + 5
+        for (_, end, fence), (start, _, next_fence) in itertools.pairwise(holds):
+            assert start >= end, "two acknowledged holds overlapped"
+            assert next_fence > fence  # fencing tokens kept growing through the failover
