@@ -97,6 +97,38 @@ def test_bench_locks_prints_ratios_and_writes_report_json_and_plot(tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("topology", ["replicated", "cluster"])
+def test_bench_locks_on_a_topology_prices_the_acknowledgement(
+    tmp_path: Path, topology: str
+) -> None:
+    report, data = tmp_path / "report.md", tmp_path / "run.json"
+    done = run(
+        "bench", "locks", "--topology", topology, "--seconds", "0.4", "--solo-seconds", "0.3",
+        "--solo-runs", "1", "--rounds", "1", "--processes", "2",
+        "--output", str(report), "--json", str(data),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = first_table(done.stdout)
+    for key in ("tenure", "tenure-cluster-1", "tenure-cluster-2", "redis-py", "redis-py-1ms"):
+        assert key in rows, done.stdout
+    assert "pottery" not in rows and "set-nx" not in rows  # standalone-only contenders
+    results = json.loads(data.read_text())
+    assert results["run"]["topology"] == topology
+    assert results["run"]["parts"] == ["solo", "contended"]  # the others are about one server
+    for result in results["contended"]:
+        assert result["acquisitions"] > 0
+        assert result["lost_updates"] == 0 and result["overlaps"] == 0
+    costs = [t for t in results["targets"] if t["goal"].startswith("ClusterLock costs")]
+    assert {t["key"] for t in costs} == {"tenure-cluster-1", "tenure-cluster-2"}
+    assert all(isinstance(t["met"], bool) and "round trips" in t["measured"] for t in costs)
+    text = report.read_text()
+    assert f"<!-- tenure-bench:locks-{topology}:start -->" in text
+    assert f"# Lock benchmarks: on a {topology} topology" in text
+    assert f"## What an acknowledgement costs ({topology})" in text
+    assert f"## tenure against redis-py's Lock ({topology})" in text
+
+
+@pytest.mark.slow
 def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
     report, data = tmp_path / "report.md", tmp_path / "run.json"
     done = run(
@@ -286,7 +318,17 @@ def test_bench_refuses_bad_values() -> None:
     assert "tenure: bench: --seconds and --solo-seconds must be in (0, 600]" in bad.stderr
     unknown = run("bench", "locks", "--only", "tenure,nonesuch")
     assert unknown.returncode == 2
-    assert "unknown contender(s) nonesuch; known: tenure, tenure-default" in unknown.stderr
+    assert "unknown contender(s) nonesuch on standalone; known: tenure, tenure-default" in (
+        unknown.stderr
+    )
+    elsewhere = run("bench", "locks", "--topology", "cluster", "--only", "pottery")
+    assert elsewhere.returncode == 2
+    assert "unknown contender(s) pottery on cluster; known: tenure, tenure-cluster-1" in (
+        elsewhere.stderr
+    )
+    given = run("bench", "locks", "--topology", "replicated", "--url", "redis://127.0.0.1:1")
+    assert given.returncode == 2
+    assert "--topology starts its own servers: leave out --url" in given.stderr
     runner = subprocess.run(
         [sys.executable, "-m", "benchmarks.locks", "--processes", "0"],
         capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,

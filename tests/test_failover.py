@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tenure import ClusterLock, Lock
-from tenure.server import Cluster, Engine, Sentinel
+from tenure import ClusterLock, Lock, ReplicationError
+from tenure.server import Cluster, Engine, Replicated, Sentinel
+from tenure.testing import ProxyFactory
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.slow
@@ -64,6 +65,55 @@ def test_an_acknowledged_lock_survives_a_sentinel_failover(tenure_engine: Engine
         other.release()
         holder_client.close()
         other_client.close()
+
+
+def test_a_lock_lost_in_a_failover_is_reported_within_a_third_of_its_lease(
+    tenure_engine: Engine, tenure_proxy_factory: ProxyFactory
+) -> None:
+    # The replica replicates through a proxy that is then cut (a partition
+    # between primary and replica); clients reach the primary through an
+    # endpoint that moves to the promoted replica (a virtual IP, a DNS name).
+    with Replicated(replicas=1, engine=tenure_engine) as servers:
+        primary, replica = servers.primary, servers.replicas[0]
+        link = tenure_proxy_factory(primary)
+        endpoint = tenure_proxy_factory(primary)
+        with replica.client() as direct:
+            direct.execute_command("REPLICAOF", link.host, link.port)
+        wait_for(
+            lambda: replica.info("replication").get("master_link_status") == "up",
+            20,
+            "replication through the proxy",
+        )
+        link.blackhole()  # replication cut: nothing written from now on reaches the replica
+        client = endpoint.client(socket_timeout=1.0)
+        started = time.monotonic()
+        with pytest.raises(ReplicationError, match="0 of 1"):
+            ClusterLock(client, "cut", replica_timeout=0.3).acquire()
+        assert time.monotonic() - started < 1.5  # refused within replica_timeout
+        assert not ClusterLock(client, "cut").locked()
+        told: list[float] = []
+        lease = 6.0
+        plain = Lock(
+            client,
+            "unreplicated",
+            timeout=lease,
+            auto_renew=True,
+            on_lost=lambda _lock: told.append(time.monotonic()),
+        )
+        assert plain.acquire()  # a Lock counts with the primary alone (documented)
+        primary.kill()
+        with replica.client() as direct:
+            direct.execute_command("REPLICAOF", "NO", "ONE")
+        endpoint.retarget(*replica.address)
+        failed_over = time.monotonic()
+        wait_for(lambda: bool(told), lease, "the lost notice")
+        assert plain.lost
+        # Renewals run at a third of the lease at the latest; add one reconnect.
+        assert told[0] - failed_over <= lease / 3 + 0.5
+        other = Lock(endpoint.client(), "unreplicated")
+        assert other.acquire(blocking=False)  # the promoted replica never had it
+        other.release()
+        client.close()
 
 
 def test_a_lock_the_server_forgot_is_reported_within_a_third_of_its_lease(

@@ -18,7 +18,7 @@ from redis.retry import Retry
 
 from tenure._exceptions import ArgumentError, EmbeddedServerError
 from tenure.server import FaultProxy, ProxyFaults, ServerProcess
-from tenure.testing import ProxyFactory
+from tenure.testing import ProxyFactory, ServerFactory
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -304,6 +304,24 @@ def test_factory_targets(tenure_proxy_factory: ProxyFactory, tenure_server: Serv
         with proxy.client() as client:
             assert client.ping()
     assert "by-address" in repr(proxies[2])
+
+
+def test_retarget_moves_the_endpoint(
+    tenure_proxy_factory: ProxyFactory,
+    tenure_server: ServerProcess,
+    tenure_server_factory: ServerFactory,
+) -> None:
+    other = tenure_server_factory()
+    with other.client() as direct:
+        direct.set("where", "other")
+    proxy = tenure_proxy_factory(tenure_server)
+    with proxy.client() as client:
+        client.set("where", "first")
+        proxy.retarget(*other.address)
+        assert proxy.target == other.address
+        assert client.get("where") == b"other"  # reset, reconnected to the new target
+    with pytest.raises(ArgumentError, match="^port"):
+        proxy.retarget("127.0.0.1", 0)
 
 
 def test_faults_are_kept_across_restarts(tenure_server: ServerProcess) -> None:

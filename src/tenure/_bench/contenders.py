@@ -6,6 +6,11 @@ without the ``bench`` extra fails with a message that says what to install.
 Every contender uses a 10 s lease (``LEASE_SECONDS``) except tenure's
 default, which holds "until released" on a renewed 30 s lease. A blocking
 acquire is bounded by ``ACQUIRE_TIMEOUT`` so that no run can hang.
+
+``--topology replicated|cluster`` runs the contenders whose ``topologies``
+name it: tenure's Lock and ClusterLock (1 and 2 replicas) and redis-py's
+Lock, on a primary with two replicas or a 3-master cluster with two
+replicas per master.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
+import redis.cluster
 
 import tenure
 from tenure._bench import require_peer
@@ -24,7 +30,9 @@ __all__ = [
     "CONTENDERS",
     "LEASE_SECONDS",
     "REFERENCE",
+    "TOPOLOGIES",
     "BenchLock",
+    "Client",
     "Contender",
     "by_key",
 ]
@@ -48,7 +56,16 @@ class BenchLock:
     release: Callable[[], None]
 
 
-Maker = Callable[["redis.Redis", str], BenchLock]
+Client = redis.Redis | redis.cluster.RedisCluster
+"""A client of the topology under test."""
+
+Maker = Callable[[Client, str], BenchLock]
+
+TOPOLOGIES = ("standalone", "replicated", "cluster")
+"""Where the lock benchmark can run."""
+
+_EVERYWHERE = TOPOLOGIES
+_REPLICATED = ("replicated", "cluster")
 
 
 @dataclass(frozen=True)
@@ -60,25 +77,34 @@ class Contender:
     make: Maker
     contended: bool = True  # False: measured solo only (the bare baseline)
     peer: tuple[str, str] | None = None  # (module, package) it needs, for a clear error
+    topologies: tuple[str, ...] = ("standalone",)
 
 
 def _tenure(timeout: float | None) -> Maker:
-    def make(client: redis.Redis, name: str) -> BenchLock:
+    def make(client: Client, name: str) -> BenchLock:
         lock = tenure.Lock(client, name, timeout=timeout)
         return BenchLock(lambda: lock.acquire(blocking_timeout=ACQUIRE_TIMEOUT), lock.release)
 
     return make
 
 
+def _cluster_lock(replicas: int) -> Maker:
+    def make(client: Client, name: str) -> BenchLock:
+        lock = tenure.ClusterLock(client, name, timeout=LEASE_SECONDS, min_replicas=replicas)
+        return BenchLock(lambda: lock.acquire(blocking_timeout=ACQUIRE_TIMEOUT), lock.release)
+
+    return make
+
+
 def _redis_py(sleep: float) -> Maker:
-    def make(client: redis.Redis, name: str) -> BenchLock:
+    def make(client: Client, name: str) -> BenchLock:
         lock = client.lock(name, timeout=LEASE_SECONDS, sleep=sleep)
         return BenchLock(lambda: lock.acquire(blocking_timeout=ACQUIRE_TIMEOUT), lock.release)
 
     return make
 
 
-def _python_redis_lock(client: redis.Redis, name: str) -> BenchLock:
+def _python_redis_lock(client: Client, name: str) -> BenchLock:
     redis_lock = require_peer("redis_lock", "python-redis-lock")
     lock = redis_lock.Lock(client, name, expire=LEASE_SECONDS)
 
@@ -88,7 +114,7 @@ def _python_redis_lock(client: redis.Redis, name: str) -> BenchLock:
     return BenchLock(acquire, lock.release)
 
 
-def _pottery(client: redis.Redis, name: str) -> BenchLock:
+def _pottery(client: Client, name: str) -> BenchLock:
     lock = require_peer("pottery", "pottery").Redlock(
         key=name, masters={client}, auto_release_time=LEASE_SECONDS
     )
@@ -101,7 +127,7 @@ class _SetNxLock:
     It never waits (a failed SET returns False), so it is only a solo baseline.
     """
 
-    def __init__(self, client: redis.Redis, name: str) -> None:
+    def __init__(self, client: Client, name: str) -> None:
         self._client = client
         self._key = name
         self._delete = client.register_script(_COMPARE_AND_DELETE)
@@ -118,7 +144,7 @@ class _SetNxLock:
         self._delete(keys=[self._key], args=[self._token])
 
 
-def _set_nx(client: redis.Redis, name: str) -> BenchLock:
+def _set_nx(client: Client, name: str) -> BenchLock:
     lock = _SetNxLock(client, name)
     return BenchLock(lock.acquire, lock.release)
 
@@ -126,13 +152,33 @@ def _set_nx(client: redis.Redis, name: str) -> BenchLock:
 REFERENCE = "tenure"
 
 CONTENDERS: tuple[Contender, ...] = (
-    Contender(REFERENCE, "tenure `Lock(timeout=10)`", _tenure(LEASE_SECONDS)),
+    Contender(
+        REFERENCE, "tenure `Lock(timeout=10)`", _tenure(LEASE_SECONDS), topologies=_EVERYWHERE
+    ),
     Contender("tenure-default", "tenure `Lock()` (30 s lease, background renewal)", _tenure(None)),
-    Contender("redis-py", "redis-py `client.lock(timeout=10)` (sleep=0.1)", _redis_py(0.1)),
+    Contender(
+        "tenure-cluster-1",
+        "tenure `ClusterLock(timeout=10, min_replicas=1)`",
+        _cluster_lock(1),
+        topologies=_REPLICATED,
+    ),
+    Contender(
+        "tenure-cluster-2",
+        "tenure `ClusterLock(timeout=10, min_replicas=2)`",
+        _cluster_lock(2),
+        topologies=_REPLICATED,
+    ),
+    Contender(
+        "redis-py",
+        "redis-py `client.lock(timeout=10)` (sleep=0.1)",
+        _redis_py(0.1),
+        topologies=_EVERYWHERE,
+    ),
     Contender(
         "redis-py-1ms",
         "redis-py `client.lock(timeout=10, sleep=0.001)` (tuned)",
         _redis_py(0.001),
+        topologies=_EVERYWHERE,
     ),
     Contender(
         "python-redis-lock",

@@ -6,6 +6,7 @@
         [--tasks 1000] [--threads 100] [--waiter-pool 8]
         [--names 1000000] [--name-processes 2] [--idle-cap S] [--skip-idle-wait]
         [--url URL] [--output FILE.md] [--json FILE] [--plot FILE.png] [--only KEY,KEY]
+        [--topology standalone|replicated|cluster]
 
 (``python -m benchmarks.locks`` is the same, writing docs/benchmarks.md.)
 The peers come with ``pip install "tenure[bench]"``. Without ``--url`` a
@@ -29,6 +30,12 @@ The parts, each selectable with ``--parts`` / ``--skip``:
   after and after ``IDLE_TTL`` (:mod:`tenure._bench.names`); the idle wait
   (up to ``--idle-cap`` seconds) is skipped with ``--skip-idle-wait``.
 
+``--topology replicated`` (a primary with two replicas) or ``cluster`` (three
+masters with two replicas each) starts that topology privately and runs the
+solo and contended parts of tenure's Lock, its ClusterLock with one and two
+replicas acknowledging, and redis-py's Lock on it; the report adds what an
+acknowledgement costs per acquisition, in round trips.
+
 A table with the "tenure / peer" ratios is printed; ``--output`` writes the
 full report (with the issue's targets) to its own section of a Markdown file
 (other sections are kept), ``--json`` the raw results, and ``--plot`` the
@@ -47,7 +54,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -60,7 +67,7 @@ from tenure._bench import (
     require_peer,
     standalone_main,
 )
-from tenure._bench.contenders import CONTENDERS, Contender, by_key
+from tenure._bench.contenders import CONTENDERS, TOPOLOGIES, Client, Contender, by_key
 from tenure._bench.measure import (
     COUNTER_KEY,
     LOCK_NAME,
@@ -69,6 +76,7 @@ from tenure._bench.measure import (
     SoloResult,
     WorkerPool,
     combine_rounds,
+    connect,
     summarize,
     time_solo,
 )
@@ -85,12 +93,15 @@ from tenure._bench.pool import (
 from tenure._bench.report import Results, RunInfo, as_data, render, summary_table
 from tenure._bench.sections import write_section
 from tenure._bench.waiters import CrowdResult, crowd_of_tasks, crowd_of_threads
+from tenure.server import Cluster, Replicated
 from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "check_arguments", "main", "run_command"]
 
 _PACKAGES = ("tenure", "redis", "hiredis", "python-redis-lock", "pottery")
 PARTS = ("solo", "contended", "pool", "waiters", "names")
+TOPOLOGY_PARTS = ("solo", "contended")
+"""The parts a replicated or cluster run measures (the others are about one server)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None) -> None:
@@ -144,6 +155,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument(
         "--only", help="comma-separated contender keys (default: all)", default=None
     )
+    parser.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="standalone",
+        help="standalone (default), replicated (primary + 2 replicas) or cluster "
+        "(3 masters x 2 replicas), started privately",
+    )
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -166,8 +184,10 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise BenchmarkError("--names must be in 1..10000000 and --name-processes in 0..64")
     if not 0 <= args.idle_cap <= 3600:
         raise BenchmarkError("--idle-cap must be in [0, 3600] seconds")
+    if args.topology != "standalone" and args.url:
+        raise BenchmarkError("--topology starts its own servers: leave out --url")
     parts(args)
-    select(args.only)
+    select(args.only, args.topology)
 
 
 def parts(args: argparse.Namespace) -> tuple[str, ...]:
@@ -179,19 +199,23 @@ def parts(args: argparse.Namespace) -> tuple[str, ...]:
         raise BenchmarkError(
             f"unknown part(s) {', '.join(sorted(unknown))}; known: {', '.join(PARTS)}"
         )
-    return tuple(p for p in PARTS if p in chosen - skipped)
+    allowed = PARTS if getattr(args, "topology", "standalone") == "standalone" else TOPOLOGY_PARTS
+    return tuple(p for p in allowed if p in chosen - skipped)
 
 
-def select(only: str | None) -> list[Contender]:
-    """The contenders to run, in report order."""
+def select(only: str | None, topology: str = "standalone") -> list[Contender]:
+    """The contenders to run on ``topology``, in report order."""
+    here = [c for c in CONTENDERS if topology in c.topologies]
     if only is None:
-        return list(CONTENDERS)
+        return here
     keys = {k.strip() for k in only.split(",") if k.strip()}
-    unknown = keys - {c.key for c in CONTENDERS}
+    unknown = keys - {c.key for c in here}
     if unknown:
-        known = ", ".join(c.key for c in CONTENDERS)
-        raise BenchmarkError(f"unknown contender(s) {', '.join(sorted(unknown))}; known: {known}")
-    return [c for c in CONTENDERS if c.key in keys]
+        known = ", ".join(c.key for c in here)
+        raise BenchmarkError(
+            f"unknown contender(s) {', '.join(sorted(unknown))} on {topology}; known: {known}"
+        )
+    return [c for c in here if c.key in keys]
 
 
 def progress(message: str) -> None:
@@ -200,7 +224,7 @@ def progress(message: str) -> None:
 
 
 def measure_solo(
-    client: redis.Redis, contenders: Sequence[Contender], seconds: float, rounds: int
+    client: Client, contenders: Sequence[Contender], seconds: float, rounds: int
 ) -> list[SoloResult]:
     """Median of ``rounds`` runs per contender, ``seconds`` in all.
 
@@ -218,7 +242,7 @@ def measure_solo(
 
 
 def measure_contended(
-    client: redis.Redis, url: str, contenders: Sequence[Contender], args: argparse.Namespace
+    client: Client, url: str, contenders: Sequence[Contender], args: argparse.Namespace
 ) -> list[ContendedResult]:
     """``args.rounds`` contended runs per contender, in one pool of worker processes.
 
@@ -233,7 +257,9 @@ def measure_contended(
         for round_ in range(args.rounds):
             for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
                 client.flushdb()
-                plan = Plan(url, contender.key, args.seconds, args.critical_ms)
+                plan = Plan(
+                    url, contender.key, args.seconds, args.critical_ms, args.topology == "cluster"
+                )
                 records = pool.run(plan)
                 counter = int(client.get(COUNTER_KEY) or 0)
                 result = summarize(plan, args.processes, records, counter)
@@ -400,7 +426,32 @@ def run_info(
         single_tries=args.single_tries,
         waiter_pool=args.waiter_pool,
         idle_cap=None if args.skip_idle_wait else args.idle_cap,
+        topology=args.topology,
     )
+
+
+@contextlib.contextmanager
+def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """The URL to measure on and a description of where it points."""
+    if args.topology == "replicated":
+        with Replicated(replicas=2) as replicated:
+            yield (
+                replicated.primary.url,
+                "private `tenure.server.Replicated`: a primary, 2 replicas",
+            )
+        return
+    if args.topology == "cluster":
+        with Cluster(masters=3, replicas_per_master=2) as cluster:
+            yield (
+                cluster.masters[0].url,
+                "private `tenure.server.Cluster`: 3 masters, 2 replicas each",
+            )
+        return
+    with given_or_private(args.url, name="bench-locks") as (url, private):
+        source = "given by --url"
+        if private is not None:
+            source = "private `tenure.server.ServerProcess`, loopback TCP"
+        yield url, source
 
 
 def main(
@@ -432,7 +483,7 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
 
 def run(args: argparse.Namespace, command: Sequence[str]) -> None:
     """Measure every selected part and contender, print the table and write what was asked."""
-    contenders = select(args.only)
+    contenders = select(args.only, args.topology)
     chosen = parts(args)
     for contender in contenders:
         if contender.peer is not None:
@@ -440,30 +491,29 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
     started = time.monotonic()
     load = load_average()
     results = Results()
-    with given_or_private(args.url, name="bench-locks") as (url, private):
-        source = "given by --url"
-        if private is not None:
-            source = "private `tenure.server.ServerProcess`, loopback TCP"
-        client = redis.Redis.from_url(url)
+    with servers(args) as (url, source):
+        client = connect(url, cluster=args.topology == "cluster")
         try:
-            server = server_version(client)
-            rtt_us = round_trip_us(client)
+            with redis.Redis.from_url(url) as node:  # one node: version and round trip
+                server = server_version(node)
+                rtt_us = round_trip_us(node)
             progress(f"server: {server} at {url}, PING round trip {rtt_us:.0f} us")
             if "solo" in chosen:
                 results.solo = measure_solo(client, contenders, args.solo_seconds, args.solo_runs)
             if "contended" in chosen:
                 results.contended = measure_contended(client, url, contenders, args)
-            if "pool" in chosen:
-                results.pool, results.single = measure_pool(client, url, contenders, args)
-            if "waiters" in chosen:
-                results.crowds = measure_waiters(client, url, args)
+            if isinstance(client, redis.Redis):  # the parts about one server
+                if "pool" in chosen:
+                    results.pool, results.single = measure_pool(client, url, contenders, args)
+                if "waiters" in chosen:
+                    results.crowds = measure_waiters(client, url, args)
             if "names" in chosen:
                 results.names = measure_names_part(url, contenders, args)
             client.flushdb()
         finally:
             client.close()
     info = run_info(args, command, server, source, rtt_us, load, time.monotonic() - started)
-    print(summary_table(results), flush=True)
+    print(summary_table(results, info), flush=True)
     if args.plot and results.contended:
         rounds = f", {args.rounds} rounds" if args.rounds > 1 else ""
         plot_waits(
@@ -478,7 +528,8 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
         output = Path(args.output)
         figure = os.path.relpath(args.plot, output.parent) if args.plot else None
         output.parent.mkdir(parents=True, exist_ok=True)
-        write_section(output, "locks", render(info, results, figure))
+        section = "locks" if args.topology == "standalone" else f"locks-{args.topology}"
+        write_section(output, section, render(info, results, figure))
         progress(f"wrote {args.output}")
     if args.json:
         data = as_data(info, results)

@@ -22,9 +22,10 @@ from types import TracebackType
 from typing import Any
 
 import redis
+import redis.cluster
 
 from tenure._bench import BenchmarkError
-from tenure._bench.contenders import ACQUIRE_TIMEOUT, BenchLock, by_key
+from tenure._bench.contenders import ACQUIRE_TIMEOUT, BenchLock, Client, by_key
 from tenure._children import ignore_sigint, sigint_blocked
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "SoloResult",
     "WorkerPool",
     "combine_rounds",
+    "connect",
     "summarize",
     "time_solo",
 ]
@@ -44,6 +46,13 @@ START_MARGIN = 0.3  # seconds between "all ready" and the common start instant
 SOLO_WARMUP_CYCLES = 20  # loads the scripts before timing
 MAX_SOLO_CYCLES = 2_000_000
 MAX_ACQUISITIONS_PER_WORKER = 500_000
+
+
+def connect(url: str, *, cluster: bool = False) -> Client:
+    """A client of ``url``: a ``RedisCluster`` when it names a cluster node."""
+    if cluster:
+        return redis.cluster.RedisCluster.from_url(url)
+    return redis.Redis.from_url(url)
 
 
 # -- solo ------------------------------------------------------------------------
@@ -91,6 +100,7 @@ class Plan:
     contender: str
     seconds: float
     critical_ms: float
+    cluster: bool = False  # the URL names a cluster node: connect with RedisCluster
 
 
 @dataclass(frozen=True)
@@ -129,7 +139,7 @@ def _worker_main(index: int, commands: Any, replies: Any) -> None:
 def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> bool:
     """Run one plan; return False when the parent called the run off (stop)."""
     try:
-        client = redis.Redis.from_url(plan.url)
+        client = connect(plan.url, cluster=plan.cluster)
         lock = by_key(plan.contender).make(client, LOCK_NAME)
         client.ping()
     except Exception as exc:
@@ -150,7 +160,7 @@ def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> bool:
 
 
 def _run_worker(
-    index: int, plan: Plan, client: redis.Redis, lock: BenchLock, start_at: float
+    index: int, plan: Plan, client: Client, lock: BenchLock, start_at: float
 ) -> WorkerResult:
     """Loop acquire → racy increment inside the lock → release until the deadline."""
     time.sleep(max(0.0, start_at - time.time()))

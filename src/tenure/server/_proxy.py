@@ -401,6 +401,23 @@ class FaultProxy(Lifecycle):
             self._faults = _NO_FAULTS
             self._apply()
 
+    def retarget(self, host: str, port: int, *, reset: bool = True) -> None:
+        """Forward new connections to ``host:port`` from now on (a moved endpoint).
+
+        Models a virtual IP or DNS name that follows the primary through a
+        failover: clients keep the proxy's address and reach the new target
+        when they reconnect. With ``reset`` (default) the current connections
+        are reset, so no client keeps talking to the old target.
+        """
+        if not 0 < port < 65536:
+            raise ArgumentError("port", f"not a TCP port: {port!r}")
+        with self._lock:
+            self._target = (host, port)
+            if self.running:
+                self._resolve_target()
+                if reset:
+                    self._call(self._abort_all())
+
     def reset_connections(self) -> int:
         """Reset every current connection (RST to both peers); return how many.
 

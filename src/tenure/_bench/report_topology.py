@@ -1,0 +1,122 @@
+"""The lock benchmark on a replicated or cluster topology: what acknowledgement costs.
+
+``tenure bench locks --topology replicated|cluster`` measures tenure's Lock,
+its ClusterLock with one and two replicas acknowledging, and redis-py's Lock
+on one topology in one run. This module renders its own section of
+``docs/benchmarks.md`` (``locks-replicated``, ``locks-cluster``) from the
+solo and contended tables of :mod:`tenure._bench.report` plus two of its
+own: the price of an acknowledgement in round trips (the issue's target: at
+most one extra round trip per acquisition over Lock), and each tenure row's
+ratio to redis-py's Lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tenure._bench.contenders import REFERENCE, by_key
+from tenure._bench.measure import ContendedResult, SoloResult
+
+__all__ = ["ACKNOWLEDGED", "RATIO_PEERS", "ack_cost_targets", "topology_sections"]
+
+ACKNOWLEDGED = ("tenure-cluster-1", "tenure-cluster-2")
+"""The ClusterLock rows (1 and 2 replicas acknowledging)."""
+
+RATIO_PEERS = ("redis-py", "redis-py-1ms")
+
+MAX_EXTRA_ROUND_TRIPS = 1.0
+
+
+def ack_cost_targets(
+    solo: Sequence[SoloResult], round_trip_us: float
+) -> list[tuple[str, str, str, bool]]:
+    """``(goal, key, measured, met)`` for each ClusterLock row measured solo."""
+    by = {r.key: r for r in solo}
+    plain = by.get(REFERENCE)
+    found = []
+    for key in ACKNOWLEDGED:
+        mine = by.get(key)
+        if mine is None or plain is None or round_trip_us <= 0:
+            continue
+        extra_us = (1 / mine.median - 1 / plain.median) * 1e6
+        trips = extra_us / round_trip_us
+        found.append(
+            (
+                f"ClusterLock costs <= {MAX_EXTRA_ROUND_TRIPS:g} extra round trip per cycle "
+                "over Lock (the WAIT)",
+                key,
+                f"{extra_us:,.0f} µs extra per cycle = {trips:.2f} round trips of "
+                f"{round_trip_us:.0f} µs",
+                trips <= MAX_EXTRA_ROUND_TRIPS,
+            )
+        )
+    return found
+
+
+def _ratio(mine: float, theirs: float) -> str:
+    return f"{mine / theirs:.2f}" if theirs > 0 else "—"
+
+
+def topology_sections(
+    solo: Sequence[SoloResult],
+    contended: Sequence[ContendedResult],
+    round_trip_us: float,
+    topology: str,
+) -> str:
+    """The cost-of-acknowledgement and ratio-to-redis-py tables."""
+    by_solo = {r.key: r for r in solo}
+    by_contended = {r.key: r for r in contended}
+    lines = [
+        f"## What an acknowledgement costs ({topology})",
+        "",
+        "Per acquire + release cycle, from the solo medians: ClusterLock's cycle minus "
+        "Lock's, in microseconds and in `PING` round trips. The WAIT travels in the "
+        "same round trip as the acquisition, so the extra is the replicas' "
+        "acknowledgement (primary → replicas → primary).",
+        "",
+        "| Lock | cycle µs | Lock's cycle µs | extra µs | extra round trips |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    plain = by_solo.get(REFERENCE)
+    for key in ACKNOWLEDGED:
+        mine = by_solo.get(key)
+        if mine is None or plain is None:
+            continue
+        cycle, base = 1e6 / mine.median, 1e6 / plain.median
+        trips = (cycle - base) / round_trip_us if round_trip_us > 0 else 0.0
+        lines.append(
+            f"| {by_key(key).label} | {cycle:,.0f} | {base:,.0f} | {cycle - base:,.0f} "
+            f"| {trips:.2f} |"
+        )
+    lines += [
+        "",
+        f"## tenure against redis-py's Lock ({topology})",
+        "",
+        "Each tenure row divided by each redis-py row of this run: solo cycles/s, "
+        "contended acquisitions/s, and redis-py's p99 wait over tenure's (above 1: "
+        "tenure waited less).",
+        "",
+        "| tenure lock | vs | solo | contended acq/s | p99 wait |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for key in (REFERENCE, *ACKNOWLEDGED):
+        for peer in RATIO_PEERS:
+            mine_solo, their_solo = by_solo.get(key), by_solo.get(peer)
+            mine_run, their_run = by_contended.get(key), by_contended.get(peer)
+            if (mine_solo is None or their_solo is None) and (
+                mine_run is None or their_run is None
+            ):
+                continue
+            solo_ratio = (
+                _ratio(mine_solo.median, their_solo.median)
+                if mine_solo is not None and their_solo is not None
+                else "—"
+            )
+            acq = p99 = "—"
+            if mine_run is not None and their_run is not None:
+                acq = _ratio(mine_run.throughput, their_run.throughput)
+                p99 = _ratio(their_run.wait_p99_ms, mine_run.wait_p99_ms)
+            lines.append(
+                f"| {by_key(key).label} | {by_key(peer).label} | {solo_ratio} | {acq} | {p99} |"
+            )
+    return "\n".join(lines) + "\n"
