@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import redis
 
 from tenure import ClusterLock, Lock, ReplicationError
 from tenure.server import Cluster, Engine, Replicated, Sentinel
@@ -39,6 +40,19 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> float:
             pass
         time.sleep(0.02)
     raise AssertionError(f"{what} did not happen within {seconds}s")
+
+
+def reporting_lock(client: redis.Redis, name: str, lease: float) -> tuple[Lock, list[float]]:
+    """A renewed Lock and the list its lost notices are timed into (monotonic)."""
+    told: list[float] = []
+    lock = Lock(
+        client,
+        name,
+        timeout=lease,
+        auto_renew=True,
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    return lock, told
 
 
 def test_an_acknowledged_lock_survives_a_sentinel_failover(tenure_engine: Engine) -> None:
@@ -91,15 +105,8 @@ def test_a_lock_lost_in_a_failover_is_reported_within_a_third_of_its_lease(
             ClusterLock(client, "cut", replica_timeout=0.3).acquire()
         assert time.monotonic() - started < 1.5  # refused within replica_timeout
         assert not ClusterLock(client, "cut").locked()
-        told: list[float] = []
         lease = 6.0
-        plain = Lock(
-            client,
-            "unreplicated",
-            timeout=lease,
-            auto_renew=True,
-            on_lost=lambda _lock: told.append(time.monotonic()),
-        )
+        plain, told = reporting_lock(client, "unreplicated", lease)
         assert plain.acquire()  # a Lock counts with the primary alone (documented)
         primary.kill()
         with replica.client() as direct:
@@ -125,15 +132,8 @@ def test_a_lock_the_server_forgot_is_reported_within_a_third_of_its_lease(
     # had already sent once resumed, so it cannot stand for a lagging one.)
     server = tenure_server_factory()
     client = server.client()
-    told: list[float] = []
     lease = 6.0
-    lock = Lock(
-        client,
-        "forgotten",
-        timeout=lease,
-        auto_renew=True,
-        on_lost=lambda _lock: told.append(time.monotonic()),
-    )
+    lock, told = reporting_lock(client, "forgotten", lease)
     assert lock.acquire()
     server.restart()
     restarted = time.monotonic()

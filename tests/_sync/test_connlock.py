@@ -94,5 +94,5 @@ def test_acl_refusal_is_named(tenure_server: ServerProcess) -> None:
 def test_cluster_client_is_refused(
     tenure_cluster_client: redis.cluster.RedisCluster,
 ) -> None:
-    with pytest.raises(ClientTypeError, match="standalone"):
+    with pytest.raises(ClientTypeError, match="standalone.*CLIENT ID.*use Lock or ClusterLock"):
         ConnectionLock(tenure_cluster_client, "x")  # type: ignore[arg-type]

@@ -66,7 +66,12 @@ class AsyncConnectionLock:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         if is_cluster(client):
             raise ClientTypeError(
-                "client", "a ConnectionLock needs a standalone server client", name=name
+                "client",
+                "a ConnectionLock needs a standalone server client: its owner is one "
+                "connection's CLIENT ID, looked up with CLIENT LIST on the server that holds "
+                "the key, and a cluster client cannot send CLIENT commands to the key's node "
+                "in one transaction; on a cluster use Lock or ClusterLock",
+                name=name,
             )
         check_seconds("lease", lease, allow_none=True, name=name)
         check_seconds("blocking_timeout", blocking_timeout, allow_none=True, name=name)
