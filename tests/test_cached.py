@@ -12,6 +12,8 @@ import pytest
 import redis
 import redis.asyncio
 import redis.cluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tenure import ArgumentError, ClientTypeError, cached
 from tenure.server import Engine, ServerProcess
@@ -186,7 +188,10 @@ def test_a_server_outage_computes_and_caching_resumes(
     tenure_engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
     with ServerProcess(tenure_engine, name="tenure-cache-outage") as server:
-        client = server.client(socket_timeout=1, socket_connect_timeout=1)
+        # One retry without backoff: the outage, not redis-py's retry policy, is under test.
+        client = server.client(
+            socket_timeout=1, socket_connect_timeout=1, retry=Retry(NoBackoff(), 1)
+        )
         calls = 0
 
         @cached(client, ttl=30)

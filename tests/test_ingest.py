@@ -77,7 +77,7 @@ def audited_keys(client: redis.Redis, stream: str) -> list[int]:
         start = "(" + page[-1][0].decode()
 
 
-@pytest.mark.timeout(360)  # about a minute alone; a busy 2-core machine may triple that
+@pytest.mark.timeout(300)  # about 30 s alone; a busy 2-core machine may triple that
 def test_a_million_rows_with_workers_killed_20_times_lose_and_duplicate_nothing(
     tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -102,8 +102,10 @@ def test_a_million_rows_with_workers_killed_20_times_lose_and_duplicate_nothing(
     kills = 0
     deadline = started + 240
     try:
-        while time.monotonic() < deadline and not job.status().finished:
-            time.sleep(rng.uniform(0.05, 0.3))
+        # 30 kills spread over the run, then the survivors finish (killing on
+        # to the end only makes the run longer, not the check stronger).
+        while kills < 30 and time.monotonic() < deadline and not job.status().finished:
+            time.sleep(rng.uniform(0.1, 0.5))
             now = time.monotonic()
             # a random worker past its start-up (a worker still importing holds nothing)
             working = [i for i, (_, born) in enumerate(workers) if now - born > 0.5]
