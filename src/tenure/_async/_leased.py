@@ -458,12 +458,14 @@ class AsyncLeased:
         try:
             while True:
                 sent = time.monotonic()
-                reply = await shielded(
-                    self._run_taking(self._scripts.acquire, keys, args, _took_lock)
-                )
-                answer = self._answer(reply)
+                # Plain: a call that queues needs no acknowledgement, and one that
+                # takes the lock is confirmed like a handoff (replicated kinds).
+                answer = self._answer(await shielded(self._run(self._scripts.acquire, keys, args)))
                 if isinstance(answer, Acquired):
-                    self._took(token, answer, sent, started, holder, queued)
+                    confirmed = await self._confirm_grant(token, answer, sent)
+                    if confirmed is None:
+                        continue  # lapsed before it was confirmed: ask again
+                    self._took(token, confirmed[0], confirmed[1], started, holder, queued)
                     self._seen_busy = queued
                     return True
                 if not queued:

@@ -15,7 +15,12 @@ counts only when enough replicas acknowledged it:
 * **handoff** — a waiter handed the lock by another owner's release did not
   write it itself, so it confirms the full lease with a write of its own and
   WAITs for that before it counts as the owner (one more round trip, paid
-  only by waiters, and it replaces the later confirmation a Lock makes).
+  only by waiters, and it replaces the later confirmation a Lock makes). A
+  caller that joins the queue does not WAIT for its place in line (nothing
+  is held yet); if that call finds the lock free and takes it, it is
+  confirmed the same way. Fewer WAITs also means fewer ``REPLCONF GETACK``
+  bursts: two in quick succession can meet a replica's delayed TCP ACK and
+  cost ~40 ms on loopback.
 * **renewal** — the watchdog's renewals WAIT too; one that falls short is
   retried like a failed one, and the hold is reported lost if no renewal is
   acknowledged before its lease runs out.
