@@ -145,7 +145,7 @@ async def test_the_wakeup_connection_closes_when_idle(
         await waiter.release()
 
     await gather(release_soon, take)
-    wakeups = wakeups_for(other_client)
+    wakeups = wakeups_for(other_client, waiter.keys.owner)
     assert not _closed(wakeups)
     for _ in range(40):
         await sleep(0.1)
@@ -284,7 +284,11 @@ async def test_waiters_are_woken_on_a_cluster(
     holder = AsyncLock(tenure_async_cluster_client, "cluster-wake", thread_local=False)
     waiter = AsyncLock(tenure_async_cluster_client, "cluster-wake", blocking_timeout=5)
     assert await holder.acquire()
-    wakeups = wakeups_for(tenure_async_cluster_client)
+    # The waiter listens on the node that serves the lock's key.
+    wakeups = wakeups_for(tenure_async_cluster_client, waiter.keys.owner)
+    cluster: Any = tenure_async_cluster_client  # the sync client's method is untyped
+    node = cluster.get_node_from_key(waiter.keys.owner)
+    assert node is not None and f"cluster node {node.host}:{node.port}" in repr(wakeups)
     before = wakeups.messages
 
     async def take() -> None:

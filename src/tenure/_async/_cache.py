@@ -574,7 +574,9 @@ class AsyncHerdCache(_AsyncCacheBase):
                 while fetched.status == Status.WAIT:
                     self._counts["waits"] += 1
                     if waiter is None:  # listen first, then ask again with the channel
-                        waiter = await listen(self.client, token, fetched.ms / 1000 + 0.1)
+                        waiter = await listen(
+                            self.client, token, fetched.ms / 1000 + 0.1, keys.entry
+                        )
                         fetched = await self._fetch(keys, token, waiter.channel, 0.0)
                         continue
                     await waiter.wait(fetched.ms / 1000 + 0.05)

@@ -452,7 +452,7 @@ class AsyncLeased:
     ) -> bool:
         settings = self._settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
-        waiter = await listen(self.client, token, room)
+        waiter = await listen(self.client, token, room, self._keys.owner)
         keys, args = self._acquire_call(token, settings.waiter_lease_ms, False, waiter.channel)
         queued = False
         try:

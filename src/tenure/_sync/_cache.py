@@ -568,7 +568,7 @@ class HerdCache(_AsyncCacheBase):
                 while fetched.status == Status.WAIT:
                     self._counts["waits"] += 1
                     if waiter is None:  # listen first, then ask again with the channel
-                        waiter = listen(self.client, token, fetched.ms / 1000 + 0.1)
+                        waiter = listen(self.client, token, fetched.ms / 1000 + 0.1, keys.entry)
                         fetched = self._fetch(keys, token, waiter.channel, 0.0)
                         continue
                     waiter.wait(fetched.ms / 1000 + 0.05)

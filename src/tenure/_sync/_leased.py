@@ -432,7 +432,7 @@ class Leased:
     ) -> bool:
         settings = self._settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
-        waiter = listen(self.client, token, room)
+        waiter = listen(self.client, token, room, self._keys.owner)
         keys, args = self._acquire_call(token, settings.waiter_lease_ms, False, waiter.channel)
         queued = False
         try:

@@ -24,8 +24,12 @@ in memory. Exactly one process hears each grant, however many wait.
   measures it).
 * The connection is made from the user's client's connection settings
   (host, port or unix socket, credentials, TLS), but it is never taken from
-  the user's pool. On a cluster, PUBLISH reaches every node, so one
-  connection to any node hears every grant.
+  the user's pool. On a cluster, PUBLISH reaches every node, so a
+  connection to any node hears every grant; but a message that crosses the
+  cluster bus can take tens of milliseconds, so a waiter listens on the node
+  that serves its primitive's key (one connection per node in use), where
+  the script that grants it publishes. After a failover or resharding the
+  grant still arrives, over the bus.
 """
 
 from __future__ import annotations
@@ -284,10 +288,14 @@ def _disconnect(conn: Any) -> None:
         pass
 
 
-def listen(client: Any, token: str, timeout: float) -> Waiter:
-    """Register a waiter for ``token`` with ``client``'s server (see :class:`Wakeups`)."""
+def listen(client: Any, token: str, timeout: float, key: str | None = None) -> Waiter:
+    """Register a waiter for ``token`` with ``client``'s server (see :class:`Wakeups`).
+
+    ``key`` is a key of the primitive waited for: on a cluster the waiter
+    listens on the node that serves it.
+    """
     while True:
-        waiter = wakeups_for(client).register(token, timeout)
+        waiter = wakeups_for(client, key).register(token, timeout)
         if waiter is not None:
             return waiter
 
@@ -309,17 +317,29 @@ _targets: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Callable[[], Any
 )
 
 
-def wakeups_for(client: Any) -> Wakeups:
-    """The wake-up connection of ``client``'s server in this process."""
-    target = _targets.get(client)
-    if target is None:
-        target = _targets[client] = _target(client)
+def wakeups_for(client: Any, key: str | None = None) -> Wakeups:
+    """The wake-up connection of ``client``'s server in this process.
+
+    On a cluster, that of the node serving ``key`` (any node without a key).
+    """
+    node = _node_of(client, key) if key is not None and is_cluster(client) else None
+    target: tuple[tuple[Any, ...], Callable[[], Any], str] | None
+    if node is not None:
+        target = (
+            ("cluster node", node.host, node.port),
+            lambda: _node_connection(node),
+            f"cluster node {node.host}:{node.port}",
+        )
+    else:
+        target = _targets.get(client)
+        if target is None:
+            target = _targets[client] = _target(client)
     server, connect, describe = target
-    key = (scope_key(), server)
+    entry = (scope_key(), server)
     with _registry_mutex:
-        found = _registry.get(key)
+        found = _registry.get(entry)
         if found is None or found.closed:
-            found = _registry[key] = Wakeups(connect, describe)
+            found = _registry[entry] = Wakeups(connect, describe)
         return found
 
 
@@ -350,10 +370,23 @@ def _own_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _node_of(client: Any, key: str) -> Any:
+    """The node serving ``key`` in the cluster client's slot map, or None (not mapped yet)."""
+    try:
+        return client.get_node_from_key(key, replica=False)
+    except redis_errors.RedisClusterException:  # the slot map is not loaded yet
+        return None
+
+
 def _cluster_connection(client: Any) -> Any:
     """A connection to a live node of the cluster (any: PUBLISH reaches all)."""
     nodes = client.get_nodes()
     node = nodes[int(time.monotonic() * 10) % len(nodes)]  # spread retries over the nodes
+    return _node_connection(node)
+
+
+def _node_connection(node: Any) -> Any:
+    """A connection of tenure's own to one cluster node."""
     if hasattr(node, "connection_class"):  # an async cluster's node (no redis_connection)
         return node.connection_class(**_own_settings(node.connection_kwargs))
     pool = node.redis_connection.connection_pool
