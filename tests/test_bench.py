@@ -109,7 +109,7 @@ def test_bench_locks_on_a_topology_prices_the_acknowledgement(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = first_table(done.stdout)
-    for key in ("tenure", "tenure-cluster-1", "tenure-cluster-2", "redis-py", "redis-py-1ms"):
+    for key in ("tenure", "tenure-cluster-1", "tenure-cluster-2", "tenure-plus-rtt", "redis-py"):
         assert key in rows, done.stdout
     assert "pottery" not in rows and "set-nx" not in rows  # standalone-only contenders
     results = json.loads(data.read_text())
@@ -120,7 +120,7 @@ def test_bench_locks_on_a_topology_prices_the_acknowledgement(
         assert result["lost_updates"] == 0 and result["overlaps"] == 0
     costs = [t for t in results["targets"] if t["goal"].startswith("ClusterLock costs")]
     assert {t["key"] for t in costs} == {"tenure-cluster-1", "tenure-cluster-2"}
-    assert all(isinstance(t["met"], bool) and "round trips" in t["measured"] for t in costs)
+    assert all(isinstance(t["met"], bool) and "Lock + 1 PING" in t["measured"] for t in costs)
     text = report.read_text()
     assert f"<!-- tenure-bench:locks-{topology}:start -->" in text
     assert f"# Lock benchmarks: on a {topology} topology" in text

@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 import redis.cluster
@@ -86,6 +87,22 @@ def _tenure(timeout: float | None) -> Maker:
         return BenchLock(lambda: lock.acquire(blocking_timeout=ACQUIRE_TIMEOUT), lock.release)
 
     return make
+
+
+def _tenure_plus_round_trip(client: Client, name: str) -> BenchLock:
+    """A yardstick: tenure's Lock with one more round trip (a PING) per acquisition."""
+    lock = tenure.Lock(client, name, timeout=LEASE_SECONDS)
+
+    def acquire() -> bool:
+        taken = lock.acquire(blocking_timeout=ACQUIRE_TIMEOUT)
+        if isinstance(client, redis.cluster.RedisCluster):  # to the lock's node, like a WAIT
+            cluster: Any = client  # redis-py leaves get_node_from_key untyped
+            client.ping(target_nodes=cluster.get_node_from_key(lock.keys.owner))
+        else:
+            client.ping()
+        return taken
+
+    return BenchLock(acquire, lock.release)
 
 
 def _cluster_lock(replicas: int) -> Maker:
@@ -166,6 +183,13 @@ CONTENDERS: tuple[Contender, ...] = (
         "tenure-cluster-2",
         "tenure `ClusterLock(timeout=10, min_replicas=2)`",
         _cluster_lock(2),
+        topologies=_REPLICATED,
+    ),
+    Contender(
+        "tenure-plus-rtt",
+        "yardstick: tenure `Lock(timeout=10)` + one `PING` per acquisition",
+        _tenure_plus_round_trip,
+        contended=False,
         topologies=_REPLICATED,
     ),
     Contender(

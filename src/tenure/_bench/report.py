@@ -210,12 +210,7 @@ tenure bench locks [--parts solo,contended,pool,waiters,names] [--skip PART,...]
 `python -m benchmarks.locks` (from the repository root) is the same command
 with `--output docs/benchmarks.md`.
 
-Without `--url` it starts a private server (`tenure.server.ServerProcess`) on
-loopback and stops it at the end; a database given by `--url` is emptied
-(`FLUSHDB`), so it must hold no keys unless `--allow-flush` is passed. The
-default run takes about ten minutes, most of it the million names and the
-wait for their keys to expire (`--names 100000`, `--skip-idle-wait` or
-`--skip names` shorten it). This run: parts {", ".join(info.parts) or "none"}.
+{_where(info)} This run: parts {", ".join(info.parts) or "none"}.
 {_busy_note(info)}
 | Machine | |
 |---|---|
@@ -227,6 +222,26 @@ wait for their keys to expire (`--names 100000`, `--skip-idle-wait` or
 | `PING` round trip, median | {info.round_trip_us:.0f} µs |
 | Packages | {packages} |
 """
+
+
+def _where(info: RunInfo) -> str:
+    """How the run got its servers, and how long such a run takes."""
+    if info.topology != "standalone":
+        return (
+            "With `--topology replicated` it starts a primary with two replicas "
+            "(`tenure.server.Replicated`), with `--topology cluster` three masters with "
+            "two replicas each (`tenure.server.Cluster`), on loopback, and stops them at "
+            "the end. Only the solo and contended parts run there (the others are about "
+            "one server), in about two minutes."
+        )
+    return (
+        "Without `--url` it starts a private server (`tenure.server.ServerProcess`) on\n"
+        "loopback and stops it at the end; a database given by `--url` is emptied\n"
+        "(`FLUSHDB`), so it must hold no keys unless `--allow-flush` is passed. The\n"
+        "default run takes about ten minutes, most of it the million names and the\n"
+        "wait for their keys to expire (`--names 100000`, `--skip-idle-wait` or\n"
+        "`--skip names` shorten it)."
+    )
 
 
 def _busy_note(info: RunInfo) -> str:

@@ -24,30 +24,37 @@ ACKNOWLEDGED = ("tenure-cluster-1", "tenure-cluster-2")
 
 RATIO_PEERS = ("redis-py", "redis-py-1ms")
 
-MAX_EXTRA_ROUND_TRIPS = 1.0
+YARDSTICK = "tenure-plus-rtt"
+"""Lock plus one PING per acquisition: what one extra round trip costs, measured."""
 
 
 def ack_cost_targets(
     solo: Sequence[SoloResult], round_trip_us: float
 ) -> list[tuple[str, str, str, bool]]:
-    """``(goal, key, measured, met)`` for each ClusterLock row measured solo."""
+    """``(goal, key, measured, met)`` for each ClusterLock row measured solo.
+
+    The yardstick is measured, not computed: tenure's Lock plus one ``PING``
+    per acquisition, timed in the same interleaved solo runs, so the noise of
+    the machine falls on both sides alike. ClusterLock meets the target when
+    its cycles/s are at least the yardstick's.
+    """
     by = {r.key: r for r in solo}
-    plain = by.get(REFERENCE)
+    plain, yardstick = by.get(REFERENCE), by.get(YARDSTICK)
     found = []
     for key in ACKNOWLEDGED:
         mine = by.get(key)
-        if mine is None or plain is None or round_trip_us <= 0:
+        if mine is None or plain is None or yardstick is None:
             continue
         extra_us = (1 / mine.median - 1 / plain.median) * 1e6
-        trips = extra_us / round_trip_us
+        trip_us = (1 / yardstick.median - 1 / plain.median) * 1e6
         found.append(
             (
-                f"ClusterLock costs <= {MAX_EXTRA_ROUND_TRIPS:g} extra round trip per cycle "
-                "over Lock (the WAIT)",
+                "ClusterLock costs <= 1 extra round trip per cycle over Lock (the WAIT)",
                 key,
-                f"{extra_us:,.0f} µs extra per cycle = {trips:.2f} round trips of "
-                f"{round_trip_us:.0f} µs",
-                trips <= MAX_EXTRA_ROUND_TRIPS,
+                f"{mine.median:,.0f}/s vs Lock + 1 PING {yardstick.median:,.0f}/s "
+                f"({extra_us:,.0f} µs extra per cycle; a round trip costs {trip_us:,.0f} µs "
+                f"here, a bare PING {round_trip_us:.0f} µs)",
+                mine.median >= yardstick.median,
             )
         )
     return found
@@ -70,23 +77,25 @@ def topology_sections(
         f"## What an acknowledgement costs ({topology})",
         "",
         "Per acquire + release cycle, from the solo medians: ClusterLock's cycle minus "
-        "Lock's, in microseconds and in `PING` round trips. The WAIT travels in the "
-        "same round trip as the acquisition, so the extra is the replicas' "
-        "acknowledgement (primary → replicas → primary).",
+        "Lock's, beside what one more round trip costs, measured in the same runs "
+        "(Lock + one `PING` per acquisition). The WAIT travels in the same round trip "
+        "as the acquisition, so the extra is the replicas' acknowledgement "
+        "(primary → replicas → primary).",
         "",
-        "| Lock | cycle µs | Lock's cycle µs | extra µs | extra round trips |",
-        "|---|---:|---:|---:|---:|",
+        "| Lock | cycle µs | Lock's cycle µs | extra µs | one round trip µs | extra / round trip |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    plain = by_solo.get(REFERENCE)
+    plain, yardstick = by_solo.get(REFERENCE), by_solo.get(YARDSTICK)
     for key in ACKNOWLEDGED:
         mine = by_solo.get(key)
-        if mine is None or plain is None:
+        if mine is None or plain is None or yardstick is None:
             continue
         cycle, base = 1e6 / mine.median, 1e6 / plain.median
-        trips = (cycle - base) / round_trip_us if round_trip_us > 0 else 0.0
+        trip = 1e6 / yardstick.median - base
+        share = f"{(cycle - base) / trip:.2f}" if trip > 0 else "—"
         lines.append(
             f"| {by_key(key).label} | {cycle:,.0f} | {base:,.0f} | {cycle - base:,.0f} "
-            f"| {trips:.2f} |"
+            f"| {trip:,.0f} | {share} |"
         )
     lines += [
         "",
