@@ -183,6 +183,12 @@ async def test_lock_class_hook(primary: redis.asyncio.Redis) -> None:
     assert isinstance(lock, AsyncClusterLock)
     async with lock:
         assert lock.statistics().acknowledged_replicas == 2
+    positional = AsyncClusterLock(primary, "pos", 5, 0.01, False, 2.0, False, False, aof=False)
+    assert (positional.timeout, positional.sleep, positional.blocking) == (5, 0.01, False)
+    assert (positional.blocking_timeout, positional.thread_local) == (2.0, False)
+    assert positional.raise_on_release_error is False
+    policy = (positional.min_replicas, positional.replica_timeout, positional.aof)
+    assert policy == (None, 0.5, False)
 
 
 async def test_lone_primary_needs_no_acknowledgement(

@@ -39,7 +39,6 @@ from typing import Any, ClassVar, cast
 
 from tenure._async._lock import AsyncLock
 from tenure._async._replication import AsyncAcknowledger
-from tenure._async._scripting import AsyncClient
 from tenure._async._watchdog import Job, JobRunner
 from tenure._exceptions import ArgumentError
 from tenure._leased_core import Acquired, ClusterLockStatistics, LeasedStatistics
@@ -75,31 +74,15 @@ class AsyncClusterLock(AsyncLock):
 
     def __init__(
         self,
-        client: AsyncClient,
-        name: str,
-        timeout: float | None = None,
-        sleep: float = 0.1,
-        blocking: bool = True,
-        blocking_timeout: float | None = None,
-        thread_local: bool = True,
-        raise_on_release_error: bool = True,
-        *,
+        *args: Any,
         min_replicas: int | None = None,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         aof: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            client,
-            name,
-            timeout,
-            sleep,
-            blocking,
-            blocking_timeout,
-            thread_local,
-            raise_on_release_error,
-            **kwargs,
-        )
+        # The Lock's arguments, positional ones in redis-py's order, pass through.
+        super().__init__(*args, **kwargs)
+        name = self.name
         policy = ReplicationPolicy.build(
             min_replicas=min_replicas, replica_timeout=replica_timeout, aof=aof, name=name
         )
@@ -118,7 +101,7 @@ class AsyncClusterLock(AsyncLock):
                 f"{replica_timeout:g}s is not below the lease ({settings.lease:g}s)",
                 name=name,
             )
-        self._acks = AsyncAcknowledger(client, policy, name)
+        self._acks = AsyncAcknowledger(self.client, policy, name)
 
     @property
     def min_replicas(self) -> int | None:
