@@ -166,6 +166,26 @@ async def test_lease_expires_without_renewal(tenure_async_client: redis.asyncio.
         await lock.release()
 
 
+async def test_a_client_clock_jump_changes_nothing(
+    tenure_async_client: redis.asyncio.Redis,
+    other_client: redis.asyncio.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Leases run on the server's clock and waits on the monotonic clock: the
+    # client's wall clock jumping an hour either way moves nothing.
+    real = time.time
+    holder = AsyncLock(tenure_async_client, "jump", timeout=0.6, auto_renew=True)
+    other = AsyncLock(other_client, "jump", timeout=0.6)
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert await holder.acquire()
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    assert not await other.acquire(blocking_timeout=0.9)  # renewed past its lease meanwhile
+    assert await holder.owned()
+    await holder.release()
+    assert await other.acquire(blocking=False)
+    await other.release()
+
+
 async def test_auto_renew_keeps_it_past_the_lease(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:

@@ -165,6 +165,26 @@ def test_lease_expires_without_renewal(tenure_client: redis.Redis) -> None:
         lock.release()
 
 
+def test_a_client_clock_jump_changes_nothing(
+    tenure_client: redis.Redis,
+    other_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Leases run on the server's clock and waits on the monotonic clock: the
+    # client's wall clock jumping an hour either way moves nothing.
+    real = time.time
+    holder = Lock(tenure_client, "jump", timeout=0.6, auto_renew=True)
+    other = Lock(other_client, "jump", timeout=0.6)
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert holder.acquire()
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    assert not other.acquire(blocking_timeout=0.9)  # renewed past its lease meanwhile
+    assert holder.owned()
+    holder.release()
+    assert other.acquire(blocking=False)
+    other.release()
+
+
 def test_auto_renew_keeps_it_past_the_lease(
     tenure_client: redis.Redis,
 ) -> None:
