@@ -28,7 +28,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -86,8 +86,9 @@ class ServerProcess(Lifecycle):
     written to ``<directory>/server.conf`` at the first start and passed to the
     server (which may rewrite it, as Sentinel does); command-line options
     override it. ``extra_args`` are appended to the command line last, so they
-    override tenure's defaults. ``name`` labels the server in ``repr`` and
-    errors.
+    override tenure's defaults. ``env`` adds variables to the server's
+    environment (``LD_PRELOAD`` of libfaketime, say, to move its clock).
+    ``name`` labels the server in ``repr`` and errors.
 
     The command line always has ``--bind 127.0.0.1 --protected-mode yes
     --daemonize no --save ""`` (no RDB snapshots), ``--enable-debug-command
@@ -119,6 +120,7 @@ class ServerProcess(Lifecycle):
         startup_timeout: float = 10.0,
         replicaof: tuple[str, int] | None = None,
         config: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if port is not None and not 0 < port < 65536:
             raise ArgumentError("port", f"expected 1..65535 or None, got {port!r}")
@@ -138,6 +140,11 @@ class ServerProcess(Lifecycle):
         self.startup_timeout = startup_timeout
         self._replicaof = replicaof
         self._config = config
+        if env is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ArgumentError("env", "expected a mapping of str to str")
+        self._env = dict(env) if env else None
         self._cluster_bus = any(
             arg == "--cluster-enabled" and value.lower() == "yes"
             for arg, value in zip(self._extra_args, self._extra_args[1:], strict=False)
@@ -446,7 +453,7 @@ class ServerProcess(Lifecycle):
         self._log_offsets = log_offsets(directory)
         with open(os.path.join(directory, OUT_NAME), "ab") as out:
             try:
-                self._popen = spawn(args, stdout=out, cwd=directory)
+                self._popen = spawn(args, stdout=out, cwd=directory, env=self._env)
             except OSError as exc:
                 raise ServerStartError(f"{self!r}: cannot run {args[0]}: {exc}") from exc
         if self._owns_dir:

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from queue import SimpleQueue
 from typing import IO, cast
@@ -110,8 +110,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def spawn(args: Sequence[str], *, stdout: IO[bytes], cwd: str) -> subprocess.Popen[bytes]:
+def spawn(
+    args: Sequence[str],
+    *,
+    stdout: IO[bytes],
+    cwd: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``args`` in ``cwd`` as a child that dies with this process.
+
+    ``env`` adds to (or overrides) this process's environment for the child.
 
     The child is forked on the spawner thread, in its own session, with the
     death signal set (Linux); its stdin is ``/dev/null``, its stdout and
@@ -126,6 +134,7 @@ def spawn(args: Sequence[str], *, stdout: IO[bytes], cwd: str) -> subprocess.Pop
             stdout=stdout,
             stderr=subprocess.STDOUT,
             cwd=cwd,
+            env=None if env is None else {**os.environ, **env},
             start_new_session=True,
             preexec_fn=preexec,
             close_fds=True,

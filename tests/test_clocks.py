@@ -1,0 +1,111 @@
+"""A server whose clock jumps: what leases and fencing tokens do (libfaketime).
+
+The server runs under libfaketime (``LD_PRELOAD``) reading its offset from
+a file, so a test moves that one server's wall clock while it runs; its
+monotonic clock is left alone, as a stepped system clock would leave it.
+Debian's package ``faketime`` provides the library; CI installs it and sets
+``TENURE_REQUIRE_FAKETIME=1`` so that these tests fail rather than skip.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tenure import Lock
+from tenure.server import ServerProcess
+from tests.conftest import ServerFactory
+
+pytestmark = pytest.mark.slow
+
+
+def _libfaketime() -> str:
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    if found:
+        return found[0]
+    if os.environ.get("TENURE_REQUIRE_FAKETIME"):
+        pytest.fail("libfaketime is required (apt-get install faketime)")
+    pytest.skip("libfaketime is not installed (apt-get install faketime)")
+
+
+def server_with_clock(factory: ServerFactory, clock: Path) -> ServerProcess:
+    """A server whose wall clock is offset by what ``clock`` says ("+60", "-3600")."""
+    clock.write_text("+0")
+    return factory(
+        env={
+            "LD_PRELOAD": _libfaketime(),
+            "FAKETIME_TIMESTAMP_FILE": str(clock),
+            "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+    )
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> float:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return time.monotonic()
+        time.sleep(0.02)
+    raise AssertionError(f"not within {seconds}s")
+
+
+def test_a_server_clock_jumping_forward_ends_the_lease_and_the_holder_is_told(
+    tenure_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    clock = tmp_path / "clock"
+    server = server_with_clock(tenure_server_factory, clock)
+    with server.client() as client, server.client() as other_client:
+        before = client.time()[0]
+        told: list[float] = []
+        lease = 6.0
+        holder = Lock(
+            client,
+            "jump",
+            timeout=lease,
+            auto_renew=True,
+            on_lost=lambda _lock: told.append(time.monotonic()),
+        )
+        assert holder.acquire()
+        fence = holder.fencing_token
+        assert fence is not None
+        clock.write_text("+120")  # the server's clock steps two minutes ahead
+        jumped = time.monotonic()
+        assert client.time()[0] >= before + 110
+        other = Lock(other_client, "jump")
+        assert other.acquire(blocking=False)  # by the server's clock the lease is over
+        assert other.fencing_token is not None and other.fencing_token > fence
+        wait_for(lambda: bool(told), lease)
+        assert holder.lost
+        assert told[0] - jumped <= lease / 3 + 0.5  # told at its next renewal
+        other.release()
+
+
+def test_a_server_clock_stepped_back_stretches_leases_and_can_repeat_fences(
+    tenure_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    clock = tmp_path / "clock"
+    server = server_with_clock(tenure_server_factory, clock)
+    with server.client() as client:
+        first = Lock(client, "back", timeout=1)
+        assert first.acquire()
+        fence = first.fencing_token
+        assert fence is not None
+        clock.write_text("-3600")  # an hour back: the lease now ends an hour later
+        time.sleep(1.3)
+        assert Lock(client, "back").locked()  # still held past its 1 s lease
+        client.delete(first.keys.owner)  # as if its holder had released it
+        # The fencing counter idles out after a minute of the server's time;
+        # deleting it stands for that. The next token restarts from the
+        # server's clock, an hour behind: the documented case where tokens
+        # can go backwards.
+        client.delete(first.keys.fence)
+        second = Lock(client, "back", timeout=1)
+        assert second.acquire()
+        assert second.fencing_token is not None and second.fencing_token < fence
+        second.release()
