@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tenure import Lock
-from tenure.server import ServerProcess
+from tenure.server import Engine, ServerProcess
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.slow
@@ -33,8 +33,13 @@ def _libfaketime() -> str:
     pytest.skip("libfaketime is not installed (apt-get install faketime)")
 
 
-def server_with_clock(factory: ServerFactory, clock: Path) -> ServerProcess:
+def server_with_clock(factory: ServerFactory, engine: Engine, clock: Path) -> ServerProcess:
     """A server whose wall clock is offset by what ``clock`` says ("+60", "-3600")."""
+    if engine.name == "redis":
+        pytest.skip(
+            "Debian's redis-server is built with jemalloc, whose start-up calls to "
+            "clock_gettime libfaketime cannot wrap; the clock tests run on Valkey"
+        )
     clock.write_text("+0")
     return factory(
         env={
@@ -56,10 +61,10 @@ def wait_for(condition: Callable[[], bool], seconds: float) -> float:
 
 
 def test_a_server_clock_jumping_forward_ends_the_lease_and_the_holder_is_told(
-    tenure_server_factory: ServerFactory, tmp_path: Path
+    tenure_server_factory: ServerFactory, tenure_engine: Engine, tmp_path: Path
 ) -> None:
     clock = tmp_path / "clock"
-    server = server_with_clock(tenure_server_factory, clock)
+    server = server_with_clock(tenure_server_factory, tenure_engine, clock)
     with server.client() as client, server.client() as other_client:
         before = client.time()[0]
         told: list[float] = []
@@ -87,10 +92,10 @@ def test_a_server_clock_jumping_forward_ends_the_lease_and_the_holder_is_told(
 
 
 def test_a_server_clock_stepped_back_stretches_leases_and_can_repeat_fences(
-    tenure_server_factory: ServerFactory, tmp_path: Path
+    tenure_server_factory: ServerFactory, tenure_engine: Engine, tmp_path: Path
 ) -> None:
     clock = tmp_path / "clock"
-    server = server_with_clock(tenure_server_factory, clock)
+    server = server_with_clock(tenure_server_factory, tenure_engine, clock)
     with server.client() as client:
         first = Lock(client, "back", timeout=1)
         assert first.acquire()
