@@ -8,14 +8,43 @@ processes start private ones instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 
+from tenure import Lock
 from tenure.server import Cluster, Engine, Replicated
 from tenure.testing import ServerFactory
 
-__all__ = ["ServerFactory"]
+__all__ = ["ServerFactory", "reporting_lock", "wait_for"]
+
+
+def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> float:
+    """Poll ``condition`` until true; return when it became true (monotonic)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return time.monotonic()
+        except Exception:  # a node or sentinel mid-failover may refuse to answer
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"{what} did not happen within {seconds}s")
+
+
+def reporting_lock(client: redis.Redis, name: str, lease: float) -> tuple[Lock, list[float]]:
+    """A renewed Lock and the list its lost notices are timed into (monotonic)."""
+    told: list[float] = []
+    lock = Lock(
+        client,
+        name,
+        timeout=lease,
+        auto_renew=True,
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    return lock, told
 
 
 @pytest.fixture(scope="session")

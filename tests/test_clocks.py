@@ -12,14 +12,13 @@ from __future__ import annotations
 import glob
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tenure import Lock
 from tenure.server import Engine, ServerProcess
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, reporting_lock, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,15 +50,6 @@ def server_with_clock(factory: ServerFactory, engine: Engine, clock: Path) -> Se
     )
 
 
-def wait_for(condition: Callable[[], bool], seconds: float) -> float:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return time.monotonic()
-        time.sleep(0.02)
-    raise AssertionError(f"not within {seconds}s")
-
-
 def test_a_server_clock_jumping_forward_ends_the_lease_and_the_holder_is_told(
     tenure_server_factory: ServerFactory, tenure_engine: Engine, tmp_path: Path
 ) -> None:
@@ -67,15 +57,8 @@ def test_a_server_clock_jumping_forward_ends_the_lease_and_the_holder_is_told(
     server = server_with_clock(tenure_server_factory, tenure_engine, clock)
     with server.client() as client, server.client() as other_client:
         before = client.time()[0]
-        told: list[float] = []
         lease = 6.0
-        holder = Lock(
-            client,
-            "jump",
-            timeout=lease,
-            auto_renew=True,
-            on_lost=lambda _lock: told.append(time.monotonic()),
-        )
+        holder, told = reporting_lock(client, "jump", lease)
         assert holder.acquire()
         fence = holder.fencing_token
         assert fence is not None
@@ -85,7 +68,7 @@ def test_a_server_clock_jumping_forward_ends_the_lease_and_the_holder_is_told(
         other = Lock(other_client, "jump")
         assert other.acquire(blocking=False)  # by the server's clock the lease is over
         assert other.fencing_token is not None and other.fencing_token > fence
-        wait_for(lambda: bool(told), lease)
+        wait_for(lambda: bool(told), lease, "the lost notice")
         assert holder.lost
         assert told[0] - jumped <= lease / 3 + 0.5  # told at its next renewal
         other.release()

@@ -13,46 +13,18 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
 
 from tenure import ClusterLock, Lock, ReplicationError
 from tenure.server import Cluster, Engine, Replicated, Sentinel
 from tenure.testing import ProxyFactory
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, reporting_lock, wait_for
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> float:
-    """Poll ``condition`` until true; return when it became true (monotonic)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return time.monotonic()
-        except Exception:  # a node or sentinel mid-failover may refuse to answer
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"{what} did not happen within {seconds}s")
-
-
-def reporting_lock(client: redis.Redis, name: str, lease: float) -> tuple[Lock, list[float]]:
-    """A renewed Lock and the list its lost notices are timed into (monotonic)."""
-    told: list[float] = []
-    lock = Lock(
-        client,
-        name,
-        timeout=lease,
-        auto_renew=True,
-        on_lost=lambda _lock: told.append(time.monotonic()),
-    )
-    return lock, told
 
 
 def test_an_acknowledged_lock_survives_a_sentinel_failover(tenure_engine: Engine) -> None:

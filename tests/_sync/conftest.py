@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tenure.server import Cluster, ServerProcess
+from tenure.testing import _flush_cluster  # the plugin's own flush of every master
 
 ON_CLUSTER = frozenset(
     {
@@ -59,13 +60,6 @@ def topology(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _flush(cluster: Cluster) -> None:
-    for node in cluster.masters:
-        with node.client() as direct:
-            direct.flushall()
-            direct.script_flush()
-
-
 def _connect(request: pytest.FixtureRequest, topology: str) -> Any:
     """A connected client: a cluster client maps its slots before the test's clock starts."""
     client: Any
@@ -83,7 +77,7 @@ def _connect(request: pytest.FixtureRequest, topology: str) -> Any:
 def tenure_client(topology: str, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A client of this run's topology, every key and script flushed first."""
     if topology == "cluster":
-        _flush(request.getfixturevalue("tenure_cluster"))
+        _flush_cluster(request.getfixturevalue("tenure_cluster"))
     client = _connect(request, topology)
     if topology == "standalone":
         client.flushall()

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
+from tenure._async._leased import extended
 from tenure._async._lock import AsyncLock
 from tenure._async._replication import AsyncAcknowledger
 from tenure._async._watchdog import Job, JobRunner
@@ -137,17 +138,14 @@ class AsyncClusterLock(AsyncLock):
         args: tuple[str | int, ...],
         took: Callable[[Any], bool],
     ) -> Any:
-        reply, ack = await self._acks.run(script, keys, args)
-        if ack.short and took(reply):
-            raise ack.error(f"{script} was not acknowledged", name=self.name)
-        return reply
+        return await self._acks.run_checked(script, keys, args, took)
 
     async def _confirm_grant(
         self, token: str, granted: Acquired, at: float
     ) -> tuple[Acquired, float] | None:
         sent = time.monotonic()
         keys, args = self._extend_call(token, self._settings.lease_ms, "set")
-        reply = int(await self._run_taking(self._scripts.extend, keys, args, _positive))
+        reply = int(await self._run_taking(self._scripts.extend, keys, args, extended))
         if reply <= 0:
             return None
         return Acquired(fence=granted.fence, lease_ms=reply), sent
@@ -156,13 +154,6 @@ class AsyncClusterLock(AsyncLock):
         acks = self._acks  # not the lock: renewals must not keep it alive
 
         async def renew(job: Job) -> Any:
-            reply, ack = await acks.run(job.script, job.keys, job.args)
-            if ack.short and _positive(reply):
-                raise ack.error("the renewal was not acknowledged", name=acks.name)
-            return reply
+            return await acks.run_checked(job.script, job.keys, job.args, extended)
 
         return renew
-
-
-def _positive(reply: Any) -> bool:
-    return int(reply) > 0

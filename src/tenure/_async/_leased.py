@@ -106,7 +106,7 @@ from tenure._leased_core import (
     to_ms,
 )
 
-__all__ = ["AsyncLeased", "LeasedScripts"]
+__all__ = ["AsyncLeased", "LeasedScripts", "extended"]
 
 logger = logging.getLogger("tenure.lock")
 
@@ -137,7 +137,7 @@ def _took_lock(reply: Any) -> bool:
     return isinstance(parse_acquire(reply), Acquired)
 
 
-def _extended(reply: Any) -> bool:
+def extended(reply: Any) -> bool:
     """Whether an extend script's reply says the lease was set."""
     return int(reply) > 0
 
@@ -513,8 +513,7 @@ class AsyncLeased:
             )
         except ReplicationError:
             # Counted on the primary but not acknowledged: count it down again.
-            keys, args = self._release_call(hold.token)
-            await shielded(self._run(self._scripts.release, keys, args))
+            await shielded(self._count_down(hold))
             raise
         answer = self._answer(reply)
         if not isinstance(answer, Acquired):
@@ -528,8 +527,12 @@ class AsyncLeased:
     async def _undo_reentry(self, hold: Hold, reply: Any) -> None:
         """A re-entry was counted on the server but its caller was cancelled: count it down."""
         if isinstance(parse_acquire(reply), Acquired):
-            keys, args = self._release_call(hold.token)
-            await self._run(self._scripts.release, keys, args)
+            await self._count_down(hold)
+
+    async def _count_down(self, hold: Hold) -> Any:
+        """Take back one re-entry of ``hold`` on the server (the release script's reply)."""
+        keys, args = self._release_call(hold.token)
+        return await self._run(self._scripts.release, keys, args)
 
     async def _give_up(self, token: str, started: float, holder: object) -> bool:
         """The deadline passed: leave the queue, unless it was handed over meanwhile."""
@@ -755,7 +758,7 @@ class AsyncLeased:
     async def _set_lease(self, hold: Hold, ms: int, mode: str) -> bool:
         sent = time.monotonic()
         keys, args = self._extend_call(hold.token, ms, mode)
-        reply = int(await self._run_taking(self._scripts.extend, keys, args, _extended))
+        reply = int(await self._run_taking(self._scripts.extend, keys, args, extended))
         if reply <= 0:
             self._mark_lost(hold)
             raise self._not_owned(

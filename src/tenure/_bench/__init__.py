@@ -29,6 +29,7 @@ __all__ = [
     "add_output_arguments",
     "check_empty",
     "load_benchmark",
+    "ratio",
     "require_peer",
     "standalone_main",
 ]
@@ -111,3 +112,10 @@ def standalone_main(
         return int(module.run_command(args, [*prog.split(), *argv]))
     except BenchmarkError as exc:
         parser.error(str(exc))
+
+
+def ratio(mine: float | None, theirs: float) -> str:
+    """``mine / theirs`` to two decimals for a report, or "—" when it has no meaning."""
+    if mine is None or theirs <= 0:
+        return "—"
+    return f"{mine / theirs:.2f}"

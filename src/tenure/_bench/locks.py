@@ -199,7 +199,7 @@ def parts(args: argparse.Namespace) -> tuple[str, ...]:
         raise BenchmarkError(
             f"unknown part(s) {', '.join(sorted(unknown))}; known: {', '.join(PARTS)}"
         )
-    allowed = PARTS if getattr(args, "topology", "standalone") == "standalone" else TOPOLOGY_PARTS
+    allowed = PARTS if args.topology == "standalone" else TOPOLOGY_PARTS
     return tuple(p for p in allowed if p in chosen - skipped)
 
 

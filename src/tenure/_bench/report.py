@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tenure._bench import ratio as _ratio
 from tenure._bench.contenders import CONTENDERS, REFERENCE, by_key
 from tenure._bench.measure import ContendedResult, SoloResult
 from tenure._bench.names import NamesResult
@@ -260,12 +261,6 @@ def _busy_note(info: RunInfo) -> str:
 
 def _label(key: str) -> str:
     return by_key(key).label
-
-
-def _ratio(mine: float | None, theirs: float) -> str:
-    if mine is None or theirs <= 0:
-        return "—"
-    return f"{mine / theirs:.2f}"
 
 
 def _solo_table(solo: Sequence[SoloResult], info: RunInfo) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tenure._bench import ratio
 from tenure._bench.contenders import REFERENCE, by_key
 from tenure._bench.measure import ContendedResult, SoloResult
 
@@ -58,10 +59,6 @@ def ack_cost_targets(
             )
         )
     return found
-
-
-def _ratio(mine: float, theirs: float) -> str:
-    return f"{mine / theirs:.2f}" if theirs > 0 else "—"
 
 
 def topology_sections(
@@ -119,15 +116,15 @@ def topology_sections(
             ):
                 continue
             solo_ratio = (
-                _ratio(mine_solo.median, their_solo.median)
+                ratio(mine_solo.median, their_solo.median)
                 if mine_solo is not None and their_solo is not None
                 else "—"
             )
             acq = p99 = worst = "—"
             if mine_run is not None and their_run is not None:
-                acq = _ratio(mine_run.throughput, their_run.throughput)
-                p99 = _ratio(their_run.wait_p99_ms, mine_run.wait_p99_ms)
-                worst = _ratio(their_run.wait_max_ms, mine_run.wait_max_ms)
+                acq = ratio(mine_run.throughput, their_run.throughput)
+                p99 = ratio(their_run.wait_p99_ms, mine_run.wait_p99_ms)
+                worst = ratio(their_run.wait_max_ms, mine_run.wait_max_ms)
             lines.append(
                 f"| {by_key(key).label} | {by_key(peer).label} | {solo_ratio} | {acq} "
                 f"| {p99} | {worst} |"

@@ -41,6 +41,7 @@ from typing import Any, ClassVar, cast
 from tenure._exceptions import ArgumentError
 from tenure._leased_core import Acquired, ClusterLockStatistics, LeasedStatistics
 from tenure._replication_core import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
+from tenure._sync._leased import extended
 from tenure._sync._lock import Lock
 from tenure._sync._replication import Acknowledger
 from tenure._sync._watchdog import Job, JobRunner
@@ -138,17 +139,14 @@ class ClusterLock(Lock):
         args: tuple[str | int, ...],
         took: Callable[[Any], bool],
     ) -> Any:
-        reply, ack = self._acks.run(script, keys, args)
-        if ack.short and took(reply):
-            raise ack.error(f"{script} was not acknowledged", name=self.name)
-        return reply
+        return self._acks.run_checked(script, keys, args, took)
 
     def _confirm_grant(
         self, token: str, granted: Acquired, at: float
     ) -> tuple[Acquired, float] | None:
         sent = time.monotonic()
         keys, args = self._extend_call(token, self._settings.lease_ms, "set")
-        reply = int(self._run_taking(self._scripts.extend, keys, args, _positive))
+        reply = int(self._run_taking(self._scripts.extend, keys, args, extended))
         if reply <= 0:
             return None
         return Acquired(fence=granted.fence, lease_ms=reply), sent
@@ -157,13 +155,6 @@ class ClusterLock(Lock):
         acks = self._acks  # not the lock: renewals must not keep it alive
 
         def renew(job: Job) -> Any:
-            reply, ack = acks.run(job.script, job.keys, job.args)
-            if ack.short and _positive(reply):
-                raise ack.error("the renewal was not acknowledged", name=acks.name)
-            return reply
+            return acks.run_checked(job.script, job.keys, job.args, extended)
 
         return renew
-
-
-def _positive(reply: Any) -> bool:
-    return int(reply) > 0

@@ -107,7 +107,7 @@ from tenure._sync._scripting import Client, registry_for
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, listen
 from tenure._sync._watchdog import Job, JobRunner, watchdog
 
-__all__ = ["Leased", "LeasedScripts"]
+__all__ = ["Leased", "LeasedScripts", "extended"]
 
 logger = logging.getLogger("tenure.lock")
 
@@ -138,7 +138,7 @@ def _took_lock(reply: Any) -> bool:
     return isinstance(parse_acquire(reply), Acquired)
 
 
-def _extended(reply: Any) -> bool:
+def extended(reply: Any) -> bool:
     """Whether an extend script's reply says the lease was set."""
     return int(reply) > 0
 
@@ -493,8 +493,7 @@ class Leased:
             )
         except ReplicationError:
             # Counted on the primary but not acknowledged: count it down again.
-            keys, args = self._release_call(hold.token)
-            shielded(self._run(self._scripts.release, keys, args))
+            shielded(self._count_down(hold))
             raise
         answer = self._answer(reply)
         if not isinstance(answer, Acquired):
@@ -508,8 +507,12 @@ class Leased:
     def _undo_reentry(self, hold: Hold, reply: Any) -> None:
         """A re-entry was counted on the server but its caller was cancelled: count it down."""
         if isinstance(parse_acquire(reply), Acquired):
-            keys, args = self._release_call(hold.token)
-            self._run(self._scripts.release, keys, args)
+            self._count_down(hold)
+
+    def _count_down(self, hold: Hold) -> Any:
+        """Take back one re-entry of ``hold`` on the server (the release script's reply)."""
+        keys, args = self._release_call(hold.token)
+        return self._run(self._scripts.release, keys, args)
 
     def _give_up(self, token: str, started: float, holder: object) -> bool:
         """The deadline passed: leave the queue, unless it was handed over meanwhile."""
@@ -735,7 +738,7 @@ class Leased:
     def _set_lease(self, hold: Hold, ms: int, mode: str) -> bool:
         sent = time.monotonic()
         keys, args = self._extend_call(hold.token, ms, mode)
-        reply = int(self._run_taking(self._scripts.extend, keys, args, _extended))
+        reply = int(self._run_taking(self._scripts.extend, keys, args, extended))
         if reply <= 0:
             self._mark_lost(hold)
             raise self._not_owned(

@@ -24,6 +24,7 @@ and when the slot's primary changes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -91,6 +92,23 @@ class Acknowledger:
             # A failover or a lost replica changes the count: ask again next time.
             self._counted.pop(self._node_name(keys[0]), None)
         return reply, ack
+
+    def run_checked(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        args: tuple[str | int, ...],
+        took: Callable[[Any], bool],
+    ) -> Any:
+        """Run ``script`` and return its reply; a short acknowledgement raises.
+
+        Only when ``took(reply)`` says the call took or kept a hold: a call
+        that took nothing needs no acknowledgement.
+        """
+        reply, ack = self.run(script, keys, args)
+        if ack.short and took(reply):
+            raise ack.error(f"{script} was not acknowledged", name=self.name)
+        return reply
 
     def required(self, key: str) -> int:
         """Acknowledgements the policy needs for a write to ``key``'s primary."""

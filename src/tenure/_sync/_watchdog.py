@@ -163,9 +163,9 @@ class Watchdog:
             raise
 
     def _execute(self, due: list[Job]) -> None:
-        groups: dict[int, list[Job]] = {}
-        for job in due:
-            groups.setdefault(id(job.client), []).append(job)
+        groups: dict[tuple[int, bool], list[Job]] = {}
+        for job in due:  # jobs with a runner of their own never share a pipeline
+            groups.setdefault((id(job.client), job.runner is None), []).append(job)
         for jobs in groups.values():
             results = self._call(jobs)
             self.batches += 1
@@ -185,7 +185,7 @@ class Watchdog:
 
     def _call(self, jobs: list[Job]) -> list[tuple[Any, BaseException | None]]:
         client = jobs[0].client
-        if len(jobs) == 1 or is_cluster(client) or any(job.runner for job in jobs):
+        if len(jobs) == 1 or is_cluster(client) or jobs[0].runner is not None:
             return [self._call_one(job) for job in jobs]
         results: list[tuple[Any, BaseException | None]] = []
         try:
