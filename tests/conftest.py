@@ -8,6 +8,7 @@ processes start private ones instead.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 
@@ -15,7 +16,7 @@ import pytest
 import redis
 
 from tenure import Lock
-from tenure.server import Cluster, Engine, Replicated
+from tenure.server import Cluster, Engine, Replicated, ServerProcess
 from tenure.testing import ServerFactory
 
 __all__ = ["ServerFactory", "reporting_lock", "wait_for"]
@@ -59,3 +60,14 @@ def replicated_cluster(tenure_engine: Engine) -> Iterator[Cluster]:
     """Three masters with one replica each (session)."""
     with Cluster(masters=3, replicas_per_master=1, engine=tenure_engine) as topology:
         yield topology
+
+
+@pytest.fixture(scope="session")
+def redlock_servers(tenure_engine: Engine) -> Iterator[tuple[ServerProcess, ...]]:
+    """Three independent servers, a Redlock's masters (session)."""
+    with contextlib.ExitStack() as stack:
+        servers = tuple(
+            stack.enter_context(ServerProcess(engine=tenure_engine, name=f"master{i}"))
+            for i in range(3)
+        )
+        yield servers

@@ -2,7 +2,8 @@
 
 Locks that are fair, fenced and told when lost (a drop-in for redis-py's
 ``Lock``), re-entrant locks, locks acknowledged by replicas before they
-count (:class:`ClusterLock`), counting semaphores, read-write locks,
+count (:class:`ClusterLock`), locks over several independent masters
+(:class:`Redlock`), counting semaphores, read-write locks,
 connection-bound locks, fenced keys, and caches that load each value once
 across every process (:class:`HerdCache`), and chunked ingestion of a SQL
 table into a stream, every row once whatever dies (:class:`IngestJob`, sync
@@ -20,6 +21,7 @@ from tenure._async._consumer import AsyncStreamConsumer
 from tenure._async._fence import AsyncFencedKey
 from tenure._async._ingest import AsyncIngestJob
 from tenure._async._lock import AsyncLock, AsyncReentrantLock
+from tenure._async._redlock import AsyncRedlock
 from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from tenure._async._semaphore import AsyncSemaphore
 from tenure._cache_codec import (
@@ -47,6 +49,7 @@ from tenure._exceptions import (
     PermissionDeniedError,
     PlanMismatchError,
     PrimitiveError,
+    QuorumError,
     ReplicationError,
     ScriptError,
     SemaphoreLimitError,
@@ -66,6 +69,7 @@ from tenure._leased_core import (
     ReadWriteStatistics,
     SemaphoreStatistics,
 )
+from tenure._redlock_core import RedlockStatistics
 from tenure._stream_core import StreamMessage
 from tenure._sync._cache import Cache, HerdCache
 from tenure._sync._cluster_lock import ClusterLock
@@ -74,6 +78,7 @@ from tenure._sync._consumer import StreamConsumer
 from tenure._sync._fence import FencedKey
 from tenure._sync._ingest import IngestJob
 from tenure._sync._lock import Lock, ReentrantLock
+from tenure._sync._redlock import Redlock
 from tenure._sync._rwlock import ReadLock, ReadWriteLock, WriteLock
 from tenure._sync._semaphore import Semaphore
 from tenure._version import __version__
@@ -92,6 +97,7 @@ __all__ = [
     "AsyncLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",
+    "AsyncRedlock",
     "AsyncReentrantLock",
     "AsyncSemaphore",
     "AsyncStreamConsumer",
@@ -125,9 +131,12 @@ __all__ = [
     "PickleSerializer",
     "PlanMismatchError",
     "PrimitiveError",
+    "QuorumError",
     "ReadLock",
     "ReadWriteLock",
     "ReadWriteStatistics",
+    "Redlock",
+    "RedlockStatistics",
     "ReentrantLock",
     "ReplicationError",
     "ScriptError",

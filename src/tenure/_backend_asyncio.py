@@ -19,6 +19,7 @@ from collections.abc import (
     Coroutine,
     Iterable,
     Iterator,
+    Sequence,
 )
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ __all__ = [
     "in_batches",
     "node_pipeline",
     "on_signals",
+    "race",
     "scope_key",
     "shielded",
     "sleep",
@@ -77,6 +79,10 @@ class Event:
     def clear(self) -> None:
         """Reset, so the next wait blocks."""
         self._flag = False
+
+    def is_set(self) -> bool:
+        """Whether the event is set."""
+        return self._flag
 
     async def wait(self, timeout: float) -> bool:
         """Wait until set or ``timeout`` seconds pass; True if it was set."""
@@ -274,3 +280,56 @@ async def node_pipeline(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]
     finally:
         node.release(connection)
     return replies
+
+
+_racing: set[asyncio.Task[Any]] = set()  # calls that outlived their race, until they end
+
+
+def _outcome(task: asyncio.Task[T]) -> T | BaseException:
+    if task.cancelled():
+        return asyncio.CancelledError()
+    error = task.exception()
+    return task.result() if error is None else error
+
+
+async def race(
+    calls: Sequence[Callable[[], Awaitable[T]]],
+    timeout: float,
+    settled: Callable[[dict[int, T | BaseException]], bool],
+    late: Callable[[int, T | BaseException], None],
+) -> dict[int, T | BaseException]:
+    """Start every call at once; return the outcomes in by ``settled`` or ``timeout``.
+
+    Outcomes (a result or the exception raised) are keyed by the call's
+    index. The race ends as soon as ``settled(outcomes)`` is true or
+    ``timeout`` seconds passed; calls still running are not cancelled (their
+    effect on a server must not go unseen): each one's outcome goes to
+    ``late(index, outcome)`` when it comes. If the caller is cancelled, every
+    call still running is handed to ``late`` the same way.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    tasks = {asyncio.ensure_future(call()): index for index, call in enumerate(calls)}
+    outcomes: dict[int, T | BaseException] = {}
+    pending = set(tasks)
+    try:
+        while pending and not settled(outcomes):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            done, pending = await asyncio.wait(
+                pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                outcomes[tasks[task]] = _outcome(task)
+    finally:
+        for task in pending:
+            index = tasks[task]
+            _racing.add(task)
+
+            def finished(task: asyncio.Task[T], index: int = index) -> None:
+                _racing.discard(task)
+                late(index, _outcome(task))
+
+            task.add_done_callback(finished)
+    return outcomes

@@ -6,13 +6,15 @@ code imports this module wherever the async source imports that one.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
 import os
+import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tenure._owners import BaseOwnerSlot
@@ -30,6 +32,7 @@ __all__ = [
     "in_batches",
     "node_pipeline",
     "on_signals",
+    "race",
     "scope_key",
     "shielded",
     "sleep",
@@ -61,6 +64,10 @@ class Event:
     def clear(self) -> None:
         """Reset, so the next wait blocks."""
         self._event.clear()
+
+    def is_set(self) -> bool:
+        """Whether the event is set."""
+        return self._event.is_set()
 
     def wait(self, timeout: float) -> bool:
         """Wait until set or ``timeout`` seconds pass; True if it was set."""
@@ -173,3 +180,101 @@ def node_pipeline(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
         for command in commands:
             pipe.execute_command(*command)
         return list(pipe.execute(raise_on_error=False))
+
+
+class _Workers:
+    """Daemon threads that run the calls of :func:`race`, started on demand up to a limit.
+
+    Daemon threads, not a ``ThreadPoolExecutor``: a call stuck on a server
+    that never answers must not keep the interpreter from exiting.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
+        self._mutex = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._jobs = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = 0  # threads waiting for a job
+        self._queued = 0  # jobs no thread took yet
+
+    def submit(self, call: Callable[[], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._mutex:
+            self._queued += 1
+            start = self._queued > self._idle and self._threads < self._limit
+            if start:
+                self._threads += 1
+                self._idle += 1
+        self._jobs.put((call, future))
+        if start:
+            threading.Thread(target=self._work, name="tenure-race", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            call, future = self._jobs.get()
+            with self._mutex:
+                self._idle -= 1
+                self._queued -= 1
+            if not future.set_running_or_notify_cancel():
+                with self._mutex:
+                    self._idle += 1
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as exc:
+                future.set_exception(exc)
+            finally:
+                with self._mutex:
+                    self._idle += 1
+
+
+_workers = _Workers(limit=64)
+os.register_at_fork(after_in_child=_workers._reset)  # a fork's child has none of the threads
+
+
+def _outcome(future: concurrent.futures.Future[Any]) -> Any:
+    error = future.exception()
+    return future.result() if error is None else error
+
+
+def race(
+    calls: Sequence[Callable[[], T]],
+    timeout: float,
+    settled: Callable[[dict[int, T | BaseException]], bool],
+    late: Callable[[int, T | BaseException], None],
+) -> dict[int, T | BaseException]:
+    """Start every call at once (worker threads); return the outcomes in by settled/timeout.
+
+    Outcomes (a result or the exception raised) are keyed by the call's
+    index. The race ends as soon as ``settled(outcomes)`` is true or
+    ``timeout`` seconds passed; each call still running goes on, and its
+    outcome goes to ``late(index, outcome)`` when it comes.
+    """
+    deadline = time.monotonic() + timeout
+    futures = {_workers.submit(call): index for index, call in enumerate(calls)}
+    outcomes: dict[int, T | BaseException] = {}
+    pending = set(futures)
+    try:
+        while pending and not settled(outcomes):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, pending = concurrent.futures.wait(
+                pending, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for future in done:
+                outcomes[futures[future]] = _outcome(future)
+    finally:
+        for future in pending:
+            index = futures[future]
+
+            def finished(future: concurrent.futures.Future[T], index: int = index) -> None:
+                late(index, _outcome(future))
+
+            future.add_done_callback(finished)
+    return outcomes

@@ -9,7 +9,8 @@ The tree::
     │   ├── ServerUnavailableError (ConnectionError)  refused, reset or timed out
     │   ├── PermissionDeniedError (NoPermissionError) the server's ACL forbids a command
     │   ├── ScriptError (ResponseError)          a tenure script failed on the server
-    │   └── ReplicationError                     too few replicas acknowledged a write
+    │   ├── ReplicationError                     too few replicas acknowledged a write
+    │   └── QuorumError                          too few Redlock masters answered
     ├── EmbeddedServerError                      tenure.server could not run a server
     │   ├── ServerNotFoundError                  no server binary was found
     │   └── ServerStartError                     the server did not start or answer
@@ -60,6 +61,7 @@ __all__ = [
     "PermissionDeniedError",
     "PlanMismatchError",
     "PrimitiveError",
+    "QuorumError",
     "ReplicationError",
     "ScriptError",
     "SemaphoreLimitError",
@@ -158,6 +160,32 @@ class ReplicationError(BackendError):
         self.acknowledged = acknowledged
         self.required = required
         self.local_fsynced = local_fsynced
+
+
+class QuorumError(BackendError):
+    """Too few of a :class:`~tenure.Redlock`'s masters answered for a quorum.
+
+    Raised at once (never after waiting out ``blocking_timeout``) when so many
+    masters failed (refused, timed out, errored) that the ones left cannot
+    make a quorum, whatever they answer; whatever the attempt took on the
+    others has been given back first. ``failures`` maps each failed master
+    (``host:port``, or a socket path) to what went wrong; ``answered`` and
+    ``required`` count masters.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failures: dict[str, str],
+        answered: int,
+        required: int,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(message, name=name)
+        self.failures = dict(failures)
+        self.answered = answered
+        self.required = required
 
 
 class EmbeddedServerError(TenureError):

@@ -84,11 +84,11 @@ _POOL_ONLY = frozenset(
 class AsyncWaiter:
     """One waiting acquisition: woken with its grant, or to re-check."""
 
-    def __init__(self, wakeups: AsyncWakeups, token: str) -> None:
+    def __init__(self, wakeups: AsyncWakeups, token: str, event: Event | None = None) -> None:
         self.token = token
         self.channel = wakeups.channel
         self.grant: Acquired | None = None
-        self._event = Event()
+        self._event = Event() if event is None else event
         self._wakeups = wakeups
 
     def stop(self) -> None:
@@ -100,6 +100,15 @@ class AsyncWaiter:
         if grant is not None:
             self.grant = grant
         self._event.set()
+
+    @property
+    def up(self) -> bool:
+        """Whether the channel's subscription is up now."""
+        return self._wakeups.up
+
+    async def subscribed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the channel's subscription; True once it is up."""
+        return await self._wakeups.subscribed(timeout)
 
     async def wait(self, timeout: float) -> Acquired | None:
         """Wait up to ``timeout`` seconds; return the grant if one came."""
@@ -139,15 +148,18 @@ class AsyncWakeups:
         """True once the connection was closed for idleness (a new one is made on demand)."""
         return self._closed
 
-    async def register(self, token: str, timeout: float) -> AsyncWaiter | None:
+    async def register(
+        self, token: str, timeout: float, event: Event | None = None
+    ) -> AsyncWaiter | None:
         """Start listening for grants to ``token``.
 
         Returns at once when the subscription is up, else once it is
         confirmed, or after ``timeout`` seconds at the most (the waiter then
         relies on its re-checks until it comes up); ``None`` if this
         connection was just closed for idleness (ask :func:`wakeups_for` again).
+        ``event`` (shared by waiters on several servers) is set on a wake-up.
         """
-        waiter = AsyncWaiter(self, token)
+        waiter = AsyncWaiter(self, token, event)
         with self._mutex:
             if self._closed:
                 return None
@@ -156,8 +168,17 @@ class AsyncWakeups:
             if self._reader is None:
                 self._reader = start_background(self._read, "tenure-wakeups")
                 self._janitor = start_background(self._sweep, "tenure-wakeups-janitor")
-        await self._confirmed.wait(min(timeout, CONFIRM_TIMEOUT))
+        await self.subscribed(timeout)
         return waiter
+
+    @property
+    def up(self) -> bool:
+        """Whether the SUBSCRIBE is confirmed on the current connection."""
+        return self._confirmed.is_set()
+
+    async def subscribed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds (at most :data:`CONFIRM_TIMEOUT`) for the SUBSCRIBE."""
+        return await self._confirmed.wait(max(0.0, min(timeout, CONFIRM_TIMEOUT)))
 
     def unregister(self, waiter: AsyncWaiter) -> None:
         """Stop listening for ``waiter`` (no I/O: the connection lingers, then goes)."""
@@ -287,14 +308,17 @@ async def _disconnect(conn: Any) -> None:
         pass
 
 
-async def listen(client: Any, token: str, timeout: float, key: str | None = None) -> AsyncWaiter:
+async def listen(
+    client: Any, token: str, timeout: float, key: str | None = None, event: Event | None = None
+) -> AsyncWaiter:
     """Register a waiter for ``token`` with ``client``'s server (see :class:`AsyncWakeups`).
 
     ``key`` is a key of the primitive waited for: on a cluster the waiter
-    listens on the node that serves it.
+    listens on the node that serves it. ``event``, when given, is set on
+    each wake-up (one event for a waiter listening on several servers).
     """
     while True:
-        waiter = await wakeups_for(client, key).register(token, timeout)
+        waiter = await wakeups_for(client, key).register(token, timeout, event)
         if waiter is not None:
             return waiter
 

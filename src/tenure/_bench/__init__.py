@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "semaphores": ("semaphores", "tenure.Semaphore beside Redis in Action's fair semaphore"),
     "caches": ("caches", "tenure's HerdCache beside dogpile.cache, cashews and aiocache"),
     "ingest": ("ingest", "tenure's IngestJob beside the CLIENT SETNAME chunk booking"),
+    "redlock": ("redlock", "tenure's Redlock beside pottery's and aioredlock over three masters"),
 }
 
 

@@ -55,6 +55,7 @@ class BenchLock:
 
     acquire: Callable[[], bool]
     release: Callable[[], None]
+    close: Callable[[], None] = lambda: None  # let go of what it holds (its event loop)
 
 
 Client = redis.Redis | redis.cluster.RedisCluster

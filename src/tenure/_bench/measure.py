@@ -101,6 +101,7 @@ class Plan:
     seconds: float
     critical_ms: float
     cluster: bool = False  # the URL names a cluster node: connect with RedisCluster
+    masters: tuple[str, ...] = ()  # a multi-master lock's masters (tenure._bench.redlock)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,12 @@ def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> bool:
     """Run one plan; return False when the parent called the run off (stop)."""
     try:
         client = connect(plan.url, cluster=plan.cluster)
-        lock = by_key(plan.contender).make(client, LOCK_NAME)
+        if plan.masters:
+            from tenure._bench.redlock_contenders import redlock_by_key
+
+            lock = redlock_by_key(plan.contender).make(plan.masters, LOCK_NAME)
+        else:
+            lock = by_key(plan.contender).make(client, LOCK_NAME)
         client.ping()
     except Exception as exc:
         replies.put(_Ready(index, repr(exc)))
@@ -155,6 +161,7 @@ def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> bool:
         replies.put(WorkerResult(index, (), 0, 0, 0, error=repr(exc)))
         return False
     finally:
+        lock.close()
         client.close()
     return True
 

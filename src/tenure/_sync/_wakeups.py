@@ -85,11 +85,11 @@ _POOL_ONLY = frozenset(
 class Waiter:
     """One waiting acquisition: woken with its grant, or to re-check."""
 
-    def __init__(self, wakeups: Wakeups, token: str) -> None:
+    def __init__(self, wakeups: Wakeups, token: str, event: Event | None = None) -> None:
         self.token = token
         self.channel = wakeups.channel
         self.grant: Acquired | None = None
-        self._event = Event()
+        self._event = Event() if event is None else event
         self._wakeups = wakeups
 
     def stop(self) -> None:
@@ -101,6 +101,15 @@ class Waiter:
         if grant is not None:
             self.grant = grant
         self._event.set()
+
+    @property
+    def up(self) -> bool:
+        """Whether the channel's subscription is up now."""
+        return self._wakeups.up
+
+    def subscribed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the channel's subscription; True once it is up."""
+        return self._wakeups.subscribed(timeout)
 
     def wait(self, timeout: float) -> Acquired | None:
         """Wait up to ``timeout`` seconds; return the grant if one came."""
@@ -140,15 +149,16 @@ class Wakeups:
         """True once the connection was closed for idleness (a new one is made on demand)."""
         return self._closed
 
-    def register(self, token: str, timeout: float) -> Waiter | None:
+    def register(self, token: str, timeout: float, event: Event | None = None) -> Waiter | None:
         """Start listening for grants to ``token``.
 
         Returns at once when the subscription is up, else once it is
         confirmed, or after ``timeout`` seconds at the most (the waiter then
         relies on its re-checks until it comes up); ``None`` if this
         connection was just closed for idleness (ask :func:`wakeups_for` again).
+        ``event`` (shared by waiters on several servers) is set on a wake-up.
         """
-        waiter = Waiter(self, token)
+        waiter = Waiter(self, token, event)
         with self._mutex:
             if self._closed:
                 return None
@@ -157,8 +167,17 @@ class Wakeups:
             if self._reader is None:
                 self._reader = start_background(self._read, "tenure-wakeups")
                 self._janitor = start_background(self._sweep, "tenure-wakeups-janitor")
-        self._confirmed.wait(min(timeout, CONFIRM_TIMEOUT))
+        self.subscribed(timeout)
         return waiter
+
+    @property
+    def up(self) -> bool:
+        """Whether the SUBSCRIBE is confirmed on the current connection."""
+        return self._confirmed.is_set()
+
+    def subscribed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds (at most :data:`CONFIRM_TIMEOUT`) for the SUBSCRIBE."""
+        return self._confirmed.wait(max(0.0, min(timeout, CONFIRM_TIMEOUT)))
 
     def unregister(self, waiter: Waiter) -> None:
         """Stop listening for ``waiter`` (no I/O: the connection lingers, then goes)."""
@@ -288,14 +307,17 @@ def _disconnect(conn: Any) -> None:
         pass
 
 
-def listen(client: Any, token: str, timeout: float, key: str | None = None) -> Waiter:
+def listen(
+    client: Any, token: str, timeout: float, key: str | None = None, event: Event | None = None
+) -> Waiter:
     """Register a waiter for ``token`` with ``client``'s server (see :class:`Wakeups`).
 
     ``key`` is a key of the primitive waited for: on a cluster the waiter
-    listens on the node that serves it.
+    listens on the node that serves it. ``event``, when given, is set on
+    each wake-up (one event for a waiter listening on several servers).
     """
     while True:
-        waiter = wakeups_for(client, key).register(token, timeout)
+        waiter = wakeups_for(client, key).register(token, timeout, event)
         if waiter is not None:
             return waiter
 

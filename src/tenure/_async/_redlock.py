@@ -1,0 +1,676 @@
+"""AsyncRedlock: one lock over several independent masters, kept while a majority is.
+
+For users who run several Redis/Valkey servers with no replication between
+them and want a lock that survives losing a minority of them (the Redlock
+algorithm). Each master keeps its own copy of the lock's keys; an
+acquisition counts when a quorum (``n // 2 + 1``) granted it in time.
+
+How it works (the rules are in :mod:`tenure._redlock_core`, each master's
+part is one Lua script):
+
+* **acquire** — one attempt sends the acquire script to every master at
+  once and returns as soon as a quorum granted it (a slow or dead master
+  costs nothing while the others answer), or as soon as a quorum can no
+  longer be reached, or after ``master_timeout``. It counts if time is
+  left: validity = lease - the attempt's time - drift (1% of the lease +
+  2 ms). Otherwise whatever it took is given back at once, on every master
+  that granted it, and a grant that comes in later is given back when it
+  comes.
+* **waiting, fairly** — a caller that finds the lock taken waits in a line
+  kept on every master, ordered by a *ticket* (its clock when it began), so
+  all masters agree on who is first and grant the free lock to the same
+  caller: contenders do not split the masters between them and retry
+  forever. A release wakes the first in line (on its process's wake-up
+  channel, :mod:`tenure._async._wakeups`); nothing polls. Waiters also
+  re-check on their own timers (their place in line is a lease, renewed
+  every ``waiter_lease * 0.4``), when the owner's lease runs out on a
+  quorum, and at their deadline: ``blocking_timeout`` is a deadline, never
+  a number of retries.
+* **masters down** — when so many masters fail that the rest cannot make a
+  quorum, in two attempts in a row (one may be a passing stall), acquire
+  raises :class:`~tenure.QuorumError` at once, naming each failed master and
+  why. A master that accepts connections but never
+  answers is skipped after :data:`~tenure._redlock_core.MAX_OVERDUE` calls
+  left hanging, until one of them ends.
+* **renewal, extend** — the watchdog renews on every master and needs a
+  quorum; a hold whose renewals keep falling short is lost when its
+  validity runs out (``lost``, ``on_lost``, :class:`~tenure.LockLostError`
+  from ``with``), as for :class:`~tenure.AsyncLock`.
+* **fencing** — each master counts its own acquisitions; a holder's token is
+  the largest of its quorum's. When they differ (a master missed some
+  acquisitions), the holder raises the others' counters to it before the
+  acquisition counts, so every later quorum (which shares a master with
+  this one) hands out a larger token. What this does and does not promise
+  is in docs/guarantees.md.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, cast
+
+from tenure._async._leased import AsyncLeased, LeasedScripts
+from tenure._async._scripting import AsyncClient, registry_for
+from tenure._async._wakeups import AsyncWaiter, listen
+from tenure._async._watchdog import Job, JobRunner
+from tenure._backend_asyncio import (
+    IS_ASYNC,
+    Event,
+    Mutex,
+    current_holder,
+    race,
+    shielded,
+    start_background,
+)
+from tenure._exceptions import (
+    ArgumentError,
+    BackendError,
+    LockLostError,
+    LockNotOwnedError,
+    PrimitiveError,
+    QuorumError,
+)
+from tenure._leased_core import (
+    DEFAULT_HANDOFF_LEASE,
+    DEFAULT_WAITER_LEASE,
+    OWNER_EXPIRY_SLACK,
+    WAITER_REFRESH,
+    Acquired,
+    Hold,
+    LeasedStatistics,
+    check_seconds,
+    to_text,
+)
+from tenure._redlock_core import (
+    DEFAULT_MASTER_TIMEOUT,
+    FENCE_LIFETIME_MS,
+    MAX_OVERDUE,
+    RedlockStatistics,
+    Tally,
+    check_masters,
+    describe_failure,
+    drift_ms,
+    quorum,
+)
+
+__all__ = ["AsyncRedlock"]
+
+Call = tuple[tuple[str, ...], tuple[str | int, ...]]
+Send = Callable[[int], Any]
+"""Makes the call to the master of that index."""
+
+
+def _granted(reply: Any) -> bool:
+    return isinstance(reply, list) and int(reply[0]) == 1
+
+
+def _positive(reply: Any) -> bool:
+    return int(reply) > 0
+
+
+def _extend_decided(tally: Tally) -> bool:
+    # Not merely "out of reach": a renewal must tell lost (refused) from unsure (failed).
+    return tally.reached or tally.lost
+
+
+def _everyone(tally: Tally) -> bool:
+    return False  # wait for every master's answer (or the timeout)
+
+
+class AsyncMasters:
+    """Runs one call on every master at once and tallies the answers."""
+
+    def __init__(
+        self, clients: Sequence[AsyncClient], described: tuple[str, ...], timeout: float, name: str
+    ) -> None:
+        self.clients = tuple(clients)
+        self.described = described
+        self.quorum = quorum(len(clients))
+        self.timeout = timeout
+        self.name = name
+        self.failures = 0
+        self._registries = [registry_for(client) for client in clients]
+        self._mutex = Mutex()  # late calls end in worker threads (sync) or callbacks
+        self._running: list[dict[object, float]] = [{} for _ in clients]
+
+    def _hanging(self, index: int, now: float) -> int:
+        """Calls to a master still running, if one of them outlived its timeout (else 0)."""
+        with self._mutex:
+            running = self._running[index].values()
+            if any(now - sent > self.timeout for sent in running):
+                return len(running)
+            return 0
+
+    async def _one(self, index: int, send: Send) -> Any:
+        mark = object()
+        with self._mutex:
+            self._running[index][mark] = time.monotonic()
+        try:
+            return await send(index)
+        finally:
+            with self._mutex:
+                del self._running[index][mark]
+
+    async def call(
+        self,
+        send: Send,
+        good: Callable[[Any], bool],
+        *,
+        late: Callable[[int, Any], None] | None = None,
+        only: Sequence[int] | None = None,
+        until: Callable[[Tally], bool] | None = None,
+    ) -> Tally:
+        """Send ``send(index)`` to every master (or those in ``only``); tally the answers.
+
+        Returns once ``until(tally)`` (by default: the quorum is reached or
+        out of reach), or every master answered, or after the timeout.
+        ``late(index, reply)`` gets the good replies that come afterwards.
+        """
+        tally = Tally(self.described, self.quorum)
+        now = time.monotonic()
+        targets = list(range(len(self.clients)) if only is None else only)
+        live: list[int] = []
+        for index in targets:
+            hanging = self._hanging(index, now)
+            if hanging >= MAX_OVERDUE:
+                tally.failed[index] = f"not answering ({hanging} calls still running)"
+            else:
+                live.append(index)
+
+        def fill(outcomes: dict[int, Any]) -> Tally:
+            for slot, outcome in outcomes.items():
+                index = live[slot]
+                if isinstance(outcome, BaseException):
+                    tally.failed[index] = describe_failure(outcome, self.timeout)
+                elif good(outcome):
+                    tally.good[index] = outcome
+                else:
+                    tally.refused[index] = outcome
+            return tally
+
+        def settled(outcomes: dict[int, Any]) -> bool:
+            if only is not None:
+                return len(outcomes) == len(live)
+            tally = fill(outcomes)
+            return tally.settled if until is None else until(tally)
+
+        def finished_late(slot: int, outcome: Any) -> None:
+            if late is not None and not isinstance(outcome, BaseException) and good(outcome):
+                late(live[slot], outcome)
+
+        def starter(index: int) -> Callable[[], Any]:
+            return lambda: self._one(index, send)
+
+        outcomes = await race(
+            [starter(index) for index in live],
+            self.timeout,
+            settled,
+            finished_late,
+        )
+        fill(outcomes)
+        if not settled(outcomes):  # out of time: those still running failed this call
+            for slot, index in enumerate(live):
+                if slot not in outcomes:
+                    tally.failed[index] = f"no answer within {self.timeout:g}s"
+        with self._mutex:
+            self.failures += len(tally.failed)
+        return tally
+
+    def script(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Send:
+        """A ``send`` that runs a tenure script on a master."""
+        registries, name = self._registries, self.name
+
+        def send(index: int) -> Any:
+            return registries[index].run(script, keys, args, name=name)
+
+        return send
+
+    async def extend(self, keys: tuple[str, ...], args: tuple[str | int, ...]) -> int:
+        """Set or add to the lease on every master: the lease a quorum holds, less drift.
+
+        Returns 0 when so many masters refused (the lease ran out there) that
+        no quorum holds it; raises :class:`~tenure.QuorumError` when failures
+        leave it undecided (a renewal retries).
+        """
+        tally = await self.call(
+            self.script("lock_extend", keys, args), _positive, until=_extend_decided
+        )
+        if tally.reached:
+            held = sorted((int(reply) for reply in tally.good.values()), reverse=True)
+            ms = held[self.quorum - 1]
+            return max(1, ms - drift_ms(ms))
+        if tally.lost:
+            return 0
+        raise tally.error("extending", self.name)
+
+
+@dataclass
+class _Attempt:
+    """One round of an acquisition, as it ended."""
+
+    fence: int | None = None  # the acquisition counted
+    free_in: float | None = None  # seconds until a quorum's leases run out
+    split: bool = False  # it took some masters, not enough
+    done: bool = False  # decided: grants that come later are judged on arrival
+    unreachable: QuorumError | None = None  # too many masters failed for a quorum
+    late: list[int] = field(default_factory=list)  # grants that came in while deciding
+
+
+_late_jobs: set[Any] = set()  # give-backs of late grants, referenced until they end
+
+
+def _in_background(job: Callable[[], Any]) -> None:
+    """Run ``job`` in the background, keeping a reference to it until it ends."""
+    started: list[Any] = []
+
+    async def run() -> None:
+        try:
+            await job()
+        finally:
+            _late_jobs.difference_update(started)
+
+    started.append(start_background(run, "tenure-redlock-give-back"))
+    _late_jobs.update(started)
+
+
+class _Listener:
+    """A waiter's wake-ups from every master, on one event."""
+
+    def __init__(self) -> None:
+        self.event = Event()
+        self.waiters: list[AsyncWaiter] = []
+
+    async def wait(self, timeout: float) -> None:
+        await self.event.wait(max(0.0, timeout))
+        self.event.clear()
+
+    def stop(self) -> None:
+        for waiter in self.waiters:
+            waiter.stop()
+
+
+class AsyncRedlock(AsyncLeased):
+    """A lock over several independent masters that holds while a majority of them does.
+
+    ``clients`` is a list with one client per master (independent servers,
+    no replication between them; 3 or 5 is usual). The other arguments
+    follow :class:`AsyncLock` (redis-py's ``Lock`` order after ``name``):
+
+    * ``timeout`` — lease in seconds; ``None``: 30 s renewed by the watchdog.
+    * ``sleep`` — accepted for compatibility; nothing polls.
+    * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`;
+      ``blocking_timeout`` is a deadline.
+    * ``thread_local``, ``raise_on_release_error`` — as for :class:`AsyncLock`.
+
+    Keyword-only: ``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``,
+    ``waiter_lease`` as for :class:`AsyncLock`, and
+
+    * ``cancel_on_lost`` — asyncio only: as for :class:`AsyncLock`.
+    * ``master_timeout`` — seconds an attempt waits for the masters (default
+      0.1, or a tenth of a shorter lease; at most a tenth of the lease). Set the clients' own
+      ``socket_timeout`` too, so a call to a master that never answers ends.
+
+    Not re-entrant. Every master gets the same keys
+    (``{prefix}{{{name}}}`` and suffixes).
+    """
+
+    _scripts = LeasedScripts(
+        try_="redlock_acquire",
+        acquire="redlock_acquire",
+        release="redlock_release",
+        leave="redlock_release",
+        extend="lock_extend",
+    )
+    _not_owned = LockNotOwnedError
+    _lost_error = LockLostError
+    _noun = "lock"
+    _statistics_type: ClassVar[type[LeasedStatistics]] = RedlockStatistics
+
+    def __init__(
+        self,
+        clients: Sequence[AsyncClient],
+        name: str,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        auto_renew: bool | None = None,
+        on_lost: Callable[[AsyncRedlock], None] | None = None,
+        # unasync: async-only
+        cancel_on_lost: bool = False,
+        # unasync: sync-only
+        # unasync: end
+        max_hold: float | None = None,
+        prefix: str = "tenure:redlock:",
+        waiter_lease: float = DEFAULT_WAITER_LEASE,
+        master_timeout: float | None = None,
+    ) -> None:
+        described = check_masters(clients, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        check_seconds("sleep", sleep, allow_none=False, name=name)
+        self._setup(
+            clients[0],
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            max_hold=max_hold,
+            waiter_lease=waiter_lease,
+            handoff_lease=DEFAULT_HANDOFF_LEASE,
+            thread_local=thread_local,
+            on_lost=on_lost,
+            # unasync: async-only
+            cancel_on_lost=cancel_on_lost,
+            # unasync: sync-only
+            # unasync: end
+            prefix=prefix,
+            raise_on_release_error=raise_on_release_error,
+        )
+        check_seconds("master_timeout", master_timeout, allow_none=True, name=name)
+        if master_timeout is None:
+            master_timeout = min(DEFAULT_MASTER_TIMEOUT, self._settings.lease / 10)
+        elif not master_timeout > 0 or master_timeout > self._settings.lease / 10:
+            raise ArgumentError(
+                "master_timeout",
+                f"{master_timeout:g}s must be above 0 and at most a tenth of the lease "
+                f"({self._settings.lease:g}s)",
+                name=name,
+            )
+        self.sleep = sleep
+        self.clients = tuple(clients)
+        self._masters = AsyncMasters(clients, described, master_timeout, name)
+        self._live: set[str] = set()  # tokens held now: a late grant of any other is given back
+        self._attempts = 0
+        self._short_attempts = 0
+
+    @property
+    def masters(self) -> tuple[str, ...]:
+        """Each master, as ``host:port`` (or its socket path, or its Sentinel service)."""
+        return self._masters.described
+
+    @property
+    def quorum(self) -> int:
+        """How many masters must agree: ``len(clients) // 2 + 1``."""
+        return self._masters.quorum
+
+    @property
+    def master_timeout(self) -> float:
+        """Seconds an attempt waits for the masters."""
+        return self._masters.timeout
+
+    def statistics(self) -> RedlockStatistics:
+        """An immutable snapshot of the counters, with the masters' figures."""
+        return cast(RedlockStatistics, super().statistics())
+
+    def _statistics_extra(self) -> dict[str, Any]:
+        return {
+            "masters": len(self._masters.described),
+            "quorum": self._masters.quorum,
+            "attempts": self._attempts,
+            "short_attempts": self._short_attempts,
+            "master_failures": self._masters.failures,
+        }
+
+    # -- the script calls --------------------------------------------------------
+
+    def _release_call(self, token: str) -> Call:
+        return self._keys.queued[:4], (token, "leave", "")
+
+    def _leave_call(self, token: str, mode: str) -> Call:
+        return self._keys.queued[:4], (token, "leave", "")
+
+    async def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
+        # Release and leave (the only plain script calls left to the base class):
+        # 1 if a quorum still held it for the token, else 0 (it ran out meanwhile).
+        tally = await self._masters.call(self._masters.script(script, keys, args), _positive)
+        if tally.reached:
+            return 1
+        if tally.unreachable:
+            raise tally.error("releasing", self.name)
+        return 0
+
+    async def _run_taking(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        args: tuple[str | int, ...],
+        took: Callable[[Any], bool],
+    ) -> Any:
+        # extend() and reacquire(): the lease a quorum holds.
+        return await self._masters.extend(keys, args)
+
+    def _renewal_runner(self) -> JobRunner | None:
+        masters = self._masters  # not the lock: renewals must not keep it alive
+
+        async def renew(job: Job) -> Any:
+            return await masters.extend(job.keys, job.args)
+
+        return renew
+
+    def _forget(self, hold: Hold) -> None:
+        self._live.discard(hold.token)
+        super()._forget(hold)
+
+    # -- acquire ---------------------------------------------------------------
+
+    async def _acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
+        started = time.monotonic()
+        deadline = None if blocking_timeout is None else started + blocking_timeout
+        holder = current_holder()
+        ticket = time.time_ns() // 1000  # the same on every master: one order of waiters
+        settings = self._settings
+        listener: _Listener | None = None
+        queued = False
+        unreachable = 0
+        try:
+            while True:
+                if listener is None and wait and self._seen_busy:
+                    listener = await self._listen(token)
+                sent = time.monotonic()
+                attempt = await shielded(self._attempt(token, ticket, listener))
+                if attempt.unreachable is not None:
+                    # Once may be a stall (of this process, or of the network):
+                    # twice in a row, the masters are out of reach.
+                    unreachable += 1
+                    if unreachable > 1:
+                        await shielded(self._give_back(None, token, "leave"))
+                        raise attempt.unreachable
+                    continue
+                unreachable = 0
+                if attempt.fence is not None:
+                    drift = drift_ms(settings.lease_ms) / 1000
+                    taken = Acquired(fence=attempt.fence, lease_ms=settings.lease_ms)
+                    self._took(token, taken, sent - drift, started, holder, queued)
+                    self._seen_busy = queued
+                    return True
+                if not wait:
+                    return False
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    await shielded(self._leave_quietly(token, quiet=True))
+                    with self._mutex:
+                        self._counters.timeouts += 1
+                    return False
+                if listener is None:
+                    self._seen_busy = True
+                    listener = await self._listen(token)
+                    continue  # take a place in line at once
+                if not queued:
+                    queued = True
+                    with self._mutex:
+                        self._counters.waiters += 1
+                wake_at = now + settings.waiter_lease * WAITER_REFRESH
+                if attempt.free_in is not None:
+                    wake_at = min(wake_at, now + attempt.free_in + OWNER_EXPIRY_SLACK)
+                if attempt.split:  # another took the rest: try again soon, not in step
+                    wake_at = min(wake_at, now + random.uniform(0.0, self._masters.timeout / 4))
+                if deadline is not None:
+                    wake_at = min(wake_at, deadline)
+                await listener.wait(wake_at - now)
+        except BaseException as exc:
+            # Failed, cancelled or interrupted: leave every line, give back any grant.
+            self._live.discard(token)
+            if not isinstance(exc, (PrimitiveError, QuorumError)):
+                await shielded(self._leave_quietly(token, quiet=isinstance(exc, BackendError)))
+            raise
+        finally:
+            if listener is not None:
+                listener.stop()
+            if queued:
+                with self._mutex:
+                    self._counters.waiters -= 1
+
+    async def _listen(self, token: str) -> _Listener:
+        """Listen for wake-ups from every master.
+
+        Waits (a master timeout at most) until a quorum of the subscriptions
+        is up: a master that is down must not delay every waiter.
+        """
+        listener = _Listener()
+        for client in self._masters.clients:
+            waiter = await listen(client, token, 0.0, None, listener.event)
+            listener.waiters.append(waiter)
+        deadline = time.monotonic() + self._masters.timeout
+        up = 0
+        for waiter in sorted(listener.waiters, key=lambda w: not w.up):
+            if up >= self.quorum:
+                break
+            up += await waiter.subscribed(deadline - time.monotonic())
+        return listener
+
+    async def _attempt(self, token: str, ticket: int, listener: _Listener | None) -> _Attempt:
+        """Send one attempt to every master; keep it if a quorum granted it in time."""
+        masters, settings = self._masters, self._settings
+        sent = time.monotonic()
+        self._attempts += 1
+        attempt = _Attempt()
+        stay = "stay" if listener is not None else "leave"
+        waiter_ms = settings.waiter_lease_ms if listener is not None else 0
+        waiters = listener.waiters if listener is not None else []
+
+        mark = f"{self._attempts}"
+
+        def send(index: int) -> Any:
+            channel = waiters[index].channel if waiters else ""
+            args = (token, settings.lease_ms, waiter_ms, ticket, channel, FENCE_LIFETIME_MS, mark)
+            return masters.script("redlock_acquire", self._keys.queued, args)(index)
+
+        def late(index: int, reply: Any) -> None:
+            # A grant after the attempt ended: part of the hold if it is still
+            # held, else given back at once (this attempt's grant only: a later
+            # attempt of the same token may have taken that master since).
+            if not attempt.done:
+                attempt.late.append(index)
+            elif token not in self._live:
+                _in_background(lambda: self._give_back([index], token, "leave", mark))
+
+        tally = await masters.call(send, _granted, late=late)
+        fence: int | None = None
+        if tally.reached:
+            fence = await self._seal(token, tally, sent)
+        if fence is not None:
+            attempt.fence = fence
+            self._live.add(token)
+            attempt.done = True
+            return attempt
+        attempt.done = True
+        self._short_attempts += 1
+        taken = sorted({*tally.good, *attempt.late})
+        if taken:
+            await self._give_back(taken, token, stay)
+        if tally.unreachable:
+            attempt.unreachable = tally.error("acquiring", self.name)
+        attempt.split = bool(tally.good)
+        attempt.free_in = self._free_in(tally)
+        return attempt
+
+    async def _seal(self, token: str, tally: Tally, sent: float) -> int | None:
+        """The fence of a quorum's grant, once a quorum's counters are at least it.
+
+        None if the lease left is used up (or too few masters could be raised).
+        """
+        settings = self._settings
+        fences = {index: int(reply[1]) for index, reply in tally.good.items()}
+        fence = max(fences.values())
+        behind = [index for index, f in fences.items() if f < fence]
+        if len(fences) - len(behind) < self.quorum:
+            args = (token, fence, FENCE_LIFETIME_MS)
+            keys = (self._keys.owner, self._keys.fence)
+            raised = await self._masters.call(
+                self._masters.script("redlock_fence", keys, args), _positive, only=behind
+            )
+            if len(fences) - len(behind) + len(raised.good) < self.quorum:
+                return None
+        elapsed_ms = (time.monotonic() - sent) * 1000
+        if settings.lease_ms - elapsed_ms - drift_ms(settings.lease_ms) <= 0:
+            return None
+        return fence
+
+    def _free_in(self, tally: Tally) -> float | None:
+        """Seconds until a quorum of masters has no owner, by the leases they reported.
+
+        A master that is free but has someone ahead in line counts as never:
+        that one takes it, and its release wakes the next.
+        """
+        left = [0.0 for _ in tally.good]
+        for reply in tally.refused.values():
+            ttl = int(reply[1])
+            left.append(ttl / 1000 if ttl >= 0 else float("inf"))
+        left.sort()
+        if len(left) < self.quorum or left[self.quorum - 1] == float("inf"):
+            return None
+        return left[self.quorum - 1]
+
+    async def _give_back(
+        self, only: list[int] | None, token: str, mode: str, mark: str = ""
+    ) -> bool:
+        """Release ``token``'s grants (attempt ``mark``'s only, if given) without raising.
+
+        Returns whether every master asked answered (one that did not keeps
+        a grant until its lease ends).
+        """
+        keys, args = self._keys.queued[:4], (token, mode, mark)
+        tally = await self._masters.call(
+            self._masters.script("redlock_release", keys, args), _positive, only=only
+        )
+        return not tally.failed
+
+    # -- queries ---------------------------------------------------------------
+
+    async def _owners(self) -> Tally:
+        owner = self._keys.owner
+        clients = self._masters.clients
+
+        def send(index: int) -> Any:
+            return clients[index].hget(owner, "token")
+
+        return await self._masters.call(send, lambda reply: reply is not None, until=_everyone)
+
+    async def locked(self) -> bool:
+        """True if one owner holds the lock on a quorum of masters (one round)."""
+        tally = await self._owners()
+        counts: dict[str, int] = {}
+        for reply in tally.good.values():
+            counts[to_text(reply)] = counts.get(to_text(reply), 0) + 1
+        if counts and max(counts.values()) >= self.quorum:
+            return True
+        if tally.unreachable:
+            raise tally.error("checking the lock", self.name)
+        return False
+
+    async def owned(self) -> bool:
+        """True if this owner holds the lock on a quorum of masters (one round)."""
+        hold = self._slot.get()
+        if hold is None:
+            return False
+        tally = await self._owners()
+        mine = sum(1 for reply in tally.good.values() if to_text(reply) == hold.token)
+        if mine < self.quorum and tally.unreachable:
+            raise tally.error("checking the lock", self.name)
+        return mine >= self.quorum

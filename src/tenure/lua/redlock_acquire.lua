@@ -1,0 +1,62 @@
+-- tenure script: redlock_acquire
+-- One master's part of a Redlock acquisition: take the lock here if it is
+-- free and the caller is first in line; else (when asked) wait in line.
+-- The line is ordered by a ticket the caller chose (its clock when it began
+-- to acquire), so every master agrees on who is first and hands the free lock
+-- to the same caller: contenders do not split the masters between them.
+-- KEYS[1] owner hash {token, fence, attempt}, PEXPIRE = lease
+-- KEYS[2] queue zset: token -> ticket
+-- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
+-- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
+-- KEYS[5] fencing counter
+-- ARGV[1] token
+-- ARGV[2] lease in ms
+-- ARGV[3] waiter lease in ms; 0 = do not wait in line (a first or non-blocking attempt)
+-- ARGV[4] ticket (an integer: microseconds of the caller's clock)
+-- ARGV[5] the caller's wake-up channel (a pub/sub channel, not a key)
+-- ARGV[6] lifetime in ms of the fencing counter, renewed on each use
+-- ARGV[7] the attempt's id (a late grant of a failed attempt is given back by it,
+--         never one of the same token's later attempt)
+-- returns {1, fence, lease ms} when the caller holds the lock on this master,
+--         {0, owner's remaining lease ms (-2 none), 0-based place in line (-1 none)}
+
+--! include queue
+--! include redlock
+local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, lease, ticket, channel = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+local waiter_lease = tonumber(ARGV[3])
+
+local owner = redis.call('HGET', owner_key, 'token')
+if owner == token then
+    -- Ours already (an earlier attempt's grant not given back yet): this attempt's now.
+    redis.call('HSET', owner_key, 'attempt', ARGV[7])
+    redis.call('PEXPIRE', owner_key, lease)
+    leave_queue(queue, waiters, wakes, token)
+    return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
+end
+
+local now = server_time()
+purge_waiters(queue, waiters, wakes, now)
+if waiter_lease > 0 then
+    redis.call('ZADD', queue, 'NX', ticket, token)
+    redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
+    redis.call('HSET', wakes, token, channel)
+    keep_alive(queue, waiter_lease * 2)
+    keep_alive(waiters, waiter_lease * 2)
+    keep_alive(wakes, waiter_lease * 2)
+end
+
+if not owner then
+    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if #head == 0 or head[1] == token or tonumber(ticket) < tonumber(head[2]) then
+        leave_queue(queue, waiters, wakes, token)
+        local f = next_redlock_fence(fence, ARGV[6])
+        redis.call('HSET', owner_key, 'token', token, 'fence', string.format('%d', f),
+            'attempt', ARGV[7])
+        redis.call('PEXPIRE', owner_key, lease)
+        return {1, f, tonumber(lease)}
+    end
+end
+
+local place = redis.call('ZRANK', queue, token)
+return {0, redis.call('PTTL', owner_key), place or -1}

@@ -1,0 +1,430 @@
+"""Redlock: one lock over three independent masters (asyncio source; sync generated).
+
+Each master is a real server behind a fault proxy of its own, so a test can
+slow one down, cut it off or refuse its connections while the others go on.
+The multi-process exclusion runs and server restarts are in
+tests/test_redlock_faults.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from tenure import (
+    ArgumentError,
+    AsyncLock,
+    AsyncRedlock,
+    ClientTypeError,
+    LockLostError,
+    LockNotOwnedError,
+    QuorumError,
+)
+from tenure.server import FaultProxy, ServerProcess
+from tenure.testing import ProxyFactory
+from tests._backend_asyncio import gather, join, sleep, spawn
+
+
+@pytest.fixture
+def proxies(
+    redlock_servers: tuple[ServerProcess, ...], tenure_proxy_factory: ProxyFactory
+) -> list[FaultProxy]:
+    """One proxy per master (every server flushed first)."""
+    for server in redlock_servers:
+        with server.client() as direct:
+            direct.flushall()
+    return [tenure_proxy_factory(server) for server in redlock_servers]
+
+
+async def _clients(proxies: list[FaultProxy]) -> list[redis.asyncio.Redis]:
+    return [proxy.async_client(socket_timeout=2) for proxy in proxies]
+
+
+@pytest.fixture
+async def masters(proxies: list[FaultProxy]) -> AsyncIterator[list[redis.asyncio.Redis]]:
+    """A client per master, through its proxy."""
+    made = await _clients(proxies)
+    yield made
+    for client in made:
+        await client.aclose()
+
+
+@pytest.fixture
+async def other_masters(proxies: list[FaultProxy]) -> AsyncIterator[list[redis.asyncio.Redis]]:
+    """Another client per master, as another process would have."""
+    made = await _clients(proxies)
+    yield made
+    for client in made:
+        await client.aclose()
+
+
+def direct(server: ServerProcess) -> redis.Redis:
+    """A client of the server itself, bypassing its proxy."""
+    return server.client(decode_responses=True)
+
+
+def owner_of(server: ServerProcess, name: str) -> str | None:
+    """The token that holds ``name`` on one master (None: nobody)."""
+    with direct(server) as client:
+        token = client.hget(f"tenure:redlock:{{{name}}}", "token")
+        return None if token is None else str(token)
+
+
+async def eventually(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    """Poll ``condition`` (without blocking the loop) until it holds, or fail."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {seconds}s")
+        await sleep(0.02)
+
+
+async def test_acquire_release_and_exclusion(
+    masters: list[Any], other_masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    lock = AsyncRedlock(masters, "job", timeout=5)
+    other = AsyncRedlock(other_masters, "job", timeout=5)
+    assert lock.quorum == 2
+    assert len(lock.masters) == 3
+    assert await lock.acquire()
+    first = lock.fencing_token
+    assert first is not None and first > 0
+    assert await lock.locked() and await lock.owned()
+    assert not await other.owned()
+    assert not await other.acquire(blocking=False)
+    token = owner_of(redlock_servers[0], "job")
+    assert token is not None
+    assert all(owner_of(server, "job") == token for server in redlock_servers)
+    await lock.release()
+    assert not await lock.locked()
+    assert all(owner_of(server, "job") is None for server in redlock_servers)
+    assert await other.acquire(blocking=False)
+    second = other.fencing_token
+    assert second is not None and second > first
+    await other.release()
+    with pytest.raises(LockNotOwnedError):
+        await other.release()
+    stats = lock.statistics()
+    assert (stats.masters, stats.quorum, stats.acquisitions, stats.releases) == (3, 2, 1, 1)
+
+
+async def test_a_waiter_is_woken_by_the_release(
+    masters: list[Any], other_masters: list[Any]
+) -> None:
+    lock = AsyncRedlock(masters, "woken", timeout=10)
+    other = AsyncRedlock(other_masters, "woken", timeout=10, blocking_timeout=10)
+    assert await lock.acquire()
+
+    async def wait_then_time() -> float:
+        assert await other.acquire()
+        return time.monotonic()
+
+    waiter = spawn(wait_then_time)
+    await sleep(0.3)
+    released = time.monotonic()
+    await lock.release()
+    woken = await join(waiter)
+    # Woken by the release's message, not by a timer (the refresh is 0.8 s away).
+    assert woken - released < 0.15
+    assert other.statistics().contended == 1
+    await other.release()
+
+
+async def test_blocking_timeout_is_a_deadline(masters: list[Any], other_masters: list[Any]) -> None:
+    lock = AsyncRedlock(masters, "deadline", timeout=10)
+    assert await lock.acquire()
+    other = AsyncRedlock(other_masters, "deadline", timeout=10)
+    started = time.monotonic()
+    assert not await other.acquire(blocking_timeout=0.5)
+    took = time.monotonic() - started
+    assert 0.5 <= took < 0.75
+    assert other.statistics().timeouts == 1
+    with pytest.raises(Exception, match="could not acquire"):
+        async with AsyncRedlock(other_masters, "deadline", blocking=False):
+            pass
+    await lock.release()
+
+
+async def test_waiters_are_served_in_arrival_order(
+    masters: list[Any], proxies: list[FaultProxy]
+) -> None:
+    holder = AsyncRedlock(masters, "line", timeout=10)
+    assert await holder.acquire()
+    order: list[int] = []
+    extra = [await _clients(proxies) for _ in range(4)]
+
+    async def contender(index: int) -> None:
+        await sleep(0.05 * index)  # arrive in index order
+        lock = AsyncRedlock(extra[index], "line", timeout=10, blocking_timeout=10)
+        assert await lock.acquire()
+        order.append(index)
+        await sleep(0.01)
+        await lock.release()
+
+    jobs = [spawn(functools.partial(contender, i)) for i in range(4)]
+    await sleep(0.4)
+    await holder.release()
+    for job in jobs:
+        await join(job)
+    assert order == [0, 1, 2, 3]
+    for clients in extra:
+        for client in clients:
+            await client.aclose()
+
+
+async def test_wrong_input_is_refused_clearly(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    with pytest.raises(ArgumentError, match="at least one client"):
+        AsyncRedlock([], "bad")
+    with pytest.raises(ClientTypeError, match="list of clients"):
+        AsyncRedlock(masters[0], "bad")
+    twin = redlock_servers[0].async_client()
+    with pytest.raises(ArgumentError, match=r"clients\[1\].*is also clients\[0\]"):
+        AsyncRedlock([twin, redlock_servers[0].async_client(db=1)], "bad")
+    kinds = [redis.Redis(), importlib.import_module("redis." + "asyncio").Redis()]
+    other_kind = next(kind for kind in kinds if type(kind) is not type(masters[0]))
+    with pytest.raises(ClientTypeError, match=r"clients\[1\].*one kind"):
+        AsyncRedlock([masters[0], other_kind], "bad")
+    with pytest.raises(ArgumentError, match="master_timeout"):
+        AsyncRedlock(masters, "bad", timeout=1, master_timeout=0.5)
+    with pytest.raises(TypeError):
+        AsyncRedlock(masters, "bad", reentrant=True)  # type: ignore[call-arg]
+    await twin.aclose()
+
+
+async def test_a_minority_down_changes_nothing(
+    masters: list[Any], other_masters: list[Any], proxies: list[FaultProxy]
+) -> None:
+    proxies[0].refuse_connections()
+    proxies[0].reset_connections()
+    lock = AsyncRedlock(masters, "minority", timeout=5)
+    other = AsyncRedlock(other_masters, "minority", timeout=5)
+    for _ in range(20):
+        assert await lock.acquire()
+        assert not await other.acquire(blocking=False)
+        await lock.release()
+    await sleep(lock.master_timeout)  # master 0's calls outlived their timeout: it is skipped
+    assert await lock.acquire()
+    await lock.release()
+    assert lock.statistics().master_failures > 0
+
+
+async def test_a_majority_down_fails_fast_naming_the_masters(
+    masters: list[Any], proxies: list[FaultProxy]
+) -> None:
+    proxies[1].refuse_connections()
+    proxies[1].reset_connections()
+    proxies[2].blackhole()
+    lock = AsyncRedlock(masters, "majority", timeout=5, blocking_timeout=30)
+    started = time.monotonic()
+    with pytest.raises(QuorumError) as caught:
+        await lock.acquire()
+    assert time.monotonic() - started < 1.0  # not the 30 s blocking timeout
+    error = caught.value
+    assert (error.answered, error.required) == (1, 2)
+    assert set(error.failures) == {lock.masters[1], lock.masters[2]}
+    assert lock.masters[1] in str(error) and lock.masters[2] in str(error)
+    assert "no answer within" in error.failures[lock.masters[2]]
+
+
+async def test_a_slow_master_does_not_slow_acquisition(
+    masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    lock = AsyncRedlock(masters, "slow", timeout=5)
+    assert await lock.acquire()  # connections made before the fault
+    await lock.release()
+    proxies[2].set_latency(0.2)
+    took = []
+    for _ in range(5):
+        started = time.monotonic()
+        assert await lock.acquire()
+        took.append(time.monotonic() - started)
+        await lock.release()
+    took.sort()
+    assert took[2] < 0.1  # the two fast masters' time, not the slow one's 200 ms
+    proxies[2].set_latency(0)
+    # The slow master's late grants were given back (or released): nobody holds it there.
+    await eventually(lambda: owner_of(redlock_servers[2], "slow") is None, 3, "the give-back")
+
+
+async def test_extend_needs_a_quorum_and_a_lost_hold_is_reported(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    lock = AsyncRedlock(masters, "extend", timeout=5)
+    assert await lock.acquire()
+    assert await lock.extend(5)
+
+    def extended_everywhere() -> bool:
+        for server in redlock_servers:
+            with direct(server) as client:
+                if client.pttl("tenure:redlock:{extend}") <= 5_000:
+                    return False
+        return True
+
+    await eventually(extended_everywhere, 2, "the extension on every master")
+    for server in redlock_servers[:2]:  # gone on a majority
+        with direct(server) as client:
+            client.delete("tenure:redlock:{extend}")
+    with pytest.raises(LockNotOwnedError):
+        await lock.extend(1)
+    assert lock.lost
+
+
+async def test_renewals_need_a_quorum_and_loss_is_told(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...], proxies: list[FaultProxy]
+) -> None:
+    told: list[float] = []
+    lease = 0.9
+    lock = AsyncRedlock(
+        masters,
+        "renewed",
+        timeout=lease,
+        auto_renew=True,
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    with pytest.raises(LockLostError):
+        async with lock:
+            proxies[0].blackhole()  # one master gone: renewals go on with the other two
+            await sleep(1.5)  # well past the lease: renewed
+            assert await lock.owned()
+            assert lock.statistics().renewals >= 3
+            proxies[0].clear()
+            await sleep(0.4)  # master 0 takes renewals again
+            cut = time.monotonic()
+            for server in redlock_servers[1:]:  # gone on a majority: the next renewal is refused
+                with direct(server) as client:
+                    client.delete("tenure:redlock:{renewed}")
+            await sleep(lease)
+            assert told and told[0] - cut < lease / 3 + 0.1
+            assert lock.lost
+
+
+async def test_a_hold_no_quorum_confirms_is_lost_when_its_validity_ends(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...], proxies: list[FaultProxy]
+) -> None:
+    told: list[float] = []
+    lease = 0.9
+    lock = AsyncRedlock(
+        masters,
+        "unconfirmed",
+        timeout=lease,
+        auto_renew=True,
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    assert await lock.acquire()
+    await sleep(0.4)  # renewed once
+    # One master cut off, one that lost the key: renewals reach one master, and
+    # nobody can say whether the cut-off one still holds it.
+    proxies[0].blackhole()
+    with direct(redlock_servers[1]) as client:
+        client.delete("tenure:redlock:{unconfirmed}")
+    cut = time.monotonic()
+    await sleep(0.1)
+    assert not lock.lost  # still within the validity of the last renewal
+    await sleep(lease)
+    assert told and told[0] - cut < lease
+    assert lock.statistics().lost == 1
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()
+
+
+async def test_fences_grow_when_the_masters_counters_differ(
+    masters: list[Any],
+    other_masters: list[Any],
+    redlock_servers: tuple[ServerProcess, ...],
+    proxies: list[FaultProxy],
+) -> None:
+    fence_key = "tenure:redlock:{fenced}:fence"
+    lock = AsyncRedlock(masters, "fenced", timeout=5)
+    for _ in range(3):
+        assert await lock.acquire()
+        await lock.release()
+    # Master 0 loses its counter (say, a restart without persistence): it starts
+    # again from its clock in microseconds, above the other two. Master 2 is
+    # slow, so the next quorum is masters 0 and 1.
+    with direct(redlock_servers[0]) as client:
+        client.delete(fence_key)
+    proxies[2].set_latency(0.3)
+    with direct(redlock_servers[1]) as client:
+        before = int(client.get(fence_key))
+    assert await lock.acquire()
+    high = lock.fencing_token
+    assert high is not None and high > before + 1
+    with direct(redlock_servers[0]) as client:
+        assert int(client.get(fence_key)) == high
+    with direct(redlock_servers[1]) as client:
+        assert int(client.get(fence_key)) == high  # raised to it before the grant counted
+    await lock.release()
+    # Master 0 goes away; the next holder's quorum is masters 1 and 2.
+    proxies[0].blackhole()
+    proxies[2].set_latency(0)
+    await sleep(0.7)  # master 2's late calls are answered
+    other = AsyncRedlock(other_masters, "fenced", timeout=5)
+    assert await other.acquire()
+    assert other.fencing_token is not None and other.fencing_token > high
+    await other.release()
+
+
+async def test_a_late_grant_of_a_failed_attempt_is_given_back(
+    masters: list[Any],
+    other_masters: list[Any],
+    redlock_servers: tuple[ServerProcess, ...],
+    proxies: list[FaultProxy],
+) -> None:
+    holder = AsyncRedlock(masters, "late", timeout=10)
+    assert await holder.acquire()
+    # Master 2 loses the hold and answers slowly: an attempt is refused by the
+    # fast two, and master 2's grant comes after the attempt failed.
+    with direct(redlock_servers[2]) as client:
+        client.delete("tenure:redlock:{late}")
+    other = AsyncRedlock(other_masters, "late", timeout=10)
+    assert await other.locked()
+    proxies[2].set_latency(0.3)
+    assert not await other.acquire(blocking=False)
+    await eventually(lambda: owner_of(redlock_servers[2], "late") is not None, 2, "the grant")
+    await eventually(lambda: owner_of(redlock_servers[2], "late") is None, 3, "the give-back")
+    await holder.release()
+
+
+async def test_contenders_all_get_their_turn(masters: list[Any], proxies: list[FaultProxy]) -> None:
+    extra = [await _clients(proxies) for _ in range(3)]
+    inside: list[int] = []
+    overlaps = 0
+    counts = [0, 0, 0]
+
+    async def worker(index: int) -> None:
+        nonlocal overlaps
+        lock = AsyncRedlock(extra[index], "turns", timeout=5, blocking_timeout=10)
+        for _ in range(15):
+            assert await lock.acquire()
+            inside.append(index)
+            if len(inside) > 1:
+                overlaps += 1
+            await sleep(0.002)
+            inside.remove(index)
+            counts[index] += 1
+            await lock.release()
+
+    await gather(*(functools.partial(worker, i) for i in range(3)))
+    assert overlaps == 0
+    assert counts == [15, 15, 15]
+    for clients in extra:
+        for client in clients:
+            await client.aclose()
+
+
+async def test_a_plain_lock_and_a_redlock_do_not_share_keys(masters: list[Any]) -> None:
+    lock = AsyncLock(masters[0], "shared-name")
+    redlock = AsyncRedlock(masters, "shared-name")
+    assert await lock.acquire()
+    assert await redlock.acquire(blocking=False)
+    await redlock.release()
+    await lock.release()

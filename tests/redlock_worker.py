@@ -1,0 +1,56 @@
+"""One process of tests/test_redlock_faults.py's contended run over three masters.
+
+    python -m tests.redlock_worker PORTS SECONDS CYCLES OUT_FILE
+
+Takes and releases a Redlock over the masters on PORTS (comma-separated, on
+loopback) until it made CYCLES holds or SECONDS passed, recording every hold
+(start and end on the machine's monotonic clock, shared by every process,
+and the fencing token) and every error, as JSON lines in OUT_FILE.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import redis
+
+from tenure import Redlock, TenureError
+
+
+def main(ports: str, seconds: str, cycles: str, out: str) -> None:
+    """Cycle until the time or the count is up, then write what happened."""
+    clients = [
+        redis.Redis(port=int(port), socket_timeout=0.5, socket_connect_timeout=0.5)
+        for port in ports.split(",")
+    ]
+    lock = Redlock(clients, "cycles", timeout=5, blocking_timeout=5)
+    records: list[dict[str, object]] = []
+    stop_at = time.monotonic() + float(seconds)
+    holds = 0
+    while time.monotonic() < stop_at and holds < int(cycles):
+        try:
+            if not lock.acquire():
+                records.append({"timeout": True})
+                continue
+        except TenureError as exc:
+            records.append({"error": f"{type(exc).__name__}: {exc}"})
+            time.sleep(0.05)
+            continue
+        start = time.monotonic()
+        fence = lock.fencing_token
+        end = time.monotonic()  # the hold ends here: nothing is done under it after
+        try:
+            lock.release()
+        except TenureError as exc:
+            records.append({"release_error": f"{type(exc).__name__}: {exc}"})
+        records.append({"start": start, "end": end, "fence": fence})
+        holds += 1
+    with open(out, "w") as file:
+        for record in records:
+            file.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

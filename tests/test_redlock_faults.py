@@ -1,0 +1,138 @@
+"""Redlock under real faults: processes contending with a master cut off, masters killed and
+restarted without persistence (the known Redlock caveat, and what fencing does about it).
+
+Each test starts its own three servers when it kills or restarts them; the
+contract tests (tests/_async/test_redlock.py) cover slow and refused masters.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tenure import QuorumError, Redlock
+from tenure.server import FaultProxy, ServerProcess
+from tenure.testing import ProxyFactory
+from tests.conftest import ServerFactory, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_exclusion_holds_over_thousands_of_cycles_with_a_master_cut_off(
+    redlock_servers: tuple[ServerProcess, ...], tenure_proxy_factory: ProxyFactory, tmp_path: Path
+) -> None:
+    for server in redlock_servers:
+        with server.client() as client:
+            client.flushall()
+    proxies = [tenure_proxy_factory(server) for server in redlock_servers]
+    proxies[0].blackhole()  # unreachable: connections open, nothing answers
+    ports = ",".join(str(proxy.port) for proxy in proxies)
+    outs = [tmp_path / f"worker{i}.jsonl" for i in range(3)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.redlock_worker", ports, "20", "800", str(out)],
+            cwd=ROOT,
+        )
+        for out in outs
+    ]
+    for worker in workers:
+        assert worker.wait(timeout=60) == 0
+    records = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
+    holds = sorted((r for r in records if "start" in r), key=lambda r: r["start"])
+    problems = [r for r in records if "start" not in r]
+    assert len(holds) == 2400, problems[:5]
+    assert not problems
+    for before, after in itertools.pairwise(holds):
+        assert after["start"] >= before["end"], f"two holds overlap: {before} {after}"
+        assert after["fence"] > before["fence"], f"fences out of order: {before} {after}"
+
+
+def test_a_majority_killed_fails_fast_naming_the_masters(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    servers = [tenure_server_factory(name=f"master{i}") for i in range(3)]
+    clients = [server.client(socket_timeout=0.5) for server in servers]
+    lock = Redlock(clients, "killed", timeout=10, blocking_timeout=30)
+    assert lock.acquire()
+    lock.release()
+    servers[0].kill()
+    servers[2].kill()
+    started = time.monotonic()
+    with pytest.raises(QuorumError) as caught:
+        lock.acquire()
+    assert time.monotonic() - started < 1.0
+    assert set(caught.value.failures) == {lock.masters[0], lock.masters[2]}
+    assert f"2 of 3 masters failed and a quorum needs 2 ({lock.masters[0]}" in str(caught.value)
+
+
+def _masters(
+    factory: ServerFactory, proxies: ProxyFactory, *, appendonly: bool = False
+) -> tuple[list[ServerProcess], list[FaultProxy]]:
+    servers = [factory(name=f"master{i}", appendonly=appendonly) for i in range(3)]
+    return servers, [proxies(server) for server in servers]
+
+
+def _clients(proxies: list[FaultProxy]) -> list[redis.Redis]:
+    return [proxy.client(socket_timeout=0.5) for proxy in proxies]
+
+
+def test_a_restart_without_persistence_can_give_a_second_holder_with_a_larger_fence(
+    tenure_server_factory: ServerFactory, tenure_proxy_factory: ProxyFactory
+) -> None:
+    servers, proxies = _masters(tenure_server_factory, tenure_proxy_factory)
+    told: list[float] = []
+    lease = 3.0
+    first = Redlock(
+        _clients(proxies),
+        "caveat",
+        timeout=lease,
+        auto_renew=True,
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    proxies[2].blackhole()  # master 2 is away: the hold is on masters 0 and 1
+    assert first.acquire()
+    first_fence = first.fencing_token
+    assert first_fence is not None
+    # Master 0 restarts without persistence (it forgets the hold and its
+    # counter); master 2 comes back. Masters 0 and 2 now make a quorum that
+    # knows nothing of the first hold.
+    servers[0].restart()
+    proxies[2].clear()
+    proxies[2].reset_connections()
+    second = Redlock(_clients(proxies), "caveat", timeout=lease)
+    assert second.acquire(blocking=False)
+    both = time.monotonic()
+    assert not first.lost  # two holders at once: the caveat
+    # Fencing sees it: the second holder's token is larger (master 0's counter
+    # restarted from its clock), so a store that checks fences refuses the first.
+    assert second.fencing_token is not None and second.fencing_token > first_fence
+    # The first holder's next renewal finds a quorum refusing it: it is told.
+    wait_for(lambda: bool(told), lease, "the first holder being told")
+    assert told[0] - both < lease / 3 + 0.5
+    assert first.statistics().lost == 1
+    second.release()
+
+
+def test_a_restart_with_persistence_keeps_the_hold(
+    tenure_server_factory: ServerFactory, tenure_proxy_factory: ProxyFactory
+) -> None:
+    servers, proxies = _masters(tenure_server_factory, tenure_proxy_factory, appendonly=True)
+    first = Redlock(_clients(proxies), "kept", timeout=10)
+    proxies[2].blackhole()
+    assert first.acquire()
+    servers[0].restart()  # the AOF brings the hold back
+    proxies[2].clear()
+    proxies[2].reset_connections()
+    second = Redlock(_clients(proxies), "kept", timeout=10)
+    assert not second.acquire(blocking=False)
+    first.release()
+    assert second.acquire(blocking=False)
+    assert second.fencing_token is not None and first.fencing_token is None
+    second.release()
