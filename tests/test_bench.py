@@ -16,6 +16,7 @@ from tenure._bench import BENCHMARKS, BenchmarkError, require_peer
 from tenure._bench.locks import PARTS, add_arguments, parts
 from tenure._bench.measure import ContendedResult, combine_rounds
 from tenure._bench.names import measure_names, wait_idle
+from tenure.server import Engine
 
 TENURE = [sys.executable, "-m", "tenure"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -311,6 +312,33 @@ def test_bench_ingest_measures_speed_faults_and_memory(tmp_path: Path) -> None:
     assert small.returncode == 2 and "--rows and --fault-rows 1,000..10,000,000" in small.stderr
 
 
+@pytest.mark.slow
+def test_bench_redlock_measures_both_scenarios_and_judges_the_targets(
+    tmp_path: Path, tenure_engine: Engine
+) -> None:
+    if tenure_engine.name != "valkey":
+        pytest.skip("the plumbing is engine-blind: checked once, on Valkey")
+    report, raw = tmp_path / "report.md", tmp_path / "raw.json"
+    done = run(
+        "bench", "redlock", "--seconds", "0.3", "--solo-seconds", "0.3", "--solo-runs", "1",
+        "--rounds", "1", "--processes", "2", "--only", "tenure,pottery,aioredlock",
+        "--output", str(report), "--json", str(raw),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "### All masters well" in out and "### One master slow" in out
+    for label in ("tenure `Redlock(timeout=10)`", "pottery `Redlock", "aioredlock `Aioredlock"):
+        assert out.count(f"| {label}") == 2, label
+    assert "| slow master: tenure's acquire p50 unchanged within 10% |" in out
+    data = json.loads(raw.read_text())
+    for scenario in data["scenarios"].values():
+        assert all(c["lost_updates"] == 0 and c["overlaps"] == 0 for c in scenario["contended"])
+    assert "<!-- tenure-bench:redlock:start -->" in report.read_text()
+    unknown = run("bench", "redlock", "--only", "tenure,nonesuch")
+    assert unknown.returncode == 2
+    assert "unknown contender(s) nonesuch; known: tenure, tenure-async" in unknown.stderr
+
+
 def test_bench_refuses_bad_values() -> None:
     bad = run("bench", "locks", "--seconds", "0")
     assert bad.returncode == 2
@@ -329,6 +357,12 @@ def test_bench_refuses_bad_values() -> None:
     given = run("bench", "locks", "--topology", "replicated", "--url", "redis://127.0.0.1:1")
     assert given.returncode == 2
     assert "--topology starts its own servers: leave out --url" in given.stderr
+    twice = run("bench", "redlock", "--url", "redis://127.0.0.1:1", "--url", "redis://127.0.0.1:1")
+    assert twice.returncode == 2
+    assert "--url names one master twice: give each master once" in twice.stderr
+    local = run("bench", "redlock", "--url", "unix:///tmp/nonesuch.sock")
+    assert local.returncode == 2
+    assert "the masters must be TCP servers (host:port)" in local.stderr
     runner = subprocess.run(
         [sys.executable, "-m", "benchmarks.locks", "--processes", "0"],
         capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,

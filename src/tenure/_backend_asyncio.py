@@ -295,14 +295,15 @@ def _outcome(task: asyncio.Task[T]) -> T | BaseException:
 async def race(
     calls: Sequence[Callable[[], Awaitable[T]]],
     timeout: float,
-    settled: Callable[[dict[int, T | BaseException]], bool],
+    settled: Callable[[dict[int, T | BaseException]], bool | float],
     late: Callable[[int, T | BaseException], None],
 ) -> dict[int, T | BaseException]:
     """Start every call at once; return the outcomes in by ``settled`` or ``timeout``.
 
     Outcomes (a result or the exception raised) are keyed by the call's
-    index. The race ends as soon as ``settled(outcomes)`` is true or
-    ``timeout`` seconds passed; calls still running are not cancelled (their
+    index. The race ends as soon as ``settled(outcomes)`` is true (a number
+    instead: wait at most that many seconds more) or ``timeout`` seconds
+    passed; calls still running are not cancelled (their
     effect on a server must not go unseen): each one's outcome goes to
     ``late(index, outcome)`` when it comes. If the caller is cancelled, every
     call still running is handed to ``late`` the same way.
@@ -313,7 +314,12 @@ async def race(
     outcomes: dict[int, T | BaseException] = {}
     pending = set(tasks)
     try:
-        while pending and not settled(outcomes):
+        while pending:
+            verdict = settled(outcomes)
+            if verdict is True:
+                break
+            if verdict is not False:  # a number: wait at most that much longer
+                deadline = min(deadline, loop.time() + verdict)
             left = deadline - loop.time()
             if left <= 0:
                 break

@@ -245,14 +245,15 @@ def _outcome(future: concurrent.futures.Future[Any]) -> Any:
 def race(
     calls: Sequence[Callable[[], T]],
     timeout: float,
-    settled: Callable[[dict[int, T | BaseException]], bool],
+    settled: Callable[[dict[int, T | BaseException]], bool | float],
     late: Callable[[int, T | BaseException], None],
 ) -> dict[int, T | BaseException]:
     """Start every call at once (worker threads); return the outcomes in by settled/timeout.
 
     Outcomes (a result or the exception raised) are keyed by the call's
-    index. The race ends as soon as ``settled(outcomes)`` is true or
-    ``timeout`` seconds passed; each call still running goes on, and its
+    index. The race ends as soon as ``settled(outcomes)`` is true (a number
+    instead: wait at most that many seconds more) or ``timeout`` seconds
+    passed; each call still running goes on, and its
     outcome goes to ``late(index, outcome)`` when it comes.
     """
     deadline = time.monotonic() + timeout
@@ -260,7 +261,12 @@ def race(
     outcomes: dict[int, T | BaseException] = {}
     pending = set(futures)
     try:
-        while pending and not settled(outcomes):
+        while pending:
+            verdict = settled(outcomes)
+            if verdict is True:
+                break
+            if verdict is not False:  # a number: wait at most that much longer
+                deadline = min(deadline, time.monotonic() + verdict)
             left = deadline - time.monotonic()
             if left <= 0:
                 break

@@ -162,12 +162,13 @@ class Masters:
         *,
         late: Callable[[int, Any], None] | None = None,
         only: Sequence[int] | None = None,
-        until: Callable[[Tally], bool] | None = None,
+        until: Callable[[Tally], bool | float] | None = None,
     ) -> Tally:
         """Send ``send(index)`` to every master (or those in ``only``); tally the answers.
 
         Returns once ``until(tally)`` (by default: the quorum is reached or
-        out of reach), or every master answered, or after the timeout.
+        out of reach), or every master answered, or after the timeout; a
+        number from ``until`` is how much longer to wait for the rest.
         ``late(index, reply)`` gets the good replies that come afterwards.
         """
         tally = Tally(self.described, self.quorum)
@@ -192,10 +193,10 @@ class Masters:
                     tally.refused[index] = outcome
             return tally
 
-        def settled(outcomes: dict[int, Any]) -> bool:
+        def settled(outcomes: dict[int, Any]) -> bool | float:
+            tally = fill(outcomes)
             if only is not None:
                 return len(outcomes) == len(live)
-            tally = fill(outcomes)
             return tally.settled if until is None else until(tally)
 
         def finished_late(slot: int, outcome: Any) -> None:
@@ -211,8 +212,7 @@ class Masters:
             settled,
             finished_late,
         )
-        fill(outcomes)
-        if not settled(outcomes):  # out of time: those still running failed this call
+        if settled(outcomes) is False:  # out of time: those still running failed this call
             for slot, index in enumerate(live):
                 if slot not in outcomes:
                     tally.failed[index] = f"no answer within {self.timeout:g}s"
@@ -257,6 +257,9 @@ class _Attempt:
     unreachable: QuorumError | None = None  # too many masters failed for a quorum
     late: list[int] = field(default_factory=list)  # grants that came in while deciding
 
+
+SPLIT_GRACE = 0.01
+"""Seconds an attempt split with another contender waits, at least, for its other masters."""
 
 _late_jobs: set[Any] = set()  # give-backs of late grants, referenced until they end
 
@@ -444,7 +447,8 @@ class Redlock(Leased):
         return renew
 
     def _forget(self, hold: Hold) -> None:
-        self._live.discard(hold.token)
+        with self._mutex:
+            self._live.discard(hold.token)
         super()._forget(hold)
 
     # -- acquire ---------------------------------------------------------------
@@ -505,7 +509,8 @@ class Redlock(Leased):
                 listener.wait(wake_at - now)
         except BaseException as exc:
             # Failed, cancelled or interrupted: leave every line, give back any grant.
-            self._live.discard(token)
+            with self._mutex:
+                self._live.discard(token)
             if not isinstance(exc, (PrimitiveError, QuorumError)):
                 shielded(self._leave_quietly(token, quiet=isinstance(exc, BackendError)))
             raise
@@ -555,25 +560,43 @@ class Redlock(Leased):
             # A grant after the attempt ended: part of the hold if it is still
             # held, else given back at once (this attempt's grant only: a later
             # attempt of the same token may have taken that master since).
-            if not attempt.done:
-                attempt.late.append(index)
-            elif token not in self._live:
+            with self._mutex:
+                if not attempt.done:
+                    attempt.late.append(index)
+                    return
+                keep = token in self._live
+            if not keep:
                 _in_background(lambda: self._give_back([index], token, "leave", mark))
 
-        tally = masters.call(send, _granted, late=late)
+        def until(tally: Tally) -> bool | float:
+            if tally.settled:
+                return True
+            if tally.good and tally.refused:
+                # Split with another owner: waiting long on a slow master would
+                # keep both stuck. Wait for the rest twice as long as the
+                # answers so far took, then give back and let the line decide.
+                return max(SPLIT_GRACE, 2 * (time.monotonic() - sent))
+            return False
+
+        tally = masters.call(send, _granted, late=late, until=until)
         fence: int | None = None
         if tally.reached:
             fence = self._seal(token, tally, sent)
         if fence is not None:
             attempt.fence = fence
-            self._live.add(token)
-            attempt.done = True
+            with self._mutex:
+                self._live.add(token)
+                attempt.done = True
             return attempt
-        attempt.done = True
+        with self._mutex:
+            attempt.done = True
+            taken = sorted({*tally.good, *attempt.late})
         self._short_attempts += 1
-        taken = sorted({*tally.good, *attempt.late})
         if taken:
-            self._give_back(taken, token, stay)
+            # Marked with this attempt: a give-back that is still on its way
+            # when a later attempt of the same token takes that master again
+            # must not release the later grant.
+            self._give_back(taken, token, stay, mark)
         if tally.unreachable:
             attempt.unreachable = tally.error("acquiring", self.name)
         attempt.split = bool(tally.good)

@@ -186,6 +186,33 @@ def _close(sock: socket.socket, rst: bool) -> None:
         sock.close()
 
 
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _accept_one(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket
+) -> tuple[socket.socket, Any]:
+    """Accept one connection; a cancellation never drops an accepted socket.
+
+    Not ``loop.sock_accept``: a cancellation that arrives as it completes
+    loses the new socket unclosed. Here the socket exists only once
+    ``accept()`` returned, after the last point of cancellation.
+    """
+    while True:
+        try:
+            return listener.accept()
+        except (BlockingIOError, InterruptedError):
+            pass
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(listener.fileno(), _wake, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(listener.fileno())
+
+
 def _nodelay(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -631,13 +658,21 @@ class FaultProxy(Lifecycle):
                 tasks.append(conn.task)
         if tasks:
             await asyncio.wait(tasks)
+        for conn in conns:
+            # A task cancelled before it first ran never reaches _serve's
+            # clean-up: its sockets are closed here (closing twice is harmless).
+            _close(conn.client, rst=True)
+            if conn.server is not None:
+                _close(conn.server, rst=True)
+            with self._conns_lock:
+                self._conns.pop(conn.id, None)
         return len(conns)
 
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                sock, peer = await loop.sock_accept(listener)
+                sock, peer = await _accept_one(loop, listener)
             except OSError as exc:
                 if exc.errno in _OUT_OF_RESOURCES:
                     await asyncio.sleep(0.05)
@@ -710,14 +745,19 @@ class FaultProxy(Lifecycle):
         loop = asyncio.get_running_loop()
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setblocking(False)
+        # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation
+        # that comes as the connect completes, and abort_all would wait forever.
+        connect = loop.create_task(loop.sock_connect(sock, sockaddr))
         try:
-            await asyncio.wait_for(loop.sock_connect(sock, sockaddr), self._connect_timeout)
-        except (OSError, asyncio.TimeoutError):
-            _close(sock, rst=True)
-            return None
+            done, _ = await asyncio.wait({connect}, timeout=self._connect_timeout)
         except BaseException:
+            await self._finish([connect])
             _close(sock, rst=True)
             raise
+        if not done or connect.cancelled() or connect.exception() is not None:
+            await self._finish([connect])
+            _close(sock, rst=True)
+            return None
         _nodelay(sock)
         return sock
 
