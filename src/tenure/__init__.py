@@ -14,6 +14,9 @@ Errors all derive from :class:`TenureError`; the tree is drawn in
 ``tenure._exceptions``.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tenure._async._cache import AsyncCache, AsyncHerdCache
 from tenure._async._cluster_lock import AsyncClusterLock
 from tenure._async._connlock import AsyncConnectionLock
@@ -42,6 +45,7 @@ from tenure._exceptions import (
     CacheDecodeError,
     ClientTypeError,
     EmbeddedServerError,
+    IdSetCorruptError,
     LockLostError,
     LockNotOwnedError,
     LostError,
@@ -59,6 +63,7 @@ from tenure._exceptions import (
     ServerStartError,
     ServerUnavailableError,
     TenureError,
+    WrongTypeError,
 )
 from tenure._ingest_core import ChunkHolder, IngestStatus, WorkerReport
 from tenure._ingest_sources import AsyncCallableSource, CallableSource, SqlSource
@@ -83,6 +88,17 @@ from tenure._sync._rwlock import ReadLock, ReadWriteLock, WriteLock
 from tenure._sync._semaphore import Semaphore
 from tenure._version import __version__
 
+if TYPE_CHECKING:  # imported on first use: they need numpy and pyroaring (tenure[idsets])
+    from tenure._async._idset import AsyncIdSet
+    from tenure._idset_core import IdSetStatistics
+    from tenure._sync._idset import IdSet
+
+_NEEDS_NUMPY = {
+    "AsyncIdSet": "tenure._async._idset",
+    "IdSet": "tenure._sync._idset",
+    "IdSetStatistics": "tenure._idset_core",
+}
+
 __all__ = [
     "AcquireTimeoutError",
     "AlreadyHeldError",
@@ -93,6 +109,7 @@ __all__ = [
     "AsyncConnectionLock",
     "AsyncFencedKey",
     "AsyncHerdCache",
+    "AsyncIdSet",
     "AsyncIngestJob",
     "AsyncLock",
     "AsyncReadLock",
@@ -115,6 +132,9 @@ __all__ = [
     "EmbeddedServerError",
     "FencedKey",
     "HerdCache",
+    "IdSet",
+    "IdSetCorruptError",
+    "IdSetStatistics",
     "IdentityGenerator",
     "IngestJob",
     "IngestStatus",
@@ -154,8 +174,24 @@ __all__ = [
     "TenureError",
     "WorkerReport",
     "WriteLock",
+    "WrongTypeError",
     "ZlibCompressor",
     "ZstdCompressor",
     "__version__",
     "cached",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The id sets, imported on first use: they need numpy and pyroaring."""
+    module = _NEEDS_NUMPY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tenure' has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise ImportError(
+            f'tenure.{name} needs numpy and pyroaring: pip install "tenure[idsets]" ({exc})'
+        ) from exc
+    globals()[name] = value
+    return value

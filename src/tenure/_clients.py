@@ -21,6 +21,7 @@ from tenure._exceptions import (
     ScriptError,
     ServerUnavailableError,
     TenureError,
+    WrongTypeError,
 )
 
 __all__ = [
@@ -80,6 +81,8 @@ def translate_error(
         return PermissionDeniedError(f"the server's ACL refused a command{where}: {exc}", name=name)
     if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
         return ServerUnavailableError(f"server unavailable{where}: {exc}", name=name)
+    if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("WRONGTYPE"):
+        return WrongTypeError(f"a key holds another type{where}: {exc}", name=name)
     if isinstance(exc, redis_errors.ResponseError) and _is_script_failure(str(exc)):
         return ScriptError(f"script failed{where}: {exc}", name=name)
     if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):

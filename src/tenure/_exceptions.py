@@ -9,6 +9,7 @@ The tree::
     │   ├── ServerUnavailableError (ConnectionError)  refused, reset or timed out
     │   ├── PermissionDeniedError (NoPermissionError) the server's ACL forbids a command
     │   ├── ScriptError (ResponseError)          a tenure script failed on the server
+    │   ├── WrongTypeError (ResponseError)       a key holds another type than expected
     │   ├── ReplicationError                     too few replicas acknowledged a write
     │   └── QuorumError                          too few Redlock masters answered
     ├── EmbeddedServerError                      tenure.server could not run a server
@@ -27,7 +28,8 @@ The tree::
         ├── CacheDecodeError                     a stored cache value this cache cannot
         │                                        decode (read as a miss, never raised
         │                                        from get or fetch)
-        └── PlanMismatchError                    an ingestion job's name holds another plan
+        ├── PlanMismatchError                    an ingestion job's name holds another plan
+        └── IdSetCorruptError                    an id set's stored form fails validation
 
 The names in parentheses are redis-py's exception classes
 (``redis.exceptions``): an error that means what a redis-py exception means
@@ -54,6 +56,7 @@ __all__ = [
     "CacheDecodeError",
     "ClientTypeError",
     "EmbeddedServerError",
+    "IdSetCorruptError",
     "LockLostError",
     "LockNotOwnedError",
     "LostError",
@@ -71,6 +74,7 @@ __all__ = [
     "ServerStartError",
     "ServerUnavailableError",
     "TenureError",
+    "WrongTypeError",
 ]
 
 
@@ -134,6 +138,13 @@ class PermissionDeniedError(BackendError, _redis.NoPermissionError):
 
 class ScriptError(BackendError, _redis.ResponseError):
     """A tenure Lua script raised an error on the server."""
+
+
+class WrongTypeError(BackendError, _redis.ResponseError):
+    """A key holds a value of another type than the primitive keeps there (WRONGTYPE).
+
+    The message names the key; nothing was written.
+    """
 
 
 class ReplicationError(BackendError):
@@ -263,3 +274,12 @@ class CacheDecodeError(PrimitiveError):
 
 class PlanMismatchError(PrimitiveError):
     """An ingestion job's name is taken by a job with another plan (source or chunk size)."""
+
+
+class IdSetCorruptError(PrimitiveError):
+    """An id set's stored form failed validation: truncated, altered, or not an id set.
+
+    Raised before the data is used, naming what did not match (its length,
+    its checksum, its count of ids, a log element's shape); the local copy
+    is left as it was.
+    """

@@ -31,6 +31,7 @@ ON_CLUSTER = frozenset(
         "test_cache",
         "test_consumer",
         "test_ingest",
+        "test_idset",
     }
 )
 """The modules whose tests run on the cluster too."""

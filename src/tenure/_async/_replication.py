@@ -28,7 +28,7 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from tenure._async._scripting import AsyncClient
+from tenure._async._scripting import AsyncClient, primary_node
 from tenure._backend_asyncio import node_pipeline
 from tenure._clients import is_cluster, map_exceptions, translate_error
 from tenure._exceptions import BackendError
@@ -132,7 +132,7 @@ class AsyncAcknowledger:
     async def _node_name(self, key: str) -> str:
         if not is_cluster(self.client):
             return ""
-        return str((await _primary(self.client, key)).name)
+        return str((await primary_node(self.client, key)).name)
 
     async def _send(self, key: str, commands: list[tuple[Any, ...]], doing: str) -> list[Any]:
         """``commands`` on one connection to the primary of ``key``; replies in order."""
@@ -144,7 +144,7 @@ class AsyncAcknowledger:
                         pipe.execute_command(*command)
                     return list(await pipe.execute(raise_on_error=False))
             for attempt in (1, 2):
-                node = await _primary(client, key)
+                node = await primary_node(client, key)
                 try:
                     replies = await node_pipeline(node, commands)
                 except _REROUTE:
@@ -159,18 +159,3 @@ class AsyncAcknowledger:
                 self._counted.pop(str(node.name), None)
                 await client.exists(key)
         raise AssertionError("unreachable")  # pragma: no cover
-
-
-async def _primary(cluster: Any, key: str) -> Any:
-    """The cluster node serving ``key``'s slot as primary, from the client's slot map."""
-    try:
-        node = cluster.get_node_from_key(key, replica=False)
-    except redis_errors.SlotNotCoveredError:
-        node = None
-    if node is None:
-        # A cluster client may map its slots lazily, on its first command.
-        await cluster.exists(key)
-        node = cluster.get_node_from_key(key, replica=False)
-    if node is None:
-        raise BackendError(f"the cluster client knows no primary for the slot of {key!r}")
-    return node

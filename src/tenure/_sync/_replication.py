@@ -41,7 +41,7 @@ from tenure._replication_core import (
     unsupported_wait,
 )
 from tenure._scripts import load_script
-from tenure._sync._scripting import Client
+from tenure._sync._scripting import Client, primary_node
 
 __all__ = ["Acknowledger"]
 
@@ -133,7 +133,7 @@ class Acknowledger:
     def _node_name(self, key: str) -> str:
         if not is_cluster(self.client):
             return ""
-        return str((_primary(self.client, key)).name)
+        return str((primary_node(self.client, key)).name)
 
     def _send(self, key: str, commands: list[tuple[Any, ...]], doing: str) -> list[Any]:
         """``commands`` on one connection to the primary of ``key``; replies in order."""
@@ -145,7 +145,7 @@ class Acknowledger:
                         pipe.execute_command(*command)
                     return list(pipe.execute(raise_on_error=False))
             for attempt in (1, 2):
-                node = _primary(client, key)
+                node = primary_node(client, key)
                 try:
                     replies = node_pipeline(node, commands)
                 except _REROUTE:
@@ -160,18 +160,3 @@ class Acknowledger:
                 self._counted.pop(str(node.name), None)
                 client.exists(key)
         raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _primary(cluster: Any, key: str) -> Any:
-    """The cluster node serving ``key``'s slot as primary, from the client's slot map."""
-    try:
-        node = cluster.get_node_from_key(key, replica=False)
-    except redis_errors.SlotNotCoveredError:
-        node = None
-    if node is None:
-        # A cluster client may map its slots lazily, on its first command.
-        cluster.exists(key)
-        node = cluster.get_node_from_key(key, replica=False)
-    if node is None:
-        raise BackendError(f"the cluster client knows no primary for the slot of {key!r}")
-    return node

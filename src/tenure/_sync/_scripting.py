@@ -13,16 +13,19 @@ keys, and the node that lacks the script gets it the same way.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 import redis.cluster
 from redis import exceptions as redis_errors
 
-from tenure._clients import map_exceptions
+from tenure._backend_threads import node_pipeline
+from tenure._clients import is_cluster, map_exceptions
+from tenure._exceptions import BackendError
 from tenure._scripts import Script, ScriptStatistics, load_script
 
-__all__ = ["Client", "ScriptRegistry", "registry_for"]
+__all__ = ["Client", "ScriptRegistry", "primary_node", "registry_for"]
 
 Client = redis.Redis | redis.cluster.RedisCluster
 
@@ -64,6 +67,85 @@ class ScriptRegistry:
             except redis_errors.NoScriptError:
                 self._stats.reloads += 1
                 return client.eval(script.source, len(keys), *keys, *args)
+
+    def run_many(
+        self,
+        script: Script | str,
+        calls: Sequence[tuple[tuple[str, ...], tuple[str | int | float | bytes, ...]]],
+        *,
+        name: str | None = None,
+    ) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)`` in ``calls``, in one round trip.
+
+        A pipeline (on a cluster, one per node, sent together); the calls a
+        server lost the script for are sent again with EVAL. Returns the
+        replies in order; the first call that failed raises, translated.
+        """
+        if isinstance(script, str):
+            script = load_script(script)
+        for keys, args in calls:
+            script.check_call(keys, args)
+        if not calls:
+            return []
+        self._stats.calls += len(calls)
+        client = self._client
+        with map_exceptions(name=name, doing=f"running {script.name}"):
+            if is_cluster(client):
+                replies = self._by_node(script, calls)
+            else:
+                pipe = client.pipeline(transaction=False)
+                for keys, args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                replies = list(pipe.execute(raise_on_error=False))
+            # Sent again one by one, routed and reloaded as run() does: calls
+            # whose node lost the script, or whose slot moved.
+            for i, reply in enumerate(replies):
+                if isinstance(reply, (redis_errors.NoScriptError, redis_errors.MovedError)):
+                    keys, args = calls[i]
+                    self._stats.calls -= 1  # counted again by run()
+                    replies[i] = self.run(script, keys, args, name=name)
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+        return replies
+
+    def _by_node(
+        self,
+        script: Script,
+        calls: Sequence[tuple[tuple[str, ...], tuple[str | int | float | bytes, ...]]],
+    ) -> list[Any]:
+        """A cluster client's calls, one pipeline per primary.
+
+        redis-py refuses scripts in its cluster pipelines.
+        """
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = primary_node(self._client, keys[0])
+            groups.setdefault(str(node.name), (node, []))[1].append(i)
+        replies: list[Any] = [None] * len(calls)
+        for node, indices in groups.values():
+            commands = [
+                ("EVALSHA", script.sha, len(calls[i][0]), *calls[i][0], *calls[i][1])
+                for i in indices
+            ]
+            for i, reply in zip(indices, node_pipeline(node, commands), strict=True):
+                replies[i] = reply
+        return replies
+
+
+def primary_node(cluster: Any, key: str) -> Any:
+    """The cluster node serving ``key``'s slot as primary, from the client's slot map."""
+    try:
+        node = cluster.get_node_from_key(key, replica=False)
+    except redis_errors.SlotNotCoveredError:
+        node = None
+    if node is None:
+        # A cluster client may map its slots lazily, on its first command.
+        cluster.exists(key)
+        node = cluster.get_node_from_key(key, replica=False)
+    if node is None:
+        raise BackendError(f"the cluster client knows no primary for the slot of {key!r}")
+    return node
 
 
 def registry_for(client: Client) -> ScriptRegistry:

@@ -1,0 +1,566 @@
+"""The sans-IO half of id sets: ids checked, the stored form, the log, local copies.
+
+An id set (:class:`~tenure.IdSet`) holds unsigned 32-bit ids in plain Redis
+values, every key under the set's ``{name}`` hash tag:
+
+* ``meta``, a hash: ``epoch`` (a random token, new when the set is created
+  or cleared), ``version`` (one more with every write), ``log_start`` and
+  ``base_pos`` (positions, below), ``pending`` (ids written since the
+  compact form), and the compact form's ``bytes``, ``crc`` (CRC-32),
+  ``count`` and ``chunks``.
+* ``log``, a list: the writes, one or more elements each; each element is
+  ``+`` (added) or ``-`` (removed) and the ids as sorted little-endian
+  uint32s. Elements have positions counted from the epoch's start; the
+  list's first element is at ``log_start``.
+* ``base``, a list: the compact form of the writes before ``base_pos``, a
+  Roaring bitmap in its portable serialization (the format every Roaring
+  library reads), cut into chunks far below the server's value limit.
+
+A write appends to the log (one script, one round trip); it never rewrites
+the compact form. A compaction folds the writes into a new compact form,
+uploaded beside the old one and swapped in by one script, so a reader sees
+the set before or after, never half of it; the log keeps the writes since
+the previous compaction, so a reader that was up to date then catches up
+from the log alone. Readers keep a decoded copy per set and its position,
+and ask one script what they lack: nothing, the log past their position,
+or the compact form and the log past it. Everything here is pure; the I/O is in
+:mod:`tenure._async._idset`.
+"""
+
+from __future__ import annotations
+
+import array
+import heapq
+import threading
+import weakref
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pyroaring import BitMap
+
+from tenure._exceptions import ArgumentError, IdSetCorruptError
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_DELTA_LIMIT",
+    "LOCAL_COPIES",
+    "MAX_ID",
+    "Copy",
+    "Encoded",
+    "IdSetKeys",
+    "IdSetStatistics",
+    "LocalCopies",
+    "ReadReply",
+    "apply_log",
+    "bitmap_of",
+    "check_settings",
+    "decode_base",
+    "encode_base",
+    "intersection_count",
+    "intersection_of",
+    "jaccard_of",
+    "one_id",
+    "pack",
+    "to_ids",
+    "top_counts",
+]
+
+MAX_ID = 2**32 - 1
+"""The largest id: ids are unsigned 32-bit integers."""
+
+DEFAULT_CHUNK_BYTES = 4 << 20
+"""The compact form is stored in chunks of at most this many bytes (4 MiB)."""
+
+DEFAULT_DELTA_LIMIT = 100_000
+"""Ids written to the log before the write that passes this many compacts the set."""
+
+ELEMENT_IDS = 1 << 20
+"""Ids per log element at most (4 MiB): a large write is several elements of one write."""
+
+COMPACTION_LEASE_MS = 60_000
+"""How long one compactor holds the set's compaction lease (a crashed one frees it then)."""
+
+STAGE_TTL_MS = 600_000
+"""A compactor's upload expires after this long if its swap never comes."""
+
+DEFAULT_LOCAL_BYTES = 1 << 30
+"""The local copies of one process take about this much memory at most (1 GiB)."""
+
+_EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+@dataclass(frozen=True)
+class IdSetKeys:
+    """The keys of one id set, all under the ``{name}`` hash tag."""
+
+    meta: str  # hash: epoch, version, log_start, base_pos, pending, bytes, crc, count, chunks
+    log: str  # list: the writes by position, the first at log_start
+    base: str  # list: the compact form's chunks
+    lease: str  # string: the compaction lease's token
+
+    @classmethod
+    def for_name(cls, prefix: str, name: str) -> IdSetKeys:
+        """The keys of set ``name`` under ``prefix``."""
+        base = f"{prefix}{{{name}}}"
+        return cls(**{field: f"{base}:{field}" for field in cls.__dataclass_fields__})
+
+    def stage(self, token: str) -> str:
+        """Where the compactor ``token`` uploads a new compact form."""
+        return self.meta.removesuffix(":meta") + f":stage:{token}"
+
+    @property
+    def read(self) -> tuple[str, str, str]:
+        """The keys the read, write and clear scripts take."""
+        return (self.meta, self.log, self.base)
+
+
+def check_settings(name: object, prefix: object, delta_limit: object, chunk_bytes: object) -> None:
+    """Refuse settings an id set cannot work with, naming the argument."""
+    if not isinstance(name, str) or not name:
+        raise ArgumentError("name", "must be a non-empty str")
+    if not isinstance(prefix, str):
+        raise ArgumentError("prefix", "must be a str", name=name)
+    if isinstance(delta_limit, bool) or not isinstance(delta_limit, int) or delta_limit < 1:
+        raise ArgumentError("delta_limit", f"must be an int >= 1, got {delta_limit!r}", name=name)
+    if (
+        isinstance(chunk_bytes, bool)
+        or not isinstance(chunk_bytes, int)
+        or not 1024 <= chunk_bytes <= 256 << 20
+    ):
+        raise ArgumentError(
+            "chunk_bytes", f"must be an int in 1024..268435456, got {chunk_bytes!r}", name=name
+        )
+
+
+# -- ids ------------------------------------------------------------------------------
+
+
+def one_id(value: object, *, argument: str = "id", name: str | None = None) -> int:
+    """``value`` as an id, or :class:`~tenure.ArgumentError` saying why it is not one."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(
+            argument, f"must be an int in 0..{MAX_ID}, got {type(value).__name__}", name=name
+        )
+    if not 0 <= int(value) <= MAX_ID:
+        raise ArgumentError(argument, f"{int(value)} is outside 0..{MAX_ID}", name=name)
+    return int(value)
+
+
+def to_ids(
+    values: object, *, argument: str = "ids", name: str | None = None
+) -> npt.NDArray[np.uint32]:
+    """Ids from a numpy array of integers or an iterable of ints, as uint32.
+
+    Raises :class:`~tenure.ArgumentError` naming the first value that is not
+    an int in ``0..2**32-1`` (and where it was), or a wrong kind of array.
+    """
+    if isinstance(values, (str, bytes, bytearray, memoryview)) or not isinstance(
+        values, (np.ndarray, Iterable)
+    ):
+        raise ArgumentError(
+            argument,
+            f"must be a numpy array or an iterable of ints, got {type(values).__name__}",
+            name=name,
+        )
+    if isinstance(values, np.ndarray):
+        array_ = values
+        if array_.ndim != 1:
+            raise ArgumentError(argument, f"must be one-dimensional, got {array_.ndim}", name=name)
+        if array_.dtype.kind not in "iu":
+            raise ArgumentError(
+                argument, f"must hold integers, got an array of {array_.dtype}", name=name
+            )
+    else:
+        items = list(values)
+        if not items:
+            return _EMPTY
+        for position, item in enumerate(items):
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+                raise ArgumentError(
+                    argument,
+                    f"{item!r} (at position {position}) is not an int",
+                    name=name,
+                )
+        try:
+            array_ = np.asarray(items, dtype=np.int64)
+        except OverflowError:
+            array_ = np.asarray(items, dtype=object)
+            bad = next(i for i, item in enumerate(items) if not 0 <= item <= MAX_ID)
+            raise ArgumentError(
+                argument, f"{items[bad]} (at position {bad}) is outside 0..{MAX_ID}", name=name
+            ) from None
+    if array_.size == 0:
+        return _EMPTY
+    if array_.dtype == np.uint32:
+        return array_
+    outside = (array_ < 0) | (array_ > MAX_ID) if array_.dtype.kind == "i" else array_ > MAX_ID
+    if outside.any():
+        bad = int(np.argmax(outside))
+        raise ArgumentError(
+            argument, f"{array_[bad]} (at position {bad}) is outside 0..{MAX_ID}", name=name
+        )
+    return array_.astype(np.uint32)
+
+
+def pack(sign: bytes, ids: npt.NDArray[np.uint32]) -> list[bytes]:
+    """A write's log elements: ``sign`` (``b"+"`` or ``b"-"``) and the ids sorted, little-endian.
+
+    Sorted because a Roaring bitmap takes sorted ids many times faster.
+    """
+    ordered = np.sort(ids).astype("<u4", copy=False)
+    return [
+        sign + ordered[start : start + ELEMENT_IDS].tobytes()
+        for start in range(0, len(ordered), ELEMENT_IDS)
+    ]
+
+
+def _element_ids(element: object, position: int, where: str) -> npt.NDArray[np.uint32]:
+    """A log element's ids, or :class:`~tenure.IdSetCorruptError` if it is not a write."""
+    if not isinstance(element, bytes) or len(element) % 4 != 1 or element[:1] not in (b"+", b"-"):
+        shape = f"{len(element)} bytes" if isinstance(element, bytes) else type(element).__name__
+        raise IdSetCorruptError(
+            f"log element {position} of {where} is not a write (a sign and 4-byte ids): {shape}"
+        )
+    return np.frombuffer(element, dtype="<u4", offset=1)
+
+
+def _roaring_input(ids: npt.NDArray[np.uint32]) -> array.array[int]:
+    """``ids`` in the form a Roaring bitmap takes fastest: a sorted array of C unsigned ints."""
+    if len(ids) > 1 and not bool((ids[1:] >= ids[:-1]).all()):
+        ids = np.sort(ids)
+    native = array.array("I")
+    native.frombytes(ids.astype(np.uint32, copy=False).tobytes())
+    return native
+
+
+def apply_log(view: BitMap, elements: Sequence[bytes], where: str, first: int = 0) -> None:
+    """Apply log elements to ``view`` in their order (a later write wins)."""
+    for position, element in enumerate(elements, first):
+        ids = _roaring_input(_element_ids(element, position, where))
+        if element[:1] == b"+":
+            view.update(ids)
+        else:
+            view.difference_update(BitMap(ids))
+
+
+def bitmap_of(ids: npt.NDArray[np.uint32]) -> BitMap:
+    """A bitmap of ``ids`` (any order, repeats allowed)."""
+    return BitMap(_roaring_input(ids))
+
+
+# -- the compact form -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A set's compact form cut into chunks, with what a reader validates it by."""
+
+    chunks: list[bytes]
+    size: int
+    crc: int
+    count: int
+
+
+def encode_base(view: BitMap, chunk_bytes: int) -> Encoded:
+    """The portable Roaring serialization of ``view`` (run containers where they pay)."""
+    form = view.copy()
+    form.run_optimize()
+    blob = form.serialize()
+    chunks = [blob[start : start + chunk_bytes] for start in range(0, len(blob), chunk_bytes)]
+    return Encoded(chunks, len(blob), zlib.crc32(blob), len(form))
+
+
+def decode_base(meta: Sequence[Any], chunks: Sequence[bytes], where: str) -> BitMap:
+    """The compact form from its chunks, validated against ``meta`` (bytes, crc, count)."""
+    try:
+        size, crc, count = (int(value) for value in meta)
+    except (TypeError, ValueError):
+        raise IdSetCorruptError(f"{where}: its meta data is not numbers: {list(meta)!r}") from None
+    if size == 0 and not chunks:
+        if count:
+            raise IdSetCorruptError(f"{where}: the compact form is missing ({count:,} ids)")
+        return BitMap()
+    blob = b"".join(chunks)
+    if len(blob) != size:
+        raise IdSetCorruptError(
+            f"{where}: the compact form has {len(blob):,} bytes in {len(chunks)} chunks, "
+            f"{size:,} expected (truncated or altered)"
+        )
+    if zlib.crc32(blob) != crc:
+        raise IdSetCorruptError(f"{where}: the compact form's CRC-32 does not match (altered)")
+    try:
+        view = BitMap.deserialize(blob)
+    except ValueError as exc:
+        message = f"{where}: the compact form is not a Roaring bitmap: {exc}"
+        raise IdSetCorruptError(message) from None
+    if len(view) != count:
+        raise IdSetCorruptError(
+            f"{where}: the compact form holds {len(view):,} ids, {count:,} expected"
+        )
+    return view
+
+
+# -- local copies -------------------------------------------------------------------------
+
+
+@dataclass
+class Copy:
+    """A decoded copy of a set: ``view`` holds the writes before ``position`` of ``epoch``.
+
+    Positions count log elements since the set was created (or cleared,
+    which starts a new epoch). A copy only moves forward: newer elements
+    are applied to ``view`` in place, each step leaving a state the set
+    really had, and a whole new read replaces the view object; a query
+    holds the view it validated, so it sees that state or a newer one.
+    """
+
+    epoch: str
+    version: int
+    position: int
+    view: BitMap
+    nbytes: int = 0
+
+
+@dataclass(frozen=True)
+class ReadReply:
+    """The read script's reply, decoded (see ``lua/idset_read.lua``)."""
+
+    version: int
+    epoch: str
+    kind: int  # 0 current, 1 log elements from start, 2 the compact form and the log past it
+    start: int
+    elements: list[bytes]
+    base: list[Any]
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any], where: str) -> ReadReply:
+        """Decode ``reply``, or :class:`~tenure.IdSetCorruptError` if it is not one."""
+        try:
+            version, epoch, kind, start, elements, base = reply
+            parsed = cls(
+                int(version), _text(epoch), int(kind), int(start), list(elements), list(base)
+            )
+        except (TypeError, ValueError):
+            message = f"{where}: an unexpected reply to a read: {reply!r:.200}"
+            raise IdSetCorruptError(message) from None
+        if parsed.kind not in (0, 1, 2) or (parsed.kind == 2 and len(parsed.base) != 4):
+            raise IdSetCorruptError(f"{where}: an unexpected reply to a read (kind {parsed.kind})")
+        return parsed
+
+    @property
+    def received(self) -> int:
+        """The bytes of ids and compact form this reply carried."""
+        chunks = self.base[3] if self.kind == 2 else ()
+        return sum(len(e) for e in self.elements) + sum(len(c) for c in chunks)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class LocalCopies:
+    """The decoded copies of one process, per client and key, least recently used out first.
+
+    Bounded by ``max_bytes`` (the bytes each copy was built from, about its
+    size in memory). Thread-safe; copies of a client that is gone are
+    dropped with it.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_LOCAL_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._copies: OrderedDict[tuple[int, str], Copy] = OrderedDict()
+        self._bytes = 0
+        self._clients: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    def position(self, client: Any, key: str) -> tuple[str, int]:
+        """Where the copy of ``key`` stands: (epoch, position); ('', 0) for none."""
+        with self._lock:
+            copy = self._copies.get((id(client), key))
+            if copy is None:
+                return "", 0
+            self._copies.move_to_end((id(client), key))
+            return copy.epoch, copy.position
+
+    def snapshot(self, client: Any, key: str) -> Copy | None:
+        """A consistent copy of the record of ``key`` (the view itself is shared)."""
+        with self._lock:
+            copy = self._copies.get((id(client), key))
+            return None if copy is None else Copy(**vars(copy))
+
+    def absorb(
+        self, client: Any, key: str, sent: tuple[str, int], reply: ReadReply, where: str
+    ) -> BitMap | None:
+        """The set's view after ``reply`` to a read sent from position ``sent``.
+
+        Returns None when the copy moved meanwhile so that the reply does
+        not fit it (the caller reads again). Raises
+        :class:`~tenure.IdSetCorruptError` before changing anything if the
+        reply does not validate.
+        """
+        slot = (id(client), key)
+        if reply.kind == 2:
+            view = decode_base(reply.base[:3], reply.base[3], where)
+            apply_log(view, reply.elements, where, reply.start)
+            end = reply.start + len(reply.elements)
+            whole = Copy(reply.epoch, reply.version, end, view, reply.received)
+            with self._lock:
+                self._store(client, slot, whole)
+            return view
+        for position, element in enumerate(reply.elements, reply.start):
+            _element_ids(element, position, where)  # all valid before any is applied
+        with self._lock:
+            copy = self._copies.get(slot)
+            if copy is None:
+                if reply.kind == 0 and sent == ("", 0):  # a set never written
+                    copy = Copy(reply.epoch, reply.version, 0, BitMap())
+                    self._store(client, slot, copy)
+                    return copy.view
+                return None
+            end = reply.start + len(reply.elements)
+            if copy.epoch != reply.epoch or not reply.start <= copy.position:
+                return None
+            if copy.position < end:
+                fresh = reply.elements[copy.position - reply.start :]
+                apply_log(copy.view, fresh, where, copy.position)
+                added = sum(len(e) for e in fresh)
+                copy.nbytes += added
+                self._bytes += added
+                copy.position = end
+            copy.version = max(copy.version, reply.version)
+            return copy.view
+
+    def absorb_write(
+        self, client: Any, key: str, reply: Sequence[Any], elements: Sequence[bytes]
+    ) -> None:
+        """Apply one's own write to the copy if it was current just before it.
+
+        Saves reading one's own write back; otherwise the next read fetches
+        what is missing.
+        """
+        version, end, epoch = int(reply[0]), int(reply[2]), _text(reply[3])
+        with self._lock:
+            copy = self._copies.get((id(client), key))
+            if copy is None or copy.epoch != epoch or copy.position != end - len(elements):
+                return
+            apply_log(copy.view, elements, "a write", copy.position)
+            written = sum(len(e) for e in elements)
+            copy.position, copy.version = end, version
+            copy.nbytes += written
+            self._bytes += written
+
+    def clear(self) -> None:
+        """Forget every copy (the next read of each set reads it whole)."""
+        with self._lock:
+            self._copies.clear()
+            self._bytes = 0
+
+    def _store(self, client: Any, slot: tuple[int, str], copy: Copy) -> None:
+        if client not in self._clients:
+            self._clients[client] = id(client)
+            weakref.finalize(client, self._forget_client, id(client))
+        old = self._copies.pop(slot, None)
+        if old is not None:
+            self._bytes -= old.nbytes
+        self._copies[slot] = copy
+        self._bytes += copy.nbytes
+        while self._bytes > self.max_bytes and len(self._copies) > 1:
+            _, evicted = self._copies.popitem(last=False)
+            self._bytes -= evicted.nbytes
+
+    def _forget_client(self, client_id: int) -> None:
+        with self._lock:
+            for slot in [slot for slot in self._copies if slot[0] == client_id]:
+                self._bytes -= self._copies.pop(slot).nbytes
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the copies were built from, in all."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+
+LOCAL_COPIES = LocalCopies()
+"""The copies of this process (sync and asyncio sets alike, told apart by client)."""
+
+
+# -- queries --------------------------------------------------------------------------
+
+
+def intersection_of(views: Sequence[BitMap]) -> BitMap:
+    """The ids in every one of ``views`` (the smallest first keeps it cheap)."""
+    ordered = sorted(views, key=len)
+    result = ordered[0] & ordered[1] if len(ordered) > 1 else ordered[0].copy()
+    for view in ordered[2:]:
+        if not result:
+            break
+        result &= view
+    return result
+
+
+def intersection_count(views: Sequence[BitMap]) -> int:
+    """How many ids are in every one of ``views``."""
+    if len(views) == 2:
+        return int(views[0].intersection_cardinality(views[1]))
+    if len(views) == 1:
+        return len(views[0])
+    ordered = sorted(views, key=len)
+    return int(intersection_of(ordered[:-1]).intersection_cardinality(ordered[-1]))
+
+
+def jaccard_of(a: BitMap, b: BitMap) -> float:
+    """|a & b| / |a | b| (0.0 for two empty sets)."""
+    if not a and not b:
+        return 0.0
+    return float(a.jaccard_index(b))
+
+
+def top_counts(view: BitMap, others: Sequence[BitMap], k: int) -> list[tuple[int, int]]:
+    """The ``k`` largest overlaps of ``view`` with ``others``: (index, count), largest first.
+
+    Ties keep the order of ``others``.
+    """
+    counts = ((view.intersection_cardinality(other), index) for index, other in enumerate(others))
+    best = heapq.nsmallest(k, ((-count, index) for count, index in counts))
+    return [(index, -negative) for negative, index in best]
+
+
+@dataclass
+class IdSetStatistics:
+    """An id set's counters (this object, this process).
+
+    ``reads`` counts revalidations of the local copy: ``unchanged`` found
+    it current, ``incremental`` applied the log past it, ``full`` read the
+    set whole; ``bytes_read`` is what came from the server for them.
+    ``writes`` and ``ids_written`` count writes; ``compactions`` those this
+    object made, and ``compaction_conflicts`` those refused because another
+    compaction or a clear came first.
+    """
+
+    reads: int = 0
+    unchanged: int = 0
+    incremental: int = 0
+    full: int = 0
+    bytes_read: int = 0
+    writes: int = 0
+    ids_written: int = 0
+    compactions: int = 0
+    compaction_conflicts: int = 0
+
+    def count_read(self, kind: int, received: int) -> None:
+        """Count one revalidation of ``kind`` (0, 1, 2) that received ``received`` bytes."""
+        self.reads += 1
+        self.bytes_read += received
+        if kind == 0:
+            self.unchanged += 1
+        elif kind == 1:
+            self.incremental += 1
+        else:
+            self.full += 1
