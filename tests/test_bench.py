@@ -339,6 +339,36 @@ def test_bench_redlock_measures_both_scenarios_and_judges_the_targets(
     assert "unknown contender(s) nonesuch; known: tenure, tenure-async" in unknown.stderr
 
 
+@pytest.mark.slow
+def test_bench_idsets_measures_every_row_and_judges_the_targets(
+    tmp_path: Path, tenure_engine: Engine
+) -> None:
+    if tenure_engine.name != "valkey":
+        pytest.skip("the plumbing is engine-blind: checked once, on Valkey")
+    report, raw = tmp_path / "report.md", tmp_path / "raw.json"
+    done = run(
+        "bench", "idsets", "--ids-a", "20000", "--ids-b", "30000", "--dense-below", "200000",
+        "--others", "30", "--other-ids", "2000", "--rounds", "2",
+        "--output", str(report), "--json", str(raw),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "### (a) spread over the 32-bit range:" in out and "### (b) dense below 200,000:" in out
+    for label in ("numpy `intersect1d`", "pyroaring alone", "`IdSet` cold", "`IdSet` warm"):
+        assert out.count(label) == 2, label
+    assert out.count("Redis `SINTERCARD` on native sets") == 2
+    assert "| warm count <= 6 ms in (a) |" in out and "| warm count <= 1 ms in (b) |" in out
+    assert "top_overlaps against 30 sets of 2,000 ids warm < 0.5 s" in out
+    data = json.loads(raw.read_text())
+    for scenario in data["scenarios"].values():
+        assert {row["count"] for row in scenario["rows"]} == {scenario["expected"]}
+        assert len(scenario["rows"]) == 5
+    assert "<!-- tenure-bench:idsets:start -->" in report.read_text()
+    bad = run("bench", "idsets", "--skip", "native,nonesuch")
+    assert bad.returncode == 2
+    assert "--skip: unknown part(s) nonesuch; known: native, overlaps" in bad.stderr
+
+
 def test_bench_refuses_bad_values() -> None:
     bad = run("bench", "locks", "--seconds", "0")
     assert bad.returncode == 2
@@ -385,7 +415,9 @@ def test_a_given_server_with_data_is_not_emptied(tenure_client: redis.Redis) -> 
     kwargs = tenure_client.connection_pool.connection_kwargs
     url = f"redis://{kwargs['host']}:{kwargs['port']}"
     for name in BENCHMARKS:
-        short = ["--rows", "1000"] if name == "ingest" else ["--seconds", "0.2"]
+        short = {"ingest": ["--rows", "1000"], "idsets": ["--rounds", "1"]}.get(
+            name, ["--seconds", "0.2"]
+        )
         refused = run("bench", name, *short, "--url", url)
         assert refused.returncode == 2, refused.stderr
         assert "holds 1 keys" in refused.stderr and "--allow-flush" in refused.stderr

@@ -167,6 +167,12 @@ async def test_a_write_passing_the_delta_limit_compacts(tenure_async_client: Any
     assert await tenure_async_client.llen(ids.keys.log) == 1
     assert ids.statistics().compactions == 2
     assert await ids.count() == 2000
+    # a bulk load, more than the log keeps: only the compact form remains
+    await ids.add_many(range(100_000, 150_000))
+    meta = await tenure_async_client.hgetall(ids.keys.meta)
+    assert (int(meta[b"log_start"]), int(meta[b"base_pos"])) == (4, 4)
+    assert await tenure_async_client.llen(ids.keys.log) == 0
+    assert await ids.count() == 52_000
 
 
 async def test_large_writes_and_chunked_forms_round_trip(

@@ -168,6 +168,12 @@ def test_a_write_passing_the_delta_limit_compacts(tenure_client: Any) -> None:
     assert tenure_client.llen(ids.keys.log) == 1
     assert ids.statistics().compactions == 2
     assert ids.count() == 2000
+    # a bulk load, more than the log keeps: only the compact form remains
+    ids.add_many(range(100_000, 150_000))
+    meta = tenure_client.hgetall(ids.keys.meta)
+    assert (int(meta[b"log_start"]), int(meta[b"base_pos"])) == (4, 4)
+    assert tenure_client.llen(ids.keys.log) == 0
+    assert ids.count() == 52_000
 
 
 def test_large_writes_and_chunked_forms_round_trip(tenure_client: Any, other_client: Any) -> None:

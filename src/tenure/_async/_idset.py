@@ -166,6 +166,7 @@ class AsyncIdSet:
                     encoded.crc,
                     encoded.count,
                     len(encoded.chunks),
+                    self.delta_limit,
                 ),
                 name=self.name,
             )

@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "caches": ("caches", "tenure's HerdCache beside dogpile.cache, cashews and aiocache"),
     "ingest": ("ingest", "tenure's IngestJob beside the CLIENT SETNAME chunk booking"),
     "redlock": ("redlock", "tenure's Redlock beside pottery's and aioredlock over three masters"),
+    "idsets": ("idsets", "tenure's IdSet beside Redis SINTERCARD, numpy and pyroaring"),
 }
 
 

@@ -167,6 +167,7 @@ class IdSet:
                     encoded.crc,
                     encoded.count,
                     len(encoded.chunks),
+                    self.delta_limit,
                 ),
                 name=self.name,
             )

@@ -11,6 +11,7 @@
 -- ARGV[4] its CRC-32
 -- ARGV[5] how many ids it holds
 -- ARGV[6] how many chunks it was cut into
+-- ARGV[7] how many of the merged writes' ids the log may keep for readers behind
 -- returns 1 if swapped, 0 if the set was cleared, a newer form is in place already, or
 --         the stage is incomplete
 --! include idset
@@ -36,13 +37,24 @@ else
     redis.call('RENAME', KEYS[4], KEYS[3])
     redis.call('PERSIST', KEYS[3])
 end
--- The log keeps the writes since the previous compaction: a reader up to
--- date until then still catches up from the log alone.
-redis.call('LTRIM', KEYS[2], base_pos - log_start, -1)
+-- The log keeps the latest merged writes, up to ARGV[7] ids and none from
+-- before the previous compaction: a reader that recently was up to date
+-- catches up from the log alone, and a bulk load leaves no copy of itself.
+local merged = redis.call('LRANGE', KEYS[2], base_pos - log_start, position - log_start - 1)
+local keep_from = position
+local kept = 0
+for i = #merged, 1, -1 do
+    kept = kept + math.floor((#merged[i] - 1) / 4)
+    if kept > tonumber(ARGV[7]) then
+        break
+    end
+    keep_from = base_pos + i - 1
+end
+redis.call('LTRIM', KEYS[2], keep_from - log_start, -1)
 local pending = 0
-for _, element in ipairs(redis.call('LRANGE', KEYS[2], position - base_pos, -1)) do
+for _, element in ipairs(redis.call('LRANGE', KEYS[2], position - keep_from, -1)) do
     pending = pending + math.floor((#element - 1) / 4)
 end
-redis.call('HSET', KEYS[1], 'log_start', base_pos, 'base_pos', position, 'pending', pending,
+redis.call('HSET', KEYS[1], 'log_start', keep_from, 'base_pos', position, 'pending', pending,
     'bytes', ARGV[3], 'crc', ARGV[4], 'count', ARGV[5], 'chunks', chunks)
 return 1
