@@ -13,15 +13,19 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from tenure import ArgumentError, IdSetCorruptError
+from tenure._idset_base import NATIVE, PARALLEL_CONTAINERS, FrozenBase, PlainBase
 from tenure._idset_core import (
     ELEMENT_IDS,
     LocalCopies,
     ReadReply,
-    apply_log,
+    SetView,
+    count_each,
     decode_base,
     encode_base,
     intersection_count,
+    jaccard_of,
     pack,
+    pair_count,
     to_ids,
     top_counts,
 )
@@ -36,30 +40,14 @@ def test_the_log_applied_in_order_is_the_set_a_python_set_would_be(
     writes: list[tuple[bytes, list[int]]],
 ) -> None:
     model: set[int] = set()
-    view = BitMap()
+    view = SetView.empty()
     for sign, ids in writes:
-        apply_log(view, pack(sign, to_ids(ids)), "test")
+        view = view.applied(pack(sign, to_ids(ids)), "test")
         if sign == b"+":
             model.update(ids)
         else:
             model.difference_update(ids)
-    assert sorted(view) == sorted(model)
-
-
-@settings(max_examples=100, deadline=None)
-@given(ops, st.integers(0, 25), st.integers(0, 25))
-def test_writes_applied_again_from_an_earlier_position_change_nothing(
-    writes: list[tuple[bytes, list[int]]], seen: int, again: int
-) -> None:
-    """A copy at position m given the elements from k <= m on ends where one at k would."""
-    elements = [pack(sign, to_ids(ids)) for sign, ids in writes if ids]
-    flat = [element for write in elements for element in write]
-    seen, again = min(seen, len(flat)), min(again, seen)
-    ahead, exact = BitMap(), BitMap()
-    apply_log(ahead, flat[:seen], "test")
-    apply_log(ahead, flat[again:], "test")
-    apply_log(exact, flat, "test")
-    assert ahead == exact
+    assert sorted(view.to_bitmap()) == sorted(model) and len(view) == len(model)
 
 
 def test_a_large_write_is_cut_into_elements_of_sorted_ids() -> None:
@@ -70,9 +58,8 @@ def test_a_large_write_is_cut_into_elements_of_sorted_ids() -> None:
 
 
 def test_unsorted_elements_written_by_anyone_else_are_applied_too() -> None:
-    view = BitMap()
-    apply_log(view, [b"+" + np.array([9, 3, 7, 3], dtype="<u4").tobytes()], "test")
-    assert list(view) == [3, 7, 9]
+    view = SetView.empty().applied([b"+" + np.array([9, 3, 7, 3], dtype="<u4").tobytes()], "t")
+    assert list(view.to_bitmap()) == [3, 7, 9]
 
 
 @pytest.mark.parametrize(
@@ -81,18 +68,19 @@ def test_unsorted_elements_written_by_anyone_else_are_applied_too() -> None:
 )
 def test_a_log_element_that_is_not_a_write_is_refused(element: bytes) -> None:
     with pytest.raises(IdSetCorruptError, match="log element 3 of here is not a write"):
-        apply_log(BitMap(), [element], "here", 3)
+        SetView.empty().applied([element], "here", 3)
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(0, 2**32 - 1), max_size=3000), st.integers(1024, 4096))
 def test_the_compact_form_round_trips_in_chunks(ids: list[int], chunk_bytes: int) -> None:
     view = BitMap(ids)
-    encoded = encode_base(view, chunk_bytes)
+    encoded = encode_base(view.copy(), chunk_bytes)
     assert all(len(chunk) <= chunk_bytes for chunk in encoded.chunks)
-    assert b"".join(encoded.chunks) == view.serialize() or len(view) == encoded.count
+    assert encoded.count == len(view)
     meta = (encoded.size, encoded.crc, encoded.count)
-    assert decode_base(meta, encoded.chunks, "here") == view
+    bitmap, blob = decode_base(meta, encoded.chunks, "here")
+    assert bitmap == view and blob == b"".join(encoded.chunks)
 
 
 def test_a_damaged_compact_form_is_refused_saying_how() -> None:
@@ -147,23 +135,23 @@ def test_local_copies_move_only_forward() -> None:
     client, key = _Client(), "k"
     assert copies.position(client, key) == ("", 0)
     view = copies.absorb(client, key, ("", 0), _full(3, "e1", 2, BitMap([1]), [_adds(2)]), "here")
-    assert view is not None and list(view) == [1, 2]
+    assert view is not None and list(view.to_bitmap()) == [1, 2]
     assert copies.position(client, key) == ("e1", 3)
     # a reply from an older read (sent at position 3, elements from 3) arrives after a newer one
     newer = copies.absorb(client, key, ("e1", 3), _reply(5, "e1", 1, 3, [_adds(3), _adds(4)]), "x")
     older = copies.absorb(client, key, ("e1", 3), _reply(4, "e1", 1, 3, [_adds(3)]), "x")
-    assert newer is older and list(newer) == [1, 2, 3, 4]
+    assert newer is older and newer is not None and list(newer.to_bitmap()) == [1, 2, 3, 4]
     assert copies.position(client, key) == ("e1", 5)
     # a reply that overlaps the copy applies only what is new to it
     view = copies.absorb(client, key, ("e1", 4), _reply(6, "e1", 1, 4, [_adds(4), _adds(9)]), "x")
-    assert view is not None and list(view) == [1, 2, 3, 4, 9]
+    assert view is not None and list(view.to_bitmap()) == [1, 2, 3, 4, 9]
     # another epoch's increment cannot apply; the caller reads again
     assert copies.absorb(client, key, ("e1", 6), _reply(7, "e2", 1, 0, [_adds(5)]), "x") is None
     # a bad element is refused before anything is applied
     with pytest.raises(IdSetCorruptError):
         copies.absorb(client, key, ("e1", 6), _reply(8, "e1", 1, 6, [_adds(7), b"?"]), "x")
     snapshot = copies.snapshot(client, key)
-    assert snapshot is not None and list(snapshot.view) == [1, 2, 3, 4, 9]
+    assert snapshot is not None and list(snapshot.view.to_bitmap()) == [1, 2, 3, 4, 9]
     assert (snapshot.position, snapshot.version) == (6, 6)
 
 
@@ -174,7 +162,7 @@ def test_ones_own_write_is_applied_only_to_a_current_copy() -> None:
     assert copies.position(client, "k") == ("e", 2)
     copies.absorb_write(client, "k", [4, 5, 4, b"e"], [_adds(4)])  # position 3 was missed
     snapshot = copies.snapshot(client, "k")
-    assert snapshot is not None and list(snapshot.view) == [1, 2]
+    assert snapshot is not None and list(snapshot.view.to_bitmap()) == [1, 2]
 
 
 def test_local_copies_stay_within_their_bound_and_leave_with_their_client() -> None:
@@ -193,9 +181,64 @@ def test_local_copies_stay_within_their_bound_and_leave_with_their_client() -> N
     assert len(copies) == 1 and copies.position(other, "z") == ("e", 1)
 
 
+def _views(base: list[int], writes: list[tuple[bytes, list[int]]], native: bool) -> SetView:
+    bitmap = BitMap(base)
+    view = SetView.of(bitmap) if native else SetView(PlainBase(bitmap), BitMap(), BitMap())
+    for sign, ids in writes:
+        view = view.applied(pack(sign, to_ids(ids)), "test")
+    return view
+
+
+small_ids = st.lists(st.integers(0, 300_000), max_size=80)
+small_ops = st.lists(st.tuples(st.sampled_from([b"+", b"-"]), small_ids), max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_ids, small_ops, small_ids, small_ops, st.booleans())
+def test_counts_on_a_base_and_its_writes_are_the_counts_of_the_sets(
+    base_a: list[int],
+    writes_a: list[tuple[bytes, list[int]]],
+    base_b: list[int],
+    writes_b: list[tuple[bytes, list[int]]],
+    native: bool,
+) -> None:
+    a, b = _views(base_a, writes_a, native), _views(base_b, writes_b, native)
+    full_a, full_b = a.to_bitmap(), b.to_bitmap()
+    assert len(a) == len(full_a) and len(b) == len(full_b)
+    assert not a.adds & BitMap(base_a) and a.removes <= BitMap(base_a)  # kept apart, normalized
+    assert pair_count(a, b) == len(full_a & full_b) == pair_count(b, a)
+    assert intersection_count([a, b, a]) == len(full_a & full_b)
+    assert jaccard_of(a, b) == pytest.approx(
+        len(full_a & full_b) / len(full_a | full_b) if full_a | full_b else 0.0
+    )
+    for value in [*base_a[:5], *base_b[:5], 299_999]:
+        assert (value in a) == (value in full_a)
+
+
+def test_large_bases_count_in_parallel_as_they_would_alone() -> None:
+    rng = np.random.default_rng(5)
+    first = BitMap(to_ids(rng.integers(0, 2**32, 400_000)))
+    second = BitMap(to_ids(rng.integers(0, 2**32, 600_000)))
+    a, b = SetView.of(first.copy()), SetView.of(second.copy())
+    if NATIVE is not None:
+        assert isinstance(a.base, FrozenBase) and a.base.containers >= PARALLEL_CONTAINERS
+    expected = len(first & second)
+    assert a.base.and_cardinality(b.base) == expected
+    assert a.base.and_cardinality(b.base, parallel=False) == expected
+    others = [SetView.of(BitMap(to_ids(rng.integers(0, 2**32, 5000)))) for _ in range(100)]
+    assert count_each(a, others) == [len(first & o.to_bitmap()) for o in others]
+
+
+def test_a_view_whose_writes_grow_large_is_rebuilt() -> None:
+    view = SetView.of(BitMap(range(0, 1000, 2)))
+    view = view.applied(pack(b"+", to_ids(range(1, 200_000, 2))), "test")
+    assert not view.adds and not view.removes  # folded into a new base
+    assert len(view) == 500 + 100_000
+
+
 def test_counts_and_top_overlaps() -> None:
-    a, b, c = BitMap(range(10)), BitMap(range(5, 20)), BitMap(range(8, 9))
+    a, b, c = (SetView.of(BitMap(r)) for r in (range(10), range(5, 20), range(8, 9)))
     assert intersection_count([a, b, c]) == 1
     assert intersection_count([a]) == 10
-    assert top_counts(a, [c, b, BitMap(range(5, 10))], 2) == [(1, 5), (2, 5)]
+    assert top_counts(a, [c, b, SetView.of(BitMap(range(5, 10)))], 2) == [(1, 5), (2, 5)]
     assert top_counts(a, [b], 0) == []

@@ -44,6 +44,7 @@ import numpy.typing as npt
 from pyroaring import BitMap
 
 from tenure._exceptions import ArgumentError, IdSetCorruptError
+from tenure._idset_base import NATIVE, Base, PlainBase, make_base
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -56,9 +57,10 @@ __all__ = [
     "IdSetStatistics",
     "LocalCopies",
     "ReadReply",
-    "apply_log",
+    "SetView",
     "bitmap_of",
     "check_settings",
+    "count_each",
     "decode_base",
     "encode_base",
     "intersection_count",
@@ -66,6 +68,7 @@ __all__ = [
     "jaccard_of",
     "one_id",
     "pack",
+    "pair_count",
     "to_ids",
     "top_counts",
 ]
@@ -238,16 +241,6 @@ def _roaring_input(ids: npt.NDArray[np.uint32]) -> array.array[int]:
     return native
 
 
-def apply_log(view: BitMap, elements: Sequence[bytes], where: str, first: int = 0) -> None:
-    """Apply log elements to ``view`` in their order (a later write wins)."""
-    for position, element in enumerate(elements, first):
-        ids = _roaring_input(_element_ids(element, position, where))
-        if element[:1] == b"+":
-            view.update(ids)
-        else:
-            view.difference_update(BitMap(ids))
-
-
 def bitmap_of(ids: npt.NDArray[np.uint32]) -> BitMap:
     """A bitmap of ``ids`` (any order, repeats allowed)."""
     return BitMap(_roaring_input(ids))
@@ -266,17 +259,22 @@ class Encoded:
     count: int
 
 
-def encode_base(view: BitMap, chunk_bytes: int) -> Encoded:
-    """The portable Roaring serialization of ``view`` (run containers where they pay)."""
-    form = view.copy()
+def encode_base(form: BitMap, chunk_bytes: int) -> Encoded:
+    """The portable Roaring serialization of ``form`` (run containers where they pay).
+
+    ``form`` is optimized in place: pass a bitmap of the caller's own.
+    """
     form.run_optimize()
     blob = form.serialize()
     chunks = [blob[start : start + chunk_bytes] for start in range(0, len(blob), chunk_bytes)]
     return Encoded(chunks, len(blob), zlib.crc32(blob), len(form))
 
 
-def decode_base(meta: Sequence[Any], chunks: Sequence[bytes], where: str) -> BitMap:
-    """The compact form from its chunks, validated against ``meta`` (bytes, crc, count)."""
+def decode_base(meta: Sequence[Any], chunks: Sequence[bytes], where: str) -> tuple[BitMap, bytes]:
+    """The compact form from its chunks, validated against ``meta`` (bytes, crc, count).
+
+    Returns the bitmap and the serialized form it was read from.
+    """
     try:
         size, crc, count = (int(value) for value in meta)
     except (TypeError, ValueError):
@@ -284,7 +282,7 @@ def decode_base(meta: Sequence[Any], chunks: Sequence[bytes], where: str) -> Bit
     if size == 0 and not chunks:
         if count:
             raise IdSetCorruptError(f"{where}: the compact form is missing ({count:,} ids)")
-        return BitMap()
+        return BitMap(), b""
     blob = b"".join(chunks)
     if len(blob) != size:
         raise IdSetCorruptError(
@@ -294,15 +292,91 @@ def decode_base(meta: Sequence[Any], chunks: Sequence[bytes], where: str) -> Bit
     if zlib.crc32(blob) != crc:
         raise IdSetCorruptError(f"{where}: the compact form's CRC-32 does not match (altered)")
     try:
-        view = BitMap.deserialize(blob)
+        bitmap = BitMap.deserialize(blob)
     except ValueError as exc:
         message = f"{where}: the compact form is not a Roaring bitmap: {exc}"
         raise IdSetCorruptError(message) from None
-    if len(view) != count:
+    if len(bitmap) != count:
         raise IdSetCorruptError(
-            f"{where}: the compact form holds {len(view):,} ids, {count:,} expected"
+            f"{where}: the compact form holds {len(bitmap):,} ids, {count:,} expected"
         )
-    return view
+    return bitmap, blob
+
+
+# -- a set in memory ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetView:
+    """A set in memory: its compact form, plus the writes since, kept apart.
+
+    The set is ``(base - removes) | adds``, with ``adds`` disjoint from the
+    base and ``removes`` inside it, so counts combine the base's (in C, in
+    parallel, see :mod:`tenure._idset_base`) with small corrections. A view
+    never changes: writes make a new one, and one whose writes grew past
+    ``max(REBUILD_IDS, base/16)`` is rebuilt into a new compact form.
+    """
+
+    base: Base
+    adds: BitMap
+    removes: BitMap
+
+    @classmethod
+    def empty(cls) -> SetView:
+        """The view of a set with no ids."""
+        return cls(PlainBase(BitMap()), BitMap(), BitMap())
+
+    @classmethod
+    def of(cls, bitmap: BitMap, blob: bytes | None = None) -> SetView:
+        """A view whose base is ``bitmap`` (serialized as ``blob``, made if not given)."""
+        if blob is None:
+            bitmap.run_optimize()
+            blob = bitmap.serialize()
+        return cls(make_base(blob, bitmap), BitMap(), BitMap())
+
+    def __len__(self) -> int:
+        return self.base.count - len(self.removes) + len(self.adds)
+
+    def __contains__(self, value: int) -> bool:
+        return value in self.adds or (value not in self.removes and self.base.contains(value))
+
+    def to_bitmap(self) -> BitMap:
+        """The set as a pyroaring bitmap of its own."""
+        full = self.base.to_bitmap()
+        if self.removes:
+            full -= self.removes
+        if self.adds:
+            full |= self.adds
+        return full
+
+    def applied(self, elements: Sequence[bytes], where: str, first: int = 0) -> SetView:
+        """The view after log elements (validated first, then applied in order)."""
+        batches = [_element_ids(e, p, where) for p, e in enumerate(elements, first)]
+        if not batches:
+            return self
+        adds, removes = self.adds.copy(), self.removes.copy()
+        for element, ids in zip(elements, batches, strict=True):
+            written = BitMap(_roaring_input(ids))
+            in_base = self.base.and_small(written)
+            if element[:1] == b"+":
+                removes -= written
+                adds |= written - in_base
+            else:
+                adds -= written
+                removes |= in_base
+        view = SetView(self.base, adds, removes)
+        if len(adds) + len(removes) > max(REBUILD_IDS, self.base.count // 16):
+            return SetView.of(view.to_bitmap())
+        return view
+
+    @property
+    def nbytes(self) -> int:
+        """About the memory the view takes."""
+        return self.base.nbytes + 4 * (len(self.adds) + len(self.removes))
+
+
+REBUILD_IDS = 65_536
+"""A view is rebuilt once its writes apart from the base pass this many ids (or base/16)."""
 
 
 # -- local copies -------------------------------------------------------------------------
@@ -313,17 +387,15 @@ class Copy:
     """A decoded copy of a set: ``view`` holds the writes before ``position`` of ``epoch``.
 
     Positions count log elements since the set was created (or cleared,
-    which starts a new epoch). A copy only moves forward: newer elements
-    are applied to ``view`` in place, each step leaving a state the set
-    really had, and a whole new read replaces the view object; a query
-    holds the view it validated, so it sees that state or a newer one.
+    which starts a new epoch). A copy only moves forward; its view never
+    changes (newer writes make a newer view), so a query counts on the
+    view it validated, whatever other threads or tasks read meanwhile.
     """
 
     epoch: str
     version: int
     position: int
-    view: BitMap
-    nbytes: int = 0
+    view: SetView
 
 
 @dataclass(frozen=True)
@@ -395,7 +467,7 @@ class LocalCopies:
 
     def absorb(
         self, client: Any, key: str, sent: tuple[str, int], reply: ReadReply, where: str
-    ) -> BitMap | None:
+    ) -> SetView | None:
         """The set's view after ``reply`` to a read sent from position ``sent``.
 
         Returns None when the copy moved meanwhile so that the reply does
@@ -405,20 +477,17 @@ class LocalCopies:
         """
         slot = (id(client), key)
         if reply.kind == 2:
-            view = decode_base(reply.base[:3], reply.base[3], where)
-            apply_log(view, reply.elements, where, reply.start)
+            bitmap, blob = decode_base(reply.base[:3], reply.base[3], where)
+            view = SetView.of(bitmap, blob).applied(reply.elements, where, reply.start)
             end = reply.start + len(reply.elements)
-            whole = Copy(reply.epoch, reply.version, end, view, reply.received)
             with self._lock:
-                self._store(client, slot, whole)
+                self._store(client, slot, Copy(reply.epoch, reply.version, end, view))
             return view
-        for position, element in enumerate(reply.elements, reply.start):
-            _element_ids(element, position, where)  # all valid before any is applied
         with self._lock:
             copy = self._copies.get(slot)
             if copy is None:
                 if reply.kind == 0 and sent == ("", 0):  # a set never written
-                    copy = Copy(reply.epoch, reply.version, 0, BitMap())
+                    copy = Copy(reply.epoch, reply.version, 0, SetView.empty())
                     self._store(client, slot, copy)
                     return copy.view
                 return None
@@ -427,11 +496,9 @@ class LocalCopies:
                 return None
             if copy.position < end:
                 fresh = reply.elements[copy.position - reply.start :]
-                apply_log(copy.view, fresh, where, copy.position)
-                added = sum(len(e) for e in fresh)
-                copy.nbytes += added
-                self._bytes += added
-                copy.position = end
+                view = copy.view.applied(fresh, where, copy.position)
+                self._store(client, slot, Copy(copy.epoch, reply.version, end, view))
+                return view
             copy.version = max(copy.version, reply.version)
             return copy.view
 
@@ -444,15 +511,13 @@ class LocalCopies:
         what is missing.
         """
         version, end, epoch = int(reply[0]), int(reply[2]), _text(reply[3])
+        slot = (id(client), key)
         with self._lock:
-            copy = self._copies.get((id(client), key))
+            copy = self._copies.get(slot)
             if copy is None or copy.epoch != epoch or copy.position != end - len(elements):
                 return
-            apply_log(copy.view, elements, "a write", copy.position)
-            written = sum(len(e) for e in elements)
-            copy.position, copy.version = end, version
-            copy.nbytes += written
-            self._bytes += written
+            view = copy.view.applied(elements, "a write", copy.position)
+            self._store(client, slot, Copy(epoch, version, end, view))
 
     def clear(self) -> None:
         """Forget every copy (the next read of each set reads it whole)."""
@@ -466,17 +531,17 @@ class LocalCopies:
             weakref.finalize(client, self._forget_client, id(client))
         old = self._copies.pop(slot, None)
         if old is not None:
-            self._bytes -= old.nbytes
+            self._bytes -= old.view.nbytes
         self._copies[slot] = copy
-        self._bytes += copy.nbytes
+        self._bytes += copy.view.nbytes
         while self._bytes > self.max_bytes and len(self._copies) > 1:
             _, evicted = self._copies.popitem(last=False)
-            self._bytes -= evicted.nbytes
+            self._bytes -= evicted.view.nbytes
 
     def _forget_client(self, client_id: int) -> None:
         with self._lock:
             for slot in [slot for slot in self._copies if slot[0] == client_id]:
-                self._bytes -= self._copies.pop(slot).nbytes
+                self._bytes -= self._copies.pop(slot).view.nbytes
 
     @property
     def nbytes(self) -> int:
@@ -494,42 +559,85 @@ LOCAL_COPIES = LocalCopies()
 # -- queries --------------------------------------------------------------------------
 
 
-def intersection_of(views: Sequence[BitMap]) -> BitMap:
-    """The ids in every one of ``views`` (the smallest first keeps it cheap)."""
+def pair_count(a: SetView, b: SetView, *, parallel: bool = True) -> int:
+    """|a & b|: the bases' count (the costly part, in C), corrected by each one's writes.
+
+    With a = (Ab - Ar) | Aa and b likewise (Aa disjoint from Ab, Ar inside
+    it), the four parts of a & b are disjoint and each is a base's count
+    against small bitmaps, or small bitmaps' counts.
+    """
+    total = a.base.and_cardinality(b.base, parallel=parallel)
+    if a.removes:
+        total -= b.base.and_small_cardinality(a.removes)
+    if b.removes:
+        total -= a.base.and_small_cardinality(b.removes)
+        if a.removes:
+            total += a.removes.intersection_cardinality(b.removes)
+    if b.adds:
+        total += a.base.and_small_cardinality(b.adds)
+        if a.removes:
+            total -= a.removes.intersection_cardinality(b.adds)
+    if a.adds:
+        total += b.base.and_small_cardinality(a.adds)
+        if b.removes:
+            total -= a.adds.intersection_cardinality(b.removes)
+        if b.adds:
+            total += a.adds.intersection_cardinality(b.adds)
+    return int(total)
+
+
+def intersection_of(views: Sequence[SetView]) -> BitMap:
+    """The ids in every one of ``views``, as a bitmap of its own (the smallest first)."""
     ordered = sorted(views, key=len)
-    result = ordered[0] & ordered[1] if len(ordered) > 1 else ordered[0].copy()
-    for view in ordered[2:]:
+    result = ordered[0].to_bitmap()
+    for view in ordered[1:]:
         if not result:
             break
-        result &= view
+        result &= view.to_bitmap()
     return result
 
 
-def intersection_count(views: Sequence[BitMap]) -> int:
+def intersection_count(views: Sequence[SetView]) -> int:
     """How many ids are in every one of ``views``."""
-    if len(views) == 2:
-        return int(views[0].intersection_cardinality(views[1]))
     if len(views) == 1:
         return len(views[0])
-    ordered = sorted(views, key=len)
-    return int(intersection_of(ordered[:-1]).intersection_cardinality(ordered[-1]))
+    if len(views) == 2:
+        return pair_count(views[0], views[1])
+    return len(intersection_of(views))
 
 
-def jaccard_of(a: BitMap, b: BitMap) -> float:
+def jaccard_of(a: SetView, b: SetView) -> float:
     """|a & b| / |a | b| (0.0 for two empty sets)."""
-    if not a and not b:
-        return 0.0
-    return float(a.jaccard_index(b))
+    shared = pair_count(a, b)
+    union = len(a) + len(b) - shared
+    return shared / union if union else 0.0
 
 
-def top_counts(view: BitMap, others: Sequence[BitMap], k: int) -> list[tuple[int, int]]:
+def top_counts(view: SetView, others: Sequence[SetView], k: int) -> list[tuple[int, int]]:
     """The ``k`` largest overlaps of ``view`` with ``others``: (index, count), largest first.
 
-    Ties keep the order of ``others``.
+    Ties keep the order of ``others``. Many sets are counted on every core.
     """
-    counts = ((view.intersection_cardinality(other), index) for index, other in enumerate(others))
-    best = heapq.nsmallest(k, ((-count, index) for count, index in counts))
+    counts = count_each(view, others)
+    best = heapq.nsmallest(k, ((-count, index) for index, count in enumerate(counts)))
     return [(index, -negative) for negative, index in best]
+
+
+def count_each(view: SetView, others: Sequence[SetView]) -> list[int]:
+    """|view & other| for each of ``others``, split over the cores when there are many."""
+    if NATIVE is None or NATIVE.workers == 1 or len(others) < 64:
+        return [pair_count(view, other) for other in others]
+    parts = NATIVE.workers
+    step = -(-len(others) // parts)
+
+    def part(start: int) -> list[int]:
+        return [pair_count(view, other, parallel=False) for other in others[start : start + step]]
+
+    futures = [NATIVE.pool().submit(part, start) for start in range(step, len(others), step)]
+    counts = part(0)
+    for future in futures:
+        counts += future.result()
+    return counts
 
 
 @dataclass

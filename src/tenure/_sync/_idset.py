@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pyroaring import BitMap
 
 from tenure._backend_threads import IS_ASYNC
 from tenure._clients import map_exceptions, require_client
@@ -36,6 +35,7 @@ from tenure._idset_core import (
     IdSetKeys,
     IdSetStatistics,
     ReadReply,
+    SetView,
     check_settings,
     encode_base,
     intersection_count,
@@ -148,7 +148,7 @@ class IdSet:
             # The view holds the writes before `position` at least; any applied
             # since stay in the log past the new form, and applying them again
             # changes nothing.
-            encoded = encode_base(copy.view, self.chunk_bytes)
+            encoded = encode_base(copy.view.to_bitmap(), self.chunk_bytes)
             stage = self.keys.stage(token)
             with map_exceptions(name=self.name, doing="uploading a compact form"):
                 pipe = self.client.pipeline(transaction=False)
@@ -203,7 +203,7 @@ class IdSet:
     def to_numpy(self) -> npt.NDArray[np.uint32]:
         """The ids, sorted, as a numpy array of uint32."""
         [view] = _views([self])
-        return np.frombuffer(view.to_array(), dtype=np.uint32)
+        return np.frombuffer(view.to_bitmap().to_array(), dtype=np.uint32)
 
     def intersection_count(self, *others: IdSet) -> int:
         """How many ids are in this set and every one of ``others``."""
@@ -268,9 +268,9 @@ def _check_sets(sets: Iterable[Any], kind: type[IdSet], argument: str) -> list[I
     return checked
 
 
-def _views(sets: Sequence[IdSet]) -> list[BitMap]:
+def _views(sets: Sequence[IdSet]) -> list[SetView]:
     """The current view of each set: one round trip per client (more only on a race)."""
-    views: list[BitMap | None] = [None] * len(sets)
+    views: list[SetView | None] = [None] * len(sets)
     by_client: dict[int, list[int]] = {}
     for index, item in enumerate(sets):
         by_client.setdefault(id(item.client), []).append(index)
@@ -283,7 +283,7 @@ def _views(sets: Sequence[IdSet]) -> list[BitMap]:
 
 
 def _read(
-    sets: Sequence[IdSet], indices: list[int], views: list[BitMap | None], *, force: bool
+    sets: Sequence[IdSet], indices: list[int], views: list[SetView | None], *, force: bool
 ) -> None:
     client = sets[indices[0]].client
     sent = {
