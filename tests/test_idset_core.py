@@ -113,7 +113,7 @@ def test_ids_are_checked_once_and_converted() -> None:
 
 
 def _reply(version: int, epoch: str, kind: int, start: int, elements: list[bytes]) -> ReadReply:
-    return ReadReply.parse([version, epoch, kind, start, elements, []], "here")
+    return ReadReply.parse([version, epoch, kind, start, elements, [], 0], "here")
 
 
 def _adds(*ids: int) -> bytes:
@@ -123,7 +123,7 @@ def _adds(*ids: int) -> bytes:
 def _full(version: int, epoch: str, start: int, base: BitMap, elements: list[bytes]) -> ReadReply:
     encoded = encode_base(base, 1 << 20)
     meta = [encoded.size, encoded.crc, encoded.count, encoded.chunks]
-    return ReadReply.parse([version, epoch, 2, start, elements, meta], "here")
+    return ReadReply.parse([version, epoch, 2, start, elements, meta, start], "here")
 
 
 class _Client:

@@ -396,6 +396,7 @@ class Copy:
     version: int
     position: int
     view: SetView
+    base_pos: int = 0  # the writes the server's compact form covered when last read
 
 
 @dataclass(frozen=True)
@@ -408,14 +409,21 @@ class ReadReply:
     start: int
     elements: list[bytes]
     base: list[Any]
+    base_pos: int
 
     @classmethod
     def parse(cls, reply: Sequence[Any], where: str) -> ReadReply:
         """Decode ``reply``, or :class:`~tenure.IdSetCorruptError` if it is not one."""
         try:
-            version, epoch, kind, start, elements, base = reply
+            version, epoch, kind, start, elements, base, base_pos = reply
             parsed = cls(
-                int(version), _text(epoch), int(kind), int(start), list(elements), list(base)
+                int(version),
+                _text(epoch),
+                int(kind),
+                int(start),
+                list(elements),
+                list(base),
+                int(base_pos),
             )
         except (TypeError, ValueError):
             message = f"{where}: an unexpected reply to a read: {reply!r:.200}"
@@ -480,14 +488,15 @@ class LocalCopies:
             bitmap, blob = decode_base(reply.base[:3], reply.base[3], where)
             view = SetView.of(bitmap, blob).applied(reply.elements, where, reply.start)
             end = reply.start + len(reply.elements)
+            whole = Copy(reply.epoch, reply.version, end, view, reply.base_pos)
             with self._lock:
-                self._store(client, slot, Copy(reply.epoch, reply.version, end, view))
+                self._store(client, slot, whole)
             return view
         with self._lock:
             copy = self._copies.get(slot)
             if copy is None:
                 if reply.kind == 0 and sent == ("", 0):  # a set never written
-                    copy = Copy(reply.epoch, reply.version, 0, SetView.empty())
+                    copy = Copy(reply.epoch, reply.version, 0, SetView.empty(), reply.base_pos)
                     self._store(client, slot, copy)
                     return copy.view
                 return None
@@ -497,9 +506,11 @@ class LocalCopies:
             if copy.position < end:
                 fresh = reply.elements[copy.position - reply.start :]
                 view = copy.view.applied(fresh, where, copy.position)
-                self._store(client, slot, Copy(copy.epoch, reply.version, end, view))
+                newer = Copy(copy.epoch, reply.version, end, view, reply.base_pos)
+                self._store(client, slot, newer)
                 return view
             copy.version = max(copy.version, reply.version)
+            copy.base_pos = max(copy.base_pos, reply.base_pos)
             return copy.view
 
     def absorb_write(
@@ -517,7 +528,14 @@ class LocalCopies:
             if copy is None or copy.epoch != epoch or copy.position != end - len(elements):
                 return
             view = copy.view.applied(elements, "a write", copy.position)
-            self._store(client, slot, Copy(epoch, version, end, view))
+            self._store(client, slot, Copy(epoch, version, end, view, copy.base_pos))
+
+    def compacted(self, client: Any, key: str, epoch: str, position: int) -> None:
+        """Note that the compact form of ``key`` now covers the writes before ``position``."""
+        with self._lock:
+            copy = self._copies.get((id(client), key))
+            if copy is not None and copy.epoch == epoch:
+                copy.base_pos = max(copy.base_pos, position)
 
     def clear(self) -> None:
         """Forget every copy (the next read of each set reads it whole)."""

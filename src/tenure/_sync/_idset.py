@@ -143,8 +143,8 @@ class IdSet:
         try:
             _views([self])
             copy = LOCAL_COPIES.snapshot(self.client, self.keys.meta)
-            if copy is None or copy.position == 0:
-                return False
+            if copy is None or copy.position <= copy.base_pos:
+                return False  # the compact form has every write already
             # The view holds the writes before `position` at least; any applied
             # since stay in the log past the new form, and applying them again
             # changes nothing.
@@ -167,7 +167,8 @@ class IdSet:
                     encoded.crc,
                     encoded.count,
                     len(encoded.chunks),
-                    self.delta_limit,
+                    # writes kept for readers behind: bounded by the form's size too
+                    min(self.delta_limit, encoded.count // 16),
                 ),
                 name=self.name,
             )
@@ -175,6 +176,7 @@ class IdSet:
                 self._stats.compaction_conflicts += 1
                 return False
             self._stats.compactions += 1
+            LOCAL_COPIES.compacted(self.client, self.keys.meta, copy.epoch, copy.position)
             return True
         finally:
             registry_for(self.client).run(
