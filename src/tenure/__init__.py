@@ -6,8 +6,9 @@ count (:class:`ClusterLock`), locks over several independent masters
 (:class:`Redlock`), counting semaphores, read-write locks,
 connection-bound locks, fenced keys, and caches that load each value once
 across every process (:class:`HerdCache`), and chunked ingestion of a SQL
-table into a stream, every row once whatever dies (:class:`IngestJob`, sync
-for now). The primitives have a sync and an asyncio API and take the
+table into a stream, every row once whatever dies (:class:`IngestJob`), and
+sets of 32-bit ids intersected in memory (:class:`IdSet`, with the
+``idsets`` extra). The primitives have a sync and an asyncio API and take the
 redis-py client you already have.
 
 Errors all derive from :class:`TenureError`; the tree is drawn in

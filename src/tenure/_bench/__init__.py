@@ -14,9 +14,13 @@ Numbers are measured by running these, never asserted in timed tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import statistics
 import sys
+import time
 from collections.abc import Sequence
+from importlib import metadata
 from types import ModuleType
 
 import redis
@@ -29,8 +33,11 @@ __all__ = [
     "add_output_arguments",
     "check_empty",
     "load_benchmark",
+    "package_versions",
+    "progress",
     "ratio",
     "require_peer",
+    "server_and_rtt",
     "standalone_main",
 ]
 
@@ -80,8 +87,43 @@ def check_empty(url: str, allow_flush: bool) -> None:
         )
 
 
-def add_output_arguments(parser: argparse.ArgumentParser, output: str | None, plotted: str) -> None:
-    """The options every benchmark shares: where it runs and what it writes."""
+def progress(message: str) -> None:
+    """One line of progress on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def package_versions(names: Sequence[str]) -> dict[str, str]:
+    """The installed version of each package in ``names`` (those installed)."""
+    versions: dict[str, str] = {}
+    for name in names:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    return versions
+
+
+def server_and_rtt(client: redis.Redis) -> tuple[str, float]:
+    """The server's name and version, and the median of 300 PINGs in microseconds."""
+    info = client.info("server")
+    server = (
+        f"valkey {info['valkey_version']}"
+        if "valkey_version" in info
+        else f"redis {info.get('redis_version', '?')}"
+    )
+    samples = []
+    for _ in range(300):
+        sent = time.perf_counter()
+        client.ping()
+        samples.append(time.perf_counter() - sent)
+    return server, statistics.median(samples) * 1e6
+
+
+def add_output_arguments(
+    parser: argparse.ArgumentParser, output: str | None, plotted: str | None
+) -> None:
+    """The options every benchmark shares: where it runs and what it writes.
+
+    ``plotted`` names what ``--plot`` draws (None: no ``--plot``).
+    """
     parser.add_argument("--url", help="use this server instead of starting one")
     parser.add_argument(
         "--allow-flush",
@@ -91,7 +133,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, output: str | None, pl
     parser.add_argument(
         "--output", default=output, help=f"write the Markdown report section here ({output})"
     )
-    parser.add_argument("--plot", help=f"draw the {plotted} distributions to this PNG")
+    if plotted is not None:
+        parser.add_argument("--plot", help=f"draw the {plotted} distributions to this PNG")
 
 
 def standalone_main(

@@ -29,17 +29,24 @@ import os
 import platform
 import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from tenure._bench import BenchmarkError, check_empty, require_peer, standalone_main
+from tenure._bench import (
+    BenchmarkError,
+    add_output_arguments,
+    check_empty,
+    package_versions,
+    progress,
+    require_peer,
+    server_and_rtt,
+    standalone_main,
+)
 from tenure._bench.sections import write_section
 from tenure.server._process import given_or_private
 
@@ -65,16 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument(
         "--skip", default="", help=f"comma-separated parts to leave out: {', '.join(SKIPPABLE)}"
     )
-    parser.add_argument("--url", help="use this server instead of starting one")
-    parser.add_argument(
-        "--allow-flush",
-        action="store_true",
-        help="let the benchmark empty (FLUSHDB) a --url database that holds keys",
-    )
-    parser.add_argument(
-        "--output", default=output, help=f"write the Markdown report section here ({output})"
-    )
     parser.add_argument("--json", help="also write the raw results here")
+    add_output_arguments(parser, output, None)
 
 
 def _check(args: argparse.Namespace) -> set[str]:
@@ -95,11 +94,6 @@ def _check(args: argparse.Namespace) -> set[str]:
     require_peer("numpy", "numpy")
     require_peer("pyroaring", "pyroaring")
     return skip
-
-
-def progress(message: str) -> None:
-    """One line of progress on stderr."""
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- data ------------------------------------------------------------------------------
@@ -417,29 +411,6 @@ def render(
     return "\n".join(parts) + "\n"
 
 
-def _versions() -> dict[str, str]:
-    versions = {}
-    for name in _PACKAGES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[name] = metadata.version(name)
-    return versions
-
-
-def _server_and_rtt(client: redis.Redis) -> tuple[str, float]:
-    info = client.info("server")
-    server = (
-        f"valkey {info['valkey_version']}"
-        if "valkey_version" in info
-        else f"redis {info.get('redis_version', '?')}"
-    )
-    samples = []
-    for _ in range(300):
-        sent = time.perf_counter()
-        client.ping()
-        samples.append(time.perf_counter() - sent)
-    return server, statistics.median(samples) * 1e6
-
-
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -482,7 +453,7 @@ def run(args: argparse.Namespace, command: Sequence[str], skip: set[str]) -> Non
     scenarios: dict[str, Scenario] = {}
     overlaps = None
     with _client(args.url) as client:
-        server, rtt_us = _server_and_rtt(client)
+        server, rtt_us = server_and_rtt(client)
         for name, title, below in (
             ("spread", "(a) spread over the 32-bit range", 2**32),
             ("dense", f"(b) dense below {args.dense_below:,}", args.dense_below),
@@ -502,7 +473,7 @@ def run(args: argparse.Namespace, command: Sequence[str], skip: set[str]) -> Non
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "server": server,
         "rtt_us": rtt_us,
-        "packages": _versions(),
+        "packages": package_versions(_PACKAGES),
         "ids_a": args.ids_a,
         "ids_b": args.ids_b,
         "dense_below": args.dense_below,

@@ -33,17 +33,24 @@ import os
 import platform
 import shlex
 import statistics
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from tenure._bench import BenchmarkError, check_empty, ratio, require_peer, standalone_main
+from tenure._bench import (
+    BenchmarkError,
+    check_empty,
+    package_versions,
+    progress,
+    ratio,
+    require_peer,
+    server_and_rtt,
+    standalone_main,
+)
 from tenure._bench.contenders import BenchLock
 from tenure._bench.measure import (
     COUNTER_KEY,
@@ -131,11 +138,6 @@ def _check(args: argparse.Namespace) -> list[RedlockContender]:
         if contender.peer is not None:
             require_peer(*contender.peer)  # fail now, not in a worker process
     return chosen
-
-
-def progress(message: str) -> None:
-    """One line of progress on stderr."""
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- the slow master: a fault proxy in a process of its own ---------------------------
@@ -484,30 +486,6 @@ def render(info: dict[str, Any], scenarios: dict[str, Scenario], found: list[Tar
     return "\n".join(parts) + "\n"
 
 
-def _versions() -> dict[str, str]:
-    versions: dict[str, str] = {}
-    for name in _PACKAGES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[name] = metadata.version(name)
-    return versions
-
-
-def _server_and_rtt(url: str) -> tuple[str, float]:
-    with redis.Redis.from_url(url) as client:
-        info = client.info("server")
-        server = (
-            f"valkey {info['valkey_version']}"
-            if "valkey_version" in info
-            else f"redis {info.get('redis_version', '?')}"
-        )
-        samples = []
-        for _ in range(300):
-            sent = time.perf_counter()
-            client.ping()
-            samples.append(time.perf_counter() - sent)
-    return server, statistics.median(samples) * 1e6
-
-
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -544,7 +522,8 @@ def run(
             urls = [
                 stack.enter_context(ServerProcess(name=f"bench-master{i}")).url for i in range(3)
             ]
-        server, rtt_us = _server_and_rtt(urls[0])
+        with redis.Redis.from_url(urls[0]) as first:
+            server, rtt_us = server_and_rtt(first)
         progress(f"masters: {server} at {', '.join(urls)}, PING {rtt_us:.0f} us")
         for name in SCENARIOS:
             masters = list(urls)
@@ -565,7 +544,7 @@ def run(
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "server": server,
         "rtt_us": rtt_us,
-        "packages": _versions(),
+        "packages": package_versions(_PACKAGES),
         "seconds": args.seconds,
         "solo_seconds": args.solo_seconds,
         "solo_runs": args.solo_runs,
