@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 
@@ -19,6 +21,6 @@ def test_len_and_in_ask_the_server(tenure_client: redis.Redis) -> None:
     other.client.close()
 
 
-def _kwargs(client: redis.Redis) -> dict[str, object]:
+def _kwargs(client: redis.Redis) -> dict[str, Any]:
     kwargs = client.connection_pool.connection_kwargs
     return {"host": kwargs["host"], "port": kwargs["port"]}
