@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import array
 import heapq
+import os
 import threading
 import weakref
 import zlib
@@ -537,6 +538,10 @@ class LocalCopies:
             if copy is not None and copy.epoch == epoch:
                 copy.base_pos = max(copy.base_pos, position)
 
+    def after_fork(self) -> None:
+        """In a child process: a lock of its own (the parent's may have been held)."""
+        self._lock = threading.Lock()
+
     def clear(self) -> None:
         """Forget every copy (the next read of each set reads it whole)."""
         with self._lock:
@@ -572,6 +577,9 @@ class LocalCopies:
 
 LOCAL_COPIES = LocalCopies()
 """The copies of this process (sync and asyncio sets alike, told apart by client)."""
+
+if hasattr(os, "register_at_fork"):  # a fork while another thread held the lock
+    os.register_at_fork(after_in_child=LOCAL_COPIES.after_fork)
 
 
 # -- queries --------------------------------------------------------------------------
