@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tenure import QuorumError, Redlock
 from tenure.server import FaultProxy, ServerProcess
@@ -80,7 +82,11 @@ def _masters(
 
 
 def _clients(proxies: list[FaultProxy]) -> list[redis.Redis]:
-    return [proxy.client(socket_timeout=0.5) for proxy in proxies]
+    # No retries: redis-py resends a command after a connection error, so an
+    # acquire sent into a partition would otherwise land when it heals (the
+    # reset that ends the partition is such an error), and the tests need the
+    # partitioned master to have missed it.
+    return [proxy.client(socket_timeout=0.5, retry=Retry(NoBackoff(), 0)) for proxy in proxies]
 
 
 def test_a_restart_without_persistence_can_give_a_second_holder_with_a_larger_fence(
