@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.cluster
 
-from tenure import ConnectionLock, Lock, ReadWriteLock, Semaphore
+from tenure import ConnectionLock, IdSet, Lock, ReadWriteLock, Redlock, Semaphore
 from tenure.inspect import Primitive, View, inspect, register_view, render_table, views
 from tenure.server import ServerProcess
 
@@ -129,3 +129,34 @@ def test_free_primitives_only_with_all(tenure_client: redis.Redis) -> None:
         [*command, "--all"], capture_output=True, text=True, check=True, timeout=60
     )
     assert "done-with" in everything.stdout
+
+
+def test_a_redlock_is_shown_as_the_master_asked_holds_it(tenure_client: redis.Redis) -> None:
+    lock = Redlock([tenure_client], "report", timeout=20)
+    assert lock.acquire()
+    try:
+        [row] = [row for row in inspect(tenure_client) if row.kind == "redlock"]
+        assert (row.name, row.state, row.fencing_token) == ("report", "held", lock.fencing_token)
+        assert 0 < row.holders[0]["lease_ms"] <= 20_000
+    finally:
+        lock.release()
+    assert not [row for row in inspect(tenure_client) if row.kind == "redlock"]
+
+
+def test_an_id_set_at_rest_only_with_all_and_a_compaction_always(
+    tenure_client: redis.Redis,
+) -> None:
+    followers = IdSet(tenure_client, "followers", delta_limit=1_000)
+    followers.add_many(range(0, 3_000, 3))  # past the limit: compacted
+    followers.add_many([1, 2])
+    assert not [row for row in inspect(tenure_client) if row.kind == "idset"]
+    [row] = [row for row in inspect(tenure_client, include_free=True) if row.kind == "idset"]
+    assert (row.name, row.state, row.idle) == ("followers", "1,000 (+2)", True)
+    assert followers.compact()
+    [row] = [row for row in inspect(tenure_client, include_free=True) if row.kind == "idset"]
+    assert row.state == "1,002 ids"
+    # A compactor that died holding its lease: shown until the lease runs out.
+    tenure_client.set(followers.keys.lease, "deadbeef", px=60_000)
+    [row] = [row for row in inspect(tenure_client) if row.kind == "idset"]
+    assert row.state == "compacting" and row.holders[0]["token"] == "deadbeef"
+    assert "compacting" in render_table([row])

@@ -32,7 +32,9 @@ class Primitive:
     """One primitive's state as the server holds it.
 
     ``holders`` lists ``{"token"/"id", "lease_ms", ...}`` per holder;
-    ``waiters`` lists ``{"token", "waited_ms"}`` in queue order.
+    ``waiters`` lists ``{"token", "waited_ms"}`` in queue order. ``idle``
+    marks a row with nothing going on that is not ``free`` (an id set at
+    rest): like free ones, it is listed only with ``include_free=True``.
     """
 
     kind: str
@@ -41,6 +43,7 @@ class Primitive:
     fencing_token: int | None = None
     holders: list[dict[str, Any]] = field(default_factory=list)
     waiters: list[dict[str, Any]] = field(default_factory=list)
+    idle: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,15 +85,20 @@ def _fence(client: Client, base: str) -> int | None:
     return None if value is None else int(value)
 
 
-def _describe_lock(client: Client, base: str, name: str, now_ms: int) -> Primitive:
-    token, fence = client.hmget(base, ["token", "fence"])
-    holders = []
-    if token is not None:
-        holders.append({"token": to_text(token), "lease_ms": int(client.pttl(base))})
-    waiters = _queue(client, base, now_ms)
-    state = "held" if holders else "free"
-    last = int(fence) if fence else _fence(client, base)  # the counter only when free
-    return Primitive("lock", name, state, last, holders, waiters)
+def _describe_owner(kind: str) -> Callable[[Client, str, str, int], Primitive]:
+    """A lock's view, or one master's part of a Redlock (the same keys)."""
+
+    def describe(client: Client, base: str, name: str, now_ms: int) -> Primitive:
+        token, fence = client.hmget(base, ["token", "fence"])
+        holders = []
+        if token is not None:
+            holders.append({"token": to_text(token), "lease_ms": int(client.pttl(base))})
+        waiters = _queue(client, base, now_ms)
+        state = "held" if holders else "free"
+        last = int(fence) if fence else _fence(client, base)  # the counter only when free
+        return Primitive(kind, name, state, last, holders, waiters)
+
+    return describe
 
 
 def _describe_leases(kind: str) -> Callable[[Client, str, str, int], Primitive]:
@@ -123,11 +131,29 @@ def _describe_connlock(client: Client, base: str, name: str, now_ms: int) -> Pri
     return Primitive("connlock", name, "held" if alive else "stale", None, [holder])
 
 
+def _describe_idset(client: Client, base: str, name: str, now_ms: int) -> Primitive:
+    """An id set: its size, the writes not folded in yet, and a running compaction."""
+    count, pending, version = client.hmget(f"{base}:meta", ["count", "pending", "version"])
+    if version is None:  # only a compaction's leftovers
+        return Primitive("idset", name, "free")
+    holders = []
+    compactor = client.get(f"{base}:lease")
+    if compactor is not None:
+        holders.append({"token": to_text(compactor), "lease_ms": int(client.pttl(f"{base}:lease"))})
+    size, writes = int(count or 0), int(pending or 0)
+    state = f"{size:,} (+{writes:,})" if writes else f"{size:,} ids"
+    if holders:
+        state = "compacting"
+    return Primitive("idset", name, state, None, holders, idle=not holders)
+
+
 for _view in (
-    View("lock", "tenure:lock:", _describe_lock),
+    View("lock", "tenure:lock:", _describe_owner("lock")),
     View("semaphore", "tenure:semaphore:", _describe_leases("semaphore")),
     View("rwlock", "tenure:rwlock:", _describe_leases("rwlock")),
     View("connlock", "tenure:connlock:", _describe_connlock),
+    View("redlock", "tenure:redlock:", _describe_owner("redlock")),
+    View("idset", "tenure:idset:", _describe_idset),
 ):
     register_view(_view)
 
@@ -148,9 +174,10 @@ def _names(client: Client, view_prefix: str, name_prefix: str) -> Iterable[str]:
 def inspect(client: Client, prefix: str = "", *, include_free: bool = False) -> list[Primitive]:
     """Every tenure primitive whose name starts with ``prefix``, with its state.
 
-    A primitive whose state is ``free`` and that nobody waits for (its
-    fencing counter lives on for a while after its last use) is listed only
-    with ``include_free=True``.
+    A primitive whose state is ``free`` or that is idle, and that nobody
+    waits for (a lock's fencing counter lives on for a while after its last
+    use; an id set at rest stays), is listed only with ``include_free=True``.
+    A Redlock's row is the state of the one master ``client`` talks to.
     """
     seconds, micros = client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
@@ -158,7 +185,7 @@ def inspect(client: Client, prefix: str = "", *, include_free: bool = False) -> 
     for view in _VIEWS:
         for name in sorted(_names(client, view.prefix, prefix)):
             row = view.describe(client, f"{view.prefix}{{{name}}}", name, now_ms)
-            if include_free or row.state != "free" or row.waiters:
+            if include_free or (row.state != "free" and not row.idle) or row.waiters:
                 found.append(row)
     return found
 
