@@ -46,6 +46,14 @@ DRIFT_MIN_MS = 2
 DEFAULT_MASTER_TIMEOUT = 0.1
 """Seconds an attempt waits for the masters' answers (far below any lease)."""
 
+SETTLE_TIMEOUT = 1.0
+"""Seconds a release or give-back waits, at least, for a quorum to answer.
+
+Nothing expires while it waits (unlike an attempt, whose validity shrinks),
+so a master slower than ``master_timeout`` costs time there, not a failure;
+it ends as soon as a quorum answered, as every call does.
+"""
+
 FENCE_LIFETIME_MS = 24 * 3600 * 1000
 """A master's fencing counter lives this long after its last use (a day).
 

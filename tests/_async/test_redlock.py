@@ -243,6 +243,19 @@ async def test_a_majority_down_fails_fast_naming_the_masters(
     assert "no answer within" in error.failures[lock.masters[2]]
 
 
+async def test_a_release_waits_for_masters_slower_than_master_timeout(
+    masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    lock = AsyncRedlock(masters, "unhurried", timeout=5)
+    assert await lock.acquire()
+    for proxy in proxies[1:]:  # a quorum answers, but only after master_timeout
+        proxy.set_latency(0.25)
+    started = time.monotonic()
+    await lock.release()  # nothing runs out while a release waits: no QuorumError
+    assert 0.25 < time.monotonic() - started < 1.0
+    assert [owner_of(server, "unhurried") for server in redlock_servers] == [None] * 3
+
+
 async def test_a_slow_master_does_not_slow_acquisition(
     masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
 ) -> None:

@@ -85,6 +85,7 @@ from tenure._redlock_core import (
     DEFAULT_MASTER_TIMEOUT,
     FENCE_LIFETIME_MS,
     MAX_OVERDUE,
+    SETTLE_TIMEOUT,
     RedlockStatistics,
     Tally,
     check_masters,
@@ -137,6 +138,11 @@ class Masters:
         self._mutex = Mutex()  # late calls end in worker threads (sync) or callbacks
         self._running: list[dict[object, float]] = [{} for _ in clients]
 
+    @property
+    def settle_timeout(self) -> float:
+        """How long a release or give-back waits, at most, for a quorum."""
+        return max(self.timeout, SETTLE_TIMEOUT)
+
     def _hanging(self, index: int, now: float) -> int:
         """Calls to a master still running, if one of them outlived its timeout (else 0)."""
         with self._mutex:
@@ -163,14 +169,18 @@ class Masters:
         late: Callable[[int, Any], None] | None = None,
         only: Sequence[int] | None = None,
         until: Callable[[Tally], bool | float] | None = None,
+        timeout: float | None = None,
     ) -> Tally:
         """Send ``send(index)`` to every master (or those in ``only``); tally the answers.
 
         Returns once ``until(tally)`` (by default: the quorum is reached or
-        out of reach), or every master answered, or after the timeout; a
-        number from ``until`` is how much longer to wait for the rest.
-        ``late(index, reply)`` gets the good replies that come afterwards.
+        out of reach), or every master answered, or after ``timeout`` (by
+        default the masters' timeout); a number from ``until`` is how much
+        longer to wait for the rest. ``late(index, reply)`` gets the good
+        replies that come afterwards.
         """
+        if timeout is None:
+            timeout = self.timeout
         tally = Tally(self.described, self.quorum)
         now = time.monotonic()
         targets = list(range(len(self.clients)) if only is None else only)
@@ -186,7 +196,7 @@ class Masters:
             for slot, outcome in outcomes.items():
                 index = live[slot]
                 if isinstance(outcome, BaseException):
-                    tally.failed[index] = describe_failure(outcome, self.timeout)
+                    tally.failed[index] = describe_failure(outcome, timeout)
                 elif good(outcome):
                     tally.good[index] = outcome
                 else:
@@ -208,14 +218,14 @@ class Masters:
 
         outcomes = race(
             [starter(index) for index in live],
-            self.timeout,
+            timeout,
             settled,
             finished_late,
         )
         if settled(outcomes) is False:  # out of time: those still running failed this call
             for slot, index in enumerate(live):
                 if slot not in outcomes:
-                    tally.failed[index] = f"no answer within {self.timeout:g}s"
+                    tally.failed[index] = f"no answer within {timeout:g}s"
         with self._mutex:
             self.failures += len(tally.failed)
         return tally
@@ -311,8 +321,9 @@ class Redlock(Leased):
     ``waiter_lease`` as for :class:`Lock`, and
 
     * ``master_timeout`` — seconds an attempt waits for the masters (default
-      0.1, or a tenth of a shorter lease; at most a tenth of the lease). Set the clients' own
-      ``socket_timeout`` too, so a call to a master that never answers ends.
+      0.1, or a tenth of a shorter lease; at most a tenth of the lease). A release
+      waits longer for a quorum, up to 1 s: nothing runs out meanwhile. Set the
+      clients' own ``socket_timeout`` too, so a call to a master that never answers ends.
 
     Not re-entrant. Every master gets the same keys
     (``{prefix}{{{name}}}`` and suffixes).
@@ -421,7 +432,10 @@ class Redlock(Leased):
     def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
         # Release and leave (the only plain script calls left to the base class):
         # 1 if a quorum still held it for the token, else 0 (it ran out meanwhile).
-        tally = self._masters.call(self._masters.script(script, keys, args), _positive)
+        masters = self._masters
+        tally = masters.call(
+            masters.script(script, keys, args), _positive, timeout=masters.settle_timeout
+        )
         if tally.reached:
             return 1
         if tally.unreachable:
@@ -473,7 +487,7 @@ class Redlock(Leased):
                     # twice in a row, the masters are out of reach.
                     unreachable += 1
                     if unreachable > 1:
-                        shielded(self._give_back(None, token, "leave"))
+                        shielded(self._give_back(None, token, "leave", patient=False))
                         raise attempt.unreachable
                     continue
                 unreachable = 0
@@ -640,15 +654,23 @@ class Redlock(Leased):
             return None
         return left[self.quorum - 1]
 
-    def _give_back(self, only: list[int] | None, token: str, mode: str, mark: str = "") -> bool:
+    def _give_back(
+        self, only: list[int] | None, token: str, mode: str, mark: str = "", *, patient: bool = True
+    ) -> bool:
         """Release ``token``'s grants (attempt ``mark``'s only, if given) without raising.
 
         Returns whether every master asked answered (one that did not keeps
-        a grant until its lease ends).
+        a grant until its lease ends). Waits up to the settle timeout, or
+        only ``master_timeout`` if not ``patient`` (the masters are known to
+        be out of reach).
         """
         keys, args = self._keys.queued[:4], (token, mode, mark)
-        tally = self._masters.call(
-            self._masters.script("redlock_release", keys, args), _positive, only=only
+        masters = self._masters
+        tally = masters.call(
+            masters.script("redlock_release", keys, args),
+            _positive,
+            only=only,
+            timeout=masters.settle_timeout if patient else None,
         )
         return not tally.failed
 
