@@ -141,9 +141,7 @@ def _describe_idset(client: Client, base: str, name: str, now_ms: int) -> Primit
     if compactor is not None:
         holders.append({"token": to_text(compactor), "lease_ms": int(client.pttl(f"{base}:lease"))})
     size, writes = int(count or 0), int(pending or 0)
-    state = f"{size:,} (+{writes:,})" if writes else f"{size:,} ids"
-    if holders:
-        state = "compacting"
+    state = "compacting" if holders else f"{size:,} (+{writes:,})" if writes else f"{size:,} ids"
     return Primitive("idset", name, state, None, holders, idle=not holders)
 
 

@@ -37,7 +37,8 @@ __all__ = [
     "progress",
     "ratio",
     "require_peer",
-    "server_and_rtt",
+    "round_trip_us",
+    "server_version",
     "standalone_main",
 ]
 
@@ -101,20 +102,22 @@ def package_versions(names: Sequence[str]) -> dict[str, str]:
     return versions
 
 
-def server_and_rtt(client: redis.Redis) -> tuple[str, float]:
-    """The server's name and version, and the median of 300 PINGs in microseconds."""
+def server_version(client: redis.Redis) -> str:
+    """``valkey 8.1.x`` or ``redis 7.x`` from ``INFO server``."""
     info = client.info("server")
-    server = (
-        f"valkey {info['valkey_version']}"
-        if "valkey_version" in info
-        else f"redis {info.get('redis_version', '?')}"
-    )
+    if "valkey_version" in info:
+        return f"valkey {info['valkey_version']}"
+    return f"redis {info.get('redis_version', '?')}"
+
+
+def round_trip_us(client: redis.Redis, count: int = 500) -> float:
+    """Median ``PING`` round trip in microseconds: the floor of every operation."""
     samples = []
-    for _ in range(300):
+    for _ in range(count):
         sent = time.perf_counter()
         client.ping()
         samples.append(time.perf_counter() - sent)
-    return server, statistics.median(samples) * 1e6
+    return statistics.median(samples) * 1e6
 
 
 def add_output_arguments(

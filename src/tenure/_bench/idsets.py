@@ -44,7 +44,8 @@ from tenure._bench import (
     package_versions,
     progress,
     require_peer,
-    server_and_rtt,
+    round_trip_us,
+    server_version,
     standalone_main,
 )
 from tenure._bench.sections import write_section
@@ -453,7 +454,7 @@ def run(args: argparse.Namespace, command: Sequence[str], skip: set[str]) -> Non
     scenarios: dict[str, Scenario] = {}
     overlaps = None
     with _client(args.url) as client:
-        server, rtt_us = server_and_rtt(client)
+        server, rtt_us = server_version(client), round_trip_us(client, 300)
         for name, title, below in (
             ("spread", "(a) spread over the 32-bit range", 2**32),
             ("dense", f"(b) dense below {args.dense_below:,}", args.dense_below),

@@ -52,10 +52,8 @@ import os
 import platform
 import shlex
 import statistics
-import sys
 import time
 from collections.abc import Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 
 import redis
@@ -64,7 +62,11 @@ from tenure._bench import (
     BenchmarkError,
     add_output_arguments,
     check_empty,
+    package_versions,
+    progress,
     require_peer,
+    round_trip_us,
+    server_version,
     standalone_main,
 )
 from tenure._bench.contenders import CONTENDERS, TOPOLOGIES, Client, Contender, by_key
@@ -218,11 +220,6 @@ def select(only: str | None, topology: str = "standalone") -> list[Contender]:
     return [c for c in here if c.key in keys]
 
 
-def progress(message: str) -> None:
-    """One line of progress on stderr."""
-    print(message, file=sys.stderr, flush=True)
-
-
 def measure_solo(
     client: Client, contenders: Sequence[Contender], seconds: float, rounds: int
 ) -> list[SoloResult]:
@@ -359,39 +356,12 @@ def measure_names_part(
     return results
 
 
-def server_version(client: redis.Redis) -> str:
-    """``valkey 8.1.x`` or ``redis 7.x`` from ``INFO server``."""
-    info = client.info("server")
-    if "valkey_version" in info:
-        return f"valkey {info['valkey_version']}"
-    return f"redis {info.get('redis_version', '?')}"
-
-
 def load_average() -> str:
     """The 1/5/15-minute load averages: other work on the machine skews the numbers."""
     try:
         return " / ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "unknown"
-
-
-def round_trip_us(client: redis.Redis, count: int = 500) -> float:
-    """Median ``PING`` round trip in microseconds: the floor of every lock operation."""
-    samples = []
-    for _ in range(count):
-        sent = time.perf_counter()
-        client.ping()
-        samples.append(time.perf_counter() - sent)
-    return statistics.median(samples) * 1e6
-
-
-def package_versions() -> dict[str, str]:
-    """Installed versions of tenure, the client and the peers."""
-    versions: dict[str, str] = {}
-    for name in _PACKAGES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[name] = metadata.version(name)
-    return versions
 
 
 def run_info(
@@ -414,7 +384,7 @@ def run_info(
         server=server,
         server_source=source,
         round_trip_us=rtt_us,
-        packages=package_versions(),
+        packages=package_versions(_PACKAGES),
         seconds=args.seconds,
         solo_seconds=args.solo_seconds,
         solo_runs=args.solo_runs,

@@ -48,7 +48,8 @@ from tenure._bench import (
     progress,
     ratio,
     require_peer,
-    server_and_rtt,
+    round_trip_us,
+    server_version,
     standalone_main,
 )
 from tenure._bench.contenders import BenchLock
@@ -523,7 +524,7 @@ def run(
                 stack.enter_context(ServerProcess(name=f"bench-master{i}")).url for i in range(3)
             ]
         with redis.Redis.from_url(urls[0]) as first:
-            server, rtt_us = server_and_rtt(first)
+            server, rtt_us = server_version(first), round_trip_us(first, 300)
         progress(f"masters: {server} at {', '.join(urls)}, PING {rtt_us:.0f} us")
         for name in SCENARIOS:
             masters = list(urls)
