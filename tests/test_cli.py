@@ -7,6 +7,7 @@ import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -72,6 +73,62 @@ def test_debug_shows_the_traceback() -> None:
     done = run("--debug", "inspect", "--url", "redis://127.0.0.1:1")
     assert done.returncode == 1
     assert "Traceback" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("inspect", "--url", "redis://127.0.0.1:1", "--debug"),
+        ("inspect", "--debug", "--url", "redis://127.0.0.1:1"),
+        ("--debug", "inspect", "--url", "redis://127.0.0.1:1", "--debug"),
+    ],
+)
+def test_debug_is_taken_anywhere(args: tuple[str, ...]) -> None:
+    # every error says "--debug shows the traceback": it must work wherever it is put
+    done = run(*args)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" in done.stderr
+    assert "unrecognized arguments" not in done.stderr
+
+
+def test_server_on_a_busy_port_says_why_in_one_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run("server", "--port", str(port), timeout=60)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"port {port} is in use: " in lines[0]
+    assert "Address already in use" in lines[0]  # the server's own words, not an empty tail
+    assert "overcommit" not in lines[0]
+
+
+def test_demo_wait_counts_only_completed_purchases() -> None:
+    from tenure._demo.run import DemoResult, _table
+
+    none_bought = DemoResult(
+        listers=5,
+        buyers=1,
+        seconds=2.0,
+        listed=10,
+        missed=3,
+        retries=4,
+        mode="watch",
+        bought=0,
+        purchase_attempts=3,
+        avg_wait_ms=None,
+        consistent=True,
+        book_listed=None,
+        book_bought=None,
+        book_retries=None,
+        book_wait_ms=None,
+        book_upper_bounds=[],
+    )
+    table = _table([none_bought], 2.0)
+    row = next(line for line in table.splitlines() if line.startswith("5/1"))
+    assert " ms" not in row.split("|")[0], row  # no wait figure for a row with no purchase
 
 
 def test_bad_arguments_exit_with_usage() -> None:

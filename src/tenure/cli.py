@@ -86,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Distributed coordination on Redis and Valkey.",
     )
     parser.add_argument("--version", action="version", version=f"tenure {__version__}")
-    parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show the traceback too (accepted anywhere on the command line)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -239,7 +243,9 @@ def _run_inspect(options: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tenure`` command; returns the exit status."""
     parser = build_parser()
-    options = parser.parse_args(argv)
+    arguments, debug = _take_debug(sys.argv[1:] if argv is None else list(argv))
+    options = parser.parse_args(arguments)
+    options.debug = options.debug or debug
     try:
         if options.command == "demo":
             from tenure._demo.market import MODES
@@ -278,6 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     parser.print_help()
     return 0
+
+
+def _take_debug(arguments: list[str]) -> tuple[list[str], bool]:
+    """``arguments`` without ``--debug`` (before any ``--``), and whether it was there.
+
+    Every error suggests ``--debug``, so it is taken wherever it stands, not only
+    before the subcommand as argparse would.
+    """
+    end = arguments.index("--") if "--" in arguments else len(arguments)
+    head = [argument for argument in arguments[:end] if argument != "--debug"]
+    return head + arguments[end:], len(head) < end
 
 
 def _failure(exc: Exception) -> tuple[int, str]:

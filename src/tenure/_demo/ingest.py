@@ -32,6 +32,7 @@ import redis
 
 from tenure._exceptions import ArgumentError, TenureError
 from tenure._ingest_cli import ProgressWriter, job_from_settings, progress_line, start_worker
+from tenure._ingest_core import IngestStatus
 from tenure._sync._ingest import IngestJob
 
 __all__ = [
@@ -48,7 +49,6 @@ PREFIX = "tenure:demo:ingest:"
 CHUNK_SIZE = 10_000
 LEASE = 1.0  # seconds: a killed worker's chunk is taken over this soon
 KILL_EVERY = (0.1, 0.4)  # seconds between kills, drawn at random
-OLD_ENOUGH = 0.7  # seconds a worker has lived before it may be killed (past its start-up)
 TIME_LIMIT = 600.0
 
 
@@ -217,7 +217,9 @@ def _ingest_while_killing(
             if now - started > TIME_LIMIT:
                 raise TenureError(f"the ingestion did not finish in {TIME_LIMIT:.0f} s")
             if kills and now >= next_kill:
-                working = [i for i, (w, born) in enumerate(workers) if now - born >= OLD_ENOUGH]
+                # Only a worker holding a chunk is killed: one still starting (a slow
+                # machine can take seconds to start Python) would make no progress.
+                working = [i for i, (w, _) in enumerate(workers) if w.pid in _holding(status)]
                 if working:
                     victim = rng.choice(working)
                     process = workers[victim][0]
@@ -243,6 +245,12 @@ def _ingest_while_killing(
                 process.terminate()
             process.join(timeout=10)
     return killed
+
+
+def _holding(status: IngestStatus) -> set[int]:
+    """The process ids of the workers holding a chunk (their names are host:pid)."""
+    pids = (holder.worker.rpartition(":")[2] for holder in status.holders)
+    return {int(pid) for pid in pids if pid.isdigit()}
 
 
 def _summary(result: IngestDemoResult) -> str:

@@ -77,7 +77,7 @@ class Tally:
     missed: int = 0  # the item was sold to someone else first
     retries: int = 0
     attempts: int = 0  # purchases tried (bought + missed + cut off by the deadline)
-    waited: float = 0.0  # seconds spent inside purchase attempts
+    waited: float = 0.0  # seconds spent inside purchase attempts that bought the item
 
     @classmethod
     def total(cls, tallies: Iterable[Tally]) -> Tally:
@@ -155,10 +155,10 @@ class Trader:
         item, _, seller = to_text(listing).rpartition(".")
         began = time.monotonic()
         outcome = self._buy(item, seller, deadline)
-        self.tally.waited += time.monotonic() - began
         self.tally.attempts += 1
         if outcome is True:
             self.tally.bought += 1
+            self.tally.waited += time.monotonic() - began
         elif outcome is False:
             self.tally.missed += 1
         return True

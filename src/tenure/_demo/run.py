@@ -75,7 +75,7 @@ class DemoResult:
     missed: int
     retries: int
     purchase_attempts: int
-    avg_wait_ms: float
+    avg_wait_ms: float | None  # per completed purchase; None when nothing was bought
     consistent: bool
     book_listed: int | None
     book_bought: int | None
@@ -275,7 +275,7 @@ def _run(
         missed=whole.missed,
         retries=whole.retries,
         purchase_attempts=whole.attempts,
-        avg_wait_ms=1000 * whole.waited / whole.attempts if whole.attempts else 0.0,
+        avg_wait_ms=1000 * whole.waited / whole.bought if whole.bought else None,
         consistent=books.consistent,
         book_listed=_scaled(book[0], scale) if book else None,
         book_bought=_scaled(book[1], scale) if book else None,
@@ -329,9 +329,10 @@ def _table(results: list[DemoResult], seconds: float) -> str:
         setup = f"{r.listers}/{r.buyers}" if (r.listers, r.buyers) != previous else ""
         previous = (r.listers, r.buyers)
         book_wait = f"{r.book_wait_ms:g} ms" if r.book_wait_ms is not None else "-"
+        wait = f"{r.avg_wait_ms:.1f} ms" if r.avg_wait_ms is not None else "-"
         lines.append(
             f"{setup:<5}{MODE_LABELS[r.mode]:<17}{r.listed:>9,}{r.bought:>9,}{r.retries:>9,}"
-            f"{r.avg_wait_ms:>8.1f} ms{'ok' if r.consistent else 'WRONG':>6}  |"
+            f"{wait:>11}{'ok' if r.consistent else 'WRONG':>6}  |"
             f"{book(r, 'listed'):>9}{book(r, 'bought'):>8}{book(r, 'retries'):>9}"
             f"{book_wait:>9}"
         )
@@ -341,7 +342,7 @@ def _table(results: list[DemoResult], seconds: float) -> str:
 def _summary(results: list[DemoResult]) -> str:
     by_key = {(r.listers, r.buyers, r.mode): r for r in results}
     lines = [
-        "L/B = listers/buyers (one process each); wait = average time per purchase; "
+        "L/B = listers/buyers (one process each); wait = average time per completed purchase; "
         "books = money and items conserved (audited after every run).",
     ]
     listers, buyers = max((r.listers, r.buyers) for r in results)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LOG_NAME", "OUT_NAME", "TAIL_LINES", "log_offsets", "tail_since"]
+__all__ = ["LOG_NAME", "OUT_NAME", "TAIL_LINES", "log_offsets", "notable", "tail_since"]
 
 LOG_NAME = "server.log"
 OUT_NAME = "server.out"
@@ -26,6 +26,28 @@ def _tail(path: str, offset: int, lines: int) -> str:
         return ""
     text = data.decode("utf-8", "replace").rstrip()
     return "\n".join(text.splitlines()[-lines:])
+
+
+# Warnings every server prints on a stock Linux machine: never the reason it failed.
+_ROUTINE = ("Memory overcommit", "Transparent Huge Pages", "somaxconn", "WARNING supervised")
+
+
+def notable(tail: str) -> str:
+    """The lines of ``tail`` that say why a server failed, on one line.
+
+    Redis and Valkey mark warnings with ``#`` after the timestamp; the routine
+    ones about the machine's settings are left out. Without any warning, the
+    last line is kept.
+    """
+    said = []
+    for line in tail.splitlines():
+        head, mark, message = line.partition(" # ")
+        if mark and head[:1].isdigit() and not any(word in message for word in _ROUTINE):
+            said.append(message.strip())
+    if not said:
+        lines = [line.strip() for line in tail.splitlines() if line.strip()]
+        said = lines[-1:]
+    return "; ".join(said) or "(nothing in its log)"
 
 
 def _size(path: str) -> int:

@@ -47,7 +47,7 @@ from tenure.server._commands import (
 )
 from tenure.server._folders import make_folder, note_server
 from tenure.server._lifecycle import Lifecycle
-from tenure.server._logs import LOG_NAME, OUT_NAME, TAIL_LINES, log_offsets, tail_since
+from tenure.server._logs import LOG_NAME, OUT_NAME, TAIL_LINES, log_offsets, notable, tail_since
 from tenure.server._ports import HOST, release_port, reserve_port
 from tenure.server._procfs import wait_state
 from tenure.server._registry import register, unregister
@@ -308,7 +308,8 @@ class ServerProcess(Lifecycle):
                             self._port = None
                             continue
                         raise ServerStartError(
-                            f"{self!r}: port {self._port} is in use; last lines of its log:\n{exc}"
+                            f"{self!r}: port {self._port} is in use: {notable(str(exc))}\n"
+                            f"last lines of its log:\n{exc}"
                         ) from None
             except BaseException:
                 self._halt(1.0)
@@ -338,7 +339,10 @@ class ServerProcess(Lifecycle):
         try:
             self._wait_ready(time.monotonic() + limit)
         except _AddressInUseError as exc:
-            raise ServerStartError(f"{self!r}: port in use; log:\n{exc}") from None
+            raise ServerStartError(
+                f"{self!r}: port {self._port} is in use: {notable(str(exc))}\n"
+                f"last lines of its log:\n{exc}"
+            ) from None
 
     def restart(self, timeout: float = 5.0) -> ServerProcess:
         """Stop the server and start it again on the same port or socket and folder.
@@ -479,16 +483,17 @@ class ServerProcess(Lifecycle):
                     if "Address already in use" in tail:
                         raise _AddressInUseError(tail)
                     raise ServerStartError(
-                        f"{self!r} exited with code {code} while starting; "
+                        f"{self!r} exited with code {code} while starting: {notable(tail)}\n"
                         f"last lines of its output:\n{tail}"
                     )
                 # Another server may hold the port while ours fails to bind.
                 if answers_as(probe, popen.pid):
                     return
                 if time.monotonic() >= deadline:
+                    tail = self.log_tail()
                     raise ServerStartError(
-                        f"{self!r} did not answer PING within {self.startup_timeout:g} s; "
-                        f"last lines of its output:\n{self.log_tail()}"
+                        f"{self!r} did not answer PING within {self.startup_timeout:g} s: "
+                        f"{notable(tail)}\nlast lines of its output:\n{tail}"
                     )
                 time.sleep(0.01)
         finally:
