@@ -42,6 +42,5 @@ if __name__ == "__main__":
         print(f"distribution: {line}", file=sys.stderr)
     if wrong:
         sys.exit(1)
-    print(
-        f"distribution: tenure {importlib.metadata.version('tenure')}: license, URLs, description ok"
-    )
+    version = importlib.metadata.version("tenure")
+    print(f"distribution: tenure {version}: license, URLs, description ok")
