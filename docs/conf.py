@@ -105,8 +105,12 @@ def _topic(name: str, value: Any) -> str:
         return "errors"
     if not isinstance(value, type) and not callable(value):
         return "index"  # a value, such as __version__: on the reference's first page
-    stem = getattr(value, "__module__", "").rsplit(".", 1)[-1].strip("_")
-    return TOPICS.get(stem.removesuffix("_core"), ("other", ""))[0]
+    return TOPICS.get(_stem(value), ("other", ""))[0]
+
+
+def _stem(value: Any) -> str:
+    """``lock`` for ``tenure._sync._lock``, ``leased`` for ``tenure._leased_core``."""
+    return str(getattr(value, "__module__", "")).rsplit(".", 1)[-1].strip("_").removesuffix("_core")
 
 
 def _title(page: str) -> str:
@@ -130,9 +134,20 @@ def _directive(module: str, name: str, value: Any) -> str:
     return f".. py:data:: {name}\n   :module: {module}\n   :value: {value!r}\n\n   {doc}\n"
 
 
-def _sync_first(name: str) -> tuple[str, bool]:
-    """Each class next to its asyncio twin: ``Lock``, ``AsyncLock``, ``ReentrantLock``..."""
-    return (name.removeprefix("Async"), name.startswith("Async"))
+def _order(name: str) -> tuple[Any, ...]:
+    """A page's order: errors as their tree, the rest by topic, each next to its asyncio twin.
+
+    ``Lock``, ``AsyncLock``, ``ReentrantLock``, ``AsyncReentrantLock``, then
+    ``ClusterLock``...: the order of the defining modules in :data:`TOPICS`.
+    """
+    value = getattr(tenure, name)
+    if isinstance(value, type) and issubclass(value, BaseException):
+        tree = [c.__name__ for c in reversed(value.__mro__) if issubclass(c, tenure.TenureError)]
+        return (-1, tree)
+    topics = list(TOPICS)
+    stem = _stem(value)
+    topic = topics.index(stem) if stem in topics else len(topics)
+    return (topic, name.removeprefix("Async"), name.startswith("Async"))
 
 
 def _underline(title: str, char: str) -> str:
@@ -146,7 +161,7 @@ def api_pages() -> dict[str, str]:
     """
     pages: dict[str, str] = {}
     by_page: dict[str, list[str]] = {}
-    for name in sorted(tenure.__all__, key=_sync_first):
+    for name in sorted(tenure.__all__, key=_order):
         by_page.setdefault(_topic(name, getattr(tenure, name)), []).append(name)
     toc = []
     values = by_page.pop("index", [])
