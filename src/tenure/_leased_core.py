@@ -390,8 +390,11 @@ class Counters:
 class LeasedStatistics:
     """A snapshot of one primitive object's counters (this process only), immutable.
 
-    The counters are :class:`Counters`' (times in seconds); ``held`` and
-    ``fencing_token`` describe the calling thread's (or task's) hold.
+    Times are in seconds. ``contended`` counts acquisitions that had to wait;
+    ``timeouts`` counts acquire calls that gave up; ``lost`` counts holds that
+    were lost while held; ``waiters`` is how many of this object's
+    acquisitions wait now. ``held`` and ``fencing_token`` describe the calling
+    thread's (or task's) hold.
     """
 
     name: str

@@ -1,11 +1,13 @@
 """The ``tenure`` command: ``demo``, ``bench``, ``inspect``, ``server`` and ``--version``.
 
-tenure demo                 # every demo, shortened, on an embedded server
-tenure demo ingest          # one demo in full (market, ingest)
-tenure demo --url URL       # ... on your server instead
-tenure bench locks --plot waits.png   # tenure.Lock beside its peers
-tenure inspect --url URL    # who holds and waits for what
-tenure server --port 6400   # run an embedded server in the foreground
+Usage::
+
+    tenure demo                 # every demo, shortened, on an embedded server
+    tenure demo ingest          # one demo in full (market, ingest)
+    tenure demo --url URL       # ... on your server instead
+    tenure bench locks --plot waits.png   # tenure.Lock beside its peers
+    tenure inspect --url URL    # who holds and waits for what
+    tenure server --port 6400   # run an embedded server in the foreground
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Finds primitives with SCAN (never KEYS), on every primary of a cluster, and
 describes each with a *view*: one per kind of primitive, keyed by its key
 prefix. A later primitive plugs in by calling :func:`register_view` with its
-own view; nothing else changes.
+own view; nothing else changes::
 
     from tenure.inspect import inspect
     for row in inspect(client):

@@ -11,22 +11,22 @@ is ``redis-server`` on PATH). ``TENURE_SERVER_BIN`` points at any binary.
 
 Fixtures (session-scoped topologies start lazily, on first use):
 
-=============================  =============================================
-``tenure_engine``              the :class:`tenure.server.Engine` in use
-``tenure_server``              a standalone server (session)
-``tenure_client``              ``redis.Redis`` to it, database flushed first
-``tenure_async_client``        ``redis.asyncio.Redis`` to it, flushed first
-``tenure_server_factory``      start private servers; all stopped after the test
-``tenure_replicated``          primary + 1 replica (session)
-``tenure_cluster``             3-master cluster (session)
-``tenure_cluster_client``      ``RedisCluster`` to it, all masters flushed
-``tenure_async_cluster_client``  ``redis.asyncio.cluster.RedisCluster``, flushed
-``tenure_sentinel``            Sentinel over primary + 1 replica (session)
-``tenure_proxy``               a :class:`~tenure.server.FaultProxy` in front of
-                               ``tenure_server``, stopped after the test
-``tenure_proxy_factory``       start fault proxies in front of any server;
-                               all stopped after the test
-=============================  =============================================
+=================================  =============================================
+``tenure_engine``                  the :class:`tenure.server.Engine` in use
+``tenure_server``                  a standalone server (session)
+``tenure_client``                  ``redis.Redis`` to it, database flushed first
+``tenure_async_client``            ``redis.asyncio.Redis`` to it, flushed first
+``tenure_server_factory``          start private servers; all stopped after the test
+``tenure_replicated``              primary + 1 replica (session)
+``tenure_cluster``                 3-master cluster (session)
+``tenure_cluster_client``          ``RedisCluster`` to it, all masters flushed
+``tenure_async_cluster_client``    ``redis.asyncio.cluster.RedisCluster``, flushed
+``tenure_sentinel``                Sentinel over primary + 1 replica (session)
+``tenure_proxy``                   a :class:`~tenure.server.FaultProxy` in front of
+                                   ``tenure_server``, stopped after the test
+``tenure_proxy_factory``           start fault proxies in front of any server;
+                                   all stopped after the test
+=================================  =============================================
 
 Example::
 

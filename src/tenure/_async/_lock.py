@@ -37,7 +37,7 @@ class AsyncLock(AsyncLeased):
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
     * ``thread_local`` — the token belongs to the acquiring task, with the
-      rules of :mod:`tenure._owners` (a task started from the owner, or the
+      rules of ``tenure._owners`` (a task started from the owner, or the
       next user of a hold whose owner finished, may release it); ``False``
       lets any task release.
     * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or

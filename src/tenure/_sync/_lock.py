@@ -38,7 +38,7 @@ class Lock(Leased):
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
     * ``thread_local`` — the token belongs to the acquiring thread, with the
-      rules of :mod:`tenure._owners` (a thread started from the owner, or the
+      rules of ``tenure._owners`` (a thread started from the owner, or the
       next user of a hold whose owner finished, may release it); ``False``
       lets any thread release.
     * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or

@@ -44,7 +44,7 @@ def note_server(path: str, pid: int) -> None:
 def sweep_stale_folders(directory: str | None = None) -> int:
     """Remove the marked folders whose processes are all gone; return how many.
 
-    Only folders made by :func:`make_folder` (they carry the marker) are
+    Only folders made for tenure's servers (they carry the marker) are
     touched, in ``directory`` (default: the temporary directory).
     """
     where = directory or tempfile.gettempdir()
