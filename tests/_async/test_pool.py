@@ -24,7 +24,7 @@ BLOCKED = "tenure-test:blocked"
 
 def _client(server: ServerProcess, connections: int) -> redis.asyncio.Redis:
     """A client over redis-py's plain pool: it refuses a call when all are in use."""
-    return redis.asyncio.Redis(host=server.host, port=server.port, max_connections=connections)
+    return server.async_client(max_connections=connections)
 
 
 async def _occupy(client: redis.asyncio.Redis, admin: redis.asyncio.Redis, count: int) -> list[Any]:

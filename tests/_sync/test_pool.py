@@ -24,7 +24,7 @@ BLOCKED = "tenure-test:blocked"
 
 def _client(server: ServerProcess, connections: int) -> redis.Redis:
     """A client over redis-py's plain pool: it refuses a call when all are in use."""
-    return redis.Redis(host=server.host, port=server.port, max_connections=connections)
+    return server.client(max_connections=connections)
 
 
 def _occupy(client: redis.Redis, admin: redis.Redis, count: int) -> list[Any]:
