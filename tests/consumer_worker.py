@@ -34,7 +34,7 @@ def read_loop(url: str, name: str) -> None:
 
     def handle(message: StreamMessage) -> None:
         nonlocal idle_since
-        client.sadd("handled", message.fields["n"])
+        client.sadd("handled", message.fields[b"n"])
         time.sleep(0.005)
         idle_since = time.monotonic()
 
@@ -50,9 +50,9 @@ def run_until_signalled(url: str, name: str) -> None:
     consumer = StreamConsumer(client, "work", "g", name, count=1, block=0.2)
 
     def handle(message: StreamMessage) -> None:
-        client.rpush("started", message.fields["n"])
+        client.rpush("started", message.fields[b"n"])
         time.sleep(0.15)
-        client.rpush("finished", message.fields["n"])
+        client.rpush("finished", message.fields[b"n"])
 
     consumer.run(handle, stop_signals=STOP)
 
@@ -63,9 +63,9 @@ async def arun_until_signalled(url: str, name: str) -> None:
     consumer = AsyncStreamConsumer(client, "work", "g", name, count=1, block=0.2)
 
     async def handle(message: StreamMessage) -> None:
-        await client.rpush("started", message.fields["n"])
+        await client.rpush("started", message.fields[b"n"])
         await asyncio.sleep(0.15)
-        await client.rpush("finished", message.fields["n"])
+        await client.rpush("finished", message.fields[b"n"])
 
     await consumer.run(handle, stop_signals=STOP)
     await client.aclose()

@@ -69,6 +69,20 @@ def test_every_error_is_one_line(args: tuple[str, ...], code: int, says: str) ->
     assert lines[0].startswith(says), lines[0]
 
 
+def test_an_exhausted_pool_is_not_told_as_an_unreachable_server() -> None:
+    from tenure.cli import _failure
+
+    exhausted = tenure.ConnectionPoolExhaustedError("the client's connection pool is exhausted")
+    assert _failure(exhausted) == (
+        1,
+        "ConnectionPoolExhaustedError: the client's connection pool is exhausted",
+    )
+    raw = redis.exceptions.MaxConnectionsError("Too many connections")
+    assert _failure(raw) == (1, "MaxConnectionsError: Too many connections")
+    refused = redis.exceptions.ConnectionError("Error 111 connecting")
+    assert _failure(refused) == (1, "cannot reach the server: Error 111 connecting")
+
+
 def test_debug_shows_the_traceback() -> None:
     done = run("--debug", "inspect", "--url", "redis://127.0.0.1:1")
     assert done.returncode == 1

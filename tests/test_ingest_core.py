@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tenure import ArgumentError
 from tenure._ingest_core import Claim, IngestKeys, Plan, chunk_range, parse_claim
-from tenure._stream_core import StreamMessage, parse_claimed
+from tenure._stream_core import StreamMessage, parse_claimed, read_messages
 
 
 @given(
@@ -63,12 +65,31 @@ def test_stream_claim_replies_are_parsed_strictly() -> None:
     reply = [b"0-0", [[b"1-1", [b"key", b"7", b"row", b"{}"], 3]], 2]
     cursor, messages, dead = parse_claimed(reply)
     assert cursor == "0-0" and dead == 2
-    assert messages == [StreamMessage("1-1", {"key": b"7", "row": b"{}"}, 3)]
+    assert messages == [StreamMessage("1-1", {b"key": b"7", b"row": b"{}"}, 3)]  # as given
+    decoded = parse_claimed(["0-0", [["1-1", ["key", "7"], 2]], 0])[1]
+    assert decoded == [StreamMessage("1-1", {"key": "7"}, 2)]
     assert parse_claimed([b"5-0", [], 0]) == ("5-0", [], 0)
     with pytest.raises(ValueError, match="unexpected stream_claim reply"):
         parse_claimed([b"0-0", []])
     with pytest.raises(ValueError, match="shorter than"):  # an odd field list
         parse_claimed([b"0-0", [[b"1-1", [b"key"], 1]], 0])
+
+
+def test_xreadgroup_replies_of_every_shape_are_read_with_their_fields_as_given() -> None:
+    entries = [(b"1-0", {b"n": b"1"}), (b"2-0", {b"n": b"2"})]
+    expected = [StreamMessage("1-0", {b"n": b"1"}, 1), StreamMessage("2-0", {b"n": b"2"}, 1)]
+    assert read_messages([[b"s", entries]]) == expected  # RESP2
+    assert read_messages({b"s": [entries]}) == expected  # RESP3
+    assert read_messages({b"s": entries}) == expected  # redis-py 8, legacy_responses=False
+    assert read_messages({b"s": entries[:1]}) == expected[:1]  # one entry, not wrapped
+    assert read_messages({b"s": [entries[:1]]}) == expected[:1]
+    assert read_messages([[b"s", []]]) == []
+    empties: list[Any] = [None, [], {}, {b"s": [[]]}]
+    for empty in empties:
+        assert read_messages(empty) == []
+    assert read_messages([["s", [("3-0", {"n": "3"}), (None, None)]]]) == [  # deleted: left out
+        StreamMessage("3-0", {"n": "3"}, 1)
+    ]
 
 
 def test_a_plan_of_too_many_chunks_is_refused_with_the_size_that_fits() -> None:

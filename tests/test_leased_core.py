@@ -62,6 +62,9 @@ def test_tenure_errors_are_redis_py_errors() -> None:
     assert issubclass(tenure.AlreadyHeldError, redis.exceptions.LockError)
     assert issubclass(tenure.SemaphoreLimitError, redis.exceptions.LockError)
     assert issubclass(tenure.ServerUnavailableError, redis.exceptions.ConnectionError)
+    assert issubclass(tenure.ConnectionPoolExhaustedError, redis.exceptions.MaxConnectionsError)
+    assert issubclass(tenure.ConnectionPoolExhaustedError, redis.exceptions.ConnectionError)
+    assert not issubclass(tenure.ConnectionPoolExhaustedError, tenure.ServerUnavailableError)
     assert issubclass(tenure.ScriptError, redis.exceptions.ResponseError)
     assert issubclass(tenure.PermissionDeniedError, redis.exceptions.NoPermissionError)
     assert issubclass(tenure.BackendError, redis.exceptions.RedisError)
@@ -134,6 +137,39 @@ def test_shared_slot() -> None:
     assert slot.get() is None
 
 
+@pytest.mark.parametrize(
+    "raised",
+    [
+        redis.exceptions.ConnectionError("Too many connections"),  # redis-py 5 to 6.3's pool
+        redis.exceptions.MaxConnectionsError("Too many connections"),  # later ones
+        redis.exceptions.MaxConnectionsError(),  # redis.asyncio.cluster's node
+    ],
+)
+def test_an_exhausted_pool_is_told_apart_without_its_pool(raised: Exception) -> None:
+    from tenure._clients import map_exceptions
+
+    with (
+        pytest.raises(tenure.ConnectionPoolExhaustedError) as caught,
+        map_exceptions(name="n", doing="testing"),
+    ):
+        raise raised
+    assert caught.value.max_connections is None  # no pool on the traceback to read it from
+    assert "max_connections" in str(caught.value)
+    assert "redis.BlockingConnectionPool" in str(caught.value)
+    assert caught.value.__cause__ is raised
+
+
+def test_a_pools_other_connection_errors_are_the_server_unavailable() -> None:
+    from tenure._clients import map_exceptions
+
+    for message in ["Connection not ready", "No connection available."]:
+        with (
+            pytest.raises(tenure.ServerUnavailableError),
+            map_exceptions(name="n", doing="testing"),
+        ):
+            raise redis.exceptions.ConnectionError(message)  # raised here, not by a pool
+
+
 def test_map_exceptions_translates_redis_errors_only() -> None:
     from tenure._clients import map_exceptions
 
@@ -144,6 +180,7 @@ def test_map_exceptions_translates_redis_errors_only() -> None:
         raise redis.exceptions.ConnectionError("down")
     assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
     assert "while testing" in str(caught.value)
+    assert not isinstance(caught.value, tenure.ConnectionPoolExhaustedError)
     original = tenure.LockNotOwnedError("mine", name="n")
     with pytest.raises(tenure.LockNotOwnedError) as kept, map_exceptions(name="n"):
         raise original  # tenure's own: untouched (it is a redis-py error too)

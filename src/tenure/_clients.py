@@ -7,6 +7,7 @@ call them, so the rules live in one place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -17,6 +18,7 @@ from redis import exceptions as redis_errors
 from tenure._exceptions import (
     BackendError,
     ClientTypeError,
+    ConnectionPoolExhaustedError,
     PermissionDeniedError,
     ScriptError,
     ServerUnavailableError,
@@ -79,6 +81,9 @@ def translate_error(
         isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("NOPERM")
     ):
         return PermissionDeniedError(f"the server's ACL refused a command{where}: {exc}", name=name)
+    exhausted = _pool_exhausted(exc, name=name, where=where)
+    if exhausted is not None:
+        return exhausted
     if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
         return ServerUnavailableError(f"server unavailable{where}: {exc}", name=name)
     if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("WRONGTYPE"):
@@ -129,3 +134,82 @@ class map_exceptions:  # lower case: used as a function, ``with map_exceptions(.
 def _is_script_failure(message: str) -> bool:
     lowered = message.lower()
     return "script" in lowered or "user_script" in lowered or lowered.startswith("err error")
+
+
+_TOO_MANY = "Too many connections"
+"""What redis-py's ``ConnectionPool`` says when ``max_connections`` are in use (5.x to 8.x)."""
+
+_NONE_CAME_FREE = "No connection available."
+"""What redis-py's ``BlockingConnectionPool`` says when none came free within its timeout."""
+
+
+def _raising_pool(exc: BaseException) -> Any:
+    """The pool (or asyncio cluster node) whose own method raised ``exc``, else None.
+
+    The frame that raised is the last of the traceback; its ``self`` is the
+    pool when the pool refused the call itself (not a connection beneath it).
+    """
+    traceback = exc.__traceback__
+    if traceback is None:
+        return None
+    while traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    owner = traceback.tb_frame.f_locals.get("self")
+    return owner if isinstance(getattr(owner, "max_connections", None), int) else None
+
+
+def _through_cluster(exc: BaseException) -> bool:
+    """Whether a cluster client's method is on ``exc``'s traceback."""
+    traceback = exc.__traceback__
+    while traceback is not None:
+        if is_cluster(traceback.tb_frame.f_locals.get("self")):
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def _pool_exhausted(
+    exc: BaseException, *, name: str | None, where: str
+) -> ConnectionPoolExhaustedError | None:
+    """A :class:`ConnectionPoolExhaustedError` if ``exc`` says the client's pool ran out.
+
+    Recognised by redis-py's own class (``MaxConnectionsError``: raised by
+    the sync pool since redis-py 6.4, the asyncio pool since 7.x and the
+    asyncio cluster's nodes), or by a plain ``ConnectionError`` that the pool
+    raised itself with the words redis-py 5 to 8 use.
+    """
+    if not isinstance(exc, redis_errors.ConnectionError):
+        return None
+    pool = _raising_pool(exc)
+    text = str(exc)
+    blocking = pool is not None and text == _NONE_CAME_FREE
+    if not (isinstance(exc, redis_errors.MaxConnectionsError) or text == _TOO_MANY or blocking):
+        return None
+    limit: int | None = getattr(pool, "max_connections", None)
+    setting = "max_connections" if limit is None else f"max_connections={limit}"
+    if isinstance(pool, redis.asyncio.ConnectionPool):
+        waiting = "redis.asyncio.BlockingConnectionPool"
+    elif isinstance(pool, redis.ConnectionPool):
+        waiting = "redis.BlockingConnectionPool"
+    else:
+        waiting = "redis.BlockingConnectionPool (redis.asyncio.BlockingConnectionPool)"
+    if blocking:
+        timeout = getattr(pool, "timeout", None)
+        message = (
+            f"the client's connection pool is exhausted{where}: none of its connections "
+            f"({setting}) came free within its timeout={timeout!r} (the server is fine): "
+            "raise max_connections or the pool's timeout"
+        )
+    elif isinstance(pool, redis.asyncio.cluster.ClusterNode) or _through_cluster(exc):
+        message = (  # a RedisCluster makes its nodes' pools itself: no waiting pool to give it
+            f"the cluster client's connections to a node are exhausted{where}: all are in "
+            f"use ({setting}, per node; the server is fine): raise the RedisCluster's "
+            "max_connections"
+        )
+    else:
+        message = (
+            f"the client's connection pool is exhausted{where}: all its connections are in "
+            f"use ({setting}; the server is fine): give the client a {waiting}, which "
+            "waits for a free connection, or raise max_connections"
+        )
+    return ConnectionPoolExhaustedError(message, max_connections=limit, name=name)

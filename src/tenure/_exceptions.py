@@ -5,8 +5,12 @@ The tree::
     TenureError
     ├── ArgumentError (ValueError)               bad value for a named argument
     ├── ClientTypeError (TypeError)              not a redis-py client we can use
-    ├── BackendError (RedisError)                the server refused or failed a call
+    ├── BackendError (RedisError)                a call failed: the server refused or
+    │   │                                        failed it, or the client could not send it
     │   ├── ServerUnavailableError (ConnectionError)  refused, reset or timed out
+    │   ├── ConnectionPoolExhaustedError (MaxConnectionsError, a ConnectionError)
+    │   │                                        the client's own pool had no free
+    │   │                                        connection; the server is fine
     │   ├── PermissionDeniedError (NoPermissionError) the server's ACL forbids a command
     │   ├── ScriptError (ResponseError)          a tenure script failed on the server
     │   ├── WrongTypeError (ResponseError)       a key holds another type than expected
@@ -55,6 +59,7 @@ __all__ = [
     "BackendError",
     "CacheDecodeError",
     "ClientTypeError",
+    "ConnectionPoolExhaustedError",
     "EmbeddedServerError",
     "IdSetCorruptError",
     "LockLostError",
@@ -125,11 +130,33 @@ class ClientTypeError(TenureError, TypeError):
 
 
 class BackendError(TenureError, _redis.RedisError):
-    """The Redis/Valkey server failed or refused a call tenure made."""
+    """A call tenure made failed: the server refused or failed it, or the client could not."""
 
 
 class ServerUnavailableError(BackendError, _redis.ConnectionError):
     """The server could not be reached: refused, reset, or timed out."""
+
+
+class ConnectionPoolExhaustedError(BackendError, _redis.MaxConnectionsError):
+    """The client's own connection pool had no free connection; the server is fine.
+
+    redis-py's ``ConnectionPool`` refuses a call ("Too many connections")
+    once ``max_connections`` connections are in use, and a
+    ``BlockingConnectionPool`` refuses one when none came free within its
+    ``timeout``. The message names the pool's ``max_connections`` and the
+    fix: a ``redis.BlockingConnectionPool`` (``redis.asyncio.BlockingConnectionPool``),
+    which waits for a free connection, or a larger ``max_connections``.
+    ``max_connections`` is the pool's limit (``None`` when it could not be
+    read). It is a redis-py ``MaxConnectionsError``, itself a
+    ``ConnectionError``, so ``except redis.ConnectionError`` still catches it;
+    it is not a :class:`ServerUnavailableError`.
+    """
+
+    def __init__(
+        self, message: str, *, max_connections: int | None = None, name: str | None = None
+    ) -> None:
+        super().__init__(message, name=name)
+        self.max_connections = max_connections
 
 
 class PermissionDeniedError(BackendError, _redis.NoPermissionError):

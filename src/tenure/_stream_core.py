@@ -7,24 +7,53 @@ from typing import Any
 
 from tenure._leased_core import to_text
 
-__all__ = ["StreamMessage", "entry_message", "parse_claimed"]
+__all__ = ["StreamMessage", "entry_message", "parse_claimed", "read_messages"]
 
 
 @dataclass(frozen=True)
 class StreamMessage:
-    """One stream entry as a consumer gets it."""
+    """One stream entry as a consumer gets it.
+
+    ``fields`` is the entry's field-value dict exactly as redis-py returns it
+    for the consumer's client: bytes keys and values on a plain client
+    (``m.fields[b"row"]``), str keys and values on one made with
+    ``decode_responses=True`` (``m.fields["row"]``), whatever the protocol.
+    ``id`` is always a str, ``deliveries`` an int (1 the first time; more
+    when it was claimed from a consumer that died).
+    """
 
     id: str
-    fields: dict[str, bytes]
-    deliveries: int  # 1 the first time; more when it was claimed from a consumer that died
+    fields: dict[Any, Any]
+    deliveries: int
 
 
 def entry_message(entry_id: Any, fields: Any, deliveries: int) -> StreamMessage:
-    """A stream entry (as redis-py returns it) as a :class:`StreamMessage`."""
-    decoded = {
-        to_text(k): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()
-    }
-    return StreamMessage(id=to_text(entry_id), fields=decoded, deliveries=deliveries)
+    """A stream entry (as redis-py returns it) as a :class:`StreamMessage`; fields as given."""
+    return StreamMessage(id=to_text(entry_id), fields=dict(fields), deliveries=deliveries)
+
+
+def read_messages(reply: Any) -> list[StreamMessage]:
+    """XREADGROUP's reply, in any shape redis-py gives it, as first deliveries.
+
+    RESP2 gives ``[[stream, entries]]``; RESP3 ``{stream: [entries]}``;
+    redis-py 8's ``legacy_responses=False`` ``{stream: entries}``. Each entry
+    is ``(id, fields)``; an entry deleted since it was delivered has no fields
+    and is left out.
+    """
+    if not reply:
+        return []
+    groups = reply.values() if isinstance(reply, dict) else [entries for _, entries in reply]
+    found: list[StreamMessage] = []
+    for group in groups:
+        entries = group
+        if len(group) == 1 and isinstance(group[0], list):  # RESP3: the entries list, wrapped
+            first = group[0][0] if group[0] else None
+            if first is None or isinstance(first, (list, tuple)):
+                entries = group[0]
+        for entry_id, fields in entries:
+            if fields is not None:
+                found.append(entry_message(entry_id, fields, 1))
+    return found
 
 
 def parse_claimed(reply: Any) -> tuple[str, list[StreamMessage], int]:

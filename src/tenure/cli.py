@@ -303,7 +303,10 @@ def _failure(exc: Exception) -> tuple[int, str]:
     """Exit status (2: usage, 1: runtime) and one line for an error that ended a command."""
     if isinstance(exc, (ArgumentError, ClientTypeError, BenchmarkError)):
         return 2, str(exc)  # the arguments: a benchmark raises for those it cannot run with
-    if isinstance(exc, redis.exceptions.ConnectionError):
+    if isinstance(exc, redis.exceptions.ConnectionError) and not isinstance(
+        exc,
+        redis.exceptions.MaxConnectionsError,  # the client's own pool: the server is fine
+    ):
         return 1, f"cannot reach the server: {_first_line(exc)}"
     if isinstance(exc, (TenureError, redis.exceptions.RedisError, OSError)):
         return 1, f"{type(exc).__name__}: {_first_line(exc)}"

@@ -12,7 +12,7 @@ proxy in front of it, a restart, an ACL user) and tests marked
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -60,15 +60,16 @@ def topology(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def _connect(request: pytest.FixtureRequest, topology: str) -> Any:
-    """A connected client: a cluster client maps its slots before the test's clock starts."""
+async def _connect(request: pytest.FixtureRequest, topology: str, **kwargs: Any) -> Any:
+    """A connected client (``kwargs`` to its constructor): a cluster client maps its slots
+    before the test's clock starts."""
     client: Any
     if topology == "cluster":
         cluster: Cluster = request.getfixturevalue("tenure_cluster")
-        client = cluster.async_client()
+        client = cluster.async_client(**kwargs)
     else:
         server: ServerProcess = request.getfixturevalue("tenure_server")
-        client = server.async_client()
+        client = server.async_client(**kwargs)
     await client.ping()
     return client
 
@@ -92,6 +93,22 @@ async def other_client(topology: str, request: pytest.FixtureRequest) -> AsyncIt
     client = await _connect(request, topology)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+async def client_with(
+    topology: str, request: pytest.FixtureRequest
+) -> AsyncIterator[Callable[..., Any]]:
+    """Make clients of the same topology with constructor options: ``await client_with(**kw)``."""
+    made: list[Any] = []
+
+    async def connect(**kwargs: Any) -> Any:
+        made.append(await _connect(request, topology, **kwargs))
+        return made[-1]
+
+    yield connect
+    for client in made:
+        await client.aclose()
 
 
 @pytest.fixture

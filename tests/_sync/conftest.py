@@ -13,7 +13,7 @@ proxy in front of it, a restart, an ACL user) and tests marked
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -61,15 +61,16 @@ def topology(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _connect(request: pytest.FixtureRequest, topology: str) -> Any:
-    """A connected client: a cluster client maps its slots before the test's clock starts."""
+def _connect(request: pytest.FixtureRequest, topology: str, **kwargs: Any) -> Any:
+    """A connected client (``kwargs`` to its constructor): a cluster client maps its slots
+    before the test's clock starts."""
     client: Any
     if topology == "cluster":
         cluster: Cluster = request.getfixturevalue("tenure_cluster")
-        client = cluster.client()
+        client = cluster.client(**kwargs)
     else:
         server: ServerProcess = request.getfixturevalue("tenure_server")
-        client = server.client()
+        client = server.client(**kwargs)
     client.ping()
     return client
 
@@ -93,6 +94,20 @@ def other_client(topology: str, request: pytest.FixtureRequest) -> Iterator[Any]
     client = _connect(request, topology)
     yield client
     client.close()
+
+
+@pytest.fixture
+def client_with(topology: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """Make clients of the same topology with constructor options: ``client_with(**kw)``."""
+    made: list[Any] = []
+
+    def connect(**kwargs: Any) -> Any:
+        made.append(_connect(request, topology, **kwargs))
+        return made[-1]
+
+    yield connect
+    for client in made:
+        client.close()
 
 
 @pytest.fixture

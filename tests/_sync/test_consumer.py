@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,11 +31,42 @@ def test_messages_are_read_once_and_acknowledged(
     consumer = StreamConsumer(tenure_client, "{jobs}", "workers", "w1", block=0.1)
     got = consumer.read()
     assert [m.id for m in got] == ids and all(m.deliveries == 1 for m in got)
-    assert got[3].fields == {"n": b"3"}
+    assert got[3].fields == {b"n": b"3"}  # as redis-py gives them: bytes on a plain client
     assert consumer.ack(*got) == 10
     assert consumer.read() == []
     pending: Any = tenure_client.xpending("{jobs}", "workers")
     assert pending["pending"] == 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"decode_responses": True}, {"protocol": 3}, {"protocol": 3, "decode_responses": True}],
+    ids=["plain", "decoded", "resp3", "resp3-decoded"],
+)
+def test_fields_are_as_redis_py_returns_them_for_the_client(
+    tenure_client: redis.Redis,
+    client_with: Callable[..., Any],
+    options: dict[str, Any],
+) -> None:
+    client: Any = client_with(**options)
+    client.xadd("{jobs}", {"n": "1", "row": '{"a": 1}'})
+    client.xadd("{jobs}", {"n": "2", "row": "{}"})
+    expected: Any = client.xrange("{jobs}")  # redis-py's own reply, for this client
+    as_given = [fields for _, fields in expected]
+    first = StreamConsumer(client, "{jobs}", "g", "first", block=0.1)
+    read = first.read()
+    assert [m.fields for m in read] == as_given
+    text = "decode_responses" in options
+    key = "row" if text else b"row"
+    assert all(type(k) is type(key) and type(v) is type(key) for k, v in read[0].fields.items())
+    assert read[0].fields[key] == ('{"a": 1}' if text else b'{"a": 1}')
+    assert all(isinstance(m.id, str) for m in read)
+    sleep(0.15)
+    second = StreamConsumer(client, "{jobs}", "g", "second", block=0.1, claim_idle=0.1)
+    claimed = second.read()  # through tenure's script, not XREADGROUP
+    assert [m.fields for m in claimed] == as_given
+    assert [m.deliveries for m in claimed] == [2, 2]
+    assert second.ack(*claimed) == 2
 
 
 def test_a_dead_consumers_messages_are_claimed_by_another(
@@ -83,7 +115,7 @@ def test_run_acknowledges_each_handled_message_and_stops(
     seen: list[StreamMessage] = []
 
     def handle(message: StreamMessage) -> None:
-        if message.fields["n"] == b"4":
+        if message.fields[b"n"] == b"4":
             raise ValueError("poison")  # left unacknowledged, retried later
         seen.append(message)
         if len(seen) == 8:

@@ -72,6 +72,7 @@ class AsyncClusterLock(AsyncLock):
     """
 
     _statistics_type: ClassVar[type[LeasedStatistics]] = ClusterLockStatistics
+    _reentry_hint = "make it with reentrant=True to re-enter"
 
     def __init__(
         self,

@@ -30,7 +30,7 @@ from tenure._async._watchdog import Job, watchdog
 from tenure._backend_asyncio import IS_ASYNC, on_signals
 from tenure._clients import is_cluster, map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._stream_core import StreamMessage, entry_message, parse_claimed
+from tenure._stream_core import StreamMessage, parse_claimed, read_messages
 
 __all__ = ["AsyncStreamConsumer"]
 
@@ -131,10 +131,7 @@ class AsyncStreamConsumer:
                 count=self.count,
                 block=self.block_ms or None,
             )
-        found: list[StreamMessage] = []
-        for _, entries in reply or []:
-            found += [entry_message(entry_id, fields, 1) for entry_id, fields in entries]
-        return found
+        return read_messages(reply)
 
     async def _claim_abandoned(self) -> list[StreamMessage]:
         with map_exceptions(name=self.stream, doing="claiming abandoned messages"):

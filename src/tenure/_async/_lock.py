@@ -63,6 +63,7 @@ class AsyncLock(AsyncLeased):
     _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
     _lost_error: ClassVar[type[LostError]] = LockLostError
     _noun = "lock"
+    _reentry_hint = "make it with reentrant=True (or use AsyncReentrantLock) to re-enter"
 
     def __init__(
         self,

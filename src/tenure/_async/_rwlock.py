@@ -22,7 +22,13 @@ from typing import Any, ClassVar, cast
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import AsyncPermits
 from tenure._clients import map_exceptions
-from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
+from tenure._exceptions import (
+    ArgumentError,
+    LockLostError,
+    LockNotOwnedError,
+    LostError,
+    NotOwnedError,
+)
 from tenure._leased_core import (
     IDLE_TTL_MS,
     LeasedStatistics,
@@ -45,8 +51,13 @@ class _AsyncSide(AsyncPermits):
     _lost_error: ClassVar[type[LostError]] = LockLostError
     _mode: ClassVar[str] = "r"
     _statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
+    _reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
 
     def __init__(self, client: AsyncClient, name: str, **options: Any) -> None:
+        if options.get("reentrant"):  # the semaphore's scripts count no re-entries
+            raise ArgumentError(
+                "reentrant", "a read-write lock is not re-entrant; leave it out", name=name
+            )
         options.setdefault("prefix", "tenure:rwlock:")
         self._setup_permits(client, name, RW_LIMIT, **options)
 
@@ -100,8 +111,8 @@ class AsyncReadWriteLock:
 
     ``async with rw.read:`` for shared access, ``async with rw.write:`` for
     exclusive access. The arguments are those of :class:`~tenure.AsyncLock`
-    (``timeout=None``: held until released, renewed by the watchdog) and
-    apply to both sides. See the module docstring for the fairness policy.
+    (``timeout=None``: held until released, renewed by the watchdog) but
+    ``reentrant``, and apply to both sides. See the module docstring for the fairness policy.
     """
 
     def __init__(self, client: AsyncClient, name: str, **options: Any) -> None:

@@ -117,6 +117,10 @@ class AsyncSemaphore(AsyncPermits):
     _not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
     _lost_error: ClassVar[type[LostError]] = SemaphoreLostError
     _noun = "permit"
+    _reentry_hint = (
+        "a semaphore is not re-entrant: for a second permit, acquire a second "
+        "AsyncSemaphore object of the same name"
+    )
     _statistics_type: ClassVar[type[LeasedStatistics]] = SemaphoreStatistics
 
     def statistics(self) -> SemaphoreStatistics:

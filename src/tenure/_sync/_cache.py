@@ -60,6 +60,7 @@ from tenure._exceptions import (
     ArgumentError,
     CacheDecodeError,
     ClientTypeError,
+    ConnectionPoolExhaustedError,
     ServerUnavailableError,
 )
 from tenure._sync._scripting import Client, registry_for
@@ -71,6 +72,9 @@ __all__ = ["Cache", "HerdCache"]
 logger = logging.getLogger("tenure.cache")
 
 _DEFAULT_IDENTITY = IdentityGenerator()
+
+_UNREACHABLE = (ServerUnavailableError, ConnectionPoolExhaustedError)
+"""The server cannot be asked now: the fallback's (and a lost commit's) cases."""
 
 DEFAULT_HERD_TIMEOUT = 60.0
 """Seconds a herd-cache entry outlives its freshness, to be served stale meanwhile."""
@@ -343,8 +347,9 @@ class HerdCache(_AsyncCacheBase):
     * ``early`` — XFetch's beta: above 0, a fresh entry is refreshed early,
       with a probability rising as its deadline nears and scaled by its last
       load time (1.0 is the paper's default). 0 (default) never refreshes early.
-    * ``fallback`` — when the server is unavailable, :meth:`fetch` calls the
-      loader and returns its value (the outage logged once) instead of raising.
+    * ``fallback`` — when the server is unavailable (or the client's
+      connection pool is exhausted), :meth:`fetch` calls the loader and
+      returns its value (the outage logged once) instead of raising.
 
     Use :meth:`fetch` (value or load, with every guarantee); :meth:`get` and
     :meth:`set` keep aredis's ``HerdCache`` behaviour.
@@ -576,7 +581,7 @@ class HerdCache(_AsyncCacheBase):
             finally:
                 if waiter is not None:
                     waiter.stop()
-        except ServerUnavailableError as exc:
+        except _UNREACHABLE as exc:
             if not self.fallback:
                 raise
             self._counts["fallbacks"] += 1
@@ -625,7 +630,7 @@ class HerdCache(_AsyncCacheBase):
         took = time.monotonic() - started
         try:
             self._commit(keys, token, self.codec.encode(value), took, ttl, herd)
-        except ServerUnavailableError as exc:
+        except _UNREACHABLE as exc:
             logger.warning("tenure cache %r: the loaded value was not stored: %s", self.name, exc)
         return value
 
@@ -727,7 +732,7 @@ class HerdCache(_AsyncCacheBase):
         try:
             with map_exceptions(name=self.name, doing="giving back a cache lease"):
                 self._registry.run("cache_lease", keys.as_tuple(), (token, 0), name=self.name)
-        except ServerUnavailableError:
+        except _UNREACHABLE:
             pass  # the lease runs out by itself
 
 

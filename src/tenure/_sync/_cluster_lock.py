@@ -73,6 +73,7 @@ class ClusterLock(Lock):
     """
 
     _statistics_type: ClassVar[type[LeasedStatistics]] = ClusterLockStatistics
+    _reentry_hint = "make it with reentrant=True to re-enter"
 
     def __init__(
         self,

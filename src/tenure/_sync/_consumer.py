@@ -29,7 +29,7 @@ from redis.crc import key_slot
 from tenure._backend_threads import IS_ASYNC, on_signals
 from tenure._clients import is_cluster, map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._stream_core import StreamMessage, entry_message, parse_claimed
+from tenure._stream_core import StreamMessage, parse_claimed, read_messages
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
@@ -132,10 +132,7 @@ class StreamConsumer:
                 count=self.count,
                 block=self.block_ms or None,
             )
-        found: list[StreamMessage] = []
-        for _, entries in reply or []:
-            found += [entry_message(entry_id, fields, 1) for entry_id, fields in entries]
-        return found
+        return read_messages(reply)
 
     def _claim_abandoned(self) -> list[StreamMessage]:
         with map_exceptions(name=self.stream, doing="claiming abandoned messages"):

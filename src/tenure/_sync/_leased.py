@@ -150,6 +150,8 @@ class Leased:
     _not_owned: ClassVar[type[NotOwnedError]] = NotOwnedError
     _lost_error: ClassVar[type[LostError]] = LostError
     _noun: ClassVar[str] = "lock"
+    _reentry_hint: ClassVar[str] = "it is not re-entrant: release it before acquiring again"
+    """What an :class:`AlreadyHeldError` suggests: only what this primitive has."""
     _statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics
 
     def _setup(
@@ -387,7 +389,7 @@ class Leased:
         if held is not None and not held.lost:
             if not settings.reentrant:
                 raise AlreadyHeldError(
-                    f"this owner already holds the {self._noun}; pass reentrant=True to re-enter",
+                    f"this owner already holds the {self._noun}; {self._reentry_hint}",
                     name=self.name,
                 )
             return self._reenter(held)

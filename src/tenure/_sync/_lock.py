@@ -62,6 +62,7 @@ class Lock(Leased):
     _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
     _lost_error: ClassVar[type[LostError]] = LockLostError
     _noun = "lock"
+    _reentry_hint = "make it with reentrant=True (or use ReentrantLock) to re-enter"
 
     def __init__(
         self,

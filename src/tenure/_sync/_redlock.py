@@ -339,6 +339,7 @@ class Redlock(Leased):
     _not_owned = LockNotOwnedError
     _lost_error = LockLostError
     _noun = "lock"
+    _reentry_hint = "a Redlock is not re-entrant: release it before acquiring again"
     _statistics_type: ClassVar[type[LeasedStatistics]] = RedlockStatistics
 
     def __init__(

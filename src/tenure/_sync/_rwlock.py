@@ -21,7 +21,13 @@ from __future__ import annotations
 from typing import Any, ClassVar, cast
 
 from tenure._clients import map_exceptions
-from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
+from tenure._exceptions import (
+    ArgumentError,
+    LockLostError,
+    LockNotOwnedError,
+    LostError,
+    NotOwnedError,
+)
 from tenure._leased_core import (
     IDLE_TTL_MS,
     LeasedStatistics,
@@ -46,8 +52,13 @@ class _AsyncSide(Permits):
     _lost_error: ClassVar[type[LostError]] = LockLostError
     _mode: ClassVar[str] = "r"
     _statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
+    _reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
 
     def __init__(self, client: Client, name: str, **options: Any) -> None:
+        if options.get("reentrant"):  # the semaphore's scripts count no re-entries
+            raise ArgumentError(
+                "reentrant", "a read-write lock is not re-entrant; leave it out", name=name
+            )
         options.setdefault("prefix", "tenure:rwlock:")
         self._setup_permits(client, name, RW_LIMIT, **options)
 
@@ -101,8 +112,8 @@ class ReadWriteLock:
 
     ``with rw.read:`` for shared access, ``with rw.write:`` for
     exclusive access. The arguments are those of :class:`~tenure.Lock`
-    (``timeout=None``: held until released, renewed by the watchdog) and
-    apply to both sides. See the module docstring for the fairness policy.
+    (``timeout=None``: held until released, renewed by the watchdog) but
+    ``reentrant``, and apply to both sides. See the module docstring for the fairness policy.
     """
 
     def __init__(self, client: Client, name: str, **options: Any) -> None:

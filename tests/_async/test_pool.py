@@ -1,0 +1,114 @@
+"""A client whose own connection pool is exhausted: its own error, not a server outage.
+
+Written once for asyncio (tasks) and generated for threads.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from tenure import AsyncLock, AsyncSemaphore, ConnectionPoolExhaustedError, ServerUnavailableError
+from tenure.server import ServerProcess
+from tests._backend_asyncio import gather, join, sleep, spawn
+
+_blocking_pool: Any = redis.asyncio.BlockingConnectionPool  # untyped in redis-py
+
+BLOCKED = "tenure-test:blocked"
+"""The list the pool's occupiers wait on in BLPOP, each holding one connection."""
+
+
+def _client(server: ServerProcess, connections: int) -> redis.asyncio.Redis:
+    """A client over redis-py's plain pool: it refuses a call when all are in use."""
+    return server.async_client(max_connections=connections)
+
+
+async def _occupy(client: redis.asyncio.Redis, admin: redis.asyncio.Redis, count: int) -> list[Any]:
+    """Start ``count`` BLPOPs on ``client`` and return once the server has them all blocked."""
+    occupiers = [spawn(lambda: client.blpop([BLOCKED], timeout=20)) for _ in range(count)]
+    deadline = time.monotonic() + 10
+    while (await admin.info("clients"))["blocked_clients"] < count:
+        assert time.monotonic() < deadline, "the occupiers did not block"
+        await sleep(0.01)
+    return occupiers
+
+
+async def _free(admin: redis.asyncio.Redis, occupiers: list[Any]) -> None:
+    await admin.rpush(BLOCKED, *range(len(occupiers)))
+    for occupier in occupiers:
+        await join(occupier)
+
+
+async def test_an_exhausted_pool_is_its_own_error_for_every_worker(
+    tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    client = _client(tenure_server, 10)
+    occupiers = await _occupy(client, tenure_async_client, 10)
+    failures: list[BaseException] = []
+
+    async def worker(index: int) -> None:
+        try:
+            async with AsyncLock(client, f"pool-{index}", timeout=5, blocking_timeout=1):
+                pass
+        except Exception as exc:
+            failures.append(exc)
+
+    try:
+        await gather(*(lambda i=i: worker(i) for i in range(190)))  # 200 with the occupiers
+    finally:
+        await _free(tenure_async_client, occupiers)
+        await client.aclose()
+    assert len(failures) == 190
+    for exc in failures:
+        assert type(exc) is ConnectionPoolExhaustedError, repr(exc)
+        assert isinstance(exc, redis.ConnectionError)
+        assert isinstance(exc, redis.exceptions.MaxConnectionsError)
+        assert not isinstance(exc, ServerUnavailableError)
+        assert exc.max_connections == 10
+        text = str(exc)
+        assert "\n" not in text
+        assert "max_connections=10" in text
+        assert "redis.asyncio.BlockingConnectionPool" in text
+        assert "waits for a free connection" in text
+        assert isinstance(exc.__cause__, redis.ConnectionError)
+    # The server was fine all along: the same client works once its connections are back.
+    assert await tenure_async_client.ping()
+
+
+async def test_a_semaphore_on_an_exhausted_pool_says_so(
+    tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    client = _client(tenure_server, 2)
+    occupiers = await _occupy(client, tenure_async_client, 2)
+    try:
+        with pytest.raises(ConnectionPoolExhaustedError, match=r"max_connections=2") as caught:
+            await AsyncSemaphore(client, "pool-sem", 3, blocking_timeout=1).acquire()
+    finally:
+        await _free(tenure_async_client, occupiers)
+        await client.aclose()
+    assert caught.value.name == "pool-sem"
+
+
+async def test_a_blocking_pool_that_timed_out_is_exhausted_too(
+    tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    pool = _blocking_pool(
+        host=tenure_server.host, port=tenure_server.port, max_connections=2, timeout=0.05
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    occupiers = await _occupy(client, tenure_async_client, 2)
+    try:
+        with pytest.raises(ConnectionPoolExhaustedError) as caught:
+            await AsyncLock(client, "pool-blocking", timeout=5, blocking_timeout=1).acquire()
+    finally:
+        await _free(tenure_async_client, occupiers)
+        await client.aclose()
+    text = str(caught.value)
+    assert "max_connections=2" in text
+    assert "timeout=0.05" in text
+    assert isinstance(caught.value, redis.ConnectionError)
+    assert caught.value.max_connections == 2
