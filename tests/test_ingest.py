@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import redis
 from tenure import (
     ArgumentError,
     IngestJob,
+    MissingDependencyError,
+    SourceUnavailableError,
     SqlSource,
 )
 from tenure.server import ServerProcess
@@ -63,6 +66,43 @@ def test_bad_sources_are_refused_by_name(tenure_client: redis.Redis, tmp_path: P
     with pytest.raises(ArgumentError, match="sink"):
         IngestJob(tenure_client, "x", cases[0][0], sink="queue:x")
     assert tenure_client.dbsize() == 0  # nothing half-written
+
+
+def test_source_urls_are_checked_before_any_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ArgumentError, match=r"^url: not a database URL: did you mean sqlite:///shop.db\?$"
+    ):
+        SqlSource("shop.db", "t", "id")
+    with pytest.raises(ArgumentError, match="unknown database kind 'nosuch'"):
+        SqlSource("nosuch://host/db", "t", "id")
+    with pytest.raises(
+        SourceUnavailableError, match="no SQLite database at nosuch.db: the file does not exist"
+    ):
+        SqlSource("sqlite:///nosuch.db", "t", "id")
+    assert not (tmp_path / "nosuch.db").exists()  # never created
+    with socket.socket() as closed:  # a loopback port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(SourceUnavailableError) as caught:
+        SqlSource(f"postgresql+psycopg://user@127.0.0.1:{port}/db", "t", "id")
+    assert (
+        str(caught.value) == f"cannot connect to PostgreSQL at 127.0.0.1:{port}: connection refused"
+    )
+
+
+def test_sql_source_without_sqlalchemy_names_the_pip_command() -> None:
+    code = (
+        "import sys; sys.modules['sqlalchemy'] = None\n"
+        "from tenure import MissingDependencyError, SqlSource\n"
+        "try:\n    SqlSource('sqlite:///x.db', 't', 'id')\n"
+        "except MissingDependencyError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == 'SqlSource needs SQLAlchemy: pip install "tenure[sql]"\n'
+    assert issubclass(MissingDependencyError, ImportError)
 
 
 def audited_keys(client: redis.Redis, stream: str) -> list[int]:

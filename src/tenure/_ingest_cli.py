@@ -84,7 +84,12 @@ def _redis(url: str) -> redis.Redis:
 
 def job_from_settings(client: redis.Redis, settings: dict[str, Any]) -> IngestJob:
     """The job ``settings`` describe (``run``'s options; see :func:`start_worker`)."""
-    source = SqlSource(settings["source_url"], settings["table"], settings["key"])
+    try:
+        source = SqlSource(settings["source_url"], settings["table"], settings["key"])
+    except ArgumentError as exc:
+        if exc.argument != "url":
+            raise
+        raise ArgumentError("SOURCE_URL", str(exc).removeprefix("url: ")) from None
     return IngestJob(
         client,
         settings.get("name") or settings["table"],

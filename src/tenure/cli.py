@@ -21,7 +21,13 @@ import redis
 
 from tenure._bench import BENCHMARKS, BenchmarkError, load_benchmark
 from tenure._demo.main import DEMOS, run_demos
-from tenure._exceptions import ArgumentError, ClientTypeError, TenureError
+from tenure._exceptions import (
+    ArgumentError,
+    ClientTypeError,
+    MissingDependencyError,
+    SourceUnavailableError,
+    TenureError,
+)
 from tenure._version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -284,6 +290,8 @@ def _failure(exc: Exception) -> tuple[int, str]:
     """Exit status (2: usage, 1: runtime) and one line for an error that ended a command."""
     if isinstance(exc, (ArgumentError, ClientTypeError, BenchmarkError)):
         return 2, str(exc)  # the arguments: a benchmark raises for those it cannot run with
+    if isinstance(exc, (MissingDependencyError, SourceUnavailableError)):
+        return 1, str(exc)  # the message says what and why
     if isinstance(exc, redis.exceptions.ConnectionError):
         return 1, f"cannot reach the server: {_first_line(exc)}"
     if isinstance(exc, (TenureError, redis.exceptions.RedisError, OSError)):
