@@ -69,7 +69,7 @@ from tenure._exceptions import (
     TenureError,
     WrongTypeError,
 )
-from tenure._ingest_core import ChunkHolder, IngestStatus, WorkerReport
+from tenure._ingest_core import ChunkHolder, IngestStatus, ResetReport, WorkerReport
 from tenure._ingest_sources import AsyncCallableSource, CallableSource, SqlSource
 from tenure._leased_core import (
     ClusterLockStatistics,
@@ -165,6 +165,7 @@ __all__ = [
     "RedlockStatistics",
     "ReentrantLock",
     "ReplicationError",
+    "ResetReport",
     "ScriptError",
     "Semaphore",
     "SemaphoreLimitError",
