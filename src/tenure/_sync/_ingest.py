@@ -143,7 +143,8 @@ class IngestJob:
             raise PlanMismatchError(
                 f"job {self.name!r} was planned for {frozen.source} in chunks of "
                 f"{frozen.chunk_size}; this run asks {self.source.describe()} in chunks of "
-                f"{self.chunk_size}: use another job name",
+                f"{self.chunk_size}: use another job name, or reset the job (reset(); "
+                f"tenure ingest reset {self.name})",
                 name=self.name,
             )
         self._plan = frozen
