@@ -102,8 +102,8 @@ class IngestKeys:
     """The keys of one job, all under the ``{name}`` hash tag (see ``lua/ingest_*.lua``)."""
 
     plan: str  # hash: fingerprint, plan (JSON), chunks
-    free: str  # zset: chunk -> lease expiry in ms (0: never claimed); done chunks leave it
-    leases: str  # hash: chunk -> the claim's token ("done:<token>" once the chunk is done)
+    free: str  # zset: chunk -> lease expiry in ms (0: free); done chunks leave it
+    leases: str  # hash: chunk -> the claim's token ("done:"/"released:" + it, once done/given back)
     cursors: str  # hash: chunk -> the last key committed
     stats: str  # hash: rows, chunks_done, claims
     fence: str  # counter: each claim's fencing number

@@ -1,6 +1,6 @@
 -- tenure script: ingest_claim
 -- Claim the next chunk that is free or whose lease ran out.
--- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed)
+-- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
 -- KEYS[2] leases hash chunk -> token
 -- KEYS[3] cursors hash chunk -> the last key committed
 -- KEYS[4] stats hash {rows, chunks_done, claims, started}

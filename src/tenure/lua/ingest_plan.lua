@@ -1,7 +1,7 @@
 -- tenure script: ingest_plan
 -- Freeze a job's plan, or check that the plan given is the one frozen.
 -- KEYS[1] plan hash {fingerprint, plan, chunks, sink}
--- KEYS[2] free zset chunk -> lease expiry in ms (0: never claimed)
+-- KEYS[2] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
 -- ARGV[1] the plan's fingerprint
 -- ARGV[2] the plan, JSON
 -- ARGV[3] how many chunks it makes

@@ -3,7 +3,7 @@
 -- without waiting for its lease; its cursor stays, and the next claim resumes after it.
 -- The same call made twice is answered 1 and changes nothing: the chunk's lease
 -- becomes "released:<token>", which also refuses any later commit of this claim.
--- KEYS[1] free zset chunk -> lease expiry in ms (0: free)
+-- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
 -- KEYS[2] leases hash chunk -> token
 -- ARGV[1] the claim's token
 -- ARGV[2] the chunk, or "" if unknown (a claim interrupted before its reply was read):
