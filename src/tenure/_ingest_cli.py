@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import redis
 
 from tenure._children import die_with_parent, ignore_sigint, sigint_blocked
-from tenure._exceptions import ArgumentError, JobBusyError
+from tenure._exceptions import ArgumentError, JobBusyError, PlanMismatchError
 from tenure._ingest_core import IngestKeys, IngestStatus, Plan, parse_sink
 from tenure._ingest_sources import SqlSource
 from tenure._sync._ingest import IngestJob, read_status
@@ -317,7 +317,14 @@ class _Stopped(Exception):
 
 def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> int:
     job = job_from_settings(client, vars(options))
-    plan = job.plan()  # checks the source and freezes (or matches) the plan
+    try:
+        plan = job.plan()  # checks the source and freezes (or matches) the plan
+    except PlanMismatchError as exc:
+        planned = str(exc.message).partition(": use another job name")[0]
+        raise PlanMismatchError(
+            f"{planned}: use another --name, or start it over with "
+            f"tenure ingest reset {job.name} --yes (add --sink to drop the rows it wrote)"
+        ) from None
     before = job.status()
     if before.finished:
         print(f"{job.name}: already done ({before.rows:,} rows in {plan.chunks} chunks)")
