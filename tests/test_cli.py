@@ -23,6 +23,9 @@ from tests.test_server import wait_dead
 TENURE = [sys.executable, "-m", "tenure"]
 
 
+INGEST = ("ingest", "run", "--table", "t", "--key", "id", "--url", "redis://127.0.0.1:1")
+
+
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*TENURE, *args], capture_output=True, text=True, timeout=timeout, check=False
@@ -59,6 +62,22 @@ def test_version_and_help() -> None:
         (("demo", "--seconds", "abc"), 2, "tenure: demo --seconds: must be a number of seconds"),
         (("inspect", "--count", "x"), 2, "tenure: inspect --count: must be a whole number"),
         (("nonesuch",), 2, "tenure: COMMAND: invalid choice: 'nonesuch'"),
+        (
+            (*INGEST, "shop.db"),
+            2,
+            "tenure: ingest: SOURCE_URL: not a database URL: did you mean sqlite:///shop.db?",
+        ),
+        (
+            (*INGEST, "sqlite:////nonexistent/nosuch.db"),
+            1,
+            "tenure: ingest: no SQLite database at /nonexistent/nosuch.db: the file does not exist",
+        ),
+        (
+            (*INGEST, "postgresql+psycopg://user@127.0.0.1:1/db"),
+            1,
+            "tenure: ingest: cannot connect to PostgreSQL at 127.0.0.1:1: connection refused",
+        ),
+        ((*INGEST, "nosuch://host/db"), 2, "tenure: ingest: SOURCE_URL: unknown database kind"),
     ],
 )
 def test_every_error_is_one_line(args: tuple[str, ...], code: int, says: str) -> None:
@@ -67,6 +86,7 @@ def test_every_error_is_one_line(args: tuple[str, ...], code: int, says: str) ->
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # never a traceback
     assert lines[0].startswith(says), lines[0]
+    assert "unexpected" not in lines[0]
 
 
 def test_an_exhausted_pool_is_not_told_as_an_unreachable_server() -> None:

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 from tenure import (
     ArgumentError,
+    AsyncCallableSource,
+    AsyncIngestJob,
+    CallableSource,
     IngestJob,
+    MissingDependencyError,
+    SourceUnavailableError,
     SqlSource,
 )
 from tenure.server import ServerProcess
@@ -63,6 +72,119 @@ def test_bad_sources_are_refused_by_name(tenure_client: redis.Redis, tmp_path: P
     with pytest.raises(ArgumentError, match="sink"):
         IngestJob(tenure_client, "x", cases[0][0], sink="queue:x")
     assert tenure_client.dbsize() == 0  # nothing half-written
+
+
+def test_source_urls_are_checked_before_any_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ArgumentError, match=r"^url: not a database URL: did you mean sqlite:///shop.db\?$"
+    ):
+        SqlSource("shop.db", "t", "id")
+    with pytest.raises(ArgumentError, match="unknown database kind 'nosuch'"):
+        SqlSource("nosuch://host/db", "t", "id")
+    with pytest.raises(
+        SourceUnavailableError, match="no SQLite database at nosuch.db: the file does not exist"
+    ):
+        SqlSource("sqlite:///nosuch.db", "t", "id")
+    assert not (tmp_path / "nosuch.db").exists()  # never created
+    with socket.socket() as closed:  # a loopback port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(SourceUnavailableError) as caught:
+        SqlSource(f"postgresql+psycopg://user@127.0.0.1:{port}/db", "t", "id")
+    assert (
+        str(caught.value) == f"cannot connect to PostgreSQL at 127.0.0.1:{port}: connection refused"
+    )
+
+
+def test_sql_source_without_sqlalchemy_names_the_pip_command() -> None:
+    code = (
+        "import sys; sys.modules['sqlalchemy'] = None\n"
+        "from tenure import MissingDependencyError, SqlSource\n"
+        "try:\n    SqlSource('sqlite:///x.db', 't', 'id')\n"
+        "except MissingDependencyError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == 'SqlSource needs SQLAlchemy: pip install "tenure[sql]"\n'
+    assert issubclass(MissingDependencyError, ImportError)
+
+
+def numbers(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    for key in range(first, last + 1):
+        if key == 35 and numbers.interrupt:  # type: ignore[attr-defined]
+            raise KeyboardInterrupt
+        yield key, {"n": key}
+
+
+def test_ctrl_c_in_a_worker_gives_its_claim_back(tenure_client: redis.Redis) -> None:
+    source = CallableSource(numbers, low=1, high=100, name="numbers")
+    job = IngestJob(tenure_client, "ctrl-c", source, chunk_size=100, batch=10)
+    numbers.interrupt = True  # type: ignore[attr-defined]
+    with pytest.raises(KeyboardInterrupt):
+        job.work()
+    numbers.interrupt = False  # type: ignore[attr-defined]
+    status = job.status()
+    assert status.claimed == 0 and status.free == 1 and status.rows == 30
+    assert job.work(wait=False).rows == 70  # at once, after the cursor
+    assert stream_keys(tenure_client, job.keys.default_sink()) == list(range(1, 101))
+
+
+def test_a_cancelled_async_worker_gives_its_claim_back(tenure_server: ServerProcess) -> None:
+    reached = asyncio.Event()
+
+    async def fetch(first: int, last: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            if key == 25:
+                reached.set()
+                await asyncio.sleep(60)  # cancelled here
+            yield key, {"n": key}
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(tenure_server.url)
+        source = AsyncCallableSource(fetch, low=1, high=100, name="numbers")
+        job = AsyncIngestJob(client, "cancelled", source, chunk_size=100, batch=10)
+        task = asyncio.create_task(job.work())
+        await asyncio.wait_for(reached.wait(), 10)
+        assert (await job.status()).claimed == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        status = await job.status()
+        assert status.claimed == 0 and status.free == 1 and status.rows == 20
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_resent_release_or_reset_changes_nothing(tenure_client: redis.Redis) -> None:
+    """The scripts run twice with the same arguments, as a client library's resend would."""
+    source = CallableSource(numbers, low=1, high=100, name="numbers")
+    job = IngestJob(tenure_client, "resend", source, chunk_size=50, batch=10)
+    job.plan()
+    keys = job.keys
+    run = job._registry.run
+    claim_keys = (keys.free, keys.leases, keys.cursors, keys.stats, keys.fence, keys.plan)
+    fingerprint = job.plan().fingerprint
+    assert run("ingest_claim", claim_keys, ("t1@a", 30_000, fingerprint))[1] == 0
+    for _ in range(2):  # released, then the resend: answered 1, nothing changes
+        assert run("ingest_release", (keys.free, keys.leases), ("t1@a", 0)) == 1
+    assert run("ingest_claim", claim_keys, ("t2@b", 30_000, fingerprint))[1] == 0  # taken again
+    assert run("ingest_release", (keys.free, keys.leases), ("t1@a", 0)) == 0  # not t1's
+    assert job.status().claimed == 1  # t2 still holds it
+    # a claim whose reply was lost: found by its token
+    assert run("ingest_claim", claim_keys, ("t3@c", 30_000, fingerprint))[1] == 1
+    assert run("ingest_release", (keys.free, keys.leases), ("t3@c", "")) == 1
+    assert job.status().claimed == 1
+    reset_keys = (keys.plan, keys.free, keys.leases, keys.cursors, keys.stats, keys.fence,
+                  keys.default_sink(), keys.reset)  # fmt: skip
+    assert run("ingest_reset", reset_keys, ("op1", 1, 0, 60_000)) == [1, 5, 0, 1]
+    job._plan = None  # (the script was run by hand, not by reset())
+    job.plan()  # planned anew before the resend arrives
+    assert run("ingest_reset", reset_keys, ("op1", 1, 0, 60_000)) == [1, 5, 0, 1]
+    assert job.status().chunks == 2  # the new plan stays
+    assert run("ingest_reset", reset_keys, ("op2", 0, 0, 60_000)) == [1, 2, 0, 0]
 
 
 def audited_keys(client: redis.Redis, stream: str) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -11,8 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
+from tenure._ingest_cli import job_from_settings
+from tenure.cli import build_parser
 from tenure.server import ServerProcess
 from tests.test_ingest import make_table, stream_keys
 
@@ -60,22 +64,118 @@ def test_run_status_and_a_rerun(
     assert code == 2 and "no table 'nope'" in err and err.count("\n") == 1
 
 
-def test_ctrl_c_stops_and_the_same_command_resumes(
-    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_gives_the_claims_back_and_the_same_command_resumes_at_once(
+    tenure_client: redis.Redis,
+    tenure_server: ServerProcess,
+    tmp_path: Path,
+    signum: signal.Signals,
+    code: int,
 ) -> None:
     ids = make_table(tmp_path / "db.sqlite", 150_000, gaps=False)
     source = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    args = ("ingest", "run", source, "--table", "events", "--key", "id", "--chunk-size", "5000",
-            "--workers", "2", "--lease", "1")  # fmt: skip
+    args = (
+        "ingest",
+        "run",
+        source,
+        "--table",
+        "events",
+        "--key",
+        "id",
+        "--chunk-size",
+        "5000",
+        "--workers",
+        "2",
+    )  # fmt: skip  (the default 30 s lease: a rerun must not wait it out)
     first = tenure(tenure_server.url, *args)
     while int(tenure_client.hget("tenure:ingest:{events}:stats", "rows") or 0) < 20_000:
         time.sleep(0.02)
-    first.send_signal(signal.SIGINT)
-    code, _, err = finish(first)
-    assert code == 130 and "run the same command again to resume" in err
+    first.send_signal(signum)
+    returned, _, err = finish(first)
+    assert returned == code and "run the same command again to resume" in err
     assert "Traceback" not in err  # the workers leave Ctrl-C to the command
-    assert int(tenure_client.hget("tenure:ingest:{events}:stats", "rows") or 0) < len(ids)
-    code, _, err = finish(tenure(tenure_server.url, *args))
-    assert code == 0, err
+    assert "still claimed" not in err
+    _, out, _ = finish(tenure(tenure_server.url, "ingest", "status", "events", "--json"))
+    status: Any = json.loads(out)
+    assert status["claimed"] == 0 and status["holders"] == []  # given back: none in work
+    assert 20_000 <= status["rows"] < len(ids)
+    started = time.monotonic()
+    returned, _, err = finish(tenure(tenure_server.url, *args))
+    assert returned == 0, err
+    assert "claimed by other workers" not in err
+    assert time.monotonic() - started < 120
     keys = stream_keys(tenure_client, SINK)
-    assert len(keys) == len(ids) and sorted(keys) == ids
+    assert len(keys) == len(ids) and sorted(keys) == ids  # every row exactly once
+
+
+def test_reset_asks_for_yes_refuses_a_busy_job_and_starts_it_over(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    ids = make_table(tmp_path / "db.sqlite", 3_000)
+    source = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    args = ("ingest", "run", source, "--table", "events", "--key", "id", "--chunk-size", "2000",
+            "--workers", "1")  # fmt: skip
+    assert finish(tenure(tenure_server.url, *args))[0] == 0
+    code, _, err = finish(tenure(tenure_server.url, "ingest", "reset", "events", "--sink"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("tenure: ingest: --yes: this would delete job 'events' (")
+    assert f"and its sink stream:{SINK} (3,000 entries); add --yes to do it" in err
+    assert tenure_client.exists("tenure:ingest:{events}:plan") == 1  # nothing deleted
+    # another chunk size is refused until the job is reset
+    code, _, err = finish(tenure(tenure_server.url, *args[:-3], "1000"))
+    assert code == 1 and "PlanMismatchError" in err and "tenure ingest reset" in err
+    # a claim held (a worker at work, or killed less than a lease ago) refuses a reset
+    settings = {"source_url": source, "table": "events", "key": "id", "chunk_size": 2000,
+                "lease": 30.0}  # fmt: skip
+    job = job_from_settings(tenure_client, settings)
+    job.reset()
+    job.plan()
+    keys = job.keys
+    job._registry.run(
+        "ingest_claim",
+        (keys.free, keys.leases, keys.cursors, keys.stats, keys.fence, keys.plan),
+        ("token@elsewhere", 30_000, job.plan().fingerprint),
+    )
+    code, _, err = finish(tenure(tenure_server.url, "ingest", "reset", "events", "--yes"))
+    assert code == 1 and err.count("\n") == 1, err
+    assert "job 'events' has 1 chunk(s) in work: stop its `tenure ingest run`" in err
+    code, out, err = finish(
+        tenure(tenure_server.url, "ingest", "reset", "events", "--yes", "--force", "--sink")
+    )
+    assert code == 0, err
+    assert out.startswith("deleted job 'events' (5 chunks, 0 done, 0 rows)")
+    assert "1 running claim(s) dropped" in out
+    assert tenure_client.exists(SINK, keys.plan, keys.free, keys.leases, keys.stats) == 0
+    code, _, err = finish(tenure(tenure_server.url, *args[:-3], "1000", "--workers", "2"))
+    assert code == 0, err  # started over, with another chunk size
+    assert sorted(stream_keys(tenure_client, SINK)) == ids
+
+
+def test_few_chunks_for_the_workers_are_told(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    make_table(tmp_path / "db.sqlite", 5_000, gaps=False)
+    source = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    code, out, err = finish(tenure(tenure_server.url, "ingest", "run", source, "--table",
+                                   "events", "--key", "id", "--workers", "2"))  # fmt: skip
+    assert code == 0 and "done, 5,000 rows in 1 chunks" in out, err
+    assert (
+        "events: keys 1..5,000 make 1 chunk of 10,000: only 1 of 2 workers will have work; "
+        "use --chunk-size 2500" in err
+    )
+
+
+def test_every_ingest_option_shows_its_default() -> None:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    ingest = commands.choices["ingest"]
+    actions = next(a for a in ingest._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in actions.choices.items():
+        for action in sub._actions:
+            if not action.option_strings or isinstance(action, argparse._HelpAction):
+                continue
+            helped = action.help or ""
+            assert "(default: " in helped or "(required)" in helped, (name, action.dest)
+    run = subprocess.run([sys.executable, "-m", "tenure", "ingest", "run", "--help"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "keys per chunk (default: 10,000)" in " ".join(run.split())

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tenure import ArgumentError
-from tenure._ingest_core import Claim, IngestKeys, Plan, chunk_range, parse_claim
+from tenure._ingest_core import REPLANNED, Claim, IngestKeys, Plan, chunk_range, parse_claim
 from tenure._stream_core import StreamMessage, parse_claimed, read_messages
 
 
@@ -56,6 +56,7 @@ def test_claim_replies() -> None:
     assert parse_claim([1, 3, 17, b"41"]) == Claim(chunk=3, fence=17, cursor=41)
     assert parse_claim([0]) is None
     assert parse_claim([-1, 1500]) == 1.5
+    assert parse_claim([-2]) == REPLANNED  # the job was reset meanwhile
     for bad in ([], [7], "x", [1, 2]):
         with pytest.raises(ValueError, match="ingest_claim"):
             parse_claim(bad)

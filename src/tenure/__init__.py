@@ -48,9 +48,11 @@ from tenure._exceptions import (
     ConnectionPoolExhaustedError,
     EmbeddedServerError,
     IdSetCorruptError,
+    JobBusyError,
     LockLostError,
     LockNotOwnedError,
     LostError,
+    MissingDependencyError,
     NotOwnedError,
     PermissionDeniedError,
     PlanMismatchError,
@@ -64,10 +66,11 @@ from tenure._exceptions import (
     ServerNotFoundError,
     ServerStartError,
     ServerUnavailableError,
+    SourceUnavailableError,
     TenureError,
     WrongTypeError,
 )
-from tenure._ingest_core import ChunkHolder, IngestStatus, WorkerReport
+from tenure._ingest_core import ChunkHolder, IngestStatus, ResetReport, WorkerReport
 from tenure._ingest_sources import AsyncCallableSource, CallableSource, SqlSource
 from tenure._leased_core import (
     ClusterLockStatistics,
@@ -141,6 +144,7 @@ __all__ = [
     "IdentityGenerator",
     "IngestJob",
     "IngestStatus",
+    "JobBusyError",
     "JsonSerializer",
     "LeasedStatistics",
     "Lock",
@@ -148,6 +152,7 @@ __all__ = [
     "LockNotOwnedError",
     "LockStatistics",
     "LostError",
+    "MissingDependencyError",
     "MsgpackSerializer",
     "NotOwnedError",
     "PermissionDeniedError",
@@ -162,6 +167,7 @@ __all__ = [
     "RedlockStatistics",
     "ReentrantLock",
     "ReplicationError",
+    "ResetReport",
     "ScriptError",
     "Semaphore",
     "SemaphoreLimitError",
@@ -171,6 +177,7 @@ __all__ = [
     "ServerNotFoundError",
     "ServerStartError",
     "ServerUnavailableError",
+    "SourceUnavailableError",
     "SqlSource",
     "StreamConsumer",
     "StreamMessage",

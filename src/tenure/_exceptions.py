@@ -5,6 +5,8 @@ The tree::
     TenureError
     ├── ArgumentError (ValueError)               bad value for a named argument
     ├── ClientTypeError (TypeError)              not a redis-py client we can use
+    ├── MissingDependencyError (ImportError)     an optional package is not installed
+    ├── SourceUnavailableError                   an ingestion source's database is out of reach
     ├── BackendError (RedisError)                a call failed: the server refused or
     │   │                                        failed it, or the client could not send it
     │   ├── ServerUnavailableError (ConnectionError)  refused, reset or timed out
@@ -33,6 +35,7 @@ The tree::
         │                                        decode (read as a miss, never raised
         │                                        from get or fetch)
         ├── PlanMismatchError                    an ingestion job's name holds another plan
+        ├── JobBusyError                         an ingestion job reset while workers hold claims
         └── IdSetCorruptError                    an id set's stored form fails validation
 
 The names in parentheses are redis-py's exception classes
@@ -62,9 +65,11 @@ __all__ = [
     "ConnectionPoolExhaustedError",
     "EmbeddedServerError",
     "IdSetCorruptError",
+    "JobBusyError",
     "LockLostError",
     "LockNotOwnedError",
     "LostError",
+    "MissingDependencyError",
     "NotOwnedError",
     "PermissionDeniedError",
     "PlanMismatchError",
@@ -78,6 +83,7 @@ __all__ = [
     "ServerNotFoundError",
     "ServerStartError",
     "ServerUnavailableError",
+    "SourceUnavailableError",
     "TenureError",
     "WrongTypeError",
 ]
@@ -127,6 +133,23 @@ class ClientTypeError(TenureError, TypeError):
     def __init__(self, argument: str, message: str, *, name: str | None = None) -> None:
         super().__init__(f"{argument}: {message}", name=name)
         self.argument = argument
+
+
+class MissingDependencyError(TenureError, ImportError):
+    """An optional package that a feature needs is not installed.
+
+    The message names the package and the pip command that installs it, e.g.
+    ``SqlSource needs SQLAlchemy: pip install "tenure[sql]"``.
+    """
+
+
+class SourceUnavailableError(TenureError):
+    """An ingestion source's database could not be reached or opened.
+
+    The message names the database (kind, host and port) and why, e.g.
+    ``cannot connect to PostgreSQL at 127.0.0.1:5999: connection refused``;
+    the driver's error is kept as ``__cause__``.
+    """
 
 
 class BackendError(TenureError, _redis.RedisError):
@@ -290,17 +313,24 @@ class AcquireTimeoutError(PrimitiveError, _redis.LockError):
     """
 
 
-# Shown as tenure.ArgumentError (the public path), not tenure._exceptions.ArgumentError.
-for _error in [v for k, v in list(globals().items()) if k in __all__]:
-    _error.__module__ = "tenure"
-
-
 class CacheDecodeError(PrimitiveError):
     """Stored bytes that a cache cannot decode: another format, tampered, or corrupt."""
 
 
 class PlanMismatchError(PrimitiveError):
     """An ingestion job's name is taken by a job with another plan (source or chunk size)."""
+
+
+class JobBusyError(PrimitiveError):
+    """An ingestion job was to be reset while workers hold claims on its chunks.
+
+    ``claimed`` counts the chunks whose lease is running. Stop the workers
+    (their claims are given back as they stop) or pass ``force=True``.
+    """
+
+    def __init__(self, message: str, *, claimed: int, name: str | None = None) -> None:
+        super().__init__(message, name=name)
+        self.claimed = claimed
 
 
 class IdSetCorruptError(PrimitiveError):
@@ -310,3 +340,8 @@ class IdSetCorruptError(PrimitiveError):
     its checksum, its count of ids, a log element's shape); the local copy
     is left as it was.
     """
+
+
+# Shown as tenure.ArgumentError (the public path), not tenure._exceptions.ArgumentError.
+for _error in [v for k, v in list(globals().items()) if k in __all__]:
+    _error.__module__ = "tenure"

@@ -1,10 +1,11 @@
-"""``tenure ingest run`` and ``tenure ingest status``: the ingestion job from the command line.
+"""``tenure ingest run``, ``status`` and ``reset``: the ingestion job from the command line.
 
 ``run`` freezes the plan, starts ``--workers`` worker processes and draws a
-progress line (rows, rows/s, chunks, ETA) until the job is done. Ctrl-C stops
-the workers; their chunks' leases run out and the same command resumes
-where the job stood (a finished job is a no-op). ``status`` reads a job's
-counters without its source.
+progress line (rows, rows/s, chunks, ETA) until the job is done. Ctrl-C (or
+SIGTERM) stops the workers, which give their claims back as they stop, so
+the same command resumes at once where the job stood (a finished job is a
+no-op). ``status`` reads a job's counters without its source; ``reset``
+removes a job (and its sink with ``--sink``) so it can start over.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from multiprocessing.process import BaseProcess
@@ -22,8 +24,8 @@ from typing import Any, TextIO
 import redis
 
 from tenure._children import die_with_parent, ignore_sigint, sigint_blocked
-from tenure._exceptions import ArgumentError
-from tenure._ingest_core import IngestKeys, IngestStatus
+from tenure._exceptions import ArgumentError, JobBusyError, PlanMismatchError
+from tenure._ingest_core import IngestKeys, IngestStatus, Plan, parse_sink
 from tenure._ingest_sources import SqlSource
 from tenure._sync._ingest import IngestJob, read_status
 
@@ -40,7 +42,7 @@ PREFIX = "tenure:ingest:"
 
 
 def add_ingest(commands: Any, positive_int: Any, positive_float: Any) -> None:
-    """The ``ingest`` command and its ``run`` and ``status`` subcommands."""
+    """The ``ingest`` command and its ``run``, ``status`` and ``reset`` subcommands."""
     ingest = commands.add_parser(
         "ingest",
         help="feed a SQL table into a Redis stream in chunks, every row once",
@@ -51,21 +53,57 @@ def add_ingest(commands: Any, positive_int: Any, positive_float: Any) -> None:
         "run",
         help="ingest a table (resumable: run it again after Ctrl-C or a crash)",
         description="Ingest TABLE of SOURCE_URL (a SQLAlchemy URL, e.g. sqlite:///data.db) "
-        "into a stream with --workers processes.",
+        "into a stream with --workers processes. Ctrl-C or SIGTERM stops them, and they give "
+        "their chunks back: the same command resumes at once.",
     )
-    run.add_argument("source_url", metavar="SOURCE_URL", help="SQLAlchemy URL of the database")
-    run.add_argument("--table", required=True, help="the table to read")
-    run.add_argument("--key", required=True, help="its integer, unique key column")
-    run.add_argument("--chunk-size", type=positive_int, default=10_000, help="keys per chunk")
-    run.add_argument("--workers", type=positive_int, default=4, help="worker processes (4)")
-    run.add_argument("--sink", help="stream:KEY or list:KEY (default: the job's own stream)")
-    run.add_argument("--name", help="the job's name (default: the table's)")
-    run.add_argument("--lease", type=positive_float, default=30.0, help="claim lease, s (30)")
+    run.add_argument(
+        "source_url", metavar="SOURCE_URL", help="SQLAlchemy URL of the database, e.g. "
+        "sqlite:///shop.db or postgresql+psycopg://user@host/db"
+    )  # fmt: skip
+    run.add_argument("--table", required=True, help="the table to read (required)")
+    run.add_argument("--key", required=True, help="its integer, unique key column (required)")
+    run.add_argument(
+        "--chunk-size", type=positive_int, default=10_000,
+        help="keys per chunk (default: 10,000); a job keeps the size it was planned with",
+    )  # fmt: skip
+    run.add_argument(
+        "--workers", type=positive_int, default=4, help="worker processes (default: 4)"
+    )
+    run.add_argument(
+        "--sink", help="stream:KEY or list:KEY (default: the job's own stream, "
+        "tenure:ingest:{JOB}:rows)"
+    )  # fmt: skip
+    run.add_argument("--name", help="the job's name (default: the table's name)")
+    run.add_argument(
+        "--lease", type=positive_float, default=30.0,
+        help="seconds a claim lasts without progress: a killed worker's chunk waits this long "
+        "(default: 30)",
+    )  # fmt: skip
     run.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
-    status = actions.add_parser("status", help="a job's progress")
-    status.add_argument("name", metavar="JOB")
+    status = actions.add_parser(
+        "status", help="a job's progress", description="A job's progress, without its source."
+    )
+    status.add_argument("name", metavar="JOB", help="the job's name")
     status.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
-    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    reset = actions.add_parser(
+        "reset",
+        help="remove a job so it can start over (its rows stay unless --sink)",
+        description="Remove job JOB: its plan, chunks, cursors, claims and counters. The "
+        "rows it wrote stay in its sink unless --sink. Refused while its workers hold "
+        "claims (stop them first, or --force). Asks for --yes.",
+    )
+    reset.add_argument("name", metavar="JOB", help="the job's name")
+    reset.add_argument(
+        "--sink", action="store_true",
+        help="delete the sink too: the stream or list the job wrote to (default: keep it)",
+    )  # fmt: skip
+    reset.add_argument(
+        "--force", action="store_true",
+        help="reset even while claims are running; their workers stop (default: refuse)",
+    )  # fmt: skip
+    reset.add_argument("--yes", action="store_true", help="do it (default: say what would go)")
+    reset.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
 
 
 def _redis_url(given: str | None) -> str:
@@ -84,7 +122,12 @@ def _redis(url: str) -> redis.Redis:
 
 def job_from_settings(client: redis.Redis, settings: dict[str, Any]) -> IngestJob:
     """The job ``settings`` describe (``run``'s options; see :func:`start_worker`)."""
-    source = SqlSource(settings["source_url"], settings["table"], settings["key"])
+    try:
+        source = SqlSource(settings["source_url"], settings["table"], settings["key"])
+    except ArgumentError as exc:
+        if exc.argument != "url":
+            raise
+        raise ArgumentError("SOURCE_URL", str(exc).removeprefix("url: ")) from None
     return IngestJob(
         client,
         settings.get("name") or settings["table"],
@@ -100,11 +143,22 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
     """One worker process: work the job to its end (Ctrl-C is the parent's to handle).
 
     It dies with its parent: a killed ``tenure ingest run`` leaves no worker.
+    SIGTERM (the parent's ``terminate()``) interrupts it, and it gives its
+    claim back before it exits.
     """
     die_with_parent(parent)
     ignore_sigint()
-    with redis.Redis.from_url(url) as client:
-        job_from_settings(client, options).work()
+
+    def interrupt(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the give-back must not be cut
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with redis.Redis.from_url(url) as client:
+            job_from_settings(client, options).work()
+    except KeyboardInterrupt:
+        pass
 
 
 def start_worker(url: str, settings: dict[str, Any]) -> BaseProcess:
@@ -112,7 +166,8 @@ def start_worker(url: str, settings: dict[str, Any]) -> BaseProcess:
 
     ``settings``: ``source_url``, ``table``, ``key``, ``chunk_size``, ``sink``,
     ``name``, ``lease`` and optionally ``prefix``. The worker ignores Ctrl-C; stop it with
-    ``terminate()`` (or kill it: the job loses nothing).
+    ``terminate()`` (it gives its claim back first), or kill it: the job loses nothing, but
+    the worker's chunk waits for its lease to run out.
     """
     worker = multiprocessing.get_context("spawn").Process(
         target=_work, args=(url, settings, os.getpid()), daemon=True
@@ -186,42 +241,118 @@ def progress_line(
 
 
 def run_ingest(options: argparse.Namespace) -> int:
-    """Run ``tenure ingest run`` or ``tenure ingest status``."""
+    """Run ``tenure ingest run``, ``status`` or ``reset``."""
     url = _redis_url(options.url)
     client = _redis(url)
     try:
         if options.action == "status":
-            status = read_status(
-                client, IngestKeys.for_job(PREFIX, options.name), name=options.name
-            )
-            if status.chunks == 0:
-                raise ArgumentError(
-                    "JOB", f"no ingestion job named {options.name!r} on this server"
-                )
+            status = _existing(client, options.name)
             if options.json:
                 print(json.dumps(_as_json(status)))
             else:
                 print(_status_text(options.name, status))
             return 0
+        if options.action == "reset":
+            return _reset(client, options)
         return _run(client, url, options)
     finally:
         client.close()
 
 
+def _existing(client: redis.Redis, name: str) -> IngestStatus:
+    status = read_status(client, IngestKeys.for_job(PREFIX, name), name=name)
+    if status.chunks == 0:
+        raise ArgumentError("JOB", f"no ingestion job named {name!r} on this server")
+    return status
+
+
+def _reset(client: redis.Redis, options: argparse.Namespace) -> int:
+    name = options.name
+    status = _existing(client, name)
+    keys = IngestKeys.for_job(PREFIX, name)
+    stored: Any = client.hget(keys.plan, "sink")
+    sink = stored.decode() if stored else None  # older plans kept no sink: the default
+    kind, sink_key = parse_sink(sink, keys.default_sink(), name)
+    what = f"job {name!r} ({status.chunks:,} chunks, {status.done:,} done, {status.rows:,} rows)"
+    if options.sink:
+        size = client.xlen(sink_key) if kind == "stream" else client.llen(sink_key)
+        what += f" and its sink {kind}:{sink_key} ({size:,} entries)"
+    if not options.yes:
+        raise ArgumentError("--yes", f"this would delete {what}; add --yes to do it")
+    source: Any = None  # reset needs no source
+    job = IngestJob(client, name, source, sink=f"{kind}:{sink_key}", prefix=PREFIX)
+    try:
+        report = job.reset(sink=options.sink, force=options.force)
+    except JobBusyError as exc:
+        raise JobBusyError(
+            f"job {name!r} has {exc.claimed} chunk(s) in work: stop its `tenure ingest run` "
+            "(its workers give their claims back), wait for a killed one's lease to run out, "
+            "or add --force",
+            claimed=exc.claimed,
+        ) from None
+    dropped = f"; {report.released} running claim(s) dropped" if report.released else ""
+    print(f"deleted {what}{dropped}")
+    return 0
+
+
+def _few_chunks(plan: Plan, left: int, workers: int) -> str | None:
+    """The line saying that some workers will have no work, or None."""
+    if left >= workers:
+        return None
+    if left < plan.chunks:
+        return f"only {left} chunk(s) left: only {left} of {workers} workers will have work"
+    keys = plan.high - plan.low + 1
+    suggested = max(1, -(-keys // workers))
+    chunks = "1 chunk" if plan.chunks == 1 else f"{plan.chunks:,} chunks"
+    return (
+        f"keys {plan.low:,}..{plan.high:,} make {chunks} of {plan.chunk_size:,}: only "
+        f"{plan.chunks} of {workers} workers will have work; use --chunk-size {suggested} "
+        "(with another --name, or after tenure ingest reset)"
+    )
+
+
+class _Stopped(Exception):
+    """SIGTERM reached ``tenure ingest run``."""
+
+
 def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> int:
     job = job_from_settings(client, vars(options))
-    plan = job.plan()  # checks the source and freezes (or matches) the plan
+    try:
+        plan = job.plan()  # checks the source and freezes (or matches) the plan
+    except PlanMismatchError as exc:
+        planned = str(exc.message).partition(": use another job name")[0]
+        raise PlanMismatchError(
+            f"{planned}: use another --name, or start it over with "
+            f"tenure ingest reset {job.name} --yes (add --sink to drop the rows it wrote)"
+        ) from None
     before = job.status()
     if before.finished:
         print(f"{job.name}: already done ({before.rows:,} rows in {plan.chunks} chunks)")
         return 0
+    left = before.chunks - before.done
+    if few := _few_chunks(plan, left, options.workers):
+        print(f"{job.name}: {few}", file=sys.stderr)
+    if before.claimed:
+        longest = max((holder.lease_left for holder in before.holders), default=0.0)
+        print(
+            f"{job.name}: {before.claimed} chunk(s) are claimed by other workers (still "
+            f"running, or killed): they wait up to {longest:,.1f} s for their lease to run out",
+            file=sys.stderr,
+        )
     settings = {k: getattr(options, k) for k in
                 ("source_url", "table", "key", "chunk_size", "sink", "name", "lease")}  # fmt: skip
     started = time.monotonic()
     progress = ProgressWriter(sys.stderr)
     workers: list[BaseProcess] = []
+    count = min(options.workers, left)
+
+    def stop(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
-        workers += [start_worker(redis_url, settings) for _ in range(options.workers)]
+        workers += [start_worker(redis_url, settings) for _ in range(count)]
         while True:
             status = job.status()
             progress.show(progress_line(status, started, before.rows))
@@ -229,15 +360,24 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
                 break
             if not any(worker.is_alive() for worker in workers):
                 # they ended (an error, a lost server): start them again
-                workers = [start_worker(redis_url, settings) for _ in range(options.workers)]
+                workers = [start_worker(redis_url, settings) for _ in range(count)]
             time.sleep(0.25)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stopped) as exc:
         for worker in workers:
-            worker.terminate()
+            worker.terminate()  # each gives its claim back, then exits
+        for worker in workers:
+            worker.join(timeout=10)
         progress.end()
-        print(f"{job.name}: stopped; run the same command again to resume", file=sys.stderr)
-        return 130
+        status = job.status()
+        held = f"; {status.claimed} chunk(s) still claimed" if status.claimed else ""
+        print(
+            f"{job.name}: stopped at {status.rows:,} rows{held}; run the same command again "
+            "to resume",
+            file=sys.stderr,
+        )
+        return 143 if isinstance(exc, _Stopped) else 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for worker in workers:
             worker.join(timeout=10)
     progress.end()

@@ -24,6 +24,7 @@ __all__ = [
     "IngestKeys",
     "IngestStatus",
     "Plan",
+    "ResetReport",
     "WorkerReport",
     "chunk_range",
     "parse_claim",
@@ -31,6 +32,7 @@ __all__ = [
     "parse_status",
 ]
 
+REPLANNED = "replanned"  # parse_claim: the job holds no plan or another one (reset meanwhile)
 HOLDERS_LISTED = 100  # running claims listed by a status read
 MAX_CHUNKS = 100_000  # a plan's chunks, each a member of the job's free set
 
@@ -100,11 +102,12 @@ class IngestKeys:
     """The keys of one job, all under the ``{name}`` hash tag (see ``lua/ingest_*.lua``)."""
 
     plan: str  # hash: fingerprint, plan (JSON), chunks
-    free: str  # zset: chunk -> lease expiry in ms (0: never claimed); done chunks leave it
-    leases: str  # hash: chunk -> the claim's token ("done:<token>" once the chunk is done)
+    free: str  # zset: chunk -> lease expiry in ms (0: free); done chunks leave it
+    leases: str  # hash: chunk -> the claim's token ("done:"/"released:" + it, once done/given back)
     cursors: str  # hash: chunk -> the last key committed
     stats: str  # hash: rows, chunks_done, claims
     fence: str  # counter: each claim's fencing number
+    reset: str  # hash: the last reset's operation id and figures (expires; see ingest_reset)
 
     @classmethod
     def for_job(cls, prefix: str, name: str) -> IngestKeys:
@@ -126,13 +129,18 @@ class Claim:
     cursor: int | None  # the last key committed by an earlier claim, if any
 
 
-def parse_claim(reply: Any) -> Claim | float | None:
-    """``ingest_claim``'s reply: a :class:`Claim`, seconds to wait (all leased), or None (done)."""
+def parse_claim(reply: Any) -> Claim | float | str | None:
+    """``ingest_claim``'s reply: a :class:`Claim`, seconds to wait (all leased), None (done).
+
+    :data:`REPLANNED` when the job holds no plan or another one than the caller's.
+    """
     if not isinstance(reply, (list, tuple)) or not reply:
         raise ValueError(f"unexpected ingest_claim reply: {reply!r}")
     status = int(reply[0])
     if status == 0:
         return None
+    if status == -2:
+        return REPLANNED
     if status == -1:
         return max(0.0, int(reply[1]) / 1000)
     if status == 1 and len(reply) == 4:
@@ -195,6 +203,16 @@ class WorkerReport:
     chunks: int
     rows: int
     refused: int  # batches refused: the chunk's lease had passed to another worker
+
+
+@dataclass(frozen=True)
+class ResetReport:
+    """What :meth:`IngestJob.reset` removed: the job's keys, and the sink's entries if asked."""
+
+    keys: int  # the job's keys that existed and were deleted (plan, chunks, claims...)
+    sink: str | None  # the sink key deleted (``sink=True``), else None
+    sink_entries: int  # entries the deleted sink held (0 when it was kept)
+    released: int  # running claims dropped (``force=True``)
 
 
 def parse_status(reply: Any) -> IngestStatus:

@@ -13,9 +13,10 @@ import decimal
 import json
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from tenure._exceptions import ArgumentError
+from tenure._exceptions import ArgumentError, MissingDependencyError, SourceUnavailableError
 
 __all__ = [
     "AsyncCallableSource",
@@ -75,14 +76,19 @@ class SqlSource:
         try:
             import sqlalchemy  # optional dependency: pip install "tenure[sql]"
         except ImportError:
-            raise ArgumentError(
-                "url", 'SqlSource needs SQLAlchemy: pip install "tenure[sql]"'
+            raise MissingDependencyError(
+                'SqlSource needs SQLAlchemy: pip install "tenure[sql]"'
             ) from None
         self._sa = sqlalchemy
-        self.engine = sqlalchemy.create_engine(url) if isinstance(url, str) else url
         if not isinstance(page, int) or page < 1:
             raise ArgumentError("page", f"must be a positive int, got {page!r}")
         self.page = page
+        self.engine = _engine(sqlalchemy, url) if isinstance(url, str) else url
+        try:
+            with self.engine.connect():
+                pass
+        except sqlalchemy.exc.DBAPIError as exc:
+            raise SourceUnavailableError(_unreachable(self.engine.url, exc)) from exc
         try:
             self.table = sqlalchemy.Table(table, sqlalchemy.MetaData(), autoload_with=self.engine)
         except sqlalchemy.exc.NoSuchTableError:
@@ -147,6 +153,75 @@ class SqlSource:
             if len(page) < self.page:
                 return
             after = int(page[-1][self.key.name])
+
+
+_KINDS = {"postgresql": "PostgreSQL", "mysql": "MySQL", "mariadb": "MariaDB", "sqlite": "SQLite",
+          "mssql": "SQL Server", "oracle": "Oracle"}  # fmt: skip
+_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521}
+_REASONS = (  # what a driver's message says -> what we say
+    ("connection refused", "connection refused"),
+    ("timed out", "timed out"),
+    ("timeout expired", "timed out"),
+    ("could not translate host name", "unknown host"),
+    ("name or service not known", "unknown host"),
+    ("unknown mysql server host", "unknown host"),
+    ("password authentication failed", "authentication failed"),
+    ("access denied", "access denied"),
+    ("does not exist", "the database does not exist"),
+    ("unknown database", "the database does not exist"),
+    ("no route to host", "no route to host"),
+    ("unable to open database file", "unable to open the database file"),
+)
+
+
+def _engine(sa: Any, url: str) -> Any:
+    """An engine for ``url``, checked before any connection: a URL, a known kind, a file."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        if url and "://" not in url:  # a plain path
+            hint = f"did you mean sqlite:///{url}?"
+            raise ArgumentError("url", f"not a database URL: {hint}") from None
+        raise ArgumentError(
+            "url",
+            f"not a database URL: {url!r} (e.g. sqlite:///data.db, "
+            "postgresql+psycopg://user@host/db)",
+        ) from None
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        uri = database.startswith("file:") or parsed.query.get("uri") == "true"
+        if database not in ("", ":memory:") and not uri and not Path(database).is_file():
+            raise SourceUnavailableError(
+                f"no SQLite database at {database}: the file does not exist"
+                + (" (it is a folder)" if Path(database).is_dir() else "")
+            )
+    try:
+        return sa.create_engine(parsed)
+    except sa.exc.NoSuchModuleError:
+        raise ArgumentError(
+            "url", f"unknown database kind {parsed.drivername!r} (got {url!r})"
+        ) from None
+    except ImportError as exc:
+        driver = exc.name or str(exc)
+        raise MissingDependencyError(
+            f"{parsed.drivername} URLs need the {driver} driver: pip install {driver}"
+        ) from None
+
+
+def _unreachable(url: Any, exc: BaseException) -> str:
+    """One line: which database could not be reached, and why (from the driver's message)."""
+    backend = url.get_backend_name()
+    kind = _KINDS.get(backend, backend)
+    if backend == "sqlite":
+        where = url.database or ":memory:"
+    else:
+        where = f"{url.host or 'localhost'}:{url.port or _PORTS.get(backend, '?')}"
+    said = str(getattr(exc, "orig", None) or exc)
+    lowered = said.lower()
+    reason = next((ours for theirs, ours in _REASONS if theirs in lowered), None)
+    if reason is None:
+        reason = said.strip().splitlines()[0] if said.strip() else type(exc).__name__
+    return f"cannot connect to {kind} at {where}: {reason}"
 
 
 class _FetchSource(Generic[F]):

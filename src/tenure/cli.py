@@ -23,7 +23,13 @@ import redis
 
 from tenure._bench import BENCHMARKS, BenchmarkError, load_benchmark
 from tenure._demo.main import DEMOS, run_demos
-from tenure._exceptions import ArgumentError, ClientTypeError, TenureError
+from tenure._exceptions import (
+    ArgumentError,
+    ClientTypeError,
+    MissingDependencyError,
+    SourceUnavailableError,
+    TenureError,
+)
 from tenure._version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -303,6 +309,8 @@ def _failure(exc: Exception) -> tuple[int, str]:
     """Exit status (2: usage, 1: runtime) and one line for an error that ended a command."""
     if isinstance(exc, (ArgumentError, ClientTypeError, BenchmarkError)):
         return 2, str(exc)  # the arguments: a benchmark raises for those it cannot run with
+    if isinstance(exc, (MissingDependencyError, SourceUnavailableError)):
+        return 1, str(exc)  # the message says what and why
     if isinstance(exc, redis.exceptions.ConnectionError) and not isinstance(
         exc,
         redis.exceptions.MaxConnectionsError,  # the client's own pool: the server is fine

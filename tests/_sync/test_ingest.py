@@ -26,6 +26,7 @@ from tenure import (
     ArgumentError,
     CallableSource,
     IngestJob,
+    JobBusyError,
     PlanMismatchError,
     SqlSource,
 )
@@ -212,3 +213,98 @@ def test_a_commit_resent_after_a_dropped_connection_is_not_applied_twice(
     keys = stream_keys(tenure_client, job.keys.default_sink())
     assert keys == list(range(1, 41))  # once each
     client.close()
+
+
+def counting(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    for key in range(first, last + 1):
+        yield key, {"n": key}
+
+
+def test_an_interrupted_worker_gives_its_claim_back(
+    tenure_client: redis.Redis,
+) -> None:
+    def breaking(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            if key == 35:
+                raise RuntimeError("the source broke")
+            yield key, {"n": key}
+
+    def numbers(fetch: Any) -> IngestJob:  # one chunk of 100 keys, a 30 s lease
+        source = CallableSource(fetch, low=1, high=100, name="numbers")
+        return IngestJob(tenure_client, "given-back", source, chunk_size=100, batch=10)
+
+    broken = numbers(breaking)
+    with pytest.raises(RuntimeError, match="the source broke"):
+        broken.work()
+    status = broken.status()
+    assert status.claimed == 0 and status.free == 1 and status.holders == ()
+    assert status.rows == 30  # 1..30 committed; 31..34 never made a batch
+    started = time.monotonic()
+    successor = numbers(counting).work(wait=False)  # no lease to wait for
+    assert time.monotonic() - started < 5
+    assert successor.chunks == 1 and successor.rows == 70
+    keys = stream_keys(tenure_client, broken.keys.default_sink())
+    assert keys == list(range(1, 101))
+
+
+def test_reset_removes_the_job_and_keeps_the_sink_unless_asked(
+    tenure_client: redis.Redis,
+) -> None:
+    source = CallableSource(counting, low=1, high=50, name="numbers")
+    job = IngestJob(tenure_client, "again", source, chunk_size=20)
+    sink = job.keys.default_sink()
+    assert (job.work()).rows == 50
+    report = job.reset()
+    assert (
+        report.keys == 5 and report.sink is None
+    )  # plan, leases, cursors, stats, fence and report.sink_entries == 0
+    assert report.released == 0
+    assert tenure_client.xlen(sink) == 50  # the rows stay
+    assert (job.status()).chunks == 0
+    # planned anew, with another chunk size: no PlanMismatchError
+    smaller = IngestJob(tenure_client, "again", source, chunk_size=5)
+    assert (smaller.work()).chunks == 10
+    assert tenure_client.xlen(sink) == 100
+    report = smaller.reset(sink=True)
+    assert report.sink == sink and report.sink_entries == 100
+    fields = [field for field in job.keys.__dataclass_fields__ if field != "reset"]
+    assert tenure_client.exists(sink, *(getattr(job.keys, f) for f in fields)) == 0
+    assert tenure_client.pttl(job.keys.reset) > 0  # recognises a resent reset
+    assert (job.reset()).keys == 0  # nothing left: a no-op
+    tenure_client.set("{again}:string", "x")
+    odd = IngestJob(tenure_client, "again", source, sink="stream:{again}:string")
+    with pytest.raises(ArgumentError, match="holds a string, not a stream or list"):
+        odd.reset(sink=True)
+
+
+def test_reset_is_refused_while_a_claim_runs_unless_forced(
+    tenure_client: redis.Redis,
+) -> None:
+    release = threading.Event()
+    reading: list[int] = []
+
+    def blocking(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            if key == 5:
+                reading.append(key)
+                release.wait(10)  # a worker at work (a blocking source)
+            yield key, {"n": key}
+
+    source = CallableSource(blocking, low=1, high=20, name="numbers")
+    job = IngestJob(tenure_client, "busy", source, chunk_size=10, batch=2)
+    running = spawn(job.work)
+    deadline = time.monotonic() + 5
+    while not reading:
+        assert time.monotonic() < deadline, "the source never blocked"
+        sleep(0.01)
+    other = IngestJob(tenure_client, "busy", source, chunk_size=10)
+    with pytest.raises(JobBusyError, match="1 running claim") as refused:
+        other.reset()
+    assert refused.value.claimed == 1
+    assert (other.status()).chunks == 2  # nothing deleted
+    report = other.reset(force=True)
+    assert report.released == 1 and (other.status()).chunks == 0
+    release.set()
+    with pytest.raises(PlanMismatchError, match="was reset"):
+        join(running)  # its commit refused, its next claim told
+    assert tenure_client.xlen(job.keys.default_sink()) == 4  # 1..4 only

@@ -15,28 +15,36 @@
   the lease. A worker that is killed, or hangs past its lease, loses the
   chunk; its successor resumes after the cursor, and the late worker's
   commits are refused. So every row lands once, whatever dies when.
+* **Give back.** A worker interrupted mid-chunk (KeyboardInterrupt, a
+  signal turned into one, a cancelled thread, an error of its source)
+  gives its claim back before the exception goes on (``ingest_release``,
+  resend-safe), so the chunk is free at once and the next claim resumes
+  after its cursor; a worker killed outright leaves its lease to run out.
 * **State stays.** Counters, cursors and the chunks left are kept after the
-  job ends (never a deleted key), so ``status`` can tell, and a rerun does
-  nothing.
+  job ends, so ``status`` can tell, and a rerun does nothing, until
+  :meth:`IngestJob.reset` removes the job (and, if asked, its sink).
 
 Every key is under the job's ``{name}`` hash tag, the default sink included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
 
-from tenure._backend_threads import IS_ASYNC, in_batches, sleep, source_call
+from tenure._backend_threads import IS_ASYNC, in_batches, shielded, sleep, source_call
 from tenure._clients import map_exceptions, require_client
-from tenure._exceptions import ArgumentError, PlanMismatchError
+from tenure._exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
 from tenure._ingest_core import (
     HOLDERS_LISTED,
+    REPLANNED,
     Claim,
     IngestKeys,
     IngestStatus,
     Plan,
+    ResetReport,
     WorkerReport,
     chunk_range,
     parse_claim,
@@ -48,6 +56,8 @@ from tenure._leased_core import to_text
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["IngestJob", "read_status"]
+
+RESET_MARKER_MS = 60_000  # how long a reset's marker recognises a resent call
 
 
 class IngestJob:
@@ -118,7 +128,12 @@ class IngestJob:
                 reply = self._registry.run(
                     "ingest_plan",
                     (self.keys.plan, self.keys.free),
-                    (wanted.fingerprint, wanted.as_json(), wanted.chunks),
+                    (
+                        wanted.fingerprint,
+                        wanted.as_json(),
+                        wanted.chunks,
+                        f"{self.sink_kind}:{self.sink_key}",
+                    ),
                     name=self.name,
                 )
             frozen = wanted if int(reply[0]) in (1, 2) else self._frozen()
@@ -128,7 +143,8 @@ class IngestJob:
             raise PlanMismatchError(
                 f"job {self.name!r} was planned for {frozen.source} in chunks of "
                 f"{frozen.chunk_size}; this run asks {self.source.describe()} in chunks of "
-                f"{self.chunk_size}: use another job name",
+                f"{self.chunk_size}: use another job name, or reset the job (reset(); "
+                f"tenure ingest reset {self.name})",
                 name=self.name,
             )
         self._plan = frozen
@@ -152,29 +168,65 @@ class IngestJob:
         chunks = rows = refused = 0
         while max_chunks is None or chunks < max_chunks:
             token = f"{secrets.token_hex(8)}@{self.worker}"
-            with map_exceptions(name=self.name, doing="claiming a chunk"):
-                reply = self._registry.run(
-                    "ingest_claim",
-                    (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.stats,
-                     self.keys.fence),
-                    (token, self.lease_ms),
-                    name=self.name,
-                )  # fmt: skip
+            try:
+                with map_exceptions(name=self.name, doing="claiming a chunk"):
+                    reply = self._registry.run(
+                        "ingest_claim",
+                        (self.keys.free, self.keys.leases, self.keys.cursors, self.keys.stats,
+                         self.keys.fence, self.keys.plan),
+                        (token, self.lease_ms, plan.fingerprint),
+                        name=self.name,
+                    )  # fmt: skip
+            except BaseException as exc:  # the claim may have been made: find it by its token
+                self._give_back(None, token, exc)
+                raise
             claim = parse_claim(reply)
             if claim is None:
                 break
+            if claim == REPLANNED:
+                self._plan = None
+                raise PlanMismatchError(
+                    f"job {self.name!r} was reset (or planned anew) while this worker ran",
+                    name=self.name,
+                )
             if isinstance(claim, float):
                 if not wait:
                     break
                 sleep(min(claim + 0.05, 1.0))
                 continue
-            done, added = self._ingest_chunk(plan, claim, token)
+            assert isinstance(claim, Claim)
+            try:
+                done, added = self._ingest_chunk(plan, claim, token)
+            except BaseException as exc:
+                self._give_back(claim.chunk, token, exc)
+                raise
             rows += added
             if done:
                 chunks += 1
             else:
                 refused += 1
         return WorkerReport(chunks=chunks, rows=rows, refused=refused)
+
+    def _give_back(self, chunk: int | None, token: str, exc: BaseException) -> None:
+        """Give back the claim ``token`` (of ``chunk``; None: look it up) as ``exc`` ends work.
+
+        Nothing is tried when the server is the trouble (its lease runs out
+        instead), and a failed give-back leaves ``exc`` to be raised.
+        """
+        if isinstance(exc, BackendError):
+            return
+        with (
+            contextlib.suppress(BackendError),
+            map_exceptions(name=self.name, doing="giving a claim back"),
+        ):
+            shielded(
+                self._registry.run(
+                    "ingest_release",
+                    (self.keys.free, self.keys.leases),
+                    (token, "" if chunk is None else chunk),
+                    name=self.name,
+                )
+            )
 
     def _ingest_chunk(self, plan: Plan, claim: Claim, token: str) -> tuple[bool, int]:
         """Stream the chunk after its cursor, a batch per commit; (finished, rows).
@@ -216,6 +268,57 @@ class IngestJob:
                 name=self.name,
             )  # fmt: skip
         return int(reply) == 1
+
+    # -- reset ---------------------------------------------------------------------
+
+    def reset(self, *, sink: bool = False, force: bool = False) -> ResetReport:
+        """Remove the job: its plan, chunks, cursors, claims and counters, in one script.
+
+        The next :meth:`plan` or :meth:`work` starts the job over (with this
+        object's source and ``chunk_size``). ``sink=True`` deletes the sink
+        this job writes to as well (a stream or a list; another type raises
+        :class:`~tenure.ArgumentError` and nothing is deleted); by default
+        the rows already ingested stay. While claims are running (workers at
+        work, or a worker killed less than a lease ago) it raises
+        :class:`~tenure.JobBusyError` and deletes nothing, unless
+        ``force=True``: then the running workers' commits are refused and
+        they stop at their next claim (:class:`~tenure.PlanMismatchError`).
+        Resend-safe: a call resent by the client library after a dropped
+        connection deletes nothing more (a marker key of the job's, kept a
+        minute, recognises it). A job that does not exist is a no-op.
+        """
+        operation = secrets.token_hex(8)
+        with map_exceptions(name=self.name, doing="resetting the job"):
+            reply = self._registry.run(
+                "ingest_reset",
+                (self.keys.plan, self.keys.free, self.keys.leases, self.keys.cursors,
+                 self.keys.stats, self.keys.fence, self.sink_key, self.keys.reset),
+                (operation, 1 if force else 0, 1 if sink else 0, RESET_MARKER_MS),
+                name=self.name,
+            )  # fmt: skip
+        status = int(reply[0])
+        if status == 0:
+            claimed = int(reply[1])
+            raise JobBusyError(
+                f"job {self.name!r} has {claimed} running claim(s): stop its workers "
+                "(they give their claims back) or reset with force=True",
+                claimed=claimed,
+                name=self.name,
+            )
+        if status == -1:
+            raise ArgumentError(
+                "sink",
+                f"{self.sink_key!r} holds a {to_text(reply[1])}, not a stream or list: "
+                "nothing was deleted",
+                name=self.name,
+            )
+        self._plan = None
+        return ResetReport(
+            keys=int(reply[1]),
+            sink=self.sink_key if sink else None,
+            sink_entries=int(reply[2]),
+            released=int(reply[3]),
+        )
 
     # -- status --------------------------------------------------------------------
 

@@ -1,15 +1,21 @@
 -- tenure script: ingest_claim
 -- Claim the next chunk that is free or whose lease ran out.
--- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed)
+-- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
 -- KEYS[2] leases hash chunk -> token
 -- KEYS[3] cursors hash chunk -> the last key committed
 -- KEYS[4] stats hash {rows, chunks_done, claims, started}
 -- KEYS[5] fence counter
+-- KEYS[6] plan hash {fingerprint, plan, chunks}
 -- ARGV[1] the claim's token
 -- ARGV[2] lease in ms
+-- ARGV[3] the fingerprint of the plan the caller works on
 -- returns {1, chunk, fencing number, cursor or false}; {-1, ms until a lease
---   runs out} when every chunk left is leased; {0} when every chunk is done
+--   runs out} when every chunk left is leased; {0} when every chunk is done;
+--   {-2} when the job holds no plan or another one (it was reset meanwhile)
 
+if redis.call('HGET', KEYS[6], 'fingerprint') ~= ARGV[3] then
+    return {-2}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)

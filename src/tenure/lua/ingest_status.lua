@@ -2,7 +2,7 @@
 -- A job's figures and the holders of its running claims, read at one instant of
 -- the server's clock.
 -- KEYS[1] plan hash {fingerprint, plan, chunks}
--- KEYS[2] free zset chunk -> lease expiry in ms (0: never claimed); done chunks leave it
+-- KEYS[2] free zset chunk -> lease expiry in ms (0: free); done chunks leave it
 -- KEYS[3] stats hash {rows, chunks_done, claims, started, updated}
 -- KEYS[4] leases hash chunk -> the claim's token ("<random>@<worker>")
 -- KEYS[5] cursors hash chunk -> the last key committed

@@ -1,0 +1,36 @@
+-- tenure script: ingest_release
+-- Give a claimed chunk back at once (a worker that stops), so the next claim takes it
+-- without waiting for its lease; its cursor stays, and the next claim resumes after it.
+-- The same call made twice is answered 1 and changes nothing: the chunk's lease
+-- becomes "released:<token>", which also refuses any later commit of this claim.
+-- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
+-- KEYS[2] leases hash chunk -> token
+-- ARGV[1] the claim's token
+-- ARGV[2] the chunk, or "" if unknown (a claim interrupted before its reply was read):
+--   the chunk is then found among the claimed ones by its token
+-- returns 1 if given back (now or by this same call before), 0 if the claim was no
+--   longer this caller's (done, taken over, or the job was reset)
+
+local chunk = ARGV[2]
+if chunk == '' then
+    local claimed = redis.call('ZRANGE', KEYS[1], '(0', '+inf', 'BYSCORE')
+    for _, candidate in ipairs(claimed) do
+        if redis.call('HGET', KEYS[2], candidate) == ARGV[1] then
+            chunk = candidate
+            break
+        end
+    end
+    if chunk == '' then
+        return 0 -- no claim was made, or it was given back already
+    end
+end
+local lease = redis.call('HGET', KEYS[2], chunk)
+if lease == 'released:' .. ARGV[1] then
+    return 1 -- a resent call
+end
+if lease ~= ARGV[1] or redis.call('ZSCORE', KEYS[1], chunk) == false then
+    return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', 0, chunk)
+redis.call('HSET', KEYS[2], chunk, 'released:' .. ARGV[1])
+return 1
