@@ -153,7 +153,7 @@ def test_statistics_are_immutable_and_of_their_kind() -> None:
 
     client = redis.Redis(port=1)  # statistics need no server
     lock = tenure.Lock(client, "s").statistics()
-    semaphore = tenure.Semaphore(client, "s", 3).statistics()
+    semaphore = tenure.Semaphore(client, "s", limit=3).statistics()
     side = tenure.ReadWriteLock(client, "s").write.statistics()
     assert type(lock) is tenure.LockStatistics
     assert isinstance(semaphore, tenure.SemaphoreStatistics) and semaphore.limit == 3

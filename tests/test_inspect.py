@@ -26,7 +26,7 @@ def busy(tenure_client: redis.Redis, tenure_server: ServerProcess) -> Iterator[N
     other = tenure_server.client()
     waiter = threading.Thread(target=lambda: Lock(other, "orders").acquire(blocking_timeout=1.5))
     waiter.start()
-    permits = [Semaphore(tenure_client, "pool", 3, thread_local=False) for _ in range(2)]
+    permits = [Semaphore(tenure_client, "pool", limit=3, thread_local=False) for _ in range(2)]
     for permit in permits:
         assert permit.acquire()
     rw = ReadWriteLock(tenure_client, "catalog")
