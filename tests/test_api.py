@@ -153,10 +153,111 @@ def test_statistics_are_immutable_and_of_their_kind() -> None:
 
     client = redis.Redis(port=1)  # statistics need no server
     lock = tenure.Lock(client, "s").statistics()
-    semaphore = tenure.Semaphore(client, "s", 3).statistics()
+    semaphore = tenure.Semaphore(client, "s", limit=3).statistics()
     side = tenure.ReadWriteLock(client, "s").write.statistics()
     assert type(lock) is tenure.LockStatistics
     assert isinstance(semaphore, tenure.SemaphoreStatistics) and semaphore.limit == 3
     assert isinstance(side, tenure.ReadWriteStatistics) and side.mode == "write"
     with pytest.raises(dataclasses.FrozenInstanceError):
         lock.acquisitions = 5  # type: ignore[misc]
+
+
+_LOCK_LIKE = [
+    tenure.Lock,
+    tenure.ReentrantLock,
+    tenure.ClusterLock,
+    tenure.Redlock,
+    tenure.Semaphore,
+    tenure.ReadWriteLock,
+    tenure.AsyncLock,
+    tenure.AsyncReentrantLock,
+    tenure.AsyncClusterLock,
+    tenure.AsyncRedlock,
+    tenure.AsyncSemaphore,
+    tenure.AsyncReadWriteLock,
+]
+
+
+def _positional(cls: type) -> list[tuple[str, object]]:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = inspect.signature(cls).parameters.values()
+    return [(p.name, p.default) for p in parameters if p.kind in kinds]
+
+
+@pytest.mark.parametrize("cls", _LOCK_LIKE, ids=lambda cls: cls.__name__)
+def test_lock_like_primitives_take_redis_py_locks_positional_arguments(cls: type) -> None:
+    """redis-py's eight, in its order with its defaults; everything else keyword-only."""
+    import redis.asyncio.lock
+    import redis.lock
+
+    theirs = _positional(redis.lock.Lock)
+    assert theirs == _positional(redis.asyncio.lock.Lock)
+    assert [name for name, _ in theirs][:2] == ["redis", "name"]
+    ours = _positional(cls)
+    client = "clients" if "Redlock" in cls.__name__ else "client"
+    assert ours == [(client, inspect.Parameter.empty), *theirs[1:]]
+    parameters = inspect.signature(cls).parameters
+    if "Semaphore" in cls.__name__:
+        limit = parameters["limit"]
+        assert limit.kind is inspect.Parameter.KEYWORD_ONLY
+        assert limit.default is inspect.Parameter.empty  # required: Semaphore(c, "n", 3) fails
+
+
+def test_a_connection_lock_takes_only_client_and_name_positionally() -> None:
+    for cls in (tenure.ConnectionLock, tenure.AsyncConnectionLock):
+        assert [name for name, _ in _positional(cls)] == ["client", "name"]
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        tenure.Lock,
+        tenure.ReentrantLock,
+        tenure.ClusterLock,
+        tenure.Redlock,
+        tenure.Semaphore,
+        tenure.ReadWriteLock,
+        tenure.ConnectionLock,
+    ],
+    ids=lambda cls: cls.__name__,
+)
+def test_owner_name_is_keyword_only_and_checked(cls: type) -> None:
+    """Every primitive inspect shows takes owner_name=, and refuses a bad one by name."""
+    named = inspect.signature(cls).parameters.get("owner_name")
+    assert named is None or named.kind is inspect.Parameter.KEYWORD_ONLY  # else in **kwargs
+    client = redis.Redis()  # never connects: the arguments are checked first
+    first = [client] if cls is tenure.Redlock else client
+    extra = {"limit": 1} if cls is tenure.Semaphore else {}
+    made = cls(first, "n", owner_name="billing-worker", **extra)
+    holder = made.read if cls is tenure.ReadWriteLock else made
+    assert holder.owner_name == "billing-worker"
+    host_pid = cls(first, "n", **extra)
+    default = (host_pid.read if cls is tenure.ReadWriteLock else host_pid).owner_name
+    assert default.endswith(f":{__import__('os').getpid()}")
+    for bad, why in [
+        ("", "must not be empty"),
+        (7, "must be a str"),
+        ("x" * 201, "at most 200 characters"),
+        ("tab\there", "printable"),
+    ]:
+        with pytest.raises(tenure.ArgumentError, match=f"owner_name.*{why}"):
+            cls(first, "n", owner_name=bad, **extra)
+    client.close()
+
+
+def test_the_default_owner_name_follows_a_fork() -> None:
+    import os
+    import socket
+
+    from tenure._leased_core import default_owner_name
+
+    assert default_owner_name() == f"{socket.gethostname()}:{os.getpid()}"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, default_owner_name().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 200).decode() == f"{socket.gethostname()}:{pid}"
+    os.close(read)
+    os.close(write)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,34 +16,49 @@ import redis
 import redis.cluster
 
 from tenure import ConnectionLock, IdSet, Lock, ReadWriteLock, Redlock, Semaphore
-from tenure.inspect import Primitive, View, inspect, register_view, render_table, views
+from tenure.inspect import (
+    TABLE_WIDTH,
+    Primitive,
+    View,
+    elide,
+    inspect,
+    register_view,
+    render_table,
+    views,
+)
 from tenure.server import ServerProcess
 
 
 @pytest.fixture
 def busy(tenure_client: redis.Redis, tenure_server: ServerProcess) -> Iterator[None]:
     """A held lock with a waiter, a semaphore, a read-write lock and a connection lock."""
-    lock = Lock(tenure_client, "orders", thread_local=False)
+    lock = Lock(tenure_client, "orders", thread_local=False, owner_name="billing-worker")
     assert lock.acquire()
     other = tenure_server.client()
-    waiter = threading.Thread(target=lambda: Lock(other, "orders").acquire(blocking_timeout=1.5))
+
+    def wait_in_line() -> None:  # until the fixture's lock is released, then pass it on
+        queued = Lock(other, "orders", owner_name="next-in-line")
+        if queued.acquire(blocking_timeout=30):
+            queued.release()
+
+    waiter = threading.Thread(target=wait_in_line)
     waiter.start()
-    permits = [Semaphore(tenure_client, "pool", 3, thread_local=False) for _ in range(2)]
+    permits = [Semaphore(tenure_client, "pool", limit=3, thread_local=False) for _ in range(2)]
     for permit in permits:
         assert permit.acquire()
     rw = ReadWriteLock(tenure_client, "catalog")
     assert rw.read.acquire()
-    booking = ConnectionLock(tenure_client, "nightly")
+    booking = ConnectionLock(tenure_client, "nightly", owner_name="cron")
     assert booking.acquire()
     time.sleep(0.2)  # the waiter is queued
     yield
-    waiter.join()
-    other.close()
     booking.release()
     rw.read.release()
     for permit in permits:
         permit.release()
     lock.release()
+    waiter.join()
+    other.close()
 
 
 def test_inspect_describes_every_kind(tenure_client: redis.Redis, busy: None) -> None:
@@ -57,7 +74,7 @@ def test_inspect_describes_every_kind(tenure_client: redis.Redis, busy: None) ->
     assert rows["connlock", "nightly"].holders[0]["connected"] is True
     table = render_table(list(rows.values()))
     assert "orders" in table
-    assert "LONGEST WAIT" in table
+    assert "LONGEST" in table
     assert [r.name for r in inspect(tenure_client, prefix="po")] == ["pool"]
 
 
@@ -70,8 +87,14 @@ def test_cli_json(tenure_server: ServerProcess, busy: None) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    kinds = {(row["kind"], row["name"]) for row in json.loads(done.stdout)}
-    assert {("lock", "orders"), ("semaphore", "pool"), ("rwlock", "catalog")} <= kinds
+    rows = {(row["kind"], row["name"]): row for row in json.loads(done.stdout)}
+    assert {("lock", "orders"), ("semaphore", "pool"), ("rwlock", "catalog")} <= set(rows)
+    [holder] = rows["lock", "orders"]["holders"]
+    assert holder["owner"] == "billing-worker"
+    assert len(holder["token"]) == 32  # the token too, beside the name
+    [waiter] = rows["lock", "orders"]["waiters"]
+    assert waiter["owner"] == "next-in-line" and waiter["token"]
+    assert rows["connlock", "nightly"]["holders"][0]["owner"] == "cron"
 
 
 def test_cli_watch_refreshes(tenure_server: ServerProcess, busy: None) -> None:
@@ -84,7 +107,7 @@ def test_cli_watch_refreshes(tenure_server: ServerProcess, busy: None) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("LONGEST WAIT") == 2
+    assert done.stdout.count("LONGEST") == 2
 
 
 def test_inspect_on_a_cluster(tenure_cluster_client: redis.cluster.RedisCluster) -> None:
@@ -160,3 +183,152 @@ def test_an_id_set_at_rest_only_with_all_and_a_compaction_always(
     [row] = [row for row in inspect(tenure_client) if row.kind == "idset"]
     assert row.state == "compacting" and row.holders[0]["token"] == "deadbeef"
     assert "compacting" in render_table([row])
+
+
+HOST_PID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def test_holders_are_shown_by_owner_name(tenure_client: redis.Redis, busy: None) -> None:
+    """A name given with owner_name=, else host:pid, for every kind; tokens stay in the rows."""
+    rows = {(row.kind, row.name): row for row in inspect(tenure_client)}
+    assert rows["lock", "orders"].holders[0]["owner"] == "billing-worker"
+    assert rows["lock", "orders"].waiters[0]["owner"] == "next-in-line"
+    assert [h["owner"] for h in rows["semaphore", "pool"].holders] == [HOST_PID, HOST_PID]
+    assert rows["rwlock", "catalog"].holders[0]["owner"] == HOST_PID
+    assert rows["connlock", "nightly"].holders[0]["owner"] == "cron"
+    table = render_table(list(rows.values()))
+    assert "billing-worker (" in table and HOST_PID in table and "cron" in table
+    assert "next-in-line" in render_table(list(rows.values()), wide=True)
+
+
+def test_a_handed_over_hold_carries_the_waiters_name(tenure_client: redis.Redis) -> None:
+    holder = Lock(tenure_client, "handed", thread_local=False, owner_name="first")
+    sem_holder = Semaphore(tenure_client, "handed-sem", limit=1, owner_name="sem-first")
+    assert holder.acquire() and sem_holder.acquire()
+    waiter = Lock(tenure_client, "handed", owner_name="second")
+    sem_waiter = Semaphore(tenure_client, "handed-sem", limit=1, owner_name="sem-second")
+    results: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(waiter.acquire(blocking_timeout=5))),
+        threading.Thread(target=lambda: results.append(sem_waiter.acquire(blocking_timeout=5))),
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    holder.release()
+    sem_holder.release()
+    for thread in threads:
+        thread.join()
+    assert results == [True, True]
+    rows = {row.name: row for row in inspect(tenure_client)}
+    assert [h["owner"] for h in rows["handed"].holders] == ["second"]
+    assert [h["owner"] for h in rows["handed-sem"].holders] == ["sem-second"]
+    assert tenure_client.hget("tenure:lock:{handed}", "owner") == b"second"
+    assert not tenure_client.exists("tenure:lock:{handed}:names")  # no waiter is left
+    waiter.release()  # the threads that acquired finished: their holds are orphans
+    sem_waiter.release()
+
+
+def test_owner_names_leave_no_key_behind(tenure_client: redis.Redis) -> None:
+    with Lock(tenure_client, "tidy", owner_name="a"):
+        pass
+    with Semaphore(tenure_client, "tidy-sem", limit=2, owner_name="b"):
+        pass
+    rw = ReadWriteLock(tenure_client, "tidy-rw", owner_name="c")
+    with rw.write:
+        rw.write.downgrade()
+        [row] = [row for row in inspect(tenure_client) if row.name == "tidy-rw"]
+        assert [h["owner"] for h in row.holders] == ["c"]
+    with ConnectionLock(tenure_client, "tidy-conn", owner_name="d"):
+        pass
+    left = {key.decode() for key in tenure_client.scan_iter(match="tenure:*")}
+    assert not [key for key in left if key.endswith((":names", ":owners", ":owner"))]
+
+
+def test_a_redlock_holder_is_named(tenure_client: redis.Redis) -> None:
+    lock = Redlock([tenure_client], "named-report", timeout=20, owner_name="reporter")
+    with lock:
+        [row] = [row for row in inspect(tenure_client) if row.kind == "redlock"]
+        assert row.holders[0]["owner"] == "reporter"
+
+
+def _long_rows() -> list[Primitive]:
+    long_name = "n" * 150
+    owner = "ip-10-0-0-1.eu-west-1.compute.internal.example.com:4242"
+    holders = [{"token": f"t{i}", "owner": owner, "lease_ms": 29_500} for i in range(3)]
+    waiters = [{"token": "w", "owner": "x" * 200, "waited_ms": 1_234_567}]
+    return [
+        Primitive("semaphore", long_name, "3 held", 1795617030257015, holders, waiters),
+        Primitive("lock", "short", "held", 7, holders[:1]),
+        Primitive("rwlock", long_name, "read-held x1234567", None, holders[:1]),
+        Primitive("connlock", "c", "stale", None, [{"id": "99", "owner": None, "lease_ms": -1}]),
+    ]
+
+
+def test_the_table_fits_100_columns_and_wide_shows_everything() -> None:
+    rows = _long_rows()
+    lines = render_table(rows).splitlines()
+    assert TABLE_WIDTH == 100
+    assert max(len(line) for line in lines) <= 100
+    assert any("…:4242 (29.5s) +2" in line for line in lines)  # the pid kept, the others counted
+    assert any(line.startswith("connlock  c") and "99 (no lease)" in line for line in lines)
+    wide = render_table(rows, wide=True)
+    assert "n" * 150 in wide and "x" * 200 in wide
+    assert wide.count("ip-10-0-0-1.eu-west-1.compute.internal.example.com:4242 (29.5s)") == 5
+    assert max(len(line) for line in wide.splitlines()) > 100
+    assert elide("abcdef", 4) == "ab…f" and elide("abc", 4) == "abc"
+    assert elide("some.host.name:12", 10) == "some.h…:12"
+
+
+def test_cli_table_width_and_wide(tenure_server: ServerProcess, tenure_client: redis.Redis) -> None:
+    long_name = "a-very-long-primitive-name-" * 4
+    lock = Lock(tenure_client, long_name, thread_local=False, owner_name="w" * 150)
+    assert lock.acquire()
+    try:
+        command = [sys.executable, "-m", "tenure", "inspect", "--url", tenure_server.url]
+        narrow = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        assert max(len(line) for line in narrow.stdout.splitlines()) <= 100
+        assert long_name not in narrow.stdout
+        wide = subprocess.run(
+            [*command, "--wide"], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert long_name in wide.stdout and "w" * 150 in wide.stdout
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize(
+    ("extra", "refusal"),
+    [
+        (["--count", "2"], "tenure: inspect: --count: counts --watch rounds: give --watch too"),
+        (["--wide", "--json"], "tenure: inspect: --wide:"),
+    ],
+)
+def test_cli_refuses_options_that_do_nothing(
+    tenure_server: ServerProcess, extra: list[str], refusal: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tenure", "inspect", "--url", tenure_server.url, *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(refusal) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_cli_help_names_what_it_shows() -> None:
+    from tenure.cli import build_parser
+
+    parser = build_parser()
+    [look] = [
+        action.choices["inspect"]
+        for action in parser._actions
+        if isinstance(action.choices, dict) and "inspect" in action.choices
+    ]
+    text = " ".join(look.format_help().split())
+    for shown in ("Redlocks", "id sets", "semaphores", "read-write locks", "connection locks"):
+        assert shown in text
+    assert "host:pid" in text and "--wide" in text

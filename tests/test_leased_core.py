@@ -51,7 +51,8 @@ def test_every_key_shares_the_hash_tag(name: str) -> None:
     keys = LockKeys.for_name("tenure:lock:", name)
     tag = f"{{{name}}}"
     assert all(tag in key for key in keys.all)
-    assert len(set(keys.all)) == 7
+    assert len(set(keys.all)) == 9
+    assert set(keys.lock) <= set(keys.all)
 
 
 def test_tenure_errors_are_redis_py_errors() -> None:

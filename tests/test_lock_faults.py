@@ -288,7 +288,7 @@ def test_killed_holder_gives_its_permit_back_within_its_lease(
     workers.append(holder)
     assert holder.read()["event"] == "acquired"
     time.sleep(1.5 * LEASE)  # refreshed a few times
-    waiter = Semaphore(client, "reclaim", 1, timeout=10)
+    waiter = Semaphore(client, "reclaim", limit=1, timeout=10)
     assert not waiter.acquire(blocking=False)
     os.kill(holder.pid, signal.SIGKILL)
     killed = time.monotonic()

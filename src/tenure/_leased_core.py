@@ -10,7 +10,9 @@ and renewal timings are named here.
 from __future__ import annotations
 
 import math
+import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,7 @@ __all__ = [
     "IDLE_TTL_MS",
     "KEPT",
     "LIMIT_MISMATCH",
+    "MAX_OWNER_NAME",
     "NOT_OWNED",
     "OWNER_EXPIRY_SLACK",
     "QUEUED",
@@ -45,7 +48,9 @@ __all__ = [
     "ReadWriteStatistics",
     "SemaphoreStatistics",
     "check_name",
+    "check_owner_name",
     "check_seconds",
+    "default_owner_name",
     "grant_time",
     "new_token",
     "parse_acquire",
@@ -142,6 +147,52 @@ def check_name(name: object) -> str:
     return name
 
 
+MAX_OWNER_NAME = 200
+"""The longest ``owner_name`` a primitive accepts, in characters."""
+
+_default_owner: tuple[int, str] | None = None
+
+
+def default_owner_name() -> str:
+    """``host:pid`` of this process, the owner name of a hold unless one is given.
+
+    Recomputed in a forked child (its pid differs), so a child's holds name it.
+    """
+    global _default_owner
+    pid = os.getpid()
+    cached = _default_owner
+    if cached is None or cached[0] != pid:
+        cached = _default_owner = (pid, f"{socket.gethostname()}:{pid}")
+    return cached[1]
+
+
+def check_owner_name(owner_name: object, name: str | None = None) -> str | None:
+    """An ``owner_name`` argument: None (``host:pid``), or a printable, non-empty str.
+
+    At most :data:`MAX_OWNER_NAME` characters; it is stored beside each hold
+    and waiter and shown by ``tenure inspect``.
+    """
+    if owner_name is None:
+        return None
+    if not isinstance(owner_name, str):
+        raise ArgumentError(
+            "owner_name", f"must be a str, got {type(owner_name).__name__}", name=name
+        )
+    if not owner_name:
+        raise ArgumentError("owner_name", "must not be empty", name=name)
+    if len(owner_name) > MAX_OWNER_NAME:
+        raise ArgumentError(
+            "owner_name",
+            f"must be at most {MAX_OWNER_NAME} characters, got {len(owner_name)}",
+            name=name,
+        )
+    if not owner_name.isprintable():
+        raise ArgumentError(
+            "owner_name", f"must be printable (no control characters): {owner_name!r}", name=name
+        )
+    return owner_name
+
+
 def new_token() -> str:
     """A fresh random token for one acquisition."""
     return secrets.token_hex(16)
@@ -151,8 +202,11 @@ def new_token() -> str:
 class LockKeys:
     """The Redis keys of one primitive; all share the ``{name}`` hash tag (one slot).
 
-    ``grants`` and ``limit`` are a semaphore's only. ``wakes`` maps each
-    waiter to the pub/sub channel of its process, where its grant is announced.
+    ``grants``, ``limit`` and ``owners`` are a semaphore's only. ``wakes``
+    maps each waiter to the pub/sub channel of its process, where its grant
+    is announced; ``names`` maps each waiter to its owner name. A lock keeps
+    its holder's owner name in the owner hash (field ``owner``), a
+    semaphore in ``owners`` (token -> owner name).
     """
 
     owner: str
@@ -162,6 +216,8 @@ class LockKeys:
     fence: str
     grants: str
     limit: str
+    names: str
+    owners: str
 
     @classmethod
     def for_name(cls, prefix: str, name: str) -> LockKeys:
@@ -175,17 +231,24 @@ class LockKeys:
             fence=f"{owner}:fence",
             grants=f"{owner}:grants",
             limit=f"{owner}:limit",
+            names=f"{owner}:names",
+            owners=f"{owner}:owners",
         )
 
     @property
     def queued(self) -> tuple[str, str, str, str, str]:
-        """The keys of the lock scripts that queue: owner, queue, waiters, wakes, fence."""
+        """The keys of a queue: owner, queue, waiters, wakes, fence (a Redlock's KEYS)."""
         return (self.owner, self.queue, self.waiters, self.wakes, self.fence)
 
     @property
-    def all(self) -> tuple[str, str, str, str, str, str, str]:
+    def lock(self) -> tuple[str, str, str, str, str, str]:
+        """The KEYS of the lock scripts that queue: :attr:`queued`, then ``names``."""
+        return (*self.queued, self.names)
+
+    @property
+    def all(self) -> tuple[str, str, str, str, str, str, str, str, str]:
         """Every key, in the order of the semaphore scripts' KEYS."""
-        return (*self.queued, self.grants, self.limit)
+        return (*self.queued, self.grants, self.limit, self.names, self.owners)
 
 
 @dataclass(frozen=True)

@@ -158,15 +158,29 @@ def build_parser() -> argparse.ArgumentParser:
     look = commands.add_parser(
         "inspect",
         help="list tenure's primitives and who holds and waits for them",
-        description="Lists locks, semaphores, read-write locks and connection locks under a "
-        "name prefix, with their holders, fencing tokens, leases and waiters. Uses SCAN.",
+        description="Lists locks (plain, re-entrant and cluster locks), semaphores, read-write "
+        "locks, connection locks, Redlocks (as the master at --url holds them: inspect each "
+        "master to see them all) and id sets (size, writes not compacted yet, a running "
+        "compaction) under a name prefix: who holds them (each holder's owner name: host:pid "
+        "unless the primitive was given owner_name=), fencing tokens, leases left, and "
+        "waiters. The table fits 100 columns (long names are cut in the middle, one holder "
+        "per row); --wide shows everything; --json adds each hold's token. Uses SCAN.",
     )
     look.add_argument("--url", help="server URL (default: $REDIS_URL)")
     look.add_argument("--cluster", action="store_true", help="the URL is a cluster node")
     look.add_argument("--prefix", default="", help="only names that start with this")
-    look.add_argument("--json", action="store_true", help="print JSON")
     look.add_argument(
-        "--all", action="store_true", help="also list free primitives (used in the last minute)"
+        "--json", action="store_true", help="print JSON (with each hold's and waiter's token)"
+    )
+    look.add_argument(
+        "--wide",
+        action="store_true",
+        help="table: names in full, every holder and every waiter (wider than 100 columns)",
+    )
+    look.add_argument(
+        "--all",
+        action="store_true",
+        help="also list free primitives (used in the last minute) and id sets at rest",
     )
     look.add_argument("--watch", type=_positive_float, help="refresh every N seconds")
     look.add_argument("--count", type=_positive_int, help="with --watch: stop after N rounds")
@@ -219,6 +233,10 @@ def _run_inspect(options: argparse.Namespace) -> int:
 
     from tenure.inspect import inspect, render_table
 
+    if options.count is not None and options.watch is None:
+        raise ArgumentError("--count", "counts --watch rounds: give --watch too")
+    if options.wide and options.json:
+        raise ArgumentError("--wide", "widens the table: --json prints everything already")
     url = options.url or os.environ.get("REDIS_URL")
     if not url:
         raise ArgumentError("--url", "give --url or set REDIS_URL")
@@ -237,7 +255,7 @@ def _run_inspect(options: argparse.Namespace) -> int:
             if options.json:
                 print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2), flush=True)
             else:
-                print(render_table(rows), flush=True)
+                print(render_table(rows, wide=options.wide), flush=True)
             rounds += 1
             if options.watch is None or (options.count is not None and rounds >= options.count):
                 return 0

@@ -22,7 +22,15 @@ import redis.cluster
 
 from tenure._leased_core import to_text
 
-__all__ = ["Primitive", "View", "inspect", "register_view", "render_table", "views"]
+__all__ = [
+    "Primitive",
+    "View",
+    "elide",
+    "inspect",
+    "register_view",
+    "render_table",
+    "views",
+]
 
 Client = redis.Redis | redis.cluster.RedisCluster
 
@@ -31,8 +39,11 @@ Client = redis.Redis | redis.cluster.RedisCluster
 class Primitive:
     """One primitive's state as the server holds it.
 
-    ``holders`` lists ``{"token"/"id", "lease_ms", ...}`` per holder;
-    ``waiters`` lists ``{"token", "waited_ms"}`` in queue order. ``idle``
+    ``holders`` lists ``{"token"/"id", "owner", "lease_ms", ...}`` per holder;
+    ``waiters`` lists ``{"token", "owner", "waited_ms"}`` in queue order.
+    ``owner`` is the owner name stored beside the hold or place in line
+    (``host:pid`` unless the primitive was given ``owner_name=``), or None
+    where none is stored (a Redlock's waiters, an id set's compactor). ``idle``
     marks a row with nothing going on that is not ``free`` (an id set at
     rest): like free ones, it is listed only with ``include_free=True``.
     """
@@ -72,11 +83,21 @@ def views() -> list[View]:
     return list(_VIEWS)
 
 
+def _owners(client: Client, key: str, tokens: list[str]) -> list[str | None]:
+    """The owner names a hash ``key`` keeps for ``tokens`` (None where it has none)."""
+    if not tokens:
+        return []
+    found: list[Any] = list(client.hmget(key, tokens))
+    return [None if owner is None else to_text(owner) for owner in found]
+
+
 def _queue(client: Client, base: str, now_ms: int) -> list[dict[str, Any]]:
     entries: list[Any] = list(client.zrange(f"{base}:queue", 0, -1, withscores=True))
+    tokens = [to_text(token) for token, _ in entries]
+    owners = _owners(client, f"{base}:names", tokens)
     return [
-        {"token": to_text(token), "waited_ms": max(0, now_ms - int(score) // 1000)}
-        for token, score in entries
+        {"token": token, "owner": owner, "waited_ms": max(0, now_ms - int(score) // 1000)}
+        for token, owner, (_, score) in zip(tokens, owners, entries, strict=True)
     ]
 
 
@@ -89,10 +110,16 @@ def _describe_owner(kind: str) -> Callable[[Client, str, str, int], Primitive]:
     """A lock's view, or one master's part of a Redlock (the same keys)."""
 
     def describe(client: Client, base: str, name: str, now_ms: int) -> Primitive:
-        token, fence = client.hmget(base, ["token", "fence"])
+        token, fence, owner = client.hmget(base, ["token", "fence", "owner"])
         holders = []
         if token is not None:
-            holders.append({"token": to_text(token), "lease_ms": int(client.pttl(base))})
+            holders.append(
+                {
+                    "token": to_text(token),
+                    "owner": None if owner is None else to_text(owner),
+                    "lease_ms": int(client.pttl(base)),
+                }
+            )
         waiters = _queue(client, base, now_ms)
         state = "held" if holders else "free"
         last = int(fence) if fence else _fence(client, base)  # the counter only when free
@@ -104,10 +131,11 @@ def _describe_owner(kind: str) -> Callable[[Client, str, str, int], Primitive]:
 def _describe_leases(kind: str) -> Callable[[Client, str, str, int], Primitive]:
     def describe(client: Client, base: str, name: str, now_ms: int) -> Primitive:
         members: list[Any] = list(client.zrange(base, 0, -1, withscores=True))
+        live = [(to_text(token), int(score)) for token, score in members if int(score) > now_ms]
+        owners = _owners(client, f"{base}:owners", [token for token, _ in live])
         holders: list[dict[str, Any]] = [
-            {"token": to_text(token), "lease_ms": int(score) - now_ms}
-            for token, score in members
-            if int(score) > now_ms
+            {"token": token, "owner": owner, "lease_ms": expiry - now_ms}
+            for (token, expiry), owner in zip(live, owners, strict=True)
         ]
         if kind == "rwlock":
             writers = [h for h in holders if str(h["token"]).startswith("w")]
@@ -127,7 +155,13 @@ def _describe_connlock(client: Client, base: str, name: str, now_ms: int) -> Pri
         return Primitive("connlock", name, "free")
     owner_id = to_text(owner)
     alive = bool(client.client_list(client_id=[owner_id]))
-    holder = {"id": owner_id, "connected": alive, "lease_ms": int(client.pttl(base))}
+    named = client.get(f"{base}:owner")
+    holder = {
+        "id": owner_id,
+        "owner": None if named is None else to_text(named),
+        "connected": alive,
+        "lease_ms": int(client.pttl(base)),
+    }
     return Primitive("connlock", name, "held" if alive else "stale", None, [holder])
 
 
@@ -139,7 +173,8 @@ def _describe_idset(client: Client, base: str, name: str, now_ms: int) -> Primit
     holders = []
     compactor = client.get(f"{base}:lease")
     if compactor is not None:
-        holders.append({"token": to_text(compactor), "lease_ms": int(client.pttl(f"{base}:lease"))})
+        lease_ms = int(client.pttl(f"{base}:lease"))
+        holders.append({"token": to_text(compactor), "owner": None, "lease_ms": lease_ms})
     size, writes = int(count or 0), int(pending or 0)
     state = "compacting" if holders else f"{size:,} (+{writes:,})" if writes else f"{size:,} ids"
     return Primitive("idset", name, state, None, holders, idle=not holders)
@@ -188,29 +223,131 @@ def inspect(client: Client, prefix: str = "", *, include_free: bool = False) -> 
     return found
 
 
-def render_table(rows: list[Primitive]) -> str:
-    """A human table: one line per primitive."""
-    header = (
-        f"{'KIND':<10}{'NAME':<24}{'STATE':<16}{'FENCE':>16}  "
-        f"{'HOLDERS (lease left)':<40}{'WAITING':>8}  {'LONGEST WAIT':>12}"
-    )
-    lines = [header, "-" * len(header)]
+TABLE_WIDTH = 100
+"""The widest line :func:`render_table` writes unless ``wide=True``."""
+
+# (header, width, right-aligned) of each column of the 100-column table; the
+# widths and their one-space gaps add up to TABLE_WIDTH.
+_COLUMNS = (
+    ("KIND", 9, False),
+    ("NAME", 18, False),
+    ("STATE", 13, False),
+    ("FENCE", 16, True),
+    ("HOLDER (lease left)", 26, False),
+    ("WAIT", 4, True),
+    ("LONGEST", 7, True),
+)
+_WIDE_HEADERS = ("KIND", "NAME", "STATE", "FENCE", "HOLDERS (lease left)", "WAIT", "LONGEST")
+
+
+def elide(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters by a ``…`` in its middle.
+
+    A short last part after ``:`` (the pid of ``host:pid``) is kept whole.
+    """
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    tail = (width - 1) // 2
+    _, colon, last = text.rpartition(":")
+    if colon and len(last) + 1 <= tail:
+        tail = len(last) + 1
+    return text[: width - 1 - tail] + "…" + (text[-tail:] if tail else "")
+
+
+def _who(entry: dict[str, Any]) -> str:
+    """A holder's or waiter's owner name, else its token's (or connection id's) start."""
+    owner = entry.get("owner")
+    if owner:
+        return str(owner)
+    return str(entry.get("token", entry.get("id")))[:8]
+
+
+def _seconds(ms: int | None) -> str:
+    """A wait in seconds, in at most 7 characters below 11 days."""
+    if ms is None:
+        return "-"
+    return f"{ms / 1000:.2f}s" if ms < 100_000 else f"{ms / 1000:.0f}s"
+
+
+def _lease(holder: dict[str, Any]) -> str:
+    lease_ms = holder.get("lease_ms", -1)
+    return f"({lease_ms / 1000:.1f}s)" if lease_ms >= 0 else "(no lease)"
+
+
+def _holders_cell(row: Primitive, width: int | None) -> str:
+    """The first holder with its lease (and ``+N`` more); every holder when ``width`` is None."""
+    if not row.holders:
+        return "-"
+    if width is None:
+        return ", ".join(f"{_who(h)} {_lease(h)}" for h in row.holders)
+    first = row.holders[0]
+    suffix = f" {_lease(first)}"
+    if len(row.holders) > 1:
+        suffix += f" +{len(row.holders) - 1}"
+    return elide(_who(first), max(1, width - len(suffix))) + suffix
+
+
+def _waiters_cell(row: Primitive) -> str:
+    return ", ".join(f"{_who(w)} ({w['waited_ms'] / 1000:.1f}s)" for w in row.waiters) or "-"
+
+
+def render_table(rows: list[Primitive], *, wide: bool = False) -> str:
+    """A human table, one line per primitive, at most :data:`TABLE_WIDTH` columns wide.
+
+    Long names are cut in the middle and only the first holder is shown
+    (with ``+N`` for the others). ``wide=True`` shows everything in full:
+    every holder, and a last column with every waiter and how long it has
+    waited.
+    """
+    cells: list[list[Any]] = []
     for row in rows:
-        holders = ", ".join(
-            f"{str(h.get('token', h.get('id')))[:8]} ({h['lease_ms'] / 1000:.1f}s)"
-            if h.get("lease_ms", -1) >= 0
-            else f"{str(h.get('token', h.get('id')))[:8]} (no lease)"
-            for h in row.holders[:3]
-        )
-        if len(row.holders) > 3:
-            holders += f" +{len(row.holders) - 3}"
         longest = max((w["waited_ms"] for w in row.waiters), default=None)
-        longest_text = "-" if longest is None else f"{longest / 1000:.2f}s"
-        fence = "-" if row.fencing_token is None else str(row.fencing_token)
-        lines.append(
-            f"{row.kind:<10}{row.name[:23]:<24}{row.state:<16}{fence:>16}  {holders[:39]:<40}"
-            f"{len(row.waiters):>8}  {longest_text:>12}"
+        cells.append(
+            [
+                row.kind,
+                row.name,
+                row.state,
+                "-" if row.fencing_token is None else str(row.fencing_token),
+                row,
+                str(len(row.waiters)),
+                _seconds(longest),
+            ]
         )
+    if wide:
+        return _render_wide(rows, cells)
+    lines = [_line([(h, w, right) for h, w, right in _COLUMNS])]
+    lines.append("-" * TABLE_WIDTH)
+    for row_cells in cells:
+        parts = []
+        for (_, width, right), cell in zip(_COLUMNS, row_cells, strict=True):
+            text = _holders_cell(cell, width) if isinstance(cell, Primitive) else elide(cell, width)
+            parts.append((text, width, right))
+        lines.append(_line(parts))
+    if not rows:
+        lines.append("(no tenure primitives found)")
+    return "\n".join(lines)
+
+
+def _line(parts: list[tuple[str, int, bool]]) -> str:
+    return " ".join(
+        f"{text:>{width}}" if right else f"{text:<{width}}" for text, width, right in parts
+    ).rstrip()
+
+
+def _render_wide(rows: list[Primitive], cells: list[list[Any]]) -> str:
+    table = [
+        [_holders_cell(cell, None) if isinstance(cell, Primitive) else cell for cell in row_cells]
+        + [_waiters_cell(row)]
+        for row, row_cells in zip(rows, cells, strict=True)
+    ]
+    headers = [*_WIDE_HEADERS, "WAITERS (waited)"]
+    widths = [max([len(h)] + [len(r[i]) for r in table]) for i, h in enumerate(headers)]
+    right = [False, False, False, True, False, True, True, False]
+    lines = [_line(list(zip(headers, widths, right, strict=True)))]
+    lines.append("-" * len(lines[0]))
+    lines += [_line(list(zip(r, widths, right, strict=True))) for r in table]
     if not rows:
         lines.append("(no tenure primitives found)")
     return "\n".join(lines)

@@ -60,13 +60,13 @@ async def test_a_cluster_lock_suggests_reentrant_and_it_works(
 async def test_a_semaphore_suggests_a_second_object_and_it_works(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
-    text = await _second_acquire(AsyncSemaphore(tenure_async_client, "held-s", 2))
+    text = await _second_acquire(AsyncSemaphore(tenure_async_client, "held-s", limit=2))
     assert "reentrant" not in text
     assert "not re-entrant" in text and "second AsyncSemaphore object" in text
     with pytest.raises(TypeError):
-        AsyncSemaphore(tenure_async_client, "held-s", 2, reentrant=True)  # type: ignore[call-arg]
-    first = AsyncSemaphore(tenure_async_client, "held-s", 2)
-    second = AsyncSemaphore(tenure_async_client, "held-s", 2)
+        AsyncSemaphore(tenure_async_client, "held-s", limit=2, reentrant=True)  # type: ignore[call-arg]
+    first = AsyncSemaphore(tenure_async_client, "held-s", limit=2)
+    second = AsyncSemaphore(tenure_async_client, "held-s", limit=2)
     assert await first.acquire() and await second.acquire(blocking=False)
     assert await first.holders() == 2
     await first.release()

@@ -86,7 +86,7 @@ async def test_a_semaphore_on_an_exhausted_pool_says_so(
     occupiers = await _occupy(client, tenure_async_client, 2)
     try:
         with pytest.raises(ConnectionPoolExhaustedError, match=r"max_connections=2") as caught:
-            await AsyncSemaphore(client, "pool-sem", 3, blocking_timeout=1).acquire()
+            await AsyncSemaphore(client, "pool-sem", limit=3, blocking_timeout=1).acquire()
     finally:
         await _free(tenure_async_client, occupiers)
         await client.aclose()

@@ -20,7 +20,7 @@ from tests._backend_asyncio import gather, join, sleep, spawn
 
 
 async def test_at_most_limit_holders(clients: list[redis.asyncio.Redis]) -> None:
-    permits = [AsyncSemaphore(client, "pool", 3) for client in clients[:4]]
+    permits = [AsyncSemaphore(client, "pool", limit=3) for client in clients[:4]]
     assert await permits[0].acquire()
     assert await permits[1].acquire()
     assert await permits[2].acquire()
@@ -44,7 +44,7 @@ async def test_concurrent_holders_never_exceed_the_limit(
     def worker(index: int) -> object:
         async def job() -> None:
             nonlocal inside, most
-            permit = AsyncSemaphore(clients[index], "bounded", 3, timeout=10)
+            permit = AsyncSemaphore(clients[index], "bounded", limit=3, timeout=10)
             for _ in range(15):
                 async with permit:
                     inside += 1
@@ -59,14 +59,14 @@ async def test_concurrent_holders_never_exceed_the_limit(
 
 
 async def test_release_wakes_the_first_waiter(clients: list[redis.asyncio.Redis]) -> None:
-    holder = AsyncSemaphore(clients[0], "wake", 1, thread_local=False)
+    holder = AsyncSemaphore(clients[0], "wake", limit=1, thread_local=False)
     await holder.acquire()
     order: list[int] = []
 
     def waiter(index: int) -> Any:
         async def job() -> float:
             await sleep(0.05 * index)
-            permit = AsyncSemaphore(clients[index], "wake", 1)
+            permit = AsyncSemaphore(clients[index], "wake", limit=1)
             assert await permit.acquire(blocking_timeout=10)
             got = time.monotonic()
             order.append(index)
@@ -88,8 +88,8 @@ async def test_release_wakes_the_first_waiter(clients: list[redis.asyncio.Redis]
 async def test_expired_permit_returns_and_refresh_fails(
     clients: list[redis.asyncio.Redis],
 ) -> None:
-    stale = AsyncSemaphore(clients[0], "leased", 1, timeout=0.2)
-    fresh = AsyncSemaphore(clients[1], "leased", 1)
+    stale = AsyncSemaphore(clients[0], "leased", limit=1, timeout=0.2)
+    fresh = AsyncSemaphore(clients[1], "leased", limit=1)
     assert await stale.acquire()
     began = time.monotonic()
     assert await fresh.acquire(blocking_timeout=2)
@@ -102,8 +102,8 @@ async def test_expired_permit_returns_and_refresh_fails(
 
 
 async def test_refresh_extends_the_lease(clients: list[redis.asyncio.Redis]) -> None:
-    permit = AsyncSemaphore(clients[0], "refreshed", 1, timeout=0.3)
-    other = AsyncSemaphore(clients[1], "refreshed", 1)
+    permit = AsyncSemaphore(clients[0], "refreshed", limit=1, timeout=0.3)
+    other = AsyncSemaphore(clients[1], "refreshed", limit=1)
     await permit.acquire()
     for _ in range(3):
         await sleep(0.15)
@@ -118,7 +118,7 @@ async def test_auto_refresh_and_lost_notice(clients: list[redis.asyncio.Redis]) 
     permit = AsyncSemaphore(
         clients[0],
         "watched",
-        2,
+        limit=2,
         timeout=0.3,
         auto_renew=True,
         on_lost=lambda s: lost.append(s.name),
@@ -134,8 +134,8 @@ async def test_auto_refresh_and_lost_notice(clients: list[redis.asyncio.Redis]) 
 
 
 async def test_blocking_timeout_and_queue_cleanup(clients: list[redis.asyncio.Redis]) -> None:
-    holder = AsyncSemaphore(clients[0], "busy", 1)
-    waiter = AsyncSemaphore(clients[1], "busy", 1)
+    holder = AsyncSemaphore(clients[0], "busy", limit=1)
+    waiter = AsyncSemaphore(clients[1], "busy", limit=1)
     await holder.acquire()
     began = time.monotonic()
     assert not await waiter.acquire(blocking_timeout=0.2)
@@ -149,23 +149,23 @@ async def test_blocking_timeout_and_queue_cleanup(clients: list[redis.asyncio.Re
 async def test_one_permit_per_owner_and_bad_arguments(
     clients: list[redis.asyncio.Redis],
 ) -> None:
-    permit = AsyncSemaphore(clients[0], "args", 2)
+    permit = AsyncSemaphore(clients[0], "args", limit=2)
     async with permit:
         with pytest.raises(AlreadyHeldError):
             await permit.acquire()
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ArgumentError, match="limit"):
-            AsyncSemaphore(clients[0], "args", bad)  # type: ignore[arg-type]
+            AsyncSemaphore(clients[0], "args", limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="timeout"):
-        AsyncSemaphore(clients[0], "args", 2, timeout=-1)
+        AsyncSemaphore(clients[0], "args", limit=2, timeout=-1)
 
 
 async def test_cluster_client(
     tenure_async_cluster_client: redis.asyncio.cluster.RedisCluster,
 ) -> None:
     for name in ("s1", "s2", "s3"):
-        first = AsyncSemaphore(tenure_async_cluster_client, name, 2)
-        second = AsyncSemaphore(tenure_async_cluster_client, name, 2, thread_local=False)
+        first = AsyncSemaphore(tenure_async_cluster_client, name, limit=2)
+        second = AsyncSemaphore(tenure_async_cluster_client, name, limit=2, thread_local=False)
         async with first:
             assert await second.acquire()
             assert await first.holders() == 2

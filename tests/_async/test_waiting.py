@@ -208,8 +208,8 @@ async def test_a_lost_lease_in_a_with_block_is_a_lock_not_owned_error(
 async def test_semaphore_limit_is_stored_on_the_server(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
-    one = AsyncSemaphore(tenure_async_client, "limited", 1)
-    five = AsyncSemaphore(tenure_async_client, "limited", 5)
+    one = AsyncSemaphore(tenure_async_client, "limited", limit=1)
+    five = AsyncSemaphore(tenure_async_client, "limited", limit=5)
     assert await one.acquire()
     with pytest.raises(SemaphoreLimitError) as caught:
         await five.acquire(blocking=False)
@@ -221,15 +221,15 @@ async def test_semaphore_limit_is_stored_on_the_server(
     assert await five.set_limit(5) == 1
     assert await five.acquire(blocking=False)
     with pytest.raises(SemaphoreLimitError):
-        await AsyncSemaphore(tenure_async_client, "limited", 1).acquire(blocking=False)
+        await AsyncSemaphore(tenure_async_client, "limited", limit=1).acquire(blocking=False)
     await five.release()
     await one.release()
 
 
 async def test_a_larger_limit_lets_waiters_in(tenure_async_client: redis.asyncio.Redis) -> None:
-    sem = AsyncSemaphore(tenure_async_client, "grow", 1, thread_local=False)
+    sem = AsyncSemaphore(tenure_async_client, "grow", limit=1, thread_local=False)
     assert await sem.acquire()
-    other = AsyncSemaphore(tenure_async_client, "grow", 1, blocking_timeout=5)
+    other = AsyncSemaphore(tenure_async_client, "grow", limit=1, blocking_timeout=5)
 
     async def wait() -> float:
         assert await other.acquire()
@@ -237,7 +237,7 @@ async def test_a_larger_limit_lets_waiters_in(tenure_async_client: redis.asyncio
 
     async def grow() -> float:
         await sleep(0.2)
-        await AsyncSemaphore(tenure_async_client, "grow", 1).set_limit(2)
+        await AsyncSemaphore(tenure_async_client, "grow", limit=1).set_limit(2)
         return time.monotonic()
 
     got, grown = await gather(wait, grow)
@@ -250,7 +250,7 @@ async def test_an_idle_primitive_leaves_no_key_without_expiry(
 ) -> None:
     await tenure_async_client.flushdb()
     lock = AsyncLock(tenure_async_client, "idle-lock")
-    sem = AsyncSemaphore(tenure_async_client, "idle-sem", 2)
+    sem = AsyncSemaphore(tenure_async_client, "idle-sem", limit=2)
     rw = AsyncReadWriteLock(tenure_async_client, "idle-rw")
     for primitive in (lock, sem, rw.read, rw.write):
         async with primitive:
@@ -266,7 +266,7 @@ async def test_fencing_tokens_grow_after_the_counter_is_gone(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
     lock = AsyncLock(tenure_async_client, "reborn")
-    sem = AsyncSemaphore(tenure_async_client, "reborn", 1)
+    sem = AsyncSemaphore(tenure_async_client, "reborn", limit=1)
     for primitive in (lock, sem):
         seen: list[int] = []
         for _ in range(3):

@@ -104,7 +104,7 @@ async def wait(url: str, name: str, timeout: float) -> None:
 async def permits(url: str, name: str, count: int, limit: int) -> None:
     """Take and return permits; print each hold window and whether it stayed held."""
     client = redis.asyncio.Redis.from_url(url)
-    permit = AsyncSemaphore(client, name, limit, timeout=1, auto_renew=True)
+    permit = AsyncSemaphore(client, name, limit=limit, timeout=1, auto_renew=True)
     emit(event="ready")
     for _ in range(count):
         assert await permit.acquire(blocking_timeout=60)
@@ -144,7 +144,7 @@ async def rw(url: str, name: str, count: int) -> None:
 async def permit(url: str, name: str, limit: int) -> None:
     """Hold one permit until told to go on (or killed)."""
     client = redis.asyncio.Redis.from_url(url)
-    held = AsyncSemaphore(client, name, limit, timeout=1, auto_renew=True)
+    held = AsyncSemaphore(client, name, limit=limit, timeout=1, auto_renew=True)
     assert await held.acquire()
     emit(event="acquired", t=time.monotonic(), fence=held.fencing_token)
     await read_line()

@@ -61,13 +61,13 @@ def test_a_cluster_lock_suggests_reentrant_and_it_works(
 def test_a_semaphore_suggests_a_second_object_and_it_works(
     tenure_client: redis.Redis,
 ) -> None:
-    text = _second_acquire(Semaphore(tenure_client, "held-s", 2))
+    text = _second_acquire(Semaphore(tenure_client, "held-s", limit=2))
     assert "reentrant" not in text
     assert "not re-entrant" in text and "second Semaphore object" in text
     with pytest.raises(TypeError):
-        Semaphore(tenure_client, "held-s", 2, reentrant=True)  # type: ignore[call-arg]
-    first = Semaphore(tenure_client, "held-s", 2)
-    second = Semaphore(tenure_client, "held-s", 2)
+        Semaphore(tenure_client, "held-s", limit=2, reentrant=True)  # type: ignore[call-arg]
+    first = Semaphore(tenure_client, "held-s", limit=2)
+    second = Semaphore(tenure_client, "held-s", limit=2)
     assert first.acquire() and second.acquire(blocking=False)
     assert first.holders() == 2
     first.release()

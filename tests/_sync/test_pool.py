@@ -86,7 +86,7 @@ def test_a_semaphore_on_an_exhausted_pool_says_so(
     occupiers = _occupy(client, tenure_client, 2)
     try:
         with pytest.raises(ConnectionPoolExhaustedError, match=r"max_connections=2") as caught:
-            Semaphore(client, "pool-sem", 3, blocking_timeout=1).acquire()
+            Semaphore(client, "pool-sem", limit=3, blocking_timeout=1).acquire()
     finally:
         _free(tenure_client, occupiers)
         client.close()

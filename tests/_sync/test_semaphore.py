@@ -21,7 +21,7 @@ from tests._backend_threads import gather, join, sleep, spawn
 
 
 def test_at_most_limit_holders(clients: list[redis.Redis]) -> None:
-    permits = [Semaphore(client, "pool", 3) for client in clients[:4]]
+    permits = [Semaphore(client, "pool", limit=3) for client in clients[:4]]
     assert permits[0].acquire()
     assert permits[1].acquire()
     assert permits[2].acquire()
@@ -45,7 +45,7 @@ def test_concurrent_holders_never_exceed_the_limit(
     def worker(index: int) -> object:
         def job() -> None:
             nonlocal inside, most
-            permit = Semaphore(clients[index], "bounded", 3, timeout=10)
+            permit = Semaphore(clients[index], "bounded", limit=3, timeout=10)
             for _ in range(15):
                 with permit:
                     inside += 1
@@ -60,14 +60,14 @@ def test_concurrent_holders_never_exceed_the_limit(
 
 
 def test_release_wakes_the_first_waiter(clients: list[redis.Redis]) -> None:
-    holder = Semaphore(clients[0], "wake", 1, thread_local=False)
+    holder = Semaphore(clients[0], "wake", limit=1, thread_local=False)
     holder.acquire()
     order: list[int] = []
 
     def waiter(index: int) -> Any:
         def job() -> float:
             sleep(0.05 * index)
-            permit = Semaphore(clients[index], "wake", 1)
+            permit = Semaphore(clients[index], "wake", limit=1)
             assert permit.acquire(blocking_timeout=10)
             got = time.monotonic()
             order.append(index)
@@ -89,8 +89,8 @@ def test_release_wakes_the_first_waiter(clients: list[redis.Redis]) -> None:
 def test_expired_permit_returns_and_refresh_fails(
     clients: list[redis.Redis],
 ) -> None:
-    stale = Semaphore(clients[0], "leased", 1, timeout=0.2)
-    fresh = Semaphore(clients[1], "leased", 1)
+    stale = Semaphore(clients[0], "leased", limit=1, timeout=0.2)
+    fresh = Semaphore(clients[1], "leased", limit=1)
     assert stale.acquire()
     began = time.monotonic()
     assert fresh.acquire(blocking_timeout=2)
@@ -103,8 +103,8 @@ def test_expired_permit_returns_and_refresh_fails(
 
 
 def test_refresh_extends_the_lease(clients: list[redis.Redis]) -> None:
-    permit = Semaphore(clients[0], "refreshed", 1, timeout=0.3)
-    other = Semaphore(clients[1], "refreshed", 1)
+    permit = Semaphore(clients[0], "refreshed", limit=1, timeout=0.3)
+    other = Semaphore(clients[1], "refreshed", limit=1)
     permit.acquire()
     for _ in range(3):
         sleep(0.15)
@@ -119,7 +119,7 @@ def test_auto_refresh_and_lost_notice(clients: list[redis.Redis]) -> None:
     permit = Semaphore(
         clients[0],
         "watched",
-        2,
+        limit=2,
         timeout=0.3,
         auto_renew=True,
         on_lost=lambda s: lost.append(s.name),
@@ -135,8 +135,8 @@ def test_auto_refresh_and_lost_notice(clients: list[redis.Redis]) -> None:
 
 
 def test_blocking_timeout_and_queue_cleanup(clients: list[redis.Redis]) -> None:
-    holder = Semaphore(clients[0], "busy", 1)
-    waiter = Semaphore(clients[1], "busy", 1)
+    holder = Semaphore(clients[0], "busy", limit=1)
+    waiter = Semaphore(clients[1], "busy", limit=1)
     holder.acquire()
     began = time.monotonic()
     assert not waiter.acquire(blocking_timeout=0.2)
@@ -150,23 +150,23 @@ def test_blocking_timeout_and_queue_cleanup(clients: list[redis.Redis]) -> None:
 def test_one_permit_per_owner_and_bad_arguments(
     clients: list[redis.Redis],
 ) -> None:
-    permit = Semaphore(clients[0], "args", 2)
+    permit = Semaphore(clients[0], "args", limit=2)
     with permit:
         with pytest.raises(AlreadyHeldError):
             permit.acquire()
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ArgumentError, match="limit"):
-            Semaphore(clients[0], "args", bad)  # type: ignore[arg-type]
+            Semaphore(clients[0], "args", limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="timeout"):
-        Semaphore(clients[0], "args", 2, timeout=-1)
+        Semaphore(clients[0], "args", limit=2, timeout=-1)
 
 
 def test_cluster_client(
     tenure_cluster_client: redis.cluster.RedisCluster,
 ) -> None:
     for name in ("s1", "s2", "s3"):
-        first = Semaphore(tenure_cluster_client, name, 2)
-        second = Semaphore(tenure_cluster_client, name, 2, thread_local=False)
+        first = Semaphore(tenure_cluster_client, name, limit=2)
+        second = Semaphore(tenure_cluster_client, name, limit=2, thread_local=False)
         with first:
             assert second.acquire()
             assert first.holders() == 2

@@ -208,8 +208,8 @@ def test_a_lost_lease_in_a_with_block_is_a_lock_not_owned_error(
 def test_semaphore_limit_is_stored_on_the_server(
     tenure_client: redis.Redis,
 ) -> None:
-    one = Semaphore(tenure_client, "limited", 1)
-    five = Semaphore(tenure_client, "limited", 5)
+    one = Semaphore(tenure_client, "limited", limit=1)
+    five = Semaphore(tenure_client, "limited", limit=5)
     assert one.acquire()
     with pytest.raises(SemaphoreLimitError) as caught:
         five.acquire(blocking=False)
@@ -221,15 +221,15 @@ def test_semaphore_limit_is_stored_on_the_server(
     assert five.set_limit(5) == 1
     assert five.acquire(blocking=False)
     with pytest.raises(SemaphoreLimitError):
-        Semaphore(tenure_client, "limited", 1).acquire(blocking=False)
+        Semaphore(tenure_client, "limited", limit=1).acquire(blocking=False)
     five.release()
     one.release()
 
 
 def test_a_larger_limit_lets_waiters_in(tenure_client: redis.Redis) -> None:
-    sem = Semaphore(tenure_client, "grow", 1, thread_local=False)
+    sem = Semaphore(tenure_client, "grow", limit=1, thread_local=False)
     assert sem.acquire()
-    other = Semaphore(tenure_client, "grow", 1, blocking_timeout=5)
+    other = Semaphore(tenure_client, "grow", limit=1, blocking_timeout=5)
 
     def wait() -> float:
         assert other.acquire()
@@ -237,7 +237,7 @@ def test_a_larger_limit_lets_waiters_in(tenure_client: redis.Redis) -> None:
 
     def grow() -> float:
         sleep(0.2)
-        Semaphore(tenure_client, "grow", 1).set_limit(2)
+        Semaphore(tenure_client, "grow", limit=1).set_limit(2)
         return time.monotonic()
 
     got, grown = gather(wait, grow)
@@ -250,7 +250,7 @@ def test_an_idle_primitive_leaves_no_key_without_expiry(
 ) -> None:
     tenure_client.flushdb()
     lock = Lock(tenure_client, "idle-lock")
-    sem = Semaphore(tenure_client, "idle-sem", 2)
+    sem = Semaphore(tenure_client, "idle-sem", limit=2)
     rw = ReadWriteLock(tenure_client, "idle-rw")
     for primitive in (lock, sem, rw.read, rw.write):
         with primitive:
@@ -266,7 +266,7 @@ def test_fencing_tokens_grow_after_the_counter_is_gone(
     tenure_client: redis.Redis,
 ) -> None:
     lock = Lock(tenure_client, "reborn")
-    sem = Semaphore(tenure_client, "reborn", 1)
+    sem = Semaphore(tenure_client, "reborn", limit=1)
     for primitive in (lock, sem):
         seen: list[int] = []
         for _ in range(3):

@@ -103,7 +103,7 @@ def wait(url: str, name: str, timeout: float) -> None:
 def permits(url: str, name: str, count: int, limit: int) -> None:
     """Take and return permits; print each hold window and whether it stayed held."""
     client = redis.Redis.from_url(url)
-    permit = Semaphore(client, name, limit, timeout=1, auto_renew=True)
+    permit = Semaphore(client, name, limit=limit, timeout=1, auto_renew=True)
     emit(event="ready")
     for _ in range(count):
         assert permit.acquire(blocking_timeout=60)
@@ -143,7 +143,7 @@ def rw(url: str, name: str, count: int) -> None:
 def permit(url: str, name: str, limit: int) -> None:
     """Hold one permit until told to go on (or killed)."""
     client = redis.Redis.from_url(url)
-    held = Semaphore(client, name, limit, timeout=1, auto_renew=True)
+    held = Semaphore(client, name, limit=limit, timeout=1, auto_renew=True)
     assert held.acquire()
     emit(event="acquired", t=time.monotonic(), fence=held.fencing_token)
     read_line()

@@ -40,6 +40,7 @@ from typing import Any, ClassVar, cast
 from tenure._async._leased import extended
 from tenure._async._lock import AsyncLock
 from tenure._async._replication import AsyncAcknowledger
+from tenure._async._scripting import AsyncClient
 from tenure._async._watchdog import Job, JobRunner
 from tenure._exceptions import ArgumentError
 from tenure._leased_core import Acquired, ClusterLockStatistics, LeasedStatistics
@@ -76,14 +77,32 @@ class AsyncClusterLock(AsyncLock):
 
     def __init__(
         self,
-        *args: Any,
+        client: AsyncClient,
+        name: str,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
         min_replicas: int | None = None,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         aof: bool = False,
         **kwargs: Any,
     ) -> None:
         # The Lock's arguments, positional ones in redis-py's order, pass through.
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            client,
+            name,
+            timeout,
+            sleep,
+            blocking,
+            blocking_timeout,
+            thread_local,
+            raise_on_release_error,
+            **kwargs,
+        )
         name = self.name
         policy = ReplicationPolicy.build(
             min_replicas=min_replicas, replica_timeout=replica_timeout, aof=aof, name=name

@@ -99,7 +99,9 @@ from tenure._leased_core import (
     LockSettings,
     LockStatistics,
     Queued,
+    check_owner_name,
     check_seconds,
+    default_owner_name,
     grant_time,
     new_token,
     parse_acquire,
@@ -171,6 +173,7 @@ class AsyncLeased:
         cancel_on_lost: bool = False,
         prefix: str,
         raise_on_release_error: bool = True,
+        owner_name: str | None = None,
     ) -> None:
         """Validate the shared arguments and set up the state (called by __init__).
 
@@ -188,6 +191,7 @@ class AsyncLeased:
             handoff_lease=handoff_lease,
         )
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        self._owner_name = check_owner_name(owner_name, name)
         if not isinstance(prefix, str):
             raise ArgumentError("prefix", f"must be a str, got {type(prefix).__name__}", name=name)
         if on_lost is not None and not callable(on_lost):
@@ -239,6 +243,15 @@ class AsyncLeased:
         check_seconds("blocking_timeout", value, allow_none=True, name=self.name)
         self._settings = dataclasses.replace(self._settings, blocking_timeout=value)
 
+    @property
+    def owner_name(self) -> str:
+        """Who holds and waits, as ``tenure inspect`` shows it: ``owner_name=``, or ``host:pid``.
+
+        Stored on the server beside each hold and each place in line, with
+        the same expiry; ``host:pid`` is this process's (a forked child's own).
+        """
+        return self._owner_name or default_owner_name()
+
     # -- hooks: each kind's script calls (the lock's here) -----------------------
 
     def _new_token(self) -> str:
@@ -246,7 +259,8 @@ class AsyncLeased:
 
     def _try_call(self, token: str) -> Call:
         k = self._keys
-        return (k.owner, k.queue, k.fence), (token, self._settings.lease_ms, IDLE_TTL_MS)
+        args = (token, self._settings.lease_ms, IDLE_TTL_MS, self.owner_name)
+        return (k.owner, k.queue, k.fence), args
 
     def _acquire_call(
         self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
@@ -260,6 +274,7 @@ class AsyncLeased:
             settings.handoff_ms,
             channel,
             IDLE_TTL_MS,
+            self.owner_name,
         )
         return self._acquire_keys(), args
 
@@ -268,13 +283,13 @@ class AsyncLeased:
         return int(reenter)
 
     def _acquire_keys(self) -> tuple[str, ...]:
-        return self._keys.queued
+        return self._keys.lock
 
     def _release_call(self, token: str) -> Call:
-        return self._keys.queued, (token, self._settings.handoff_ms, IDLE_TTL_MS)
+        return self._keys.lock, (token, self._settings.handoff_ms, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
-        return self._keys.queued, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
+        return self._keys.lock, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
         return (self._keys.owner,), (token, ms, mode)

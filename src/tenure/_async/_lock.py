@@ -57,6 +57,9 @@ class AsyncLock(AsyncLeased):
     * ``max_hold`` — stop renewing after this many seconds of holding.
     * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes.
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
+    * ``owner_name`` — who holds and waits, as ``tenure inspect`` shows it
+      (default ``host:pid``); stored on the server beside the hold. A
+      printable str of at most 200 characters.
     """
 
     _scripts = LeasedScripts.of("lock")
@@ -87,6 +90,7 @@ class AsyncLock(AsyncLeased):
         prefix: str = "tenure:lock:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
+        owner_name: str | None = None,
     ) -> None:
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup(
@@ -108,6 +112,7 @@ class AsyncLock(AsyncLeased):
             # unasync: end
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
+            owner_name=owner_name,
         )
         self.sleep = sleep
 
@@ -130,8 +135,32 @@ class AsyncReentrantLock(AsyncLock):
     """An :class:`AsyncLock` with ``reentrant=True``: its owner may acquire it again.
 
     Each acquire needs a matching release; the lock is handed on at the last.
+    The arguments are :class:`AsyncLock`'s (redis-py's eight first, in order).
     """
 
-    def __init__(self, client: AsyncClient, name: str, **kwargs: Any) -> None:
-        kwargs.setdefault("reentrant", True)
-        super().__init__(client, name, **kwargs)
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        reentrant: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            client,
+            name,
+            timeout,
+            sleep,
+            blocking,
+            blocking_timeout,
+            thread_local,
+            raise_on_release_error,
+            reentrant=reentrant,
+            **kwargs,
+        )

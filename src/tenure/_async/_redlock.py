@@ -319,7 +319,8 @@ class AsyncRedlock(AsyncLeased):
     * ``thread_local``, ``raise_on_release_error`` — as for :class:`AsyncLock`.
 
     Keyword-only: ``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``,
-    ``waiter_lease`` as for :class:`AsyncLock`, and
+    ``waiter_lease``, ``owner_name`` as for :class:`AsyncLock` (each master
+    stores the owner name beside its part of the hold), and
 
     * ``cancel_on_lost`` — asyncio only: as for :class:`AsyncLock`.
     * ``master_timeout`` — seconds an attempt waits for the masters (default
@@ -365,6 +366,7 @@ class AsyncRedlock(AsyncLeased):
         prefix: str = "tenure:redlock:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         master_timeout: float | None = None,
+        owner_name: str | None = None,
     ) -> None:
         described = check_masters(clients, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
@@ -386,6 +388,7 @@ class AsyncRedlock(AsyncLeased):
             # unasync: end
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
+            owner_name=owner_name,
         )
         check_seconds("master_timeout", master_timeout, allow_none=True, name=name)
         if master_timeout is None:
@@ -578,7 +581,16 @@ class AsyncRedlock(AsyncLeased):
 
         def send(index: int) -> Any:
             channel = waiters[index].channel if waiters else ""
-            args = (token, settings.lease_ms, waiter_ms, ticket, channel, FENCE_LIFETIME_MS, mark)
+            args = (
+                token,
+                settings.lease_ms,
+                waiter_ms,
+                ticket,
+                channel,
+                FENCE_LIFETIME_MS,
+                mark,
+                self.owner_name,
+            )
             return masters.script("redlock_acquire", self._keys.queued, args)(index)
 
         def late(index: int, reply: Any) -> None:

@@ -34,6 +34,7 @@ from tenure._leased_core import (
     LeasedStatistics,
     LimitMismatch,
     SemaphoreStatistics,
+    check_seconds,
 )
 
 __all__ = ["AsyncPermits", "AsyncSemaphore"]
@@ -58,8 +59,9 @@ class AsyncPermits(AsyncLeased):
 
     def _try_call(self, token: str) -> Call:
         k = self._keys
-        keys = (k.owner, k.queue, k.fence, k.limit)
-        return keys, (token, self._settings.lease_ms, self._limit, IDLE_TTL_MS)
+        keys = (k.owner, k.queue, k.fence, k.limit, k.owners)
+        args = (token, self._settings.lease_ms, self._limit, IDLE_TTL_MS, self.owner_name)
+        return keys, args
 
     def _acquire_argv4(self, reenter: bool) -> int:
         return self._limit  # the semaphore scripts' ARGV[4]: the limit
@@ -75,7 +77,8 @@ class AsyncPermits(AsyncLeased):
         return self._keys.all, args
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
-        return (self._keys.owner, self._keys.limit), (token, ms, mode, IDLE_TTL_MS)
+        keys = (self._keys.owner, self._keys.limit, self._keys.owners)
+        return keys, (token, ms, mode, IDLE_TTL_MS)
 
     def _parse_try(self, reply: Any) -> int:
         fence = int(reply)
@@ -96,18 +99,23 @@ class AsyncPermits(AsyncLeased):
 class AsyncSemaphore(AsyncPermits):
     """A distributed counting semaphore: ``limit`` permits, FIFO, leased.
 
-    * ``limit`` — how many holders may hold a permit at once. The first user
-      stores it with the semaphore on the server; a user with another limit
-      gets :class:`~tenure.SemaphoreLimitError` from ``acquire``, and
-      :meth:`set_limit` changes it for everyone.
+    The positional arguments are :class:`~tenure.AsyncLock`'s (redis-py's
+    ``Lock``'s eight, in order); the rest are keyword-only, ``limit`` too:
+
     * ``timeout`` — the permit's lease in seconds. ``None`` (default): held
       until released, on a 30 s lease the watchdog refreshes every 10 s.
+    * ``sleep`` — accepted for compatibility; nothing polls.
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
+    * ``thread_local``, ``raise_on_release_error`` — as for
+      :class:`~tenure.AsyncLock`.
+    * ``limit`` (required) — how many holders may hold a permit at once. The
+      first user stores it with the semaphore on the server; a user with
+      another limit gets :class:`~tenure.SemaphoreLimitError` from
+      ``acquire``, and :meth:`set_limit` changes it for everyone.
     * ``auto_renew`` — refresh in the background (default: only when
       ``timeout`` is None).
-    * ``thread_local``, ``on_lost``, ``max_hold``, ``prefix``,
-      ``waiter_lease``, ``handoff_lease``, ``raise_on_release_error`` — as
-      for :class:`~tenure.AsyncLock`.
+    * ``on_lost``, ``max_hold``, ``prefix``, ``waiter_lease``,
+      ``handoff_lease``, ``owner_name`` — as for :class:`~tenure.AsyncLock`.
     * ``cancel_on_lost`` — asyncio only: as for :class:`~tenure.AsyncLock`.
 
     ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
@@ -134,13 +142,15 @@ class AsyncSemaphore(AsyncPermits):
         self,
         client: AsyncClient,
         name: str,
-        limit: int,
         timeout: float | None = None,
+        sleep: float = 0.1,
         blocking: bool = True,
         blocking_timeout: float | None = None,
         thread_local: bool = True,
-        auto_renew: bool | None = None,
+        raise_on_release_error: bool = True,
         *,
+        limit: int,
+        auto_renew: bool | None = None,
         on_lost: Callable[[AsyncSemaphore], None] | None = None,
         # unasync: async-only
         cancel_on_lost: bool = False,
@@ -150,8 +160,9 @@ class AsyncSemaphore(AsyncPermits):
         prefix: str = "tenure:semaphore:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
-        raise_on_release_error: bool = True,
+        owner_name: str | None = None,
     ) -> None:
+        check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup_permits(
             client,
             name,
@@ -171,7 +182,9 @@ class AsyncSemaphore(AsyncPermits):
             waiter_lease=waiter_lease,
             handoff_lease=handoff_lease,
             raise_on_release_error=raise_on_release_error,
+            owner_name=owner_name,
         )
+        self.sleep = sleep
 
     @property
     def limit(self) -> int:

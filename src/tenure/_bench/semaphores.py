@@ -141,7 +141,7 @@ Cycle = Callable[[], float]  # one acquire + release; returns the acquire's seco
 
 def tenure_cycle(client: redis.Redis, limit: int) -> Cycle:
     """One acquire + release of a tenure Semaphore (10 s lease, like the book's)."""
-    semaphore = tenure.Semaphore(client, "bench-sem", limit, timeout=10)
+    semaphore = tenure.Semaphore(client, "bench-sem", limit=limit, timeout=10)
 
     def cycle() -> float:
         began = time.perf_counter()

@@ -44,6 +44,7 @@ from tenure._replication_core import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
 from tenure._sync._leased import extended
 from tenure._sync._lock import Lock
 from tenure._sync._replication import Acknowledger
+from tenure._sync._scripting import Client
 from tenure._sync._watchdog import Job, JobRunner
 
 __all__ = ["ClusterLock"]
@@ -77,14 +78,32 @@ class ClusterLock(Lock):
 
     def __init__(
         self,
-        *args: Any,
+        client: Client,
+        name: str,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
         min_replicas: int | None = None,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         aof: bool = False,
         **kwargs: Any,
     ) -> None:
         # The Lock's arguments, positional ones in redis-py's order, pass through.
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            client,
+            name,
+            timeout,
+            sleep,
+            blocking,
+            blocking_timeout,
+            thread_local,
+            raise_on_release_error,
+            **kwargs,
+        )
         name = self.name
         policy = ReplicationPolicy.build(
             min_replicas=min_replicas, replica_timeout=replica_timeout, aof=aof, name=name

@@ -43,7 +43,14 @@ from tenure._exceptions import (
     LockNotOwnedError,
     PermissionDeniedError,
 )
-from tenure._leased_core import check_name, check_seconds, to_ms, to_text
+from tenure._leased_core import (
+    check_name,
+    check_owner_name,
+    check_seconds,
+    default_owner_name,
+    to_ms,
+    to_text,
+)
 from tenure._sync._scripting import registry_for
 
 __all__ = ["ConnectionLock"]
@@ -62,8 +69,10 @@ class ConnectionLock:
         blocking_timeout: float | None = None,
         poll_interval: float = 0.05,
         prefix: str = "tenure:connlock:",
+        owner_name: str | None = None,
     ) -> None:
         check_name(name)
+        self._owner_name = check_owner_name(owner_name, name)
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         if is_cluster(client):
             raise ClientTypeError(
@@ -84,12 +93,22 @@ class ConnectionLock:
         self.client = client
         self.name = name
         self.key = f"{prefix}{{{name}}}"
+        self.owner_key = f"{self.key}:owner"
         self.lease = lease
         self.blocking = blocking
         self.blocking_timeout = blocking_timeout
         self.poll_interval = poll_interval
         self._connection: redis.Redis | None = None
         self._owner_id: str | None = None
+
+    @property
+    def owner_name(self) -> str:
+        """Who holds, as ``tenure inspect`` shows it: ``owner_name=``, or ``host:pid``.
+
+        Booked beside the connection's ``CLIENT ID`` (key ``{key}:owner``),
+        with the same expiry.
+        """
+        return self._owner_name or default_owner_name()
 
     @property
     def owner_id(self) -> str | None:
@@ -154,10 +173,9 @@ class ConnectionLock:
                         pipe.unwatch()
                         return False
                     pipe.multi()
-                    if self.lease is None:
-                        pipe.set(self.key, my_id)
-                    else:
-                        pipe.set(self.key, my_id, px=to_ms(self.lease))
+                    expiry = None if self.lease is None else to_ms(self.lease)
+                    pipe.set(self.key, my_id, px=expiry)
+                    pipe.set(self.owner_key, self.owner_name, px=expiry)
                     pipe.execute()
                     return True
             except redis_errors.WatchError:
@@ -176,7 +194,9 @@ class ConnectionLock:
         self._connection = self._owner_id = None
         try:
             deleted = shielded(
-                registry_for(connection).run("compare_and_delete", (self.key,), (my_id,))
+                registry_for(connection).run(
+                    "connlock_release", (self.key, self.owner_key), (my_id,)
+                )
             )
         finally:
             shielded(self._close(connection))
@@ -188,7 +208,9 @@ class ConnectionLock:
         connection, my_id = self._connection, self._owner_id
         if connection is None or my_id is None or self.lease is None:
             raise LockNotOwnedError("nothing to refresh: not held with a lease", name=self.name)
-        reply = registry_for(connection).run("pexpire_if", (self.key,), (my_id, to_ms(self.lease)))
+        reply = registry_for(connection).run(
+            "connlock_refresh", (self.key, self.owner_key), (my_id, to_ms(self.lease))
+        )
         if int(reply) != 1:
             raise LockNotOwnedError("the booking was gone (lease ran out)", name=self.name)
 

@@ -97,7 +97,9 @@ from tenure._leased_core import (
     LockSettings,
     LockStatistics,
     Queued,
+    check_owner_name,
     check_seconds,
+    default_owner_name,
     grant_time,
     new_token,
     parse_acquire,
@@ -172,6 +174,7 @@ class Leased:
         cancel_on_lost: bool = False,
         prefix: str,
         raise_on_release_error: bool = True,
+        owner_name: str | None = None,
     ) -> None:
         """Validate the shared arguments and set up the state (called by __init__).
 
@@ -189,6 +192,7 @@ class Leased:
             handoff_lease=handoff_lease,
         )
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        self._owner_name = check_owner_name(owner_name, name)
         if not isinstance(prefix, str):
             raise ArgumentError("prefix", f"must be a str, got {type(prefix).__name__}", name=name)
         if on_lost is not None and not callable(on_lost):
@@ -240,6 +244,15 @@ class Leased:
         check_seconds("blocking_timeout", value, allow_none=True, name=self.name)
         self._settings = dataclasses.replace(self._settings, blocking_timeout=value)
 
+    @property
+    def owner_name(self) -> str:
+        """Who holds and waits, as ``tenure inspect`` shows it: ``owner_name=``, or ``host:pid``.
+
+        Stored on the server beside each hold and each place in line, with
+        the same expiry; ``host:pid`` is this process's (a forked child's own).
+        """
+        return self._owner_name or default_owner_name()
+
     # -- hooks: each kind's script calls (the lock's here) -----------------------
 
     def _new_token(self) -> str:
@@ -247,7 +260,8 @@ class Leased:
 
     def _try_call(self, token: str) -> Call:
         k = self._keys
-        return (k.owner, k.queue, k.fence), (token, self._settings.lease_ms, IDLE_TTL_MS)
+        args = (token, self._settings.lease_ms, IDLE_TTL_MS, self.owner_name)
+        return (k.owner, k.queue, k.fence), args
 
     def _acquire_call(
         self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
@@ -261,6 +275,7 @@ class Leased:
             settings.handoff_ms,
             channel,
             IDLE_TTL_MS,
+            self.owner_name,
         )
         return self._acquire_keys(), args
 
@@ -269,13 +284,13 @@ class Leased:
         return int(reenter)
 
     def _acquire_keys(self) -> tuple[str, ...]:
-        return self._keys.queued
+        return self._keys.lock
 
     def _release_call(self, token: str) -> Call:
-        return self._keys.queued, (token, self._settings.handoff_ms, IDLE_TTL_MS)
+        return self._keys.lock, (token, self._settings.handoff_ms, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
-        return self._keys.queued, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
+        return self._keys.lock, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
         return (self._keys.owner,), (token, ms, mode)

@@ -56,6 +56,9 @@ class Lock(Leased):
     * ``max_hold`` — stop renewing after this many seconds of holding.
     * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes.
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
+    * ``owner_name`` — who holds and waits, as ``tenure inspect`` shows it
+      (default ``host:pid``); stored on the server beside the hold. A
+      printable str of at most 200 characters.
     """
 
     _scripts = LeasedScripts.of("lock")
@@ -82,6 +85,7 @@ class Lock(Leased):
         prefix: str = "tenure:lock:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
+        owner_name: str | None = None,
     ) -> None:
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup(
@@ -99,6 +103,7 @@ class Lock(Leased):
             on_lost=on_lost,
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
+            owner_name=owner_name,
         )
         self.sleep = sleep
 
@@ -121,8 +126,32 @@ class ReentrantLock(Lock):
     """An :class:`Lock` with ``reentrant=True``: its owner may acquire it again.
 
     Each acquire needs a matching release; the lock is handed on at the last.
+    The arguments are :class:`Lock`'s (redis-py's eight first, in order).
     """
 
-    def __init__(self, client: Client, name: str, **kwargs: Any) -> None:
-        kwargs.setdefault("reentrant", True)
-        super().__init__(client, name, **kwargs)
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        reentrant: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            client,
+            name,
+            timeout,
+            sleep,
+            blocking,
+            blocking_timeout,
+            thread_local,
+            raise_on_release_error,
+            reentrant=reentrant,
+            **kwargs,
+        )

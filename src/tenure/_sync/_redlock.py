@@ -318,7 +318,8 @@ class Redlock(Leased):
     * ``thread_local``, ``raise_on_release_error`` — as for :class:`Lock`.
 
     Keyword-only: ``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``,
-    ``waiter_lease`` as for :class:`Lock`, and
+    ``waiter_lease``, ``owner_name`` as for :class:`Lock` (each master
+    stores the owner name beside its part of the hold), and
 
     * ``master_timeout`` — seconds an attempt waits for the masters (default
       0.1, or a tenth of a shorter lease; at most a tenth of the lease). A release
@@ -359,6 +360,7 @@ class Redlock(Leased):
         prefix: str = "tenure:redlock:",
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         master_timeout: float | None = None,
+        owner_name: str | None = None,
     ) -> None:
         described = check_masters(clients, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
@@ -376,6 +378,7 @@ class Redlock(Leased):
             on_lost=on_lost,
             prefix=prefix,
             raise_on_release_error=raise_on_release_error,
+            owner_name=owner_name,
         )
         check_seconds("master_timeout", master_timeout, allow_none=True, name=name)
         if master_timeout is None:
@@ -568,7 +571,16 @@ class Redlock(Leased):
 
         def send(index: int) -> Any:
             channel = waiters[index].channel if waiters else ""
-            args = (token, settings.lease_ms, waiter_ms, ticket, channel, FENCE_LIFETIME_MS, mark)
+            args = (
+                token,
+                settings.lease_ms,
+                waiter_ms,
+                ticket,
+                channel,
+                FENCE_LIFETIME_MS,
+                mark,
+                self.owner_name,
+            )
             return masters.script("redlock_acquire", self._keys.queued, args)(index)
 
         def late(index: int, reply: Any) -> None:

@@ -32,6 +32,7 @@ from tenure._leased_core import (
     IDLE_TTL_MS,
     LeasedStatistics,
     ReadWriteStatistics,
+    check_seconds,
     new_token,
     to_text,
 )
@@ -112,12 +113,36 @@ class ReadWriteLock:
 
     ``with rw.read:`` for shared access, ``with rw.write:`` for
     exclusive access. The arguments are those of :class:`~tenure.Lock`
-    (``timeout=None``: held until released, renewed by the watchdog) but
-    ``reentrant``, and apply to both sides. See the module docstring for the fairness policy.
+    (redis-py's eight first, in order; ``timeout=None``: held until
+    released, renewed by the watchdog), but for ``reentrant`` (refused with an
+    :class:`~tenure.ArgumentError`), and apply to both sides; the rest
+    (``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``, ``waiter_lease``,
+    ``handoff_lease``, ``owner_name``, and ``cancel_on_lost`` where the lock has it)
+    are keyword-only. See the module docstring for the fairness policy.
     """
 
-    def __init__(self, client: Client, name: str, **options: Any) -> None:
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        **options: Any,
+    ) -> None:
+        check_seconds("sleep", sleep, allow_none=False, name=name)
+        options.update(
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            thread_local=thread_local,
+            raise_on_release_error=raise_on_release_error,
+        )
         self.name = name
+        self.sleep = sleep
         self.read = ReadLock(client, name, **options)
         self.write = WriteLock(client, name, **options)
 

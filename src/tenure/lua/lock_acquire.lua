@@ -1,11 +1,12 @@
 -- tenure script: lock_acquire
 -- Take the lock if it is free and the caller is first in line; else join the
 -- FIFO queue (or refresh the caller's place and waiter lease in it).
--- KEYS[1] owner hash {token, fence, count}, PEXPIRE = lease
+-- KEYS[1] owner hash {token, fence, count, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
 -- KEYS[5] fencing counter
+-- KEYS[6] waiters' names hash: token -> owner name
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
@@ -13,47 +14,50 @@
 -- ARGV[5] handoff lease in ms, for granting a free lock to the first waiter
 -- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[7] lifetime in ms of a fencing counter started now
+-- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- returns {1, fence, lease ms} when the caller holds the lock, or
 --         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
 --          server time in ms}
 
 --! include queue
 --! include lock
-local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, lease, channel, idle_ms = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
+local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local token, lease, channel, idle_ms, name = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8]
 
 -- Fast path: free and nobody waiting.
 local owner = redis.call('HGET', owner_key, 'token')
 if (not owner) and redis.call('EXISTS', queue) == 0 then
-    return {1, take(owner_key, fence, token, lease, idle_ms), tonumber(lease)}
+    return {1, take(owner_key, fence, token, lease, idle_ms, name), tonumber(lease)}
 end
 
 local waiter_lease = tonumber(ARGV[3])
 local now, now_us = server_time()
-purge_waiters(queue, waiters, wakes, now)
+purge_waiters(queue, waiters, wakes, now, names)
 if owner == token then
     -- Already ours: a re-entry, or a waiter that was handed the lock confirming it.
     if ARGV[4] == '1' then
         redis.call('HINCRBY', owner_key, 'count', 1)
     end
+    redis.call('HSET', owner_key, 'owner', name)
     redis.call('PEXPIRE', owner_key, lease)
-    leave_queue(queue, waiters, wakes, token)
+    leave_queue(queue, waiters, wakes, token, names)
     return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
 end
 
 if not owner then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if (not head) or head == token then
-        leave_queue(queue, waiters, wakes, token)
-        return {1, take(owner_key, fence, token, lease, idle_ms), tonumber(lease)}
+        leave_queue(queue, waiters, wakes, token, names)
+        return {1, take(owner_key, fence, token, lease, idle_ms, name), tonumber(lease)}
     end
     -- Free, but a live waiter is ahead of us (its owner's lease ran out with
     -- nobody to hand it on): give it to that waiter now, then queue behind.
-    grant_next(owner_key, queue, waiters, wakes, fence, ARGV[5], now, idle_ms)
+    grant_next(owner_key, queue, waiters, wakes, fence, ARGV[5], now, idle_ms, names)
 end
 
 if waiter_lease <= 0 then
     return {0, redis.call('PTTL', owner_key), -1, now}
 end
-local place = join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel)
+local place = join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel, names,
+    name)
 return {0, redis.call('PTTL', owner_key), place, now}

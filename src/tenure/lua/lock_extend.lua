@@ -1,6 +1,6 @@
 -- tenure script: lock_extend
 -- Extend or reset the lease of a lock the token owns.
--- KEYS[1] owner hash {token, fence, count}
+-- KEYS[1] owner hash {token, fence, count, owner}
 -- ARGV[1] token
 -- ARGV[2] milliseconds
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)

@@ -4,11 +4,12 @@
 -- taken by the call being undone), keep it (ARGV[3] = keep) or pass it on
 -- (ARGV[3] = pass). If the lock is free, grant it to the next waiter so a
 -- departing head of the line stalls nobody.
--- KEYS[1] owner hash {token, fence, count}
+-- KEYS[1] owner hash {token, fence, count, owner}
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
 -- KEYS[4] waiters' channels hash
 -- KEYS[5] fencing counter
+-- KEYS[6] waiters' names hash
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
@@ -18,11 +19,11 @@
 
 --! include queue
 --! include lock
-local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token = ARGV[1]
-leave_queue(queue, waiters, wakes, token)
+leave_queue(queue, waiters, wakes, token, names)
 local now = server_time()
-purge_waiters(queue, waiters, wakes, now)
+purge_waiters(queue, waiters, wakes, now, names)
 local owner = redis.call('HGET', owner_key, 'token')
 if owner == token then
     if ARGV[3] == 'keep' then
@@ -32,6 +33,6 @@ if owner == token then
     owner = false
 end
 if not owner then
-    grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[4])
+    grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[4], names)
 end
 return {0}

@@ -4,7 +4,7 @@
 -- The line is ordered by a ticket the caller chose (its clock when it began
 -- to acquire), so every master agrees on who is first and hands the free lock
 -- to the same caller: contenders do not split the masters between them.
--- KEYS[1] owner hash {token, fence, attempt}, PEXPIRE = lease
+-- KEYS[1] owner hash {token, fence, attempt, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> ticket
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
@@ -17,6 +17,7 @@
 -- ARGV[6] lifetime in ms of the fencing counter, renewed on each use
 -- ARGV[7] the attempt's id (a late grant of a failed attempt is given back by it,
 --         never one of the same token's later attempt)
+-- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- returns {1, fence, lease ms} when the caller holds the lock on this master,
 --         {0, owner's remaining lease ms (-2 none), 0-based place in line (-1 none)}
 
@@ -29,7 +30,7 @@ local waiter_lease = tonumber(ARGV[3])
 local owner = redis.call('HGET', owner_key, 'token')
 if owner == token then
     -- Ours already (an earlier attempt's grant not given back yet): this attempt's now.
-    redis.call('HSET', owner_key, 'attempt', ARGV[7])
+    redis.call('HSET', owner_key, 'attempt', ARGV[7], 'owner', ARGV[8])
     redis.call('PEXPIRE', owner_key, lease)
     leave_queue(queue, waiters, wakes, token)
     return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
@@ -52,7 +53,7 @@ if not owner then
         leave_queue(queue, waiters, wakes, token)
         local f = next_redlock_fence(fence, ARGV[6])
         redis.call('HSET', owner_key, 'token', token, 'fence', string.format('%d', f),
-            'attempt', ARGV[7])
+            'attempt', ARGV[7], 'owner', ARGV[8])
         redis.call('PEXPIRE', owner_key, lease)
         return {1, f, tonumber(lease)}
     end

@@ -8,6 +8,8 @@
 -- KEYS[5] fencing counter
 -- KEYS[6] unconfirmed grants hash: token -> fence
 -- KEYS[7] the stored limit
+-- KEYS[8] waiters' names hash: token -> owner name
+-- KEYS[9] holders' names hash: token -> owner name
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
@@ -15,6 +17,7 @@
 -- ARGV[5] handoff lease in ms, for granting free permits to waiters
 -- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[7] idle time in ms after which the counter and the limit expire
+-- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- returns {1, fence, lease ms} when the caller holds a permit,
 --         {0, ms until the first permit expires (-2 none), 0-based place in queue
 --          (-1 none), server time in ms}, or
@@ -23,30 +26,33 @@
 --! include queue
 --! include semaphore
 local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local names, owners = KEYS[8], KEYS[9]
 local token, lease = ARGV[1], tonumber(ARGV[2])
 local waiter_lease = tonumber(ARGV[3])
-local channel, idle_ms = ARGV[6], ARGV[7]
+local channel, idle_ms, name = ARGV[6], ARGV[7], ARGV[8]
 -- The limit lives at least as long as a permit taken now.
 local limit, differs = stored_limit(KEYS[7], ARGV[4], math.max(tonumber(idle_ms), lease))
 if differs then
     return {2, limit}
 end
 local now, now_us = server_time()
-purge_holders(holders, grants, now)
-purge_waiters(queue, waiters, wakes, now)
-grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[5], now, idle_ms)
+purge_holders(holders, grants, now, owners)
+purge_waiters(queue, waiters, wakes, now, names)
+grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[5], now, idle_ms,
+    names, owners)
 
 if redis.call('ZSCORE', holders, token) then
     -- Granted while we waited (or just now): confirm the full lease.
     redis.call('ZADD', holders, string.format('%d', now + lease), token)
     keep_alive(holders, lease)
+    name_permit(owners, token, name, lease)
     local f = tonumber(redis.call('HGET', grants, token) or '0')
     redis.call('HDEL', grants, token)
-    leave_queue(queue, waiters, wakes, token)
+    leave_queue(queue, waiters, wakes, token, names)
     return {1, f, lease}
 end
 if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
-    return {1, take_permit(holders, fence, token, lease, now, idle_ms), lease}
+    return {1, take_permit(holders, fence, token, lease, now, idle_ms, owners, name), lease}
 end
 
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
@@ -57,4 +63,5 @@ end
 if waiter_lease <= 0 then
     return {0, ttl, -1, now}
 end
-return {0, ttl, join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel), now}
+return {0, ttl, join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel,
+    names, name), now}

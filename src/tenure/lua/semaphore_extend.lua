@@ -2,6 +2,7 @@
 -- Extend or reset the lease of the caller's permit.
 -- KEYS[1] holders zset
 -- KEYS[2] the stored limit (kept alive while permits are held)
+-- KEYS[3] holders' names hash: token -> owner name
 -- ARGV[1] token
 -- ARGV[2] milliseconds
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)
@@ -14,6 +15,7 @@ local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry or tonumber(expiry) <= now then
     if expiry then
         redis.call('ZREM', KEYS[1], ARGV[1])
+        redis.call('HDEL', KEYS[3], ARGV[1])
     end
     return 0
 end
@@ -23,5 +25,6 @@ if ARGV[3] == 'add' then
 end
 redis.call('ZADD', KEYS[1], 'XX', string.format('%d', until_ms), ARGV[1])
 keep_alive(KEYS[1], until_ms - now)
+keep_alive(KEYS[3], until_ms - now)
 keep_alive(KEYS[2], math.max(tonumber(ARGV[4]), until_ms - now))
 return until_ms - now

@@ -10,6 +10,8 @@
 -- KEYS[5] fencing counter
 -- KEYS[6] unconfirmed grants hash
 -- KEYS[7] the stored limit
+-- KEYS[8] waiters' names hash: token -> owner name
+-- KEYS[9] holders' names hash: token -> owner name
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
@@ -21,11 +23,12 @@
 --! include queue
 --! include semaphore
 local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local names, owners = KEYS[8], KEYS[9]
 local token = ARGV[1]
 local now = server_time()
-leave_queue(queue, waiters, wakes, token)
-purge_holders(holders, grants, now)
-purge_waiters(queue, waiters, wakes, now)
+leave_queue(queue, waiters, wakes, token, names)
+purge_holders(holders, grants, now, owners)
+purge_waiters(queue, waiters, wakes, now, names)
 local expiry = redis.call('ZSCORE', holders, token)
 local granted = redis.call('HGET', grants, token)
 redis.call('HDEL', grants, token)
@@ -33,8 +36,9 @@ if expiry then
     if ARGV[3] == 'keep' then
         return {1, tonumber(granted or '0'), tonumber(expiry) - now}
     end
-    redis.call('ZREM', holders, token)
+    drop_permit(holders, grants, owners, token)
 end
 local limit = tonumber(redis.call('GET', KEYS[7]) or ARGV[4])
-grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[5])
+grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[5],
+    names, owners)
 return {0}

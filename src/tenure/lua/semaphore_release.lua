@@ -7,6 +7,8 @@
 -- KEYS[5] fencing counter
 -- KEYS[6] unconfirmed grants hash
 -- KEYS[7] the stored limit
+-- KEYS[8] waiters' names hash: token -> owner name
+-- KEYS[9] holders' names hash: token -> owner name
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] limit, if none is stored
@@ -16,20 +18,21 @@
 --! include queue
 --! include semaphore
 local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local names, owners = KEYS[8], KEYS[9]
 local now = server_time()
 local expiry = redis.call('ZSCORE', holders, ARGV[1])
 local released = 0
 if expiry then
-    redis.call('ZREM', holders, ARGV[1])
-    redis.call('HDEL', grants, ARGV[1])
+    drop_permit(holders, grants, owners, ARGV[1])
     if tonumber(expiry) > now then
         released = 1
     end
 end
 if redis.call('EXISTS', queue) == 1 then
-    purge_holders(holders, grants, now)
-    purge_waiters(queue, waiters, wakes, now)
+    purge_holders(holders, grants, now, owners)
+    purge_waiters(queue, waiters, wakes, now, names)
     local limit = tonumber(redis.call('GET', KEYS[7]) or ARGV[3])
-    grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[4])
+    grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[4],
+        names, owners)
 end
 return released

@@ -5,10 +5,12 @@
 -- KEYS[2] queue zset (only its existence is checked)
 -- KEYS[3] fencing counter
 -- KEYS[4] the stored limit
+-- KEYS[5] holders' names hash: token -> owner name
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] limit: how many permits exist (must match the stored one)
 -- ARGV[4] idle time in ms after which the counter and the limit expire
+-- ARGV[5] the caller's owner name (shown by tenure inspect)
 -- returns the permit's fencing token (> 0) if taken, 0 if not, or -(stored
 --         limit) if the stored limit differs from ARGV[3]
 
@@ -20,8 +22,8 @@ if differs then
     return -limit
 end
 local now = server_time()
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
+purge_holders(KEYS[1], nil, now, KEYS[5])
 if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], limit) then
     return 0
 end
-return take_permit(KEYS[1], KEYS[3], ARGV[1], ARGV[2], now, ARGV[4])
+return take_permit(KEYS[1], KEYS[3], ARGV[1], ARGV[2], now, ARGV[4], KEYS[5], ARGV[5])

@@ -1,14 +1,21 @@
 -- Shared by the lock scripts (included after lib/queue, not run on its own).
 -- Key layout of one lock, all under one {hash tag} so a cluster keeps them in one slot:
---   owner   hash {token, fence, count}; its PEXPIRE is the lease; count (re-entries
---           beyond the first) is absent until the owner re-enters
---   queue, waiters, wakes, fence   as in lib/queue
+--   owner   hash {token, fence, count, owner}; its PEXPIRE is the lease; count
+--           (re-entries beyond the first) is absent until the owner re-enters;
+--           owner is the holder's owner name (it expires with the hold)
+--   queue, waiters, wakes, fence, names   as in lib/queue
 
--- Make `token` the owner for `lease_ms`; return its fencing token. The hash
--- may still hold the previous owner (a handoff): its fields are overwritten.
-local function take(owner, fence, token, lease_ms, idle_ms)
+-- Make `token` (owner name `name`, false: none known) the owner for
+-- `lease_ms`; return its fencing token. The hash may still hold the previous
+-- owner (a handoff): its fields are overwritten.
+local function take(owner, fence, token, lease_ms, idle_ms, name)
     local f = next_fence(fence, idle_ms)
     redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f))
+    if name then
+        redis.call('HSET', owner, 'owner', name)
+    else
+        redis.call('HDEL', owner, 'owner')
+    end
     redis.call('PEXPIRE', owner, lease_ms)
     return f
 end
@@ -18,14 +25,15 @@ end
 -- handed-over lease is short (handoff_ms) until the new owner confirms it
 -- with its full lease, so a waiter that died just before its turn delays the
 -- others by at most that.
-local function grant_next(owner, queue, waiters, wakes, fence, handoff_ms, now, idle_ms)
+local function grant_next(owner, queue, waiters, wakes, fence, handoff_ms, now, idle_ms, names)
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
         return false
     end
     local channel = channel_of(wakes, head)
-    leave_queue(queue, waiters, wakes, head)
-    local f = take(owner, fence, head, handoff_ms, idle_ms)
+    local name = name_of(names, head)
+    leave_queue(queue, waiters, wakes, head, names)
+    local f = take(owner, fence, head, handoff_ms, idle_ms, name)
     announce(channel, head, f, handoff_ms, now)
     return head
 end

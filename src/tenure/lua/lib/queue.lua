@@ -5,6 +5,9 @@
 --   waiters zset token -> expiry of the waiter's own lease in ms (server clock)
 --   wakes   hash token -> the pub/sub channel of the waiter's process, where its
 --           grant is announced (one process hears it, not every waiting one)
+--   names   hash token -> the waiter's owner name (host:pid or the caller's own),
+--           kept and dropped with its channel; a grant moves it to the hold.
+--           Optional (nil): a Redlock's waiters keep no names
 --   fence   counter: the fencing token of each acquisition; it lives idle_ms from
 --           its start and then starts again from the server's clock in
 --           microseconds, so tokens only grow for a name
@@ -33,18 +36,21 @@ local function next_fence(fence, idle_ms)
     return f
 end
 
--- Take `token` out of the queue and forget its waiter lease and channel.
-local function leave_queue(queue, waiters, wakes, token)
+-- Take `token` out of the queue and forget its waiter lease, channel and name.
+local function leave_queue(queue, waiters, wakes, token, names)
     redis.call('ZREM', queue, token)
     redis.call('ZREM', waiters, token)
     redis.call('HDEL', wakes, token)
+    if names then
+        redis.call('HDEL', names, token)
+    end
 end
 
 -- Drop waiters whose own lease ran out (a dead or vanished waiter stalls nobody).
-local function purge_waiters(queue, waiters, wakes, now)
+local function purge_waiters(queue, waiters, wakes, now, names)
     local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', string.format('%d', now))
     for i = 1, #dead do
-        leave_queue(queue, waiters, wakes, dead[i])
+        leave_queue(queue, waiters, wakes, dead[i], names)
     end
 end
 
@@ -57,15 +63,28 @@ end
 
 -- Join the queue (keeping one's place if already in it), refresh one's waiter
 -- lease and note the channel of one's process (passed in ARGV: a channel is
--- not a key); return one's 0-based place in line.
-local function join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel)
+-- not a key) and one's owner name; return one's 0-based place in line.
+local function join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel, names,
+                          name)
     redis.call('ZADD', queue, 'NX', now_us, token)
     redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
     redis.call('HSET', wakes, token, channel)
     keep_alive(queue, waiter_lease * 2)
     keep_alive(waiters, waiter_lease * 2)
     keep_alive(wakes, waiter_lease * 2)
+    if names then
+        redis.call('HSET', names, token, name)
+        keep_alive(names, waiter_lease * 2)
+    end
     return redis.call('ZRANK', queue, token)
+end
+
+-- The owner name waiter `token` gave when it queued (false if none).
+local function name_of(names, token)
+    if not names then
+        return false
+    end
+    return redis.call('HGET', names, token)
 end
 
 -- The channel of waiter `token`'s process (false if it never said).

@@ -1,7 +1,9 @@
 -- Shared by the semaphore scripts (included after lib/queue).
 -- Key layout: like a lock's, but the owner is a sorted set of holders:
 --   holders  zset token -> expiry of that holder's permit in ms (server clock)
---   queue, waiters, wakes, fence   as in lib/queue
+--   queue, waiters, wakes, fence, names   as in lib/queue
+--   owners   hash token -> the holder's owner name; it mirrors the holders zset
+--            (an entry goes with its permit, the key lives as long as the zset)
 --   grants   hash token -> fence of a permit handed to a waiter and not yet
 --            confirmed by it (its wake-up message may have been missed)
 --   limit    the semaphore's limit, stored by its first user and kept while it is
@@ -41,20 +43,41 @@ local function admissible(holders, token, limit)
     return not is_writer(redis.call('ZRANGE', holders, 0, 0)[1])
 end
 
--- Drop the permits whose lease ran out, with any unconfirmed grant of theirs.
-local function purge_holders(holders, grants, now)
-    local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now))
-    for i = 1, #expired do
-        redis.call('ZREM', holders, expired[i])
-        redis.call('HDEL', grants, expired[i])
+-- Take `token`'s permit away, with its owner name and any unconfirmed grant
+-- (grants may be nil: the fast path does not touch them).
+local function drop_permit(holders, grants, owners, token)
+    redis.call('ZREM', holders, token)
+    redis.call('HDEL', owners, token)
+    if grants then
+        redis.call('HDEL', grants, token)
     end
 end
 
--- Give `token` a permit until now + lease_ms; return its fencing token.
-local function take_permit(holders, fence, token, lease_ms, now, idle_ms)
+-- Drop the permits whose lease ran out, with any unconfirmed grant of theirs.
+local function purge_holders(holders, grants, now, owners)
+    local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now))
+    for i = 1, #expired do
+        drop_permit(holders, grants, owners, expired[i])
+    end
+end
+
+-- Note `token`'s owner name (false: none known) for a permit held `lease_ms` more.
+local function name_permit(owners, token, name, lease_ms)
+    if name then
+        redis.call('HSET', owners, token, name)
+        keep_alive(owners, lease_ms)
+    else
+        redis.call('HDEL', owners, token)
+    end
+end
+
+-- Give `token` (owner name `name`) a permit until now + lease_ms; return its
+-- fencing token.
+local function take_permit(holders, fence, token, lease_ms, now, idle_ms, owners, name)
     local f = next_fence(fence, idle_ms)
     redis.call('ZADD', holders, string.format('%d', now + tonumber(lease_ms)), token)
     keep_alive(holders, lease_ms)
+    name_permit(owners, token, name, lease_ms)
     return f
 end
 
@@ -64,15 +87,16 @@ end
 -- so writers never starve. Each gets a short handoff lease until it
 -- confirms; its grant is recorded and announced on its process's channel.
 local function grant_permits(holders, queue, waiters, wakes, fence, grants, limit, handoff_ms, now,
-                             idle_ms)
+                             idle_ms, names, owners)
     while true do
         local head = redis.call('ZRANGE', queue, 0, 0)[1]
         if not head or not admissible(holders, head, limit) then
             return
         end
         local channel = channel_of(wakes, head)
-        leave_queue(queue, waiters, wakes, head)
-        local f = take_permit(holders, fence, head, handoff_ms, now, idle_ms)
+        local name = name_of(names, head)
+        leave_queue(queue, waiters, wakes, head, names)
+        local f = take_permit(holders, fence, head, handoff_ms, now, idle_ms, owners, name)
         redis.call('HSET', grants, head, string.format('%d', f))
         keep_alive(grants, handoff_ms * 2 + 1000)
         announce(channel, head, f, handoff_ms, now)
