@@ -182,7 +182,13 @@ def test_an_id_set_at_rest_only_with_all_and_a_compaction_always(
     tenure_client.set(followers.keys.lease, "deadbeef", px=60_000)
     [row] = [row for row in inspect(tenure_client) if row.kind == "idset"]
     assert row.state == "compacting" and row.holders[0]["token"] == "deadbeef"
+    assert row.holders[0]["owner"] is None  # a lease without a name (tenure 0.1.0 wrote those)
     assert "compacting" in render_table([row])
+    # What compact() writes: its token, then who compacts (host:pid).
+    tenure_client.set(followers.keys.lease, "deadbeef worker-7:4242", px=60_000)
+    [row] = [row for row in inspect(tenure_client) if row.kind == "idset"]
+    assert (row.holders[0]["token"], row.holders[0]["owner"]) == ("deadbeef", "worker-7:4242")
+    assert "worker-7:4242" in render_table([row])
 
 
 HOST_PID = f"{socket.gethostname()}:{os.getpid()}"

@@ -43,7 +43,7 @@ class Primitive:
     ``waiters`` lists ``{"token", "owner", "waited_ms"}`` in queue order.
     ``owner`` is the owner name stored beside the hold or place in line
     (``host:pid`` unless the primitive was given ``owner_name=``), or None
-    where none is stored (a Redlock's waiters, an id set's compactor). ``idle``
+    where none is stored (a Redlock's waiters). ``idle``
     marks a row with nothing going on that is not ``free`` (an id set at
     rest): like free ones, it is listed only with ``include_free=True``.
     """
@@ -174,7 +174,8 @@ def _describe_idset(client: Client, base: str, name: str, now_ms: int) -> Primit
     compactor = client.get(f"{base}:lease")
     if compactor is not None:
         lease_ms = int(client.pttl(f"{base}:lease"))
-        holders.append({"token": to_text(compactor), "owner": None, "lease_ms": lease_ms})
+        token, _, owner = to_text(compactor).partition(" ")  # "token host:pid"
+        holders.append({"token": token, "owner": owner or None, "lease_ms": lease_ms})
     size, writes = int(count or 0), int(pending or 0)
     state = "compacting" if holders else f"{size:,} (+{writes:,})" if writes else f"{size:,} ids"
     return Primitive("idset", name, state, None, holders, idle=not holders)

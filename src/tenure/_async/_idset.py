@@ -46,6 +46,7 @@ from tenure._idset_core import (
     to_ids,
     top_counts,
 )
+from tenure._leased_core import default_owner_name
 
 __all__ = ["AsyncIdSet"]
 
@@ -136,8 +137,10 @@ class AsyncIdSet:
         set as it was (its upload expires, its lease too).
         """
         token = secrets.token_hex(8)
+        # the lease's value names the compactor too (tenure inspect shows it: host:pid)
+        lease = f"{token} {default_owner_name()}"
         with map_exceptions(name=self.name, doing="taking the compaction lease"):
-            if not await self.client.set(self.keys.lease, token, nx=True, px=COMPACTION_LEASE_MS):
+            if not await self.client.set(self.keys.lease, lease, nx=True, px=COMPACTION_LEASE_MS):
                 return False
         try:
             await _views([self])
@@ -179,7 +182,7 @@ class AsyncIdSet:
             return True
         finally:
             await registry_for(self.client).run(
-                "compare_and_delete", (self.keys.lease,), (token,), name=self.name
+                "compare_and_delete", (self.keys.lease,), (lease,), name=self.name
             )
 
     # -- reads ----------------------------------------------------------------
