@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 import redis
 
-from tenure._children import ignore_sigint, sigint_blocked
+from tenure._children import die_with_parent, ignore_sigint, sigint_blocked
 from tenure._demo.market import MODES, Market, Tally, Trader, audit, close_market, open_market
 from tenure._exceptions import ArgumentError, TenureError
 from tenure.server._process import given_or_private
@@ -116,10 +116,12 @@ def _trade(slot: int, job: _Job, client: redis.Redis, progress: Any) -> Tally:
     return tally
 
 
-def _worker(slot: int, url: str, jobs: Any, results: Any, progress: Any) -> None:
+def _worker(slot: int, parent: int, url: str, jobs: Any, results: Any, progress: Any) -> None:
     """One trading process: run jobs until told to stop or the parent is gone."""
+    # Killed with the demo, even mid-purchase (a trader waiting for the lock, or for a
+    # server that died with the demo, would not look at its parent for a while).
+    die_with_parent(parent)
     ignore_sigint()  # Ctrl-C is the parent's to handle
-    parent = os.getppid()
     client = redis.Redis.from_url(url)
     while True:
         try:
@@ -148,7 +150,7 @@ class _Pool:
         self._processes = [
             context.Process(
                 target=_worker,
-                args=(slot, url, self._jobs[slot], self.results, self.progress),
+                args=(slot, os.getpid(), url, self._jobs[slot], self.results, self.progress),
                 name=f"tenure-demo-{slot}",
                 daemon=True,
             )
