@@ -151,6 +151,30 @@ def test_reset_asks_for_yes_refuses_a_busy_job_and_starts_it_over(
     assert sorted(stream_keys(tenure_client, SINK)) == ids
 
 
+def test_a_forced_reset_stops_a_running_job_without_planning_it_again(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    make_table(tmp_path / "db.sqlite", 150_000, gaps=False)
+    source = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    run = tenure(tenure_server.url, "ingest", "run", source, "--table", "events", "--key", "id",
+                 "--chunk-size", "2000", "--workers", "2")  # fmt: skip
+    while int(tenure_client.hget("tenure:ingest:{events}:stats", "rows") or 0) < 10_000:
+        time.sleep(0.02)
+    code, out, err = finish(tenure(tenure_server.url, "ingest", "reset", "events", "--yes",
+                                   "--force"))  # fmt: skip
+    assert code == 0, err
+    assert f"its sink stream:{SINK} (" in out and "a rerun writes every row to it again" in out
+    returned, _, err = finish(run)
+    assert returned == 1, err
+    assert "Traceback" not in err and "PlanMismatchError" in err
+    assert "the job was reset while this run worked" in err
+    assert "done," not in err
+    written = tenure_client.xlen(SINK)
+    time.sleep(0.5)
+    assert tenure_client.xlen(SINK) == written < 150_000  # nothing ingested anew
+    assert tenure_client.exists("tenure:ingest:{events}:plan") == 0  # and not planned again
+
+
 def test_few_chunks_for_the_workers_are_told(
     tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
 ) -> None:

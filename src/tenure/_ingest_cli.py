@@ -159,6 +159,8 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
             job_from_settings(client, options).work()
     except KeyboardInterrupt:
         pass
+    except PlanMismatchError:  # the job was reset under it: the parent says so, in one line
+        sys.exit(RESET_EXIT)
 
 
 def start_worker(url: str, settings: dict[str, Any]) -> BaseProcess:
@@ -274,11 +276,17 @@ def _reset(client: redis.Redis, options: argparse.Namespace) -> int:
     sink = stored.decode() if stored else None  # older plans kept no sink: the default
     kind, sink_key = parse_sink(sink, keys.default_sink(), name)
     what = f"job {name!r} ({status.chunks:,} chunks, {status.done:,} done, {status.rows:,} rows)"
+    size = client.xlen(sink_key) if kind == "stream" else client.llen(sink_key)
     if options.sink:
-        size = client.xlen(sink_key) if kind == "stream" else client.llen(sink_key)
         what += f" and its sink {kind}:{sink_key} ({size:,} entries)"
+    kept = (
+        f"; its sink {kind}:{sink_key} ({size:,} entries) is kept, and a rerun writes every "
+        "row to it again (add --sink to delete it too)"
+        if size and not options.sink
+        else ""
+    )
     if not options.yes:
-        raise ArgumentError("--yes", f"this would delete {what}; add --yes to do it")
+        raise ArgumentError("--yes", f"this would delete {what}{kept}; add --yes to do it")
     source: Any = None  # reset needs no source
     job = IngestJob(client, name, source, sink=f"{kind}:{sink_key}", prefix=PREFIX)
     try:
@@ -291,7 +299,7 @@ def _reset(client: redis.Redis, options: argparse.Namespace) -> int:
             claimed=exc.claimed,
         ) from None
     dropped = f"; {report.released} running claim(s) dropped" if report.released else ""
-    print(f"deleted {what}{dropped}")
+    print(f"deleted {what}{dropped}{kept}")
     return 0
 
 
@@ -313,6 +321,15 @@ def _few_chunks(plan: Plan, left: int, workers: int) -> str | None:
 
 class _Stopped(Exception):
     """SIGTERM reached ``tenure ingest run``."""
+
+
+RESET_EXIT = 3
+"""A worker's exit status when the job was reset (or planned anew) while it worked."""
+
+
+def _reset_under_us(status: IngestStatus, workers: list[BaseProcess]) -> bool:
+    """Whether the job was reset while this run worked: its plan gone, or a worker told so."""
+    return status.chunks == 0 or any(worker.exitcode == RESET_EXIT for worker in workers)
 
 
 def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> int:
@@ -358,6 +375,16 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
             progress.show(progress_line(status, started, before.rows))
             if status.finished:
                 break
+            if _reset_under_us(status, workers):
+                # never plan it again from here: the rows written so far stay in the sink
+                for worker in workers:
+                    worker.terminate()
+                progress.end()
+                raise PlanMismatchError(
+                    "the job was reset while this run worked (tenure ingest reset --force): "
+                    "stopped, and not planned anew",
+                    name=job.name,
+                )
             if not any(worker.is_alive() for worker in workers):
                 # they ended (an error, a lost server): start them again
                 workers = [start_worker(redis_url, settings) for _ in range(count)]
