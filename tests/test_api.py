@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 
 import pytest
 import redis
@@ -261,3 +263,28 @@ def test_the_default_owner_name_follows_a_fork() -> None:
     assert os.read(read, 200).decode() == f"{socket.gethostname()}:{pid}"
     os.close(read)
     os.close(write)
+
+
+@pytest.mark.parametrize(
+    ("missing", "statement", "says"),
+    [
+        ("msgpack", "tenure.MsgpackSerializer()", 'pip install msgpack (or "tenure[msgpack]")'),
+        ("zstandard", "tenure.ZstdCompressor()", 'pip install zstandard (or "tenure[zstd]")'),
+        ("pyroaring", "tenure.IdSet", '(pyroaring is missing): pip install "tenure[idsets]"'),
+        ("numpy", "tenure.AsyncIdSet", '(numpy is missing): pip install "tenure[idsets]"'),
+    ],
+)
+def test_a_missing_optional_package_is_one_typed_error(
+    missing: str, statement: str, says: str
+) -> None:
+    """Every optional package missing is a MissingDependencyError naming the pip command."""
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "import tenure\n"
+        f"try:\n    {statement}\n"
+        "except tenure.MissingDependencyError as exc:\n"
+        "    print(type(exc).__name__, exc, isinstance(exc, ImportError))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("MissingDependencyError "), done.stdout + done.stderr
+    assert says in done.stdout and done.stdout.endswith(" True\n")

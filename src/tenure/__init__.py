@@ -200,8 +200,10 @@ def __getattr__(name: str) -> Any:
     try:
         value = getattr(importlib.import_module(module), name)
     except ImportError as exc:
-        raise ImportError(
-            f'tenure.{name} needs numpy and pyroaring: pip install "tenure[idsets]" ({exc})'
-        ) from exc
+        missing = exc.name or "numpy and pyroaring"
+        raise MissingDependencyError(
+            f"tenure.{name} needs numpy and pyroaring ({missing} is missing): "
+            'pip install "tenure[idsets]"'
+        ) from None
     globals()[name] = value
     return value

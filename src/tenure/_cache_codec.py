@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from tenure._exceptions import ArgumentError, CacheDecodeError
+from tenure._exceptions import ArgumentError, CacheDecodeError, MissingDependencyError
 
 __all__ = [
     "DEFAULT_COMPRESSOR",
@@ -122,8 +122,8 @@ class MsgpackSerializer:
         try:
             import msgpack  # optional dependency
         except ImportError:
-            raise ArgumentError(
-                "serializer", "MsgpackSerializer needs msgpack: pip install msgpack"
+            raise MissingDependencyError(
+                'MsgpackSerializer needs msgpack: pip install msgpack (or "tenure[msgpack]")'
             ) from None
         self._msgpack = msgpack
 
@@ -207,8 +207,8 @@ class ZstdCompressor:
         try:
             import zstandard  # optional dependency
         except ImportError:
-            raise ArgumentError(
-                "compressor", "ZstdCompressor needs zstandard: pip install zstandard"
+            raise MissingDependencyError(
+                'ZstdCompressor needs zstandard: pip install zstandard (or "tenure[zstd]")'
             ) from None
         self.threshold = threshold
         self._compressor = zstandard.ZstdCompressor(level=level)

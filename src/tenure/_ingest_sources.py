@@ -203,9 +203,23 @@ def _engine(sa: Any, url: str) -> Any:
         ) from None
     except ImportError as exc:
         driver = exc.name or str(exc)
+        package = _DRIVER_PACKAGES.get(driver, driver)
         raise MissingDependencyError(
-            f"{parsed.drivername} URLs need the {driver} driver: pip install {driver}"
+            f"{parsed.drivername} URLs need the {driver} driver: pip install {package}"
+            + (
+                " (or write mysql+pymysql://, pure Python: pip install pymysql)"
+                if driver == "MySQLdb"
+                else ""
+            )
         ) from None
+
+
+# Drivers whose import name is not their package's name on PyPI.
+_DRIVER_PACKAGES = {
+    "MySQLdb": "mysqlclient",
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "'psycopg[binary]'",
+}
 
 
 def _unreachable(url: Any, exc: BaseException) -> str:
