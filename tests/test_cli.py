@@ -63,6 +63,25 @@ def test_version_and_help() -> None:
         (("inspect", "--count", "x"), 2, "tenure: inspect --count: must be a whole number"),
         (("nonesuch",), 2, "tenure: COMMAND: invalid choice: 'nonesuch'"),
         (
+            ("demo", "market", "--table-rows", "10000"),
+            2,
+            "tenure: demo: --table-rows: is an option of `tenure demo ingest`, not of demo market",
+        ),
+        (("demo", "ingest", "--modes", "lock"), 2, "tenure: demo: --modes: is an option of"),
+        (("demo", "--modes", ","), 2, "tenure: demo --modes: give one or more of"),
+        (
+            ("demo", "ingest", "--url", "redis://127.0.0.1:1"),  # before building any table
+            1,
+            "tenure: demo: cannot reach the server",
+        ),
+        (("demo", "--url", "garbage"), 2, "tenure: demo: --url: Redis URL must specify"),
+        (
+            ("ingest", "run"),
+            2,
+            "tenure: ingest run: the following arguments are required: SOURCE_URL",
+        ),
+        (("-x",), 2, "tenure: usage: unrecognized arguments: -x"),
+        (
             (*INGEST, "shop.db"),
             2,
             "tenure: ingest: SOURCE_URL: not a database URL: did you mean sqlite:///shop.db?",
@@ -380,3 +399,23 @@ def test_killing_a_test_run_leaves_no_server(tmp_path: Path) -> None:
     finally:
         if run_.poll() is None:
             run_.kill()
+
+
+def test_inspect_names_what_is_wrong_and_watches_in_json_lines(tenure_server_url: str) -> None:
+    cluster = run("inspect", "--cluster", "--url", tenure_server_url)
+    assert cluster.returncode == 2 and cluster.stderr.count("\n") == 1, cluster.stderr
+    assert cluster.stderr.startswith("tenure: inspect: --cluster: cannot use ")
+    from_env = subprocess.run(
+        [*TENURE, "inspect"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "REDIS_URL": "garbage"},
+    )
+    assert from_env.returncode == 2
+    assert from_env.stderr.startswith("tenure: inspect: REDIS_URL: Redis URL must specify")
+    watched = run("inspect", "--url", tenure_server_url, "--json", "--watch", "0.1", "--count", "2")
+    assert watched.returncode == 0, watched.stderr
+    rounds = watched.stdout.splitlines()
+    assert len(rounds) == 2 and all(isinstance(json.loads(line), list) for line in rounds)

@@ -16,6 +16,7 @@ import argparse
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -42,10 +43,10 @@ class _Parser(argparse.ArgumentParser):
         what, _, why = message.partition(": ")
         if what.startswith("argument "):
             what = what[len("argument ") :]
-        elif not why:
-            what, why = "usage", message
+        else:  # "the following arguments are required: ...", "unrecognized arguments: ..."
+            what, why = "", message
         command = self.prog.removeprefix("tenure").strip()
-        where = f"{command} {what}".strip()
+        where = f"{command} {what}".strip() or "usage"
         print(f"tenure: {where}: {why} (see --help)", file=sys.stderr)
         sys.exit(2)
 
@@ -84,7 +85,30 @@ def _rows(text: str) -> list[tuple[int, int]]:
 
 
 def _modes(text: str) -> list[str]:
-    return [mode.strip() for mode in text.split(",") if mode.strip()]
+    modes = [mode.strip() for mode in text.split(",") if mode.strip()]
+    if not modes:
+        raise argparse.ArgumentTypeError("give one or more of watch,lock,script")
+    return modes
+
+
+# Each demo's own options: given to the other demo alone, they would do nothing.
+_DEMO_OPTIONS = {
+    "market": ("seconds", "rows", "modes"),
+    "ingest": ("table_rows", "workers", "no_kills", "seed"),
+}
+
+
+def _refuse_other_demos_options(options: argparse.Namespace) -> None:
+    """``tenure demo market --table-rows 10`` and the like: refused, not ignored."""
+    if options.which is None:
+        return
+    for demo, names in _DEMO_OPTIONS.items():
+        for name in names:
+            if demo != options.which and getattr(options, name) not in (None, False):
+                option = "--" + name.replace("_", "-")
+                raise ArgumentError(
+                    option, f"is an option of `tenure demo {demo}`, not of demo {options.which}"
+                )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="rows in the table (default 1,000,000; 200,000 when every demo runs)",
     )
-    ingest.add_argument("--workers", type=_positive_int, default=4, help="worker processes (4)")
+    ingest.add_argument(
+        "--workers", type=_positive_int, default=None, help="worker processes (default: 4)"
+    )
     ingest.add_argument("--no-kills", action="store_true", help="kill no worker")
     ingest.add_argument("--seed", type=int, default=None, help="seed of the kill schedule")
 
@@ -170,7 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--cluster", action="store_true", help="the URL is a cluster node")
     look.add_argument("--prefix", default="", help="only names that start with this")
     look.add_argument(
-        "--json", action="store_true", help="print JSON (with each hold's and waiter's token)"
+        "--json",
+        action="store_true",
+        help="print JSON (with each hold's and waiter's token); with --watch, a line per round",
     )
     look.add_argument(
         "--wide",
@@ -240,6 +268,7 @@ def _run_inspect(options: argparse.Namespace) -> int:
     url = options.url or os.environ.get("REDIS_URL")
     if not url:
         raise ArgumentError("--url", "give --url or set REDIS_URL")
+    source = "--url" if options.url else "REDIS_URL"
     try:
         client: redis.Redis | redis.cluster.RedisCluster = (
             redis.cluster.RedisCluster.from_url(url)
@@ -247,13 +276,18 @@ def _run_inspect(options: argparse.Namespace) -> int:
             else redis.Redis.from_url(url)
         )
     except ValueError as exc:
-        raise ArgumentError("--url", f"{exc} (got {url!r})") from exc
+        raise ArgumentError(source, f"{exc} (got {url!r})") from exc
+    except redis.exceptions.RedisClusterException as exc:  # --cluster on a plain server
+        raise ArgumentError("--cluster", f"cannot use {url} as a cluster node: {exc}") from None
     rounds = 0
     try:
         while True:
             rows = inspect(client, options.prefix, include_free=options.all)
             if options.json:
-                print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2), flush=True)
+                found = [dataclasses.asdict(row) for row in rows]
+                # one document; with --watch one compact line per round (JSON Lines)
+                indent = None if options.watch is not None else 2
+                print(json.dumps(found, indent=indent), flush=True)
             else:
                 print(render_table(rows, wide=options.wide), flush=True)
             rounds += 1
@@ -277,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tenure._demo.market import MODES
             from tenure._demo.run import DEFAULT_ROWS
 
+            _refuse_other_demos_options(options)
             return run_demos(
                 options.which,
                 url=options.url,
@@ -284,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows=options.rows or DEFAULT_ROWS,
                 modes=options.modes or MODES,
                 table_rows=options.table_rows,
-                workers=options.workers,
+                workers=options.workers or 4,
                 kills=not options.no_kills,
                 seed=options.seed,
                 as_json_output=options.json,
@@ -303,9 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        if options.debug:
-            raise
         code, why = _failure(exc)
+        if options.debug:  # the traceback, then the same line and exit status as without
+            traceback.print_exc()
         print(f"tenure: {options.command}: {why}", file=sys.stderr)
         return code
     parser.print_help()

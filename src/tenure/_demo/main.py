@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
+import redis
+
 from tenure._demo.ingest import as_json, run_ingest_demo
 from tenure._demo.ingest import check_arguments as check_ingest
 from tenure._demo.run import check_arguments as check_market
 from tenure._demo.run import run_demo as run_market
 from tenure._demo.run import server_url
-from tenure._exceptions import MissingDependencyError, ServerNotFoundError
+from tenure._exceptions import ArgumentError, MissingDependencyError, ServerNotFoundError
 from tenure.server import find_engine
 
 __all__ = ["DEMOS", "SHORT", "run_demos"]
@@ -56,6 +58,20 @@ def check_installed(chosen: Sequence[str], url: str | None) -> None:
         )
 
 
+def check_server(url: str, given: str) -> None:
+    """A URL given for the demos (``--url`` or ``REDIS_URL``): well-formed and answering.
+
+    Checked before any demo starts, so a typo or a stopped server is one line
+    at once, not after a table was built.
+    """
+    try:
+        client = redis.Redis.from_url(url)
+    except ValueError as exc:
+        raise ArgumentError(given, f"{exc} (got {url!r})") from None
+    with client:
+        client.ping()  # a redis-py ConnectionError: "cannot reach the server" in the CLI
+
+
 def run_demos(
     which: str | None,
     *,
@@ -80,8 +96,11 @@ def run_demos(
         check_market(rows, modes)
     if "ingest" in chosen:
         check_ingest(int(table_rows or sizes["table_rows"]), workers)
+    given = "--url" if url else "REDIS_URL"
     url = url or os.environ.get("REDIS_URL")
     check_installed(chosen, url)
+    if url:
+        check_server(url, given)
     with server_url(url, log) as where:
         for index, demo in enumerate(chosen):
             if index:
