@@ -62,6 +62,22 @@ def require_client(client: object, *, is_async: bool, owner: str, name: str | No
     )
 
 
+def require_bytes_replies(client: object, *, owner: str, stores: str, name: str) -> None:
+    """Raise :class:`ClientTypeError` for a client made with ``decode_responses=True``.
+
+    For primitives that store binary values (``stores`` says which): decoding
+    them as text would fail, or alter them, on every read.
+    """
+    settings: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
+    if settings.get("decode_responses"):
+        raise ClientTypeError(
+            "client",
+            f"{owner} stores {stores}: use a client with decode_responses=False, "
+            "redis-py's default",
+            name=name,
+        )
+
+
 def is_cluster(client: object) -> bool:
     """True for redis-py's sync or asyncio ``RedisCluster``."""
     return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))

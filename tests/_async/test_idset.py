@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import redis.asyncio
 
-from tenure import ArgumentError, AsyncIdSet, IdSetCorruptError, WrongTypeError
+from tenure import ArgumentError, AsyncIdSet, ClientTypeError, IdSetCorruptError, WrongTypeError
 from tenure._idset_core import LOCAL_COPIES
 from tests._backend_asyncio import gather, sleep
 
@@ -100,6 +100,14 @@ def test_bad_settings_are_refused(tenure_async_client: Any) -> None:
         AsyncIdSet(tenure_async_client, "s", delta_limit=0)
     with pytest.raises(ArgumentError, match="chunk_bytes: must be an int in 1024..268435456"):
         AsyncIdSet(tenure_async_client, "s", chunk_bytes=10)
+
+
+async def test_a_decoding_client_is_refused_at_once() -> None:
+    # its replies would turn the stored bitmaps into text: every read would fail
+    decoding = redis.asyncio.Redis(decode_responses=True)
+    with pytest.raises(ClientTypeError, match="decode_responses=False"):
+        AsyncIdSet(decoding, "followers")
+    await decoding.aclose()
 
 
 async def test_a_key_of_another_type_is_refused_by_name(tenure_async_client: Any) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,7 +109,7 @@ def test_a_poison_message_ends_in_the_dead_letter_stream(
 
 
 def test_run_acknowledges_each_handled_message_and_stops(
-    tenure_client: redis.Redis,
+    tenure_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     add(tenure_client, "{jobs}", 20)
     consumer = StreamConsumer(tenure_client, "{jobs}", "g", count=3, block=0.1)
@@ -121,9 +122,16 @@ def test_run_acknowledges_each_handled_message_and_stops(
         if len(seen) == 8:
             consumer.stop()
 
-    assert consumer.run(handle) == 8
+    with caplog.at_level(logging.WARNING, logger="tenure.consumer"):
+        assert consumer.run(handle) == 8
     pending: Any = tenure_client.xpending("{jobs}", "g")
     assert pending["pending"] == 1  # the one that raised
+    # never silently: one warning with the message, its delivery and the traceback
+    [record] = [r for r in caplog.records if r.name == "tenure.consumer"]
+    assert "the handler failed on message" in record.getMessage()
+    assert "(delivery 1 of 5): it comes back after claim_idle (30 s)" in record.getMessage()
+    assert record.exc_info is not None and "poison" in str(record.exc_info[1])
+    assert consumer.failed == 1
 
 
 def test_a_long_job_stays_claimed_while_its_consumer_lives(

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import redis
 
-from tenure import ArgumentError, IdSet, IdSetCorruptError, WrongTypeError
+from tenure import ArgumentError, ClientTypeError, IdSet, IdSetCorruptError, WrongTypeError
 from tenure._idset_core import LOCAL_COPIES
 from tests._backend_threads import gather, sleep
 
@@ -101,6 +101,14 @@ def test_bad_settings_are_refused(tenure_client: Any) -> None:
         IdSet(tenure_client, "s", delta_limit=0)
     with pytest.raises(ArgumentError, match="chunk_bytes: must be an int in 1024..268435456"):
         IdSet(tenure_client, "s", chunk_bytes=10)
+
+
+def test_a_decoding_client_is_refused_at_once() -> None:
+    # its replies would turn the stored bitmaps into text: every read would fail
+    decoding = redis.Redis(decode_responses=True)
+    with pytest.raises(ClientTypeError, match="decode_responses=False"):
+        IdSet(decoding, "followers")
+    decoding.close()
 
 
 def test_a_key_of_another_type_is_refused_by_name(tenure_client: Any) -> None:

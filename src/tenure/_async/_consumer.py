@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from tenure._exceptions import ArgumentError
 from tenure._stream_core import StreamMessage, parse_claimed, read_messages
 
 __all__ = ["AsyncStreamConsumer"]
+
+logger = logging.getLogger("tenure.consumer")
 
 
 class AsyncStreamConsumer:
@@ -97,6 +100,7 @@ class AsyncStreamConsumer:
         self._stopping = False
         self._cursor = "0-0"  # where the scan for abandoned messages goes on
         self.processed = 0
+        self.failed = 0  # handler calls that raised (each logged on "tenure.consumer")
         self.dead_lettered = 0
 
     def __repr__(self) -> str:
@@ -168,7 +172,9 @@ class AsyncStreamConsumer:
 
         A handler that raises leaves its message unacknowledged: it comes back
         (to any consumer) after ``claim_idle``, and goes to the dead-letter
-        stream after ``max_deliveries``. Returns how many messages were handled.
+        stream after ``max_deliveries``; each failure is logged as a warning
+        with its traceback (logger ``tenure.consumer``) and counted in
+        ``failed``. Returns how many messages were handled.
 
         ``stop_signals`` (e.g. ``(signal.SIGTERM, signal.SIGINT)``): each of
         them calls :meth:`stop` while ``run`` runs, so the process ends after
@@ -191,7 +197,21 @@ class AsyncStreamConsumer:
                     # unasync: sync-only
                     # unasync: end
                 except Exception:
-                    continue  # unacknowledged: retried after claim_idle
+                    # unacknowledged: retried after claim_idle; never silently
+                    last = message.deliveries >= self.max_deliveries
+                    logger.warning(
+                        "%s: the handler failed on message %s (delivery %d of %d): %s",
+                        self.stream,
+                        message.id,
+                        message.deliveries,
+                        self.max_deliveries,
+                        "it goes to the dead letters next"
+                        if last
+                        else f"it comes back after claim_idle ({self.claim_idle_ms / 1000:g} s)",
+                        exc_info=True,
+                    )
+                    self.failed += 1
+                    continue
                 finally:
                     watchdog().cancel(heartbeat)
                 await self.ack(message)

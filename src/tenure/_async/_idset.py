@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._backend_asyncio import IS_ASYNC
-from tenure._clients import map_exceptions, require_client
+from tenure._clients import map_exceptions, require_bytes_replies, require_client
 from tenure._exceptions import ArgumentError, IdSetCorruptError
 from tenure._idset_core import (
     COMPACTION_LEASE_MS,
@@ -82,6 +82,9 @@ class AsyncIdSet:
     ) -> None:
         check_settings(name, prefix, delta_limit, chunk_bytes)
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
+        require_bytes_replies(
+            client, owner=type(self).__name__, stores="binary bitmaps and ids", name=name
+        )
         self.client = client
         self.name = name
         self.prefix = prefix

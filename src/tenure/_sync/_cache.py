@@ -55,11 +55,10 @@ from tenure._cache_core import (
     to_ms,
     unwrap_loaded,
 )
-from tenure._clients import map_exceptions, require_client
+from tenure._clients import map_exceptions, require_bytes_replies, require_client
 from tenure._exceptions import (
     ArgumentError,
     CacheDecodeError,
-    ClientTypeError,
     ConnectionPoolExhaustedError,
     ServerUnavailableError,
 )
@@ -104,14 +103,12 @@ class _AsyncCacheBase:
         prefix: str | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
-        settings: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
-        if settings.get("decode_responses"):
-            raise ClientTypeError(
-                "client",
-                f"{type(self).__name__} stores bytes (compressed values among them): use a "
-                "client with decode_responses=False, redis-py's default",
-                name=str(name),
-            )
+        require_bytes_replies(
+            client,
+            owner=type(self).__name__,
+            stores="bytes (compressed values among them)",
+            name=str(name),
+        )
         if not isinstance(name, str) or not name:
             raise ArgumentError("name", "must be a non-empty str", name=str(name))
         if identity_generator is not None and not callable(

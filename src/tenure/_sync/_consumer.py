@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
 __all__ = ["StreamConsumer"]
+
+logger = logging.getLogger("tenure.consumer")
 
 
 class StreamConsumer:
@@ -98,6 +101,7 @@ class StreamConsumer:
         self._stopping = False
         self._cursor = "0-0"  # where the scan for abandoned messages goes on
         self.processed = 0
+        self.failed = 0  # handler calls that raised (each logged on "tenure.consumer")
         self.dead_lettered = 0
 
     def __repr__(self) -> str:
@@ -169,7 +173,9 @@ class StreamConsumer:
 
         A handler that raises leaves its message unacknowledged: it comes back
         (to any consumer) after ``claim_idle``, and goes to the dead-letter
-        stream after ``max_deliveries``. Returns how many messages were handled.
+        stream after ``max_deliveries``; each failure is logged as a warning
+        with its traceback (logger ``tenure.consumer``) and counted in
+        ``failed``. Returns how many messages were handled.
 
         ``stop_signals`` (e.g. ``(signal.SIGTERM, signal.SIGINT)``): each of
         them calls :meth:`stop` while ``run`` runs, so the process ends after
@@ -187,7 +193,21 @@ class StreamConsumer:
                 try:
                     result = handler(message)
                 except Exception:
-                    continue  # unacknowledged: retried after claim_idle
+                    # unacknowledged: retried after claim_idle; never silently
+                    last = message.deliveries >= self.max_deliveries
+                    logger.warning(
+                        "%s: the handler failed on message %s (delivery %d of %d): %s",
+                        self.stream,
+                        message.id,
+                        message.deliveries,
+                        self.max_deliveries,
+                        "it goes to the dead letters next"
+                        if last
+                        else f"it comes back after claim_idle ({self.claim_idle_ms / 1000:g} s)",
+                        exc_info=True,
+                    )
+                    self.failed += 1
+                    continue
                 finally:
                     watchdog().cancel(heartbeat)
                 self.ack(message)
