@@ -120,11 +120,16 @@ def test_a_plan_under_the_same_name_must_match(tenure_client: redis.Redis, tmp_p
     plan = first.plan()
     assert plan.chunks == (plan.high - plan.low) // 10 + 1
     before = tenure_client.dbsize()
-    with pytest.raises(PlanMismatchError, match="chunks of 10; this run asks .* chunks of 20"):
+    with pytest.raises(PlanMismatchError, match="planned with chunks of 10, not 20: use another"):
         IngestJob(tenure_client, "job", source, chunk_size=20).work()
     other = CallableSource(lambda a, b: iter(()), low=1, high=5, name="else")
-    with pytest.raises(PlanMismatchError, match="use another job name"):
+    with pytest.raises(PlanMismatchError, match=r"planned with source \{.*\}, not \{.*\}: use"):
         IngestJob(tenure_client, "job", other, chunk_size=10).plan()
+    # another sink would split the job's rows over two places
+    with pytest.raises(
+        PlanMismatchError, match=r"sink stream:tenure:ingest:\{job\}:rows, not list:elsewhere"
+    ):
+        IngestJob(tenure_client, "job", source, chunk_size=10, sink="list:elsewhere").work()
     assert tenure_client.dbsize() == before  # nothing half-written
     assert IngestJob(tenure_client, "job", source, chunk_size=10).plan() == plan
 

@@ -134,7 +134,8 @@ class AsyncIngestJob:
         """The job's plan: frozen now, or the one frozen before (checked to match)."""
         if self._plan is not None:
             return self._plan
-        frozen = await self._frozen()
+        sink = f"{self.sink_kind}:{self.sink_key}"
+        frozen, frozen_sink = await self._frozen()
         if frozen is None:
             low, high = await source_call(self.source.key_range)
             wanted = Plan(self.source.describe(), low, high, self.chunk_size)
@@ -142,32 +143,37 @@ class AsyncIngestJob:
                 reply = await self._registry.run(
                     "ingest_plan",
                     (self.keys.plan, self.keys.free),
-                    (
-                        wanted.fingerprint,
-                        wanted.as_json(),
-                        wanted.chunks,
-                        f"{self.sink_kind}:{self.sink_key}",
-                    ),
+                    (wanted.fingerprint, wanted.as_json(), wanted.chunks, sink),
                     name=self.name,
                 )
-            frozen = wanted if int(reply[0]) in (1, 2) else await self._frozen()
+            if int(reply[0]) == 1:
+                frozen, frozen_sink = wanted, sink
+            else:
+                frozen, frozen_sink = await self._frozen()
             if frozen is None:  # pragma: no cover - the script says a plan exists
                 raise PlanMismatchError("the plan vanished while it was frozen", name=self.name)
-        if frozen.source != self.source.describe() or frozen.chunk_size != self.chunk_size:
+        differences = []
+        if frozen.source != self.source.describe():
+            differences.append(f"source {frozen.source}, not {self.source.describe()}")
+        if frozen.chunk_size != self.chunk_size:
+            differences.append(f"chunks of {frozen.chunk_size:,}, not {self.chunk_size:,}")
+        if frozen_sink is not None and frozen_sink != sink:  # plans of 0.1.0 kept no sink
+            differences.append(f"sink {frozen_sink}, not {sink}")
+        if differences:
             raise PlanMismatchError(
-                f"job {self.name!r} was planned for {frozen.source} in chunks of "
-                f"{frozen.chunk_size}; this run asks {self.source.describe()} in chunks of "
-                f"{self.chunk_size}: use another job name, or reset the job (reset(); "
-                f"tenure ingest reset {self.name})",
+                f"job {self.name!r} was planned with {'; '.join(differences)}: use another "
+                f"job name, or reset the job (reset(); tenure ingest reset {self.name})",
                 name=self.name,
             )
         self._plan = frozen
         return frozen
 
-    async def _frozen(self) -> Plan | None:
+    async def _frozen(self) -> tuple[Plan | None, str | None]:
+        """The plan frozen under this job's name, and the sink it was frozen with."""
         with map_exceptions(name=self.name, doing="reading the plan"):
-            text = await self.client.hget(self.keys.plan, "plan")
-        return None if text is None else Plan.from_json(to_text(text))
+            text, sink = await self.client.hmget(self.keys.plan, ["plan", "sink"])
+        plan = None if text is None else Plan.from_json(to_text(text))
+        return plan, None if sink is None else to_text(sink)
 
     # -- working -----------------------------------------------------------------
 
