@@ -236,10 +236,18 @@ def progress_line(
     elapsed = max(time.monotonic() - started, 1e-6)
     rate = (status.rows - rows_before) / elapsed
     done_share = status.done / status.chunks if status.chunks else 1.0
-    eta = elapsed / done_share - elapsed if 0 < done_share < 1 else 0.0
     filled = round(done_share * width)
     bar = "#" * filled + "." * (width - filled)
-    return f"[{bar}] {_figures(status)}  {rate:,.0f} rows/s  ETA {eta:,.0f} s"
+    if 0 < done_share < 1 and status.rows > rows_before:
+        eta = f"{elapsed / done_share - elapsed:,.0f} s"
+    else:  # nothing done by this run yet: no basis for a figure
+        eta = "0 s" if status.finished else "-"
+    return f"[{bar}] {_figures(status)}  {rate:,.0f} rows/s  ETA {eta}"
+
+
+def _chunks(count: int) -> str:
+    """``1 chunk``, ``12,000 chunks``."""
+    return "1 chunk" if count == 1 else f"{count:,} chunks"
 
 
 def run_ingest(options: argparse.Namespace) -> int:
@@ -311,7 +319,7 @@ def _few_chunks(plan: Plan, left: int, workers: int) -> str | None:
         return f"only {left} chunk(s) left: only {left} of {workers} workers will have work"
     keys = plan.high - plan.low + 1
     suggested = max(1, -(-keys // workers))
-    chunks = "1 chunk" if plan.chunks == 1 else f"{plan.chunks:,} chunks"
+    chunks = _chunks(plan.chunks)
     return (
         f"keys {plan.low:,}..{plan.high:,} make {chunks} of {plan.chunk_size:,}: only "
         f"{plan.chunks} of {workers} workers will have work; use --chunk-size {suggested} "
@@ -344,7 +352,7 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
         ) from None
     before = job.status()
     if before.finished:
-        print(f"{job.name}: already done ({before.rows:,} rows in {plan.chunks} chunks)")
+        print(f"{job.name}: already done ({before.rows:,} rows in {_chunks(plan.chunks)})")
         return 0
     left = before.chunks - before.done
     if few := _few_chunks(plan, left, options.workers):
@@ -410,5 +418,5 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
     progress.end()
     status = job.status()
     took = time.monotonic() - started
-    print(f"{job.name}: done, {status.rows:,} rows in {plan.chunks} chunks, {took:,.1f} s")
+    print(f"{job.name}: done, {status.rows:,} rows in {_chunks(plan.chunks)}, {took:,.1f} s")
     return 0

@@ -1,4 +1,4 @@
-"""The ``tenure`` command: ``demo``, ``bench``, ``inspect``, ``server`` and ``--version``.
+"""The ``tenure`` command: ``demo``, ``bench``, ``inspect``, ``ingest``, ``server``, ``--version``.
 
 Usage::
 
@@ -7,6 +7,8 @@ Usage::
     tenure demo --url URL       # ... on your server instead
     tenure bench locks --plot waits.png   # tenure.Lock beside its peers
     tenure inspect --url URL    # who holds and waits for what
+    tenure ingest run sqlite:///shop.db --table orders --key id   # a table, into a stream
+    tenure ingest status orders # where a job stands (tenure ingest reset: start it over)
     tenure server --port 6400   # run an embedded server in the foreground
 """
 
