@@ -4,7 +4,7 @@
   ways (:mod:`tenure._demo.run`), 4 s per run;
 * ``tenure demo ingest`` — a 1,000,000-row table ingested by 4 worker
   processes killed at random, then audited (:mod:`tenure._demo.ingest`);
-* ``tenure demo`` — both on one server, shortened to about half a minute in all:
+* ``tenure demo`` — both on one server, shortened to about a minute in all (2 cores):
   2 s per market run and 200,000 rows.
 """
 
