@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="the demos (marketplace, chunked ingestion) on an embedded server (or --url)",
-        description="Without DEMO, each demo in turn, shortened (about a minute on 2 cores). market: "
-        "listers and buyers trade on one market (Redis in Action 6.2) guarded by "
+        description="Without DEMO, each demo in turn, shortened (about a minute on 2 "
+        "cores). market: listers and buyers trade on one market (Redis in Action 6.2) guarded by "
         "WATCH/MULTI/EXEC, by tenure.Lock, and by one Lua script per operation, beside the "
         "book's figures. ingest: a generated SQLite table ingested into a stream by worker "
         "processes killed at random with kill -9, then audited. Starts its own server "
