@@ -182,7 +182,7 @@ def test_few_chunks_for_the_workers_are_told(
     source = f"sqlite:///{tmp_path / 'db.sqlite'}"
     code, out, err = finish(tenure(tenure_server.url, "ingest", "run", source, "--table",
                                    "events", "--key", "id", "--workers", "2"))  # fmt: skip
-    assert code == 0 and "done, 5,000 rows in 1 chunks" in out, err
+    assert code == 0 and "done, 5,000 rows in 1 chunk," in out, err
     assert (
         "events: keys 1..5,000 make 1 chunk of 10,000: only 1 of 2 workers will have work; "
         "use --chunk-size 2500" in err

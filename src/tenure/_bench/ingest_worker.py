@@ -5,7 +5,9 @@
 ``DESIGN`` is ``tenure`` or ``post`` (:mod:`tenure._bench.ingest_contenders`).
 With ``go`` the worker says it is ready (INCR ``bench:ingest:{JOB}:ready``)
 and waits for the go signal (BLPOP ``bench:ingest:{JOB}:go``), so process
-start-up is not timed; with ``now`` it starts at once. At the end it prints
+start-up is not timed; with ``now`` it starts at once, its pid added to
+``bench:ingest:{JOB}:started`` first (the fault schedule kills only workers
+past their start-up). At the end it prints
 one JSON line: rows done and its peak resident memory (KiB). It ignores
 Ctrl-C and dies with the benchmark.
 """
@@ -13,6 +15,7 @@ Ctrl-C and dies with the benchmark.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 from pathlib import Path
@@ -23,12 +26,17 @@ from tenure._bench.ingest_contenders import run_post, run_tenure
 from tenure._children import die_with_parent, ignore_sigint
 from tenure._ingest_sources import SqlSource
 
-__all__ = ["go_keys", "main", "peak_rss_kib"]
+__all__ = ["go_keys", "main", "peak_rss_kib", "started_key"]
 
 
 def go_keys(job: str) -> tuple[str, str]:
     """The ready counter and the go list of ``job``."""
     return f"bench:ingest:{{{job}}}:ready", f"bench:ingest:{{{job}}}:go"
+
+
+def started_key(job: str) -> str:
+    """The set of the pids of ``job``'s workers that are past their start-up."""
+    return f"bench:ingest:{{{job}}}:started"
 
 
 def main(argv: list[str]) -> None:
@@ -42,6 +50,8 @@ def main(argv: list[str]) -> None:
         ready, go = go_keys(job)
         client.incr(ready)
         client.blpop([go], timeout=120)
+    else:
+        client.sadd(started_key(job), os.getpid())
     run = run_tenure if design == "tenure" else run_post
     rows = run(client, source, job, int(chunk_size))
     print(json.dumps({"rows": rows, "peak_kib": peak_rss_kib()}), flush=True)
