@@ -219,7 +219,8 @@ def _ingest_while_killing(
             if kills and now >= next_kill:
                 # Only a worker holding a chunk is killed: one still starting (a slow
                 # machine can take seconds to start Python) would make no progress.
-                working = [i for i, (w, _) in enumerate(workers) if w.pid in _holding(status)]
+                holding = _holding(status)
+                working = [i for i, (w, _) in enumerate(workers) if w.pid in holding]
                 if working:
                     victim = rng.choice(working)
                     process = workers[victim][0]
