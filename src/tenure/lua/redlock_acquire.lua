@@ -20,6 +20,8 @@
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- returns {1, fence, lease ms} when the caller holds the lock on this master,
 --         {0, owner's remaining lease ms (-2 none), 0-based place in line (-1 none)}
+-- on resend: the token holds already (answered as "ours already"), or keeps
+--         its place in line (ZADD NX)
 
 --! include queue
 --! include redlock

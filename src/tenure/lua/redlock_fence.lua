@@ -8,6 +8,7 @@
 -- ARGV[2] the holder's fence
 -- ARGV[3] lifetime in ms of the fencing counter
 -- returns 1 if the token holds the lock here (the counter is now at least the fence), 0 otherwise
+-- on resend: the counter is at the fence already; only its lifetime is renewed
 
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
     return 0
