@@ -39,13 +39,15 @@ def test_exclusion_holds_over_thousands_of_cycles_with_a_master_cut_off(
     outs = [tmp_path / f"worker{i}.jsonl" for i in range(3)]
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.redlock_worker", ports, "20", "800", str(out)],
+            # 800 cycles each, or 45 s: a machine whose cores are both busy
+            # elsewhere makes about half of them in 20 s.
+            [sys.executable, "-m", "tests.redlock_worker", ports, "45", "800", str(out)],
             cwd=ROOT,
         )
         for out in outs
     ]
     for worker in workers:
-        assert worker.wait(timeout=60) == 0
+        assert worker.wait(timeout=90) == 0
     records = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
     holds = sorted((r for r in records if "start" in r), key=lambda r: r["start"])
     problems = [r for r in records if "start" not in r]
@@ -69,7 +71,7 @@ def test_a_majority_killed_fails_fast_naming_the_masters(
     started = time.monotonic()
     with pytest.raises(QuorumError) as caught:
         lock.acquire()
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0  # a few attempts, not the blocking timeout
     assert set(caught.value.failures) == {lock.masters[0], lock.masters[2]}
     assert f"2 of 3 masters failed and a quorum needs 2 ({lock.masters[0]}" in str(caught.value)
 

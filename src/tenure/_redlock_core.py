@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis import exceptions as redis_errors
+
 from tenure._clients import is_cluster, require_client
 from tenure._exceptions import (
     ArgumentError,
@@ -24,16 +26,19 @@ from tenure._exceptions import (
 from tenure._leased_core import LockStatistics
 
 __all__ = [
+    "ADAPTIVE_MARGIN",
     "DEFAULT_MASTER_TIMEOUT",
     "DRIFT_FACTOR",
     "DRIFT_MIN_MS",
     "FENCE_LIFETIME_MS",
     "MAX_OVERDUE",
+    "SLOWEST_DECAY",
     "RedlockStatistics",
     "Tally",
     "check_masters",
     "describe_failure",
     "drift_ms",
+    "is_slow",
     "quorum",
 ]
 
@@ -159,6 +164,21 @@ def check_masters(clients: Any, *, is_async: bool, owner: str, name: str) -> tup
     return tuple(described)
 
 
+SLOWEST_DECAY = 0.95
+"""Each answer lets the slowest recent answer time of the masters decay by this."""
+
+ADAPTIVE_MARGIN = 2.5
+"""An attempt waits this many times the slowest recent answer (at least ``master_timeout``)."""
+
+
+def is_slow(error: BaseException) -> bool:
+    """Whether a master's failure was only slowness (no answer in time), not a refusal."""
+    if isinstance(error, TimeoutError):
+        return True
+    cause = error.__cause__
+    return isinstance(cause, redis_errors.TimeoutError)
+
+
 def describe_failure(error: BaseException, timeout: float) -> str:
     """A few words on why a master failed a call, for :class:`~tenure.QuorumError`."""
     if isinstance(error, TimeoutError):
@@ -181,6 +201,25 @@ class Tally:
     good: dict[int, Any] = field(default_factory=dict)
     refused: dict[int, Any] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
+    slow: set[int] = field(default_factory=set)
+    """The failed masters that did not answer in time (rather than refusing a
+    connection or answering an error): on a busy machine, a healthy one can."""
+
+    @property
+    def may_recover(self) -> bool:
+        """A quorum is still possible if the masters only slow to answer do answer."""
+        hard = len(set(self.failed) - self.slow)
+        return len(self.masters) - hard >= self.quorum
+
+    def merge(self, later: Tally) -> None:
+        """Take in the answers of a call repeated to the masters that failed this one."""
+        for index in (*later.good, *later.refused, *later.failed):
+            self.failed.pop(index, None)
+            self.slow.discard(index)
+        self.good.update(later.good)
+        self.refused.update(later.refused)
+        self.failed.update(later.failed)
+        self.slow |= later.slow
 
     @property
     def reached(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -231,12 +232,15 @@ def test_a_majority_down_fails_fast_naming_the_masters(
     started = time.monotonic()
     with pytest.raises(QuorumError) as caught:
         lock.acquire()
-    assert time.monotonic() - started < 1.0  # not the 30 s blocking timeout
+    # Not the 30 s blocking timeout: a few attempts (masters only slow to answer
+    # get that much patience, for a busy machine), then the error.
+    assert time.monotonic() - started < 2.0
     error = caught.value
     assert (error.answered, error.required) == (1, 2)
     assert set(error.failures) == {lock.masters[1], lock.masters[2]}
     assert lock.masters[1] in str(error) and lock.masters[2] in str(error)
-    assert "no answer within" in error.failures[lock.masters[2]]
+    # The blackholed master: timed out, or skipped once its calls piled up.
+    assert re.match("no answer within|not answering", error.failures[lock.masters[2]])
 
 
 def test_a_release_waits_for_masters_slower_than_master_timeout(
@@ -286,7 +290,7 @@ def test_extend_needs_a_quorum_and_a_lost_hold_is_reported(
                     return False
         return True
 
-    eventually(extended_everywhere, 2, "the extension on every master")
+    eventually(extended_everywhere, 4, "the extension on every master")
     for server in redlock_servers[:2]:  # gone on a majority
         with direct(server) as client:
             client.delete("tenure:redlock:{extend}")

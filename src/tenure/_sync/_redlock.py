@@ -60,6 +60,7 @@ from tenure._backend_threads import (
     current_holder,
     race,
     shielded,
+    sleep,
     start_background,
 )
 from tenure._exceptions import (
@@ -79,19 +80,23 @@ from tenure._leased_core import (
     Acquired,
     Hold,
     LeasedStatistics,
+    LockSettings,
     check_seconds,
     to_text,
 )
 from tenure._redlock_core import (
+    ADAPTIVE_MARGIN,
     DEFAULT_MASTER_TIMEOUT,
     FENCE_LIFETIME_MS,
     MAX_OVERDUE,
     SETTLE_TIMEOUT,
+    SLOWEST_DECAY,
     RedlockStatistics,
     Tally,
     check_masters,
     describe_failure,
     drift_ms,
+    is_slow,
     quorum,
 )
 from tenure._sync._leased import Leased, LeasedScripts
@@ -127,17 +132,36 @@ class Masters:
     """Runs one call on every master at once and tallies the answers."""
 
     def __init__(
-        self, clients: Sequence[Client], described: tuple[str, ...], timeout: float, name: str
+        self,
+        clients: Sequence[Client],
+        described: tuple[str, ...],
+        timeout: float,
+        name: str,
+        longest: float,
     ) -> None:
         self.clients = tuple(clients)
         self.described = described
         self.quorum = quorum(len(clients))
         self.timeout = timeout
+        self.longest = longest  # the longest an attempt may wait, however slow the answers
         self.name = name
+        self._slowest = 0.0  # the slowest recent answer, decaying with every answer
         self.failures = 0
         self._registries = [registry_for(client) for client in clients]
         self._mutex = Mutex()  # late calls end in worker threads (sync) or callbacks
         self._running: list[dict[object, float]] = [{} for _ in clients]
+
+    @property
+    def attempt_timeout(self) -> float:
+        """How long an attempt (acquire, renewal) waits for answers.
+
+        ``master_timeout``, unless the masters' recent answers were slower
+        (a busy machine: starved threads or process, a loaded server):
+        then a few times the slowest of them, up to a tenth of the lease. A
+        master that is down leaves the others' answers fast, so it still
+        fails in ``master_timeout``.
+        """
+        return min(max(self.timeout, ADAPTIVE_MARGIN * self._slowest), self.longest)
 
     @property
     def settle_timeout(self) -> float:
@@ -145,10 +169,17 @@ class Masters:
         return max(self.timeout, SETTLE_TIMEOUT)
 
     def _hanging(self, index: int, now: float) -> int:
-        """Calls to a master still running, if one of them outlived its timeout (else 0)."""
+        """Calls to a master still running, if one of them outlived its timeout (else 0).
+
+        The attempts' timeout, which grows while the masters answer slowly (a
+        busy machine), so a healthy master is not skipped for it; a master
+        that does not answer at all is skipped after a few calls, so it
+        cannot take every worker thread (sync) or connection.
+        """
         with self._mutex:
             running = self._running[index].values()
-            if any(now - sent > self.timeout for sent in running):
+            timeout = self.attempt_timeout
+            if any(now - sent > timeout for sent in running):
                 return len(running)
             return 0
 
@@ -156,11 +187,16 @@ class Masters:
         mark = object()
         with self._mutex:
             self._running[index][mark] = time.monotonic()
+        sent = time.monotonic()
         try:
-            return send(index)
+            reply = send(index)
         finally:
             with self._mutex:
                 del self._running[index][mark]
+        took = time.monotonic() - sent
+        with self._mutex:
+            self._slowest = max(took, self._slowest * SLOWEST_DECAY)
+        return reply
 
     def call(
         self,
@@ -181,7 +217,7 @@ class Masters:
         replies that come afterwards.
         """
         if timeout is None:
-            timeout = self.timeout
+            timeout = self.attempt_timeout
         tally = Tally(self.described, self.quorum)
         now = time.monotonic()
         targets = list(range(len(self.clients)) if only is None else only)
@@ -198,6 +234,8 @@ class Masters:
                 index = live[slot]
                 if isinstance(outcome, BaseException):
                     tally.failed[index] = describe_failure(outcome, timeout)
+                    if is_slow(outcome):
+                        tally.slow.add(index)
                 elif good(outcome):
                     tally.good[index] = outcome
                 else:
@@ -227,8 +265,42 @@ class Masters:
             for slot, index in enumerate(live):
                 if slot not in outcomes:
                     tally.failed[index] = f"no answer within {timeout:g}s"
+                    tally.slow.add(index)
         with self._mutex:
             self.failures += len(tally.failed)
+        return tally
+
+    def settle(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        args: tuple[str | int, ...],
+        within: float,
+        *,
+        only: Sequence[int] | None = None,
+    ) -> Tally:
+        """Run a release (or give-back) on the masters; ask again those only slow to answer.
+
+        A release has nothing that expires while it waits, and a resent one
+        changes nothing (it finds its receipt), so masters that did not
+        answer in time are asked again until a quorum answered (or every
+        master asked did, with ``only``), or ``within`` seconds passed, or a
+        failure was not mere slowness (a refused connection, an error).
+        """
+        send = self.script(script, keys, args)
+        tally = self.call(send, _positive, only=only, timeout=self.settle_timeout)
+        give_up = time.monotonic() + within
+        while tally.failed and time.monotonic() < give_up:
+            if only is None:
+                if tally.reached or tally.lost or not tally.may_recover:
+                    break
+            elif not set(tally.failed) & tally.slow:
+                break
+            sleep(RETRY_PAUSE)  # a master skipped as hanging fails at once
+            again = self.call(
+                send, _positive, only=sorted(tally.failed), timeout=self.settle_timeout
+            )
+            tally.merge(again)
         return tally
 
     def script(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Send:
@@ -266,8 +338,18 @@ class _Attempt:
     split: bool = False  # it took some masters, not enough
     done: bool = False  # decided: grants that come later are judged on arrival
     unreachable: QuorumError | None = None  # too many masters failed for a quorum
+    slow: bool = False  # ... but a quorum may answer: those it lacks were only slow
     late: list[int] = field(default_factory=list)  # grants that came in while deciding
 
+
+SLOW_PATIENCE = 4
+"""Attempts' timeouts an acquisition keeps trying while the masters failing it were only slow."""
+
+RETRY_PAUSE = 0.05
+"""Seconds between two rounds of a release asking the masters that were slow to answer."""
+
+RELEASE_PATIENCE = 5.0
+"""Seconds a release (or give-back) keeps asking masters only slow to answer (at most the lease)."""
 
 SPLIT_GRACE = 0.01
 """Seconds an attempt split with another contender waits, at least, for its other masters."""
@@ -393,10 +475,21 @@ class Redlock(Leased):
             )
         self.sleep = sleep
         self.clients = tuple(clients)
-        self._masters = Masters(clients, described, master_timeout, name)
+        longest = self._settings.lease / 10
+        self._masters = Masters(clients, described, master_timeout, name, longest)
         self._live: set[str] = set()  # tokens held now: a late grant of any other is given back
         self._attempts = 0
         self._short_attempts = 0
+
+    def _check_settings(self, settings: LockSettings) -> None:
+        masters = self._masters
+        if masters.timeout > settings.lease / 10:
+            raise ArgumentError(
+                "timeout",
+                f"{settings.lease:g}s is less than ten times master_timeout ({masters.timeout:g}s)",
+                name=self.name,
+            )
+        masters.longest = settings.lease / 10
 
     @property
     def masters(self) -> tuple[str, ...]:
@@ -441,10 +534,8 @@ class Redlock(Leased):
     def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
         # Release and leave (the only plain script calls left to the base class):
         # 1 if a quorum still held it for the token, else 0 (it ran out meanwhile).
-        masters = self._masters
-        tally = masters.call(
-            masters.script(script, keys, args), _positive, timeout=masters.settle_timeout
-        )
+        within = min(self._settings.lease, RELEASE_PATIENCE)
+        tally = self._masters.settle(script, keys, args, within)
         if tally.reached:
             return 1
         if tally.unreachable:
@@ -485,6 +576,7 @@ class Redlock(Leased):
         listener: _Listener | None = None
         queued = False
         unreachable = 0
+        unreachable_since = 0.0
         try:
             while True:
                 if listener is None and wait and self._seen_busy:
@@ -493,11 +585,18 @@ class Redlock(Leased):
                 attempt = shielded(self._attempt(token, ticket, listener))
                 if attempt.unreachable is not None:
                     # Once may be a stall (of this process, or of the network):
-                    # twice in a row, the masters are out of reach.
+                    # twice in a row, the masters are out of reach -- unless
+                    # they were only slow to answer (a busy machine): then
+                    # after a few attempts' time, while the attempts wait longer.
                     unreachable += 1
-                    if unreachable > 1:
+                    if unreachable == 1:
+                        unreachable_since = time.monotonic()
+                    patience = SLOW_PATIENCE * self._masters.attempt_timeout if attempt.slow else 0
+                    if unreachable > 1 and time.monotonic() - unreachable_since >= patience:
                         shielded(self._give_back(None, token, "leave", patient=False))
                         raise attempt.unreachable
+                    if unreachable > 1:
+                        sleep(RETRY_PAUSE)  # a skipped master fails an attempt at once
                     continue
                 unreachable = 0
                 if attempt.fence is not None:
@@ -631,6 +730,7 @@ class Redlock(Leased):
             self._give_back(taken, token, stay, mark)
         if tally.unreachable:
             attempt.unreachable = tally.error("acquiring", self.name)
+            attempt.slow = tally.may_recover
         attempt.split = bool(tally.good)
         attempt.free_in = self._free_in(tally)
         return attempt
@@ -684,12 +784,16 @@ class Redlock(Leased):
         """
         keys, args = self._release_keys(), (token, mode, mark, IDLE_TTL_MS)
         masters = self._masters
-        tally = masters.call(
-            masters.script("redlock_release", keys, args),
-            _positive,
-            only=only,
-            timeout=masters.settle_timeout if patient else None,
-        )
+        if patient:
+            within = min(self._settings.lease, RELEASE_PATIENCE)
+            tally = masters.settle("redlock_release", keys, args, within, only=only)
+        else:
+            tally = masters.call(
+                masters.script("redlock_release", keys, args),
+                _positive,
+                only=only,
+                timeout=masters.timeout,
+            )
         return not tally.failed
 
     # -- queries ---------------------------------------------------------------
