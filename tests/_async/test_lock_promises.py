@@ -20,7 +20,9 @@ from tenure import (
     ArgumentError,
     AsyncLock,
     AsyncReadWriteLock,
+    AsyncReentrantLock,
     AsyncSemaphore,
+    LockNotOwnedError,
 )
 
 
@@ -111,3 +113,22 @@ async def test_a_read_write_lock_refuses_to_wait_on_its_own_other_side(
     assert await rw.readers() == 1
     await rw.write.release()
     assert await rw.readers() == 0
+
+
+async def test_re_entries_are_counted_by_the_owner_and_a_lost_hold_is_told(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncReentrantLock(tenure_async_client, "re-entries", timeout=30)
+    assert await lock.acquire()
+    assert await lock.acquire()
+    assert await tenure_async_client.hget(lock.keys.owner, "count") is None  # not on the server
+    await lock.release()  # the inner release: nothing sent, still held
+    assert await lock.owned()
+    assert await lock.acquire()
+    await tenure_async_client.delete(lock.keys.owner)  # the hold is lost
+    with pytest.raises(LockNotOwnedError):
+        await lock.extend(1)
+    assert lock.lost
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()  # an inner release of a lost hold says so
+    assert not await lock.locked()

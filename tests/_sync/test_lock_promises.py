@@ -20,7 +20,9 @@ from tenure import (
     AlreadyHeldError,
     ArgumentError,
     Lock,
+    LockNotOwnedError,
     ReadWriteLock,
+    ReentrantLock,
     Semaphore,
 )
 
@@ -112,3 +114,22 @@ def test_a_read_write_lock_refuses_to_wait_on_its_own_other_side(
     assert rw.readers() == 1
     rw.write.release()
     assert rw.readers() == 0
+
+
+def test_re_entries_are_counted_by_the_owner_and_a_lost_hold_is_told(
+    tenure_client: redis.Redis,
+) -> None:
+    lock = ReentrantLock(tenure_client, "re-entries", timeout=30)
+    assert lock.acquire()
+    assert lock.acquire()
+    assert tenure_client.hget(lock.keys.owner, "count") is None  # not on the server
+    lock.release()  # the inner release: nothing sent, still held
+    assert lock.owned()
+    assert lock.acquire()
+    tenure_client.delete(lock.keys.owner)  # the hold is lost
+    with pytest.raises(LockNotOwnedError):
+        lock.extend(1)
+    assert lock.lost
+    with pytest.raises(LockNotOwnedError):
+        lock.release()  # an inner release of a lost hold says so
+    assert not lock.locked()

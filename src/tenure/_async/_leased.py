@@ -772,9 +772,11 @@ class AsyncLeased:
                 f"cannot release: this owner does not hold the {self._noun}", name=self.name
             )
         with self._mutex:
-            if hold.count > 1:
+            inner = hold.count > 1 and not hold.lost
+            if inner:
                 hold.count -= 1  # an inner release: the outer hold goes on
-                return
+        if inner:
+            return
         self._forget(hold)  # stop renewing before it can change hands
         keys, args = self._release_call(hold.token)
         reply = int(await shielded(self._run(self._scripts.release, keys, args)))
