@@ -1,5 +1,7 @@
 -- tenure script: fenced_set
 -- Write a value guarded by a fencing token: refused if a newer token wrote first.
+-- on resend: the stored fence equals the writer's: the same value written again;
+--   refused only if a newer token wrote in between (the write was superseded)
 -- KEYS[1] the guarded key: hash {value, fence}
 -- ARGV[1] the writer's fencing token (integer)
 -- ARGV[2] the value

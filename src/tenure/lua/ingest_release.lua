@@ -3,6 +3,8 @@
 -- without waiting for its lease; its cursor stays, and the next claim resumes after it.
 -- The same call made twice is answered 1 and changes nothing: the chunk's lease
 -- becomes "released:<token>", which also refuses any later commit of this claim.
+-- on resend: the chunk's lease reads "released:<token>" (found by token when no
+--   chunk was given): answered 1, nothing changes
 -- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
 -- KEYS[2] leases hash chunk -> token
 -- ARGV[1] the claim's token
@@ -15,7 +17,8 @@ local chunk = ARGV[2]
 if chunk == '' then
     local claimed = redis.call('ZRANGE', KEYS[1], '(0', '+inf', 'BYSCORE')
     for _, candidate in ipairs(claimed) do
-        if redis.call('HGET', KEYS[2], candidate) == ARGV[1] then
+        local lease = redis.call('HGET', KEYS[2], candidate)
+        if lease == ARGV[1] or lease == 'released:' .. ARGV[1] then
             chunk = candidate
             break
         end

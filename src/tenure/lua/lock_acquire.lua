@@ -1,6 +1,7 @@
 -- tenure script: lock_acquire
 -- Take the lock if it is free and the caller is first in line; else join the
 -- FIFO queue (or refresh the caller's place and waiter lease in it).
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, count, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)

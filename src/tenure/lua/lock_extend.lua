@@ -1,5 +1,6 @@
 -- tenure script: lock_extend
 -- Extend or reset the lease of a lock the token owns.
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, count, owner}
 -- ARGV[1] token
 -- ARGV[2] milliseconds

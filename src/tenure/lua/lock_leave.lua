@@ -4,6 +4,7 @@
 -- taken by the call being undone), keep it (ARGV[3] = keep) or pass it on
 -- (ARGV[3] = pass). If the lock is free, grant it to the next waiter so a
 -- departing head of the line stalls nobody.
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, count, owner}
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset

@@ -1,6 +1,7 @@
 -- tenure script: lock_release
 -- Release the lock if the token owns it, handing it straight to the first
 -- live waiter (who becomes the owner here, so no newcomer can barge in).
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, count, owner}
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset

@@ -1,6 +1,7 @@
 -- tenure script: lock_try
 -- The fast path of acquire: take the lock if it is free and nobody waits.
 -- (lock_acquire does everything else: queueing, handoff, re-entry.)
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, count, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset (only its existence is checked)
 -- KEYS[3] fencing counter

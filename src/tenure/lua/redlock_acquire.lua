@@ -4,6 +4,7 @@
 -- The line is ordered by a ticket the caller chose (its clock when it began
 -- to acquire), so every master agrees on who is first and hands the free lock
 -- to the same caller: contenders do not split the masters between them.
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, attempt, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> ticket
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)

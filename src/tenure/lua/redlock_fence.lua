@@ -2,6 +2,7 @@
 -- Raise this master's fencing counter to the fence a Redlock holder was given
 -- (the largest of its quorum's), if the token still holds the lock here; so a
 -- later holder whose quorum shares this master gets a larger fence.
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence}
 -- KEYS[2] fencing counter
 -- ARGV[1] token

@@ -2,6 +2,7 @@
 -- One master's part of a Redlock release: give the lock up here if the token
 -- holds it, and leave the line (or keep one's place, after an attempt that
 -- fell short of a quorum); the first waiter in line is told to try again.
+-- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, attempt}
 -- KEYS[2] queue zset: token -> ticket
 -- KEYS[3] waiter leases zset

@@ -1,6 +1,7 @@
 -- tenure script: rw_downgrade
 -- Turn the caller's write hold into a read hold without letting go, then let
 -- in the readers waiting at the head of the queue.
+-- on resend: (pending: the lead's)
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset

@@ -1,6 +1,7 @@
 -- tenure script: semaphore_acquire
 -- Take a permit if one is free and nobody is ahead of the caller; else join
 -- the FIFO queue (or refresh the caller's place and waiter lease in it).
+-- on resend: (pending: the lead's)
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)

@@ -1,5 +1,6 @@
 -- tenure script: semaphore_extend
 -- Extend or reset the lease of the caller's permit.
+-- on resend: (pending: the lead's)
 -- KEYS[1] holders zset
 -- KEYS[2] the stored limit (kept alive while permits are held)
 -- KEYS[3] holders' names hash: token -> owner name

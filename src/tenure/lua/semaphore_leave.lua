@@ -3,6 +3,7 @@
 -- granted to the caller meanwhile (or taken by the call being undone) is kept
 -- (ARGV[3] = keep) or passed on (ARGV[3] = pass); free permits go to the next
 -- waiters.
+-- on resend: (pending: the lead's)
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset

@@ -1,5 +1,6 @@
 -- tenure script: semaphore_release
 -- Return the caller's permit and hand free permits to the first live waiters.
+-- on resend: (pending: the lead's)
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset

@@ -1,6 +1,7 @@
 -- tenure script: semaphore_set_limit
 -- Change the semaphore's stored limit (the explicit call every user's limit
 -- is checked against); a larger limit lets the waiters at the head in now.
+-- on resend: (pending: the lead's)
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset

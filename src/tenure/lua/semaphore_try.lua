@@ -1,6 +1,7 @@
 -- tenure script: semaphore_try
 -- The fast path of acquire: take a permit if one is free and nobody waits.
 -- (Also the read-write lock's: see lib/semaphore.lua.)
+-- on resend: (pending: the lead's)
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset (only its existence is checked)
 -- KEYS[3] fencing counter
