@@ -296,6 +296,22 @@ def fenced_write(run: Run) -> tuple[object, object]:
     return (written, key.read()), run.snapshot()
 
 
+def test_a_fenced_write_resent_after_a_newer_one_is_answered_written(
+    tenure_client: redis.Redis,
+) -> None:
+    """The resend comes after a newer token wrote: still the first run's answer."""
+    registry = registry_for(tenure_client)
+    key = f"rs{secrets.token_hex(4)}:fenced"
+    assert registry.run("fenced_set", (key,), (5, "mine", 0, "write-a")) == [1, 5]
+    assert registry.run("fenced_set", (key,), (6, "newer", 0, "write-b")) == [1, 6]
+    assert registry.run("fenced_set", (key,), (5, "mine", 0, "write-a")) == [1, 5]  # resent
+    assert registry.run("fenced_set", (key,), (5, "late", 0, "write-c")) == [0, 6]
+    assert tenure_client.hmget(key, ["value", "fence"]) == [b"newer", b"6"]
+    for n in range(10):
+        registry.run("fenced_set", (key,), (7, n, 0, f"w{n}"))
+    assert tenure_client.hget(key, "ops") == b" ".join(f"w{n}".encode() for n in range(2, 10))
+
+
 @case("pexpire_if")
 def pexpire_if_held(run: Run) -> tuple[object, object]:
     key = f"{run.name}:held"
@@ -420,6 +436,20 @@ def ingest_release(run: Run) -> tuple[object, object]:
     run.arm()
     failed = outcome(job.work)
     return (failed, job.status().claimed), run.snapshot()
+
+
+@case("ingest_release")
+def ingest_release_by_token(run: Run) -> tuple[object, object]:
+    """A claim interrupted before its reply was read is given back by its token alone."""
+    job = ingest_job(run)
+    plan = job.plan()
+    keys = job.keys
+    claim_keys = (keys.free, keys.leases, keys.cursors, keys.stats, keys.fence, keys.plan)
+    registry = registry_for(run.client)
+    assert registry.run("ingest_claim", claim_keys, ("tok@w", 30000, plan.fingerprint))[0] == 1
+    run.arm()
+    released = registry.run("ingest_release", (keys.free, keys.leases), ("tok@w", ""))
+    return (released, job.status().claimed), run.snapshot()
 
 
 @case("ingest_reset")
