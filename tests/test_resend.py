@@ -18,8 +18,12 @@ decorate it with ``@case("<script name>")`` (several cases may name one
 script). Make every key contain ``run.name``; give random values a role with
 ``run.role(value, "holder")`` if they would differ between the two runs
 (random hex tokens of 16 digits, millisecond timestamps and stream ids are
-replaced anyway); return ``run.snapshot()``. An async case does its work in
-``run.run_async(lambda client: ...)`` with a fresh ``redis.asyncio`` client.
+replaced anyway); return the caller's result (compared by its ``repr``,
+normalised the same way; ``outcome(call)`` turns an expected exception into
+its name) and ``run.snapshot()``. An async case does its work in
+``run.run_async(work)``, ``work`` taking a fresh ``redis.asyncio`` client
+through the proxy. A script the call under test leaves to the background
+(a watchdog's renewal) needs ``run.wait_fired()`` before the case ends.
 :func:`test_every_state_changing_script_has_a_case` fails for a script whose
 header says ``-- on resend:`` with no case, unless it is in ``PENDING``.
 """
@@ -41,6 +45,7 @@ import redis
 import redis.asyncio
 
 from tenure import (
+    AsyncFencedKey,
     CallableSource,
     ConnectionLock,
     FencedKey,
@@ -105,6 +110,7 @@ class Run:
     name: str = field(default_factory=lambda: f"rs{secrets.token_hex(4)}")
     roles: dict[str, str] = field(default_factory=dict)
     armed: bool = False
+    _lost_at_arm: int = 0
     _clients: list[redis.Redis] = field(default_factory=list)
 
     @property
@@ -119,7 +125,15 @@ class Run:
         assert not self.armed, "arm() once per run"
         self.armed = True
         if self.faulted:
+            self._lost_at_arm = self.proxy.lost_replies
             self.proxy.lose_reply(self.script.sha.encode())
+
+    def wait_fired(self, timeout: float = 3.0) -> None:
+        """In the faulted run, wait until the reply was lost (a script run in the background)."""
+        deadline = time.monotonic() + timeout
+        while self.faulted and self.proxy.lost_replies == self._lost_at_arm:
+            assert time.monotonic() < deadline, f"{self.script.name} was not called in {timeout} s"
+            time.sleep(0.01)
 
     def role(self, value: object, role: str) -> None:
         """Show ``value`` (a token, a connection ID) as ``<role>`` in the snapshot."""
@@ -310,6 +324,17 @@ def test_a_fenced_write_resent_after_a_newer_one_is_answered_written(
     for n in range(10):
         registry.run("fenced_set", (key,), (7, n, 0, f"w{n}"))
     assert tenure_client.hget(key, "ops") == b" ".join(f"w{n}".encode() for n in range(2, 10))
+
+
+@case("fenced_set")
+def fenced_write_async(run: Run) -> tuple[object, object]:
+    async def write(client: redis.asyncio.Redis) -> object:
+        key = AsyncFencedKey(client, f"{run.name}:fenced")
+        assert await key.write("old", 3)
+        run.arm()
+        return await key.write("new", 5), await key.read()
+
+    return run.run_async(write), run.snapshot()
 
 
 @case("pexpire_if")
@@ -506,6 +531,7 @@ def stream_keeps_a_message(run: Run) -> tuple[object, object]:
     def handle(message: Any) -> None:
         seen.append(message.fields)
         time.sleep(0.25)  # the watchdog touches it meanwhile (every 0.1 s)
+        run.wait_fired()  # (a busy machine may run the first touch late)
         consumer.stop()
 
     consumer.setup()
