@@ -78,7 +78,6 @@ PENDING = frozenset(
         "semaphore_leave",
         "semaphore_extend",
         "semaphore_set_limit",
-        "semaphore_holders",
         "rw_downgrade",
         "redlock_acquire",
         "redlock_release",
