@@ -245,6 +245,56 @@ def test_dead_waiter_stalls_the_queue_at_most_the_handoff_lease(
     assert third_at - second_at <= SLACK
 
 
+def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    """The waiter handed the lock is busy 1.6 s (its event loop blocked, or its
+    process stopped): its 1 s handoff lease runs out, the waiter behind it takes
+    the lock; the busy one must not then return from acquire() with a hold that
+    is gone. It waits again and gets the lock after the other's release.
+    """
+    name = "busy-waiter"
+    holder = Lock(client, name)
+    assert holder.acquire()
+    busy = Worker(api, "stall", tenure_server.url, name, "30")
+    workers.append(busy)
+    assert busy.read()["event"] == "waiting"
+    _wait_for_queue(client, name, 1)
+    third = Worker(api, "wait", tenure_server.url, name, "30")
+    workers.append(third)
+    assert third.read()["event"] == "waiting"
+    _wait_for_queue(client, name, 2)
+    if api == "async":
+        busy.send("block 1.6")
+        assert busy.read()["event"] == "blocking"
+        released = time.monotonic()
+        holder.release()
+    else:
+        busy.send("go")  # its main thread only joins the thread that waits
+        os.kill(busy.pid, signal.SIGSTOP)
+        released = time.monotonic()
+        holder.release()
+        time.sleep(1.6)
+        os.kill(busy.pid, signal.SIGCONT)
+    taken = third.read()
+    assert taken["event"] == "acquired"
+    assert taken["t"] - released <= 1.0 + SLACK  # a busy waiter stalls the line one handoff lease
+    got = busy.read()
+    assert got["event"] == "acquired"
+    assert got["t"] > taken["t"]
+    assert got["fence"] == got["server_fence"]
+    assert got["fence"] > taken["fence"]
+    after = busy.read()
+    assert after == {"event": "released", "kept": True, "lost": False}
+
+
+def _wait_for_queue(client: redis.Redis, name: str, length: int) -> None:
+    deadline = time.monotonic() + 10
+    while _queue_length(client, name) < length:
+        assert time.monotonic() < deadline, "the waiter never queued"
+        time.sleep(0.005)
+
+
 def test_semaphore_holds_at_most_limit_under_kills_and_stops(
     api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
 ) -> None:

@@ -28,10 +28,12 @@ from tenure._exceptions import (
 
 __all__ = [
     "ASYNC_CLIENT_TYPES",
+    "STALE_CONNECTION_RETRIES",
     "SYNC_CLIENT_TYPES",
     "is_cluster",
     "map_exceptions",
     "require_client",
+    "stale_connection",
     "translate_error",
 ]
 
@@ -76,6 +78,23 @@ def require_bytes_replies(client: object, *, owner: str, stores: str, name: str)
             "redis-py's default",
             name=name,
         )
+
+
+STALE_CONNECTION_RETRIES = 32
+"""How many connections of an event loop that ended one call may find and drop."""
+
+
+def stale_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a pooled asyncio connection made on an event loop that ended.
+
+    A client used under one ``asyncio.run()`` and then another keeps the first
+    loop's connections; redis-py fails a call on each once (and drops it), so
+    the call is worth sending again.
+    """
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "Event loop is closed" in text or "attached to a different loop" in text
+    )
 
 
 def is_cluster(client: object) -> bool:

@@ -21,7 +21,6 @@ from tenure._exceptions import ArgumentError
 
 __all__ = [
     "ACQUIRED",
-    "COUNTED_DOWN",
     "DEFAULT_LEASE",
     "IDLE_TTL",
     "IDLE_TTL_MS",
@@ -47,6 +46,7 @@ __all__ = [
     "Queued",
     "ReadWriteStatistics",
     "SemaphoreStatistics",
+    "call_id",
     "check_name",
     "check_owner_name",
     "check_seconds",
@@ -97,8 +97,8 @@ RENEW_RETRY_MIN = 0.05
 ACQUIRED, QUEUED, LIMIT_MISMATCH = 1, 0, 2
 """``*_acquire``: the caller holds it / waits in line / the stored limit differs."""
 
-RELEASED, NOT_OWNED, COUNTED_DOWN = 1, 0, 2
-"""``lock_release``: released (and handed on) / not the owner / a re-entry counted down."""
+RELEASED, NOT_OWNED = 1, 0
+"""``lock_release``: released (and handed on) / not the owner."""
 
 KEPT = 1
 """``*_leave`` with ``keep``: the caller was handed it meanwhile and keeps it."""
@@ -116,13 +116,27 @@ def to_ms(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
+MAX_SECONDS = 10 * 365 * 86400
+"""The longest duration tenure sends to a server (about ten years, in whole ms a
+server's clock can add to its own without overflowing)."""
+
+
 def check_seconds(
-    argument: str, value: float | None, *, allow_none: bool, name: str | None
-) -> None:
-    """Refuse negative, NaN or non-numeric durations, naming the argument."""
+    argument: str,
+    value: float | None,
+    *,
+    allow_none: bool,
+    name: str | None,
+    forever: bool = False,
+) -> float | None:
+    """Refuse non-numeric, NaN, negative, infinite or too long durations, naming the argument.
+
+    Returns the value, with infinity as None when ``forever`` (a wait with no
+    deadline: ``blocking_timeout=math.inf`` means what None means).
+    """
     if value is None:
         if allow_none:
-            return
+            return None
         raise ArgumentError(argument, "must be a number of seconds, not None", name=name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ArgumentError(
@@ -130,6 +144,16 @@ def check_seconds(
         )
     if math.isnan(value) or value < 0:
         raise ArgumentError(argument, f"must be >= 0 seconds, got {value!r}", name=name)
+    if math.isinf(value):
+        if forever:
+            return None
+        fix = " (None: held until released)" if allow_none and argument == "timeout" else ""
+        raise ArgumentError(argument, f"must be a finite number of seconds{fix}", name=name)
+    if value > MAX_SECONDS:
+        raise ArgumentError(
+            argument, f"must be at most {MAX_SECONDS} seconds (ten years), got {value!r}", name=name
+        )
+    return value
 
 
 def check_name(name: object) -> str:
@@ -198,6 +222,15 @@ def new_token() -> str:
     return secrets.token_hex(16)
 
 
+def call_id(mode: str) -> str:
+    """The id of an extend call: a fresh one for ``add`` (its receipt), none for ``set``.
+
+    Setting a lease twice sets the same lease; adding twice would add twice,
+    so an ``add`` leaves a receipt under this id (``lua/lib/receipt.lua``).
+    """
+    return secrets.token_hex(8) if mode == "add" else ""
+
+
 @dataclass(frozen=True)
 class LockKeys:
     """The Redis keys of one primitive; all share the ``{name}`` hash tag (one slot).
@@ -206,7 +239,9 @@ class LockKeys:
     maps each waiter to the pub/sub channel of its process, where its grant
     is announced; ``names`` maps each waiter to its owner name. A lock keeps
     its holder's owner name in the owner hash (field ``owner``), a
-    semaphore in ``owners`` (token -> owner name).
+    semaphore in ``owners`` (token -> owner name) and each permit's fence in
+    ``grants``. ``done`` and ``done_old`` keep the receipts by which a resent
+    release (or extend by an amount) is recognised (``lua/lib/receipt.lua``).
     """
 
     owner: str
@@ -218,6 +253,8 @@ class LockKeys:
     limit: str
     names: str
     owners: str
+    done: str
+    done_old: str
 
     @classmethod
     def for_name(cls, prefix: str, name: str) -> LockKeys:
@@ -233,6 +270,8 @@ class LockKeys:
             limit=f"{owner}:limit",
             names=f"{owner}:names",
             owners=f"{owner}:owners",
+            done=f"{owner}:done",
+            done_old=f"{owner}:done:old",
         )
 
     @property
@@ -244,6 +283,11 @@ class LockKeys:
     def lock(self) -> tuple[str, str, str, str, str, str]:
         """The KEYS of the lock scripts that queue: :attr:`queued`, then ``names``."""
         return (*self.queued, self.names)
+
+    @property
+    def receipts(self) -> tuple[str, str]:
+        """The receipts of calls that end a hold or change it by an amount (``lua/lib/receipt``)."""
+        return (self.done, self.done_old)
 
     @property
     def all(self) -> tuple[str, str, str, str, str, str, str, str, str]:
@@ -290,7 +334,9 @@ class LockSettings:
         """Validate the constructor's arguments; raise ArgumentError naming the bad one."""
         checked = check_name(name)
         check_seconds("timeout", timeout, allow_none=True, name=checked)
-        check_seconds("blocking_timeout", blocking_timeout, allow_none=True, name=checked)
+        blocking_timeout = check_seconds(
+            "blocking_timeout", blocking_timeout, allow_none=True, name=checked, forever=True
+        )
         check_seconds("max_hold", max_hold, allow_none=True, name=checked)
         check_seconds("waiter_lease", waiter_lease, allow_none=False, name=checked)
         check_seconds("handoff_lease", handoff_lease, allow_none=False, name=checked)

@@ -10,6 +10,11 @@ Roles:
                            for a line on stdin, then try a fenced write and a
                            release and print what happened
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
+  stall URL NAME TIMEOUT   acquire (blocking) in a task of its own; on a stdin line
+                           "block SECONDS" block the event loop that long (a busy
+                           process), on any other line just wait; print when it
+                           was acquired, its fence and the server's, then hold
+                           50 ms, release and print whether the hold was kept
   permit URL NAME LIMIT    take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed), print it, then wait for stdin
   connlock URL NAME -       take an AsyncConnectionLock, print it, wait for stdin
@@ -41,7 +46,7 @@ from tenure import (
     LockNotOwnedError,
     SemaphoreNotOwnedError,
 )
-from tests._backend_asyncio import read_line, run, sleep
+from tests._backend_asyncio import join, read_line, run, sleep, spawn
 
 
 def emit(**fields: Any) -> None:
@@ -98,6 +103,41 @@ async def wait(url: str, name: str, timeout: float) -> None:
     emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
     if got:
         await lock.release()
+    await client.aclose()
+
+
+async def stall(url: str, name: str, timeout: float) -> None:
+    """Queue for the lock, maybe blocking this process's event loop meanwhile."""
+    client = redis.asyncio.Redis.from_url(url)
+    lost: list[bool] = []
+    lock = AsyncLock(client, name, timeout=10, on_lost=lambda _: lost.append(True))
+
+    async def take() -> bool:
+        return await lock.acquire(blocking_timeout=timeout)
+
+    emit(event="waiting", t=time.monotonic())
+    task = spawn(take)
+    line = await read_line()
+    if line.startswith("block "):
+        emit(event="blocking", t=time.monotonic())
+        time.sleep(float(line.split()[1]))  # noqa: ASYNC251 - the point: a busy loop
+    got = await join(task)
+    acquired = time.monotonic()
+    server_fence = await client.hget(lock.keys.owner, "fence")
+    emit(
+        event="acquired" if got else "timeout",
+        t=acquired,
+        fence=lock.fencing_token,
+        server_fence=int(server_fence or 0),
+    )
+    if got:
+        await sleep(0.05)
+        try:
+            await lock.release()
+            kept = True
+        except LockNotOwnedError:
+            kept = False
+        emit(event="released", kept=kept, lost=bool(lost))
     await client.aclose()
 
 
@@ -172,6 +212,8 @@ async def work(argv: list[str]) -> int:
         await hold(url, name, float(value))
     elif role == "wait":
         await wait(url, name, float(value))
+    elif role == "stall":
+        await stall(url, name, float(value))
     elif role == "connlock":
         await connlock(url, name)
     elif role == "permit":

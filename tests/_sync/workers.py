@@ -11,6 +11,11 @@ Roles:
                            for a line on stdin, then try a fenced write and a
                            release and print what happened
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
+  stall URL NAME TIMEOUT   acquire (blocking) in a thread of its own; on a stdin line
+                           "block SECONDS" block the process that long (a busy
+                           process), on any other line just wait; print when it
+                           was acquired, its fence and the server's, then hold
+                           50 ms, release and print whether the hold was kept
   permit URL NAME LIMIT    take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed), print it, then wait for stdin
   connlock URL NAME -       take an ConnectionLock, print it, wait for stdin
@@ -42,7 +47,7 @@ from tenure import (
     Semaphore,
     SemaphoreNotOwnedError,
 )
-from tests._backend_threads import read_line, run, sleep
+from tests._backend_threads import join, read_line, run, sleep, spawn
 
 
 def emit(**fields: Any) -> None:
@@ -97,6 +102,41 @@ def wait(url: str, name: str, timeout: float) -> None:
     emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
     if got:
         lock.release()
+    client.close()
+
+
+def stall(url: str, name: str, timeout: float) -> None:
+    """Queue for the lock, maybe blocking this process's process meanwhile."""
+    client = redis.Redis.from_url(url)
+    lost: list[bool] = []
+    lock = Lock(client, name, timeout=10, on_lost=lambda _: lost.append(True))
+
+    def take() -> bool:
+        return lock.acquire(blocking_timeout=timeout)
+
+    emit(event="waiting", t=time.monotonic())
+    task = spawn(take)
+    line = read_line()
+    if line.startswith("block "):
+        emit(event="blocking", t=time.monotonic())
+        time.sleep(float(line.split()[1]))  # noqa: ASYNC251 - the point: a busy loop
+    got = join(task)
+    acquired = time.monotonic()
+    server_fence = client.hget(lock.keys.owner, "fence")
+    emit(
+        event="acquired" if got else "timeout",
+        t=acquired,
+        fence=lock.fencing_token,
+        server_fence=int(server_fence or 0),
+    )
+    if got:
+        sleep(0.05)
+        try:
+            lock.release()
+            kept = True
+        except LockNotOwnedError:
+            kept = False
+        emit(event="released", kept=kept, lost=bool(lost))
     client.close()
 
 
@@ -171,6 +211,8 @@ def work(argv: list[str]) -> int:
         hold(url, name, float(value))
     elif role == "wait":
         wait(url, name, float(value))
+    elif role == "stall":
+        stall(url, name, float(value))
     elif role == "connlock":
         connlock(url, name)
     elif role == "permit":

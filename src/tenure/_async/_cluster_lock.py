@@ -33,7 +33,7 @@ a failover to one of them, tokens go on growing.
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
@@ -43,10 +43,20 @@ from tenure._async._replication import AsyncAcknowledger
 from tenure._async._scripting import AsyncClient
 from tenure._async._watchdog import Job, JobRunner
 from tenure._exceptions import ArgumentError
-from tenure._leased_core import Acquired, ClusterLockStatistics, LeasedStatistics
+from tenure._leased_core import (
+    DEFAULT_WAITER_LEASE,
+    ClusterLockStatistics,
+    LeasedStatistics,
+    LockSettings,
+)
 from tenure._replication_core import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
 
 __all__ = ["AsyncClusterLock"]
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a finite number (it is checked in full elsewhere)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class AsyncClusterLock(AsyncLock):
@@ -62,7 +72,8 @@ class AsyncClusterLock(AsyncLock):
       Lock), counted again every 30 s and after a failover.
     * ``replica_timeout`` — seconds to wait for them (default 0.5); at most
       a quarter of ``waiter_lease`` (a waiter's refresh waits too) and less
-      than the lease.
+      than the lease. Without ``waiter_lease``, it is derived: the larger of
+      2 s and four times ``replica_timeout``.
     * ``aof`` — wait with ``WAITAOF 1 n`` instead: the write must be fsynced
       to the AOF of the primary (which needs ``appendonly yes``) and of
       ``n`` replicas. Redis 7.2+ and Valkey; Redis 7.0 raises a clear error.
@@ -73,6 +84,7 @@ class AsyncClusterLock(AsyncLock):
     """
 
     _statistics_type: ClassVar[type[LeasedStatistics]] = ClusterLockStatistics
+    _confirm_every_grant = True  # a grant is acknowledged by the replicas before it counts
     _reentry_hint = "make it with reentrant=True to re-enter"
 
     def __init__(
@@ -91,6 +103,10 @@ class AsyncClusterLock(AsyncLock):
         aof: bool = False,
         **kwargs: Any,
     ) -> None:
+        if "waiter_lease" not in kwargs and _seconds(replica_timeout):
+            # A waiter refreshes its place within a quarter of its lease, each
+            # refresh waiting up to replica_timeout: derive it when not set.
+            kwargs["waiter_lease"] = max(DEFAULT_WAITER_LEASE, 4 * float(replica_timeout))
         # The Lock's arguments, positional ones in redis-py's order, pass through.
         super().__init__(
             client,
@@ -116,13 +132,17 @@ class AsyncClusterLock(AsyncLock):
                 "outlive it; raise waiter_lease or lower replica_timeout",
                 name=name,
             )
-        if policy.replica_timeout >= settings.lease:
+        self._acks = AsyncAcknowledger(self.client, policy, name)
+        self._check_settings(settings)
+
+    def _check_settings(self, settings: LockSettings) -> None:
+        replica_timeout = self._acks.policy.replica_timeout
+        if replica_timeout >= settings.lease:
             raise ArgumentError(
                 "replica_timeout",
                 f"{replica_timeout:g}s is not below the lease ({settings.lease:g}s)",
-                name=name,
+                name=self.name,
             )
-        self._acks = AsyncAcknowledger(self.client, policy, name)
 
     @property
     def min_replicas(self) -> int | None:
@@ -159,16 +179,6 @@ class AsyncClusterLock(AsyncLock):
         took: Callable[[Any], bool],
     ) -> Any:
         return await self._acks.run_checked(script, keys, args, took)
-
-    async def _confirm_grant(
-        self, token: str, granted: Acquired, at: float
-    ) -> tuple[Acquired, float] | None:
-        sent = time.monotonic()
-        keys, args = self._extend_call(token, self._settings.lease_ms, "set")
-        reply = int(await self._run_taking(self._scripts.extend, keys, args, extended))
-        if reply <= 0:
-            return None
-        return Acquired(fence=granted.fence, lease_ms=reply), sent
 
     def _renewal_runner(self) -> JobRunner | None:
         acks = self._acks  # not the lock: renewals must not keep it alive

@@ -63,10 +63,9 @@ from tenure._backend_asyncio import (
     absorb_guard_cancel,
     cancel_holder,
     current_holder,
-    guarded,
     shielded,
 )
-from tenure._clients import map_exceptions, require_client
+from tenure._clients import require_client
 from tenure._exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
@@ -75,11 +74,9 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
     PrimitiveError,
-    ReplicationError,
     TenureError,
 )
 from tenure._leased_core import (
-    COUNTED_DOWN,
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
@@ -99,6 +96,7 @@ from tenure._leased_core import (
     LockSettings,
     LockStatistics,
     Queued,
+    call_id,
     check_owner_name,
     check_seconds,
     default_owner_name,
@@ -154,6 +152,8 @@ class AsyncLeased:
     _reentry_hint: ClassVar[str] = "it is not re-entrant: release it before acquiring again"
     """What an :class:`AlreadyHeldError` suggests: only what this primitive has."""
     _statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics
+    _confirm_every_grant: ClassVar[bool] = False
+    """Whether a handed-over hold is confirmed before acquire() returns, however fresh."""
 
     def _setup(
         self,
@@ -205,7 +205,8 @@ class AsyncLeased:
         self._settings = settings
         self.client = client
         self.name = name
-        self.timeout = timeout
+        self._timeout = timeout
+        self._auto_renew_asked = auto_renew
         self.thread_local = bool(thread_local)
         self.raise_on_release_error = bool(raise_on_release_error)
         self._keys = LockKeys.for_name(prefix, name)
@@ -225,6 +226,40 @@ class AsyncLeased:
         return self.client
 
     @property
+    def timeout(self) -> float | None:
+        """The lease in seconds; None: held until released (a renewed 30 s lease).
+
+        Settable, as in redis-py: the next acquisition takes the new lease,
+        and a hold held now gets it at its next renewal (with ``timeout=None``
+        renewals run; a fixed lease is not renewed unless ``auto_renew``).
+        """
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        s = self._settings
+        settings = LockSettings.build(
+            self.name,
+            timeout=value,
+            blocking=s.blocking,
+            blocking_timeout=s.blocking_timeout,
+            auto_renew=self._auto_renew_asked,
+            reentrant=s.reentrant,
+            max_hold=s.max_hold,
+            waiter_lease=s.waiter_lease,
+            handoff_lease=s.handoff_lease,
+        )
+        self._check_settings(settings)
+        self._settings = settings
+        self._timeout = value
+
+    def _check_owner_free(self) -> None:
+        """A hook: refuse to wait on a hold this owner has through another object."""
+
+    def _check_settings(self, settings: LockSettings) -> None:
+        """A hook: refuse settings a kind cannot work with (a changed ``timeout``)."""
+
+    @property
     def blocking(self) -> bool:
         """Whether :meth:`acquire` waits by default (settable, as in redis-py)."""
         return self._settings.blocking
@@ -240,7 +275,9 @@ class AsyncLeased:
 
     @blocking_timeout.setter
     def blocking_timeout(self, value: float | None) -> None:
-        check_seconds("blocking_timeout", value, allow_none=True, name=self.name)
+        value = check_seconds(
+            "blocking_timeout", value, allow_none=True, name=self.name, forever=True
+        )
         self._settings = dataclasses.replace(self._settings, blocking_timeout=value)
 
     @property
@@ -286,13 +323,15 @@ class AsyncLeased:
         return self._keys.lock
 
     def _release_call(self, token: str) -> Call:
-        return self._keys.lock, (token, self._settings.handoff_ms, IDLE_TTL_MS)
+        keys = (*self._keys.lock, *self._keys.receipts)
+        return keys, (token, self._settings.handoff_ms, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
         return self._keys.lock, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
-        return (self._keys.owner,), (token, ms, mode)
+        keys = (self._keys.owner, *self._keys.receipts)
+        return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS)
 
     def _parse_try(self, reply: Any) -> int:
         """The fencing token the fast path took (> 0), or 0."""
@@ -407,12 +446,14 @@ class AsyncLeased:
     ) -> bool:
         settings = self._settings
         if sleep is not None:
-            check_seconds("sleep", sleep, allow_none=False, name=self.name)
+            check_seconds("sleep", sleep, allow_none=False, name=self.name, forever=True)
         wait = settings.blocking if blocking is None else bool(blocking)
         if blocking_timeout is None:
             blocking_timeout = settings.blocking_timeout
         else:
-            check_seconds("blocking_timeout", blocking_timeout, allow_none=False, name=self.name)
+            blocking_timeout = check_seconds(
+                "blocking_timeout", blocking_timeout, allow_none=False, name=self.name, forever=True
+            )
         if isinstance(token, bytes):  # redis-py takes bytes tokens too
             try:  # type: ignore[unreachable]
                 token = token.decode("utf-8")
@@ -430,6 +471,7 @@ class AsyncLeased:
             return await self._reenter(held)
         if held is not None:
             self._forget(held)
+        self._check_owner_free()
         return await self._acquire(wait, blocking_timeout, token or self._new_token())
 
     async def _acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
@@ -521,18 +563,16 @@ class AsyncLeased:
         return answer
 
     async def _reenter(self, hold: Hold) -> bool:
+        """Enter a hold again: the count is kept here; the server checks the hold, resets its lease.
+
+        Nothing is counted on the server, so a resent call, a cancelled one or
+        one whose replicas fell short leaves nothing to take back.
+        """
         sent = time.monotonic()
         keys, args = self._acquire_call(hold.token, 0, reenter=True)
-        try:
-            reply = await guarded(
-                self._run_taking(self._scripts.acquire, keys, args, _took_lock),
-                lambda reply: self._undo_reentry(hold, reply),
-            )
-        except ReplicationError:
-            # Counted on the primary but not acknowledged: count it down again.
-            await shielded(self._count_down(hold))
-            raise
-        answer = self._answer(reply)
+        answer = self._answer(
+            await shielded(self._run_taking(self._scripts.acquire, keys, args, _took_lock))
+        )
         if not isinstance(answer, Acquired):
             self._mark_lost(hold)
             raise self._not_owned(f"re-entry found the {self._noun} lost", name=self.name)
@@ -540,16 +580,6 @@ class AsyncLeased:
             hold.count += 1
             hold.expires_at = sent + answer.lease_ms / 1000
         return True
-
-    async def _undo_reentry(self, hold: Hold, reply: Any) -> None:
-        """A re-entry was counted on the server but its caller was cancelled: count it down."""
-        if isinstance(parse_acquire(reply), Acquired):
-            await self._count_down(hold)
-
-    async def _count_down(self, hold: Hold) -> Any:
-        """Take back one re-entry of ``hold`` on the server (the release script's reply)."""
-        keys, args = self._release_call(hold.token)
-        return await self._run(self._scripts.release, keys, args)
 
     async def _give_up(self, token: str, started: float, holder: object) -> bool:
         """The deadline passed: leave the queue, unless it was handed over meanwhile."""
@@ -620,16 +650,19 @@ class AsyncLeased:
         me = weakref.ref(self)  # a lock object nobody holds any more is not renewed
         kind = type(self).__name__
 
+        def wanted() -> bool:
+            if me() is not None:
+                return True
+            logger.warning(
+                "tenure: a %s of %r was garbage-collected while held; it ends with its lease",
+                kind,
+                job.name,
+            )
+            return False
+
         def on_result(reply: Any, error: BaseException | None) -> float | None:
             lock = me()
-            if lock is None:
-                logger.warning(
-                    "tenure: a %s of %r was garbage-collected while held; it ends with its lease",
-                    kind,
-                    job.name,
-                )
-                return None
-            return lock._renewed(hold, job, reply, error)
+            return None if lock is None else lock._renewed(hold, job, reply, error)
 
         keys, args = self._extend_call(hold.token, ms, "set")
         job = Job(
@@ -642,6 +675,7 @@ class AsyncLeased:
             name=self.name,
             slack=(due - time.monotonic()) / 2,
             runner=self._renewal_runner(),
+            wanted=wanted,
         )
         hold.renewal = watchdog().schedule(job)
 
@@ -737,16 +771,13 @@ class AsyncLeased:
             raise self._not_owned(
                 f"cannot release: this owner does not hold the {self._noun}", name=self.name
             )
-        if hold.count == 1:
-            self._forget(hold)  # stop renewing before it can change hands
+        with self._mutex:
+            if hold.count > 1:
+                hold.count -= 1  # an inner release: the outer hold goes on
+                return
+        self._forget(hold)  # stop renewing before it can change hands
         keys, args = self._release_call(hold.token)
         reply = int(await shielded(self._run(self._scripts.release, keys, args)))
-        if reply == COUNTED_DOWN:
-            with self._mutex:
-                hold.count -= 1
-            return
-        if hold.count > 1:
-            self._forget(hold)  # the server held no more re-entries than this one
         if reply == NOT_OWNED:
             with self._mutex:
                 if not hold.lost:
@@ -798,8 +829,13 @@ class AsyncLeased:
         hold = self._slot.get()
         if hold is None:
             return False
-        with map_exceptions(name=self.name, doing=f"checking the {self._noun}"):
-            score = await self.client.zscore(self._keys.owner, hold.token)
+        score = await self._registry.command(
+            "ZSCORE",
+            self._keys.owner,
+            hold.token,
+            name=self.name,
+            doing=f"checking the {self._noun}",
+        )
         return score is not None
 
     async def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
@@ -822,13 +858,26 @@ class AsyncLeased:
     async def _confirm_grant(
         self, token: str, granted: Acquired, at: float
     ) -> tuple[Acquired, float] | None:
-        """A hook: make a hold handed over by another's release this owner's own.
+        """Make a hold handed over by another's release (at ``at``) this owner's own.
 
         Returns the hold's answer and when its lease started, or None if it
-        lapsed first. Plain kinds take it as granted (the watchdog confirms
-        the full lease later); replica-acknowledged kinds confirm it now.
+        lapsed first. A fresh grant is taken as granted: the watchdog confirms
+        the full lease at a third of the handoff lease, as it would renew,
+        and a hold found gone then is reported lost. A grant this owner saw
+        late (its process or event loop was busy, or stopped) is confirmed
+        now, before ``acquire()`` returns: its short lease may have run out
+        and the lock gone to the next waiter. Replica-acknowledged kinds
+        confirm every grant now.
         """
-        return granted, at
+        seen_after = time.monotonic() - at
+        if not self._confirm_every_grant and seen_after < granted.lease_ms / 1000 * RENEW_AT:
+            return granted, at
+        sent = time.monotonic()
+        keys, args = self._extend_call(token, self._settings.lease_ms, "set")
+        reply = int(await self._run_taking(self._scripts.extend, keys, args, extended))
+        if reply <= 0:
+            return None
+        return Acquired(fence=granted.fence, lease_ms=reply), sent
 
     def _renewal_runner(self) -> JobRunner | None:
         """A hook: how the watchdog runs this kind's renewals (None: batched EVALSHA)."""

@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 
 from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
-from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
 from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
@@ -118,16 +117,17 @@ class AsyncLock(AsyncLeased):
 
     async def locked(self) -> bool:
         """True if anyone holds the lock (one round trip)."""
-        with map_exceptions(name=self.name, doing="checking the lock"):
-            return bool(await self.client.exists(self._keys.owner))
+        exists = self._registry.command
+        return bool(await exists("EXISTS", self._keys.owner, name=self.name, doing="checking"))
 
     async def owned(self) -> bool:
         """True if this owner holds the lock, as the server sees it (one round trip)."""
         hold = self._slot.get()
         if hold is None:
             return False
-        with map_exceptions(name=self.name, doing="checking the lock"):
-            current = await self.client.hget(self._keys.owner, "token")
+        current = await self._registry.command(
+            "HGET", self._keys.owner, "token", name=self.name, doing="checking the lock"
+        )
         return current is not None and to_text(current) == hold.token
 
 

@@ -76,6 +76,7 @@ from tenure._exceptions import (
 from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
+    IDLE_TTL_MS,
     OWNER_EXPIRY_SLACK,
     WAITER_REFRESH,
     Acquired,
@@ -438,10 +439,14 @@ class AsyncRedlock(AsyncLeased):
     # -- the script calls --------------------------------------------------------
 
     def _release_call(self, token: str) -> Call:
-        return self._keys.queued[:4], (token, "leave", "")
+        return self._release_keys(), (token, "leave", "", IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
-        return self._keys.queued[:4], (token, "leave", "")
+        return self._release_call(token)
+
+    def _release_keys(self) -> tuple[str, ...]:
+        """The redlock_release script's keys: the queue's, then the receipts."""
+        return (*self._keys.queued[:4], *self._keys.receipts)
 
     async def _run(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Any:
         # Release and leave (the only plain script calls left to the base class):
@@ -687,7 +692,7 @@ class AsyncRedlock(AsyncLeased):
         only ``master_timeout`` if not ``patient`` (the masters are known to
         be out of reach).
         """
-        keys, args = self._keys.queued[:4], (token, mode, mark)
+        keys, args = self._release_keys(), (token, mode, mark, IDLE_TTL_MS)
         masters = self._masters
         tally = await masters.call(
             masters.script("redlock_release", keys, args),

@@ -11,6 +11,7 @@ keys, and the node that lacks the script gets it the same way.
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,12 @@ import redis.asyncio.cluster
 from redis import exceptions as redis_errors
 
 from tenure._backend_asyncio import node_pipeline
-from tenure._clients import is_cluster, map_exceptions
+from tenure._clients import (
+    STALE_CONNECTION_RETRIES,
+    is_cluster,
+    map_exceptions,
+    stale_connection,
+)
 from tenure._exceptions import BackendError
 from tenure._scripts import Script, ScriptStatistics, load_script
 
@@ -61,11 +67,33 @@ class AsyncScriptRegistry:
         self._stats.calls += 1
         client = self._client
         with map_exceptions(name=name, doing=f"running {script.name}"):
-            try:
-                return await client.evalsha(script.sha, len(keys), *keys, *args)
-            except redis_errors.NoScriptError:
-                self._stats.reloads += 1
-                return await client.eval(script.source, len(keys), *keys, *args)
+            for attempt in itertools.count(1):
+                try:
+                    return await client.evalsha(script.sha, len(keys), *keys, *args)
+                except redis_errors.NoScriptError:
+                    self._stats.reloads += 1
+                    return await client.eval(script.source, len(keys), *keys, *args)
+                except RuntimeError as exc:
+                    if attempt > STALE_CONNECTION_RETRIES or not stale_connection(exc):
+                        raise
+                    # redis-py dropped that connection: the next call connects
+                    # anew. Every script is safe to run twice, so resend it.
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def command(self, *args: Any, name: str | None, doing: str) -> Any:
+        """Send one plain command (``execute_command``'s arguments), errors translated.
+
+        Like :meth:`run`, a call that meets a connection of an event loop that
+        ended is sent again: only reads go through here.
+        """
+        with map_exceptions(name=name, doing=doing):
+            for attempt in itertools.count(1):
+                try:
+                    return await self._client.execute_command(*args)  # type: ignore[no-untyped-call,unused-ignore]
+                except RuntimeError as exc:
+                    if attempt > STALE_CONNECTION_RETRIES or not stale_connection(exc):
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def run_many(
         self,

@@ -64,6 +64,8 @@ class Job:
     slack: float = 0.0
     cancelled: bool = False
     runner: JobRunner | None = None
+    wanted: Callable[[], bool] | None = None
+    """Asked just before the job runs: False drops it unrun (its owner is gone)."""
 
 
 class AsyncWatchdog:
@@ -122,6 +124,9 @@ class AsyncWatchdog:
                 if job.cancelled:
                     continue
                 if job.due - job.slack <= now + 0.001:
+                    if job.wanted is not None and not job.wanted():
+                        job.cancelled = True
+                        continue
                     due.append(job)
                 else:
                     waiting.append(job)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from tenure._clients import map_exceptions
 from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
 from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
@@ -109,16 +108,17 @@ class Lock(Leased):
 
     def locked(self) -> bool:
         """True if anyone holds the lock (one round trip)."""
-        with map_exceptions(name=self.name, doing="checking the lock"):
-            return bool(self.client.exists(self._keys.owner))
+        exists = self._registry.command
+        return bool(exists("EXISTS", self._keys.owner, name=self.name, doing="checking"))
 
     def owned(self) -> bool:
         """True if this owner holds the lock, as the server sees it (one round trip)."""
         hold = self._slot.get()
         if hold is None:
             return False
-        with map_exceptions(name=self.name, doing="checking the lock"):
-            current = self.client.hget(self._keys.owner, "token")
+        current = self._registry.command(
+            "HGET", self._keys.owner, "token", name=self.name, doing="checking the lock"
+        )
         return current is not None and to_text(current) == hold.token
 
 

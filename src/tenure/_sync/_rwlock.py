@@ -18,10 +18,11 @@ wake-ups, watchdog and lost-hold notice as the lock apply, from one source.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, ClassVar, cast
 
-from tenure._clients import map_exceptions
 from tenure._exceptions import (
+    AlreadyHeldError,
     ArgumentError,
     LockLostError,
     LockNotOwnedError,
@@ -73,6 +74,27 @@ class _AsyncSide(Permits):
     def _new_token(self) -> str:
         return self._mode + new_token()
 
+    _other: weakref.ReferenceType[_AsyncSide] | None = None
+    """The other side of the same read-write lock (weak: no cycle keeps a side alive)."""
+
+    def _check_owner_free(self) -> None:
+        other = None if self._other is None else self._other()
+        if other is None:
+            return
+        hold = other._slot.get(adopt=False)
+        if hold is not None and not hold.lost:
+            if self._mode == "w":
+                hint = (
+                    "a read hold is not upgraded (two upgrading readers would wait on each "
+                    "other): release it first, or take the write lock and downgrade()"
+                )
+            else:
+                hint = "it would wait on its own write hold: use write.downgrade()"
+            raise AlreadyHeldError(
+                f"this owner holds the {other._noun} of this read-write lock; {hint}",
+                name=self.name,
+            )
+
 
 class ReadLock(_AsyncSide):
     """The shared side of an :class:`ReadWriteLock`: many readers at once."""
@@ -98,7 +120,8 @@ class WriteLock(_AsyncSide):
             raise self._not_owned("already downgraded to a read lock", name=self.name)
         read_token = "r" + hold.token[1:]
         args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
-        if int(self._run("rw_downgrade", self._keys.all, args)) == 0:
+        keys = (*self._keys.all, *self._keys.receipts)
+        if int(self._run("rw_downgrade", keys, args)) == 0:
             self._mark_lost(hold)
             raise self._not_owned("the write lock is no longer held", name=self.name)
         with self._mutex:
@@ -145,11 +168,13 @@ class ReadWriteLock:
         self.sleep = sleep
         self.read = ReadLock(client, name, **options)
         self.write = WriteLock(client, name, **options)
+        self.read._other, self.write._other = weakref.ref(self.write), weakref.ref(self.read)
 
     def readers(self) -> int:
         """How many read holds there are now (0 while a writer holds)."""
-        with map_exceptions(name=self.name, doing="counting readers"):
-            holders = self.read.client.zrange(self.read.keys.owner, 0, -1)
+        holders = self.read._registry.command(
+            "ZRANGE", self.read.keys.owner, 0, -1, name=self.name, doing="counting readers"
+        )
         return sum(1 for token in holders if to_text(token).startswith("r"))
 
     def __repr__(self) -> str:

@@ -33,7 +33,9 @@ from tenure._leased_core import (
     LeasedStatistics,
     LimitMismatch,
     SemaphoreStatistics,
+    call_id,
     check_seconds,
+    new_token,
 )
 from tenure._sync._leased import Call, Leased, LeasedScripts
 from tenure._sync._scripting import Client
@@ -60,7 +62,7 @@ class Permits(Leased):
 
     def _try_call(self, token: str) -> Call:
         k = self._keys
-        keys = (k.owner, k.queue, k.fence, k.limit, k.owners)
+        keys = (k.owner, k.queue, k.fence, k.limit, k.owners, k.grants)
         args = (token, self._settings.lease_ms, self._limit, IDLE_TTL_MS, self.owner_name)
         return keys, args
 
@@ -71,15 +73,17 @@ class Permits(Leased):
         return self._keys.all
 
     def _release_call(self, token: str) -> Call:
-        return self._keys.all, (token, self._settings.handoff_ms, self._limit, IDLE_TTL_MS)
+        keys = (*self._keys.all, *self._keys.receipts)
+        return keys, (token, self._settings.handoff_ms, self._limit, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
         args = (token, self._settings.handoff_ms, mode, self._limit, IDLE_TTL_MS)
         return self._keys.all, args
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
-        keys = (self._keys.owner, self._keys.limit, self._keys.owners)
-        return keys, (token, ms, mode, IDLE_TTL_MS)
+        k = self._keys
+        keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
+        return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode))
 
     def _parse_try(self, reply: Any) -> int:
         fence = int(reply)
@@ -192,8 +196,9 @@ class Semaphore(Permits):
         until they are made with the new one (or call ``set_limit``).
         """
         _check_limit(limit, self.name)
-        args = (limit, self._settings.handoff_ms, IDLE_TTL_MS)
-        previous = int(self._run("semaphore_set_limit", self._keys.all, args))
+        args = (limit, self._settings.handoff_ms, IDLE_TTL_MS, new_token())
+        keys = (*self._keys.all, *self._keys.receipts)
+        previous = int(self._run("semaphore_set_limit", keys, args))
         self._limit = limit
         return previous
 

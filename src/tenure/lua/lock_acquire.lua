@@ -1,8 +1,7 @@
 -- tenure script: lock_acquire
 -- Take the lock if it is free and the caller is first in line; else join the
 -- FIFO queue (or refresh the caller's place and waiter lease in it).
--- on resend: (pending: the lead's)
--- KEYS[1] owner hash {token, fence, count, owner}, PEXPIRE = lease
+-- KEYS[1] owner hash {token, fence, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
@@ -11,7 +10,9 @@
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
--- ARGV[4] 1 = the caller holds it and re-enters (count + 1), 0 = plain acquire
+-- ARGV[4] 1 = the caller holds it and re-enters: only check that it does and reset
+--         the lease (the count of re-entries is the owner's, not the server's);
+--         0 = plain acquire
 -- ARGV[5] handoff lease in ms, for granting a free lock to the first waiter
 -- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[7] lifetime in ms of a fencing counter started now
@@ -19,6 +20,8 @@
 -- returns {1, fence, lease ms} when the caller holds the lock, or
 --         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
 --          server time in ms}
+-- on resend: the token holds already (answered as a re-entry or a confirmation),
+--         or keeps its place in line (ZADD NX)
 
 --! include queue
 --! include lock
@@ -27,6 +30,9 @@ local token, lease, channel, idle_ms, name = ARGV[1], ARGV[2], ARGV[6], ARGV[7],
 
 -- Fast path: free and nobody waiting.
 local owner = redis.call('HGET', owner_key, 'token')
+if ARGV[4] == '1' and owner ~= token then
+    return {0, redis.call('PTTL', owner_key), -1, 0}  -- a re-entry that found it gone
+end
 if (not owner) and redis.call('EXISTS', queue) == 0 then
     return {1, take(owner_key, fence, token, lease, idle_ms, name), tonumber(lease)}
 end
@@ -35,10 +41,8 @@ local waiter_lease = tonumber(ARGV[3])
 local now, now_us = server_time()
 purge_waiters(queue, waiters, wakes, now, names)
 if owner == token then
-    -- Already ours: a re-entry, or a waiter that was handed the lock confirming it.
-    if ARGV[4] == '1' then
-        redis.call('HINCRBY', owner_key, 'count', 1)
-    end
+    -- Already ours: a re-entry, a waiter that was handed the lock confirming
+    -- it, or this same call resent.
     redis.call('HSET', owner_key, 'owner', name)
     redis.call('PEXPIRE', owner_key, lease)
     leave_queue(queue, waiters, wakes, token, names)

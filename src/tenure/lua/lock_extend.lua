@@ -1,21 +1,32 @@
 -- tenure script: lock_extend
 -- Extend or reset the lease of a lock the token owns.
--- on resend: (pending: the lead's)
--- KEYS[1] owner hash {token, fence, count, owner}
+-- KEYS[1] owner hash {token, fence, owner}
+-- KEYS[2] receipts hash (lib/receipt)
+-- KEYS[3] the receipts' previous generation
 -- ARGV[1] token
 -- ARGV[2] milliseconds
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)
+-- ARGV[4] add: the call's id (a fresh random id per call); set: ''
+-- ARGV[5] lifetime in ms of the receipt an add leaves
 -- returns the new remaining lease in ms, or 0 if the token does not own the lock
+-- on resend: set sets the same lease again; add finds its receipt and answers
+--         the lease it set, adding nothing
 
+--! include receipt
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
     return 0
 end
 local ms = tonumber(ARGV[2])
 if ARGV[3] == 'add' then
+    local done = receipt(KEYS[2], KEYS[3], ARGV[4])
+    if done then
+        return tonumber(done)
+    end
     local left = redis.call('PTTL', KEYS[1])
     if left > 0 then
         ms = ms + left
     end
+    give_receipt(KEYS[2], KEYS[3], ARGV[4], ms, ARGV[5])
 end
 redis.call('PEXPIRE', KEYS[1], ms)
 return ms

@@ -4,8 +4,7 @@
 -- taken by the call being undone), keep it (ARGV[3] = keep) or pass it on
 -- (ARGV[3] = pass). If the lock is free, grant it to the next waiter so a
 -- departing head of the line stalls nobody.
--- on resend: (pending: the lead's)
--- KEYS[1] owner hash {token, fence, count, owner}
+-- KEYS[1] owner hash {token, fence, owner}
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
 -- KEYS[4] waiters' channels hash
@@ -17,6 +16,7 @@
 -- ARGV[4] lifetime in ms of a fencing counter started now
 -- returns {1, fence, remaining lease ms} if the caller holds the lock (keep),
 --         {0} otherwise
+-- on resend: keep finds the lock still the caller's; pass finds it gone
 
 --! include queue
 --! include lock

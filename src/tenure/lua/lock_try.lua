@@ -1,8 +1,7 @@
 -- tenure script: lock_try
 -- The fast path of acquire: take the lock if it is free and nobody waits.
 -- (lock_acquire does everything else: queueing, handoff, re-entry.)
--- on resend: (pending: the lead's)
--- KEYS[1] owner hash {token, fence, count, owner}, PEXPIRE = lease
+-- KEYS[1] owner hash {token, fence, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset (only its existence is checked)
 -- KEYS[3] fencing counter
 -- ARGV[1] token
@@ -10,10 +9,18 @@
 -- ARGV[3] lifetime in ms of a fencing counter started now
 -- ARGV[4] the caller's owner name (shown by tenure inspect)
 -- returns the fencing token (> 0) if taken, else 0
+-- on resend: the token holds already; its fencing token is answered again
 
 --! include queue
 --! include lock
-if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
+local owner = redis.call('HGET', KEYS[1], 'token')
+if owner then
+    if owner == ARGV[1] then
+        return tonumber(redis.call('HGET', KEYS[1], 'fence'))
+    end
+    return 0
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
     return 0
 end
 return take(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])

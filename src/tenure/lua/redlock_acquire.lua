@@ -4,7 +4,6 @@
 -- The line is ordered by a ticket the caller chose (its clock when it began
 -- to acquire), so every master agrees on who is first and hands the free lock
 -- to the same caller: contenders do not split the masters between them.
--- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence, attempt, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> ticket
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
@@ -21,6 +20,8 @@
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- returns {1, fence, lease ms} when the caller holds the lock on this master,
 --         {0, owner's remaining lease ms (-2 none), 0-based place in line (-1 none)}
+-- on resend: the token holds already (answered as "ours already"), or keeps
+--         its place in line (ZADD NX)
 
 --! include queue
 --! include redlock

@@ -2,13 +2,13 @@
 -- Raise this master's fencing counter to the fence a Redlock holder was given
 -- (the largest of its quorum's), if the token still holds the lock here; so a
 -- later holder whose quorum shares this master gets a larger fence.
--- on resend: (pending: the lead's)
 -- KEYS[1] owner hash {token, fence}
 -- KEYS[2] fencing counter
 -- ARGV[1] token
 -- ARGV[2] the holder's fence
 -- ARGV[3] lifetime in ms of the fencing counter
 -- returns 1 if the token holds the lock here (the counter is now at least the fence), 0 otherwise
+-- on resend: the counter is at the fence already; only its lifetime is renewed
 
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
     return 0

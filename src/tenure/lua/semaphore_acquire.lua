@@ -1,13 +1,12 @@
 -- tenure script: semaphore_acquire
 -- Take a permit if one is free and nobody is ahead of the caller; else join
 -- the FIFO queue (or refresh the caller's place and waiter lease in it).
--- on resend: (pending: the lead's)
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
 -- KEYS[5] fencing counter
--- KEYS[6] unconfirmed grants hash: token -> fence
+-- KEYS[6] holders' fences hash: token -> fence
 -- KEYS[7] the stored limit
 -- KEYS[8] waiters' names hash: token -> owner name
 -- KEYS[9] holders' names hash: token -> owner name
@@ -23,6 +22,8 @@
 --         {0, ms until the first permit expires (-2 none), 0-based place in queue
 --          (-1 none), server time in ms}, or
 --         {2, stored limit} if the stored limit differs from ARGV[4]
+-- on resend: the token holds its permit already (answered as a confirmation,
+--         with the same fence), or keeps its place in line (ZADD NX)
 
 --! include queue
 --! include semaphore
@@ -46,14 +47,13 @@ if redis.call('ZSCORE', holders, token) then
     -- Granted while we waited (or just now): confirm the full lease.
     redis.call('ZADD', holders, string.format('%d', now + lease), token)
     keep_alive(holders, lease)
-    name_permit(owners, token, name, lease)
+    name_permit(owners, grants, token, name, lease)
     local f = tonumber(redis.call('HGET', grants, token) or '0')
-    redis.call('HDEL', grants, token)
     leave_queue(queue, waiters, wakes, token, names)
     return {1, f, lease}
 end
 if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
-    return {1, take_permit(holders, fence, token, lease, now, idle_ms, owners, name), lease}
+    return {1, take_permit(holders, grants, fence, token, lease, now, idle_ms, owners, name), lease}
 end
 
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')

@@ -3,13 +3,12 @@
 -- granted to the caller meanwhile (or taken by the call being undone) is kept
 -- (ARGV[3] = keep) or passed on (ARGV[3] = pass); free permits go to the next
 -- waiters.
--- on resend: (pending: the lead's)
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
 -- KEYS[4] waiters' channels hash
 -- KEYS[5] fencing counter
--- KEYS[6] unconfirmed grants hash
+-- KEYS[6] holders' fences hash
 -- KEYS[7] the stored limit
 -- KEYS[8] waiters' names hash: token -> owner name
 -- KEYS[9] holders' names hash: token -> owner name
@@ -20,6 +19,7 @@
 -- ARGV[5] idle time in ms after which the counter and the limit expire
 -- returns {1, fence, remaining lease ms} if the caller keeps a permit (the
 --         fence is 0 if the permit was not a grant), {0} otherwise
+-- on resend: keep finds the permit kept (with its fence); pass finds it gone
 
 --! include queue
 --! include semaphore
@@ -32,7 +32,6 @@ purge_holders(holders, grants, now, owners)
 purge_waiters(queue, waiters, wakes, now, names)
 local expiry = redis.call('ZSCORE', holders, token)
 local granted = redis.call('HGET', grants, token)
-redis.call('HDEL', grants, token)
 if expiry then
     if ARGV[3] == 'keep' then
         return {1, tonumber(granted or '0'), tonumber(expiry) - now}

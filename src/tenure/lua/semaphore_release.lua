@@ -1,23 +1,26 @@
 -- tenure script: semaphore_release
 -- Return the caller's permit and hand free permits to the first live waiters.
--- on resend: (pending: the lead's)
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
 -- KEYS[4] waiters' channels hash
 -- KEYS[5] fencing counter
--- KEYS[6] unconfirmed grants hash
+-- KEYS[6] holders' fences hash
 -- KEYS[7] the stored limit
 -- KEYS[8] waiters' names hash: token -> owner name
 -- KEYS[9] holders' names hash: token -> owner name
+-- KEYS[10] receipts hash (lib/receipt)
+-- KEYS[11] the receipts' previous generation
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] limit, if none is stored
--- ARGV[4] idle time in ms after which the counter and the limit expire
+-- ARGV[4] idle time in ms after which the counter, the limit and the receipt expire
 -- returns 1 released, 0 the caller held no live permit (it had expired)
+-- on resend: the token's receipt answers 1 (the first run released it)
 
 --! include queue
 --! include semaphore
+--! include receipt
 local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local names, owners = KEYS[8], KEYS[9]
 local now = server_time()
@@ -27,7 +30,10 @@ if expiry then
     drop_permit(holders, grants, owners, ARGV[1])
     if tonumber(expiry) > now then
         released = 1
+        give_receipt(KEYS[10], KEYS[11], ARGV[1], 1, ARGV[4])
     end
+else
+    released = tonumber(receipt(KEYS[10], KEYS[11], ARGV[1]) or '0')
 end
 if redis.call('EXISTS', queue) == 1 then
     purge_holders(holders, grants, now, owners)

@@ -1,9 +1,10 @@
 -- Shared by the lock scripts (included after lib/queue, not run on its own).
 -- Key layout of one lock, all under one {hash tag} so a cluster keeps them in one slot:
---   owner   hash {token, fence, count, owner}; its PEXPIRE is the lease; count
---           (re-entries beyond the first) is absent until the owner re-enters;
---           owner is the holder's owner name (it expires with the hold)
+--   owner   hash {token, fence, owner}; its PEXPIRE is the lease; owner is
+--           the holder's owner name (it expires with the hold). Re-entries are
+--           counted by the owner's process, not here.
 --   queue, waiters, wakes, fence, names   as in lib/queue
+--   done, done_old   receipts, as in lib/receipt
 
 -- Make `token` (owner name `name`, false: none known) the owner for
 -- `lease_ms`; return its fencing token. The hash may still hold the previous

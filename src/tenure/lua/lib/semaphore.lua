@@ -4,8 +4,11 @@
 --   queue, waiters, wakes, fence, names   as in lib/queue
 --   owners   hash token -> the holder's owner name; it mirrors the holders zset
 --            (an entry goes with its permit, the key lives as long as the zset)
---   grants   hash token -> fence of a permit handed to a waiter and not yet
---            confirmed by it (its wake-up message may have been missed)
+--   grants   hash token -> fence of each live permit (a permit handed to a waiter
+--            and not yet confirmed too: its wake-up message may have been
+--            missed); a resent call finds its fence here. It lives as long as
+--            the longest permit
+--   done, done_old   receipts, as in lib/receipt
 --   limit    the semaphore's limit, stored by its first user and kept while it is
 --            used; a caller with another limit is refused (set_limit changes it)
 
@@ -43,17 +46,14 @@ local function admissible(holders, token, limit)
     return not is_writer(redis.call('ZRANGE', holders, 0, 0)[1])
 end
 
--- Take `token`'s permit away, with its owner name and any unconfirmed grant
--- (grants may be nil: the fast path does not touch them).
+-- Take `token`'s permit away, with its owner name and its fence.
 local function drop_permit(holders, grants, owners, token)
     redis.call('ZREM', holders, token)
     redis.call('HDEL', owners, token)
-    if grants then
-        redis.call('HDEL', grants, token)
-    end
+    redis.call('HDEL', grants, token)
 end
 
--- Drop the permits whose lease ran out, with any unconfirmed grant of theirs.
+-- Drop the permits whose lease ran out, with their names and fences.
 local function purge_holders(holders, grants, now, owners)
     local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now))
     for i = 1, #expired do
@@ -61,24 +61,36 @@ local function purge_holders(holders, grants, now, owners)
     end
 end
 
--- Note `token`'s owner name (false: none known) for a permit held `lease_ms` more.
-local function name_permit(owners, token, name, lease_ms)
+-- Note `token`'s owner name (false: none known) for a permit held `lease_ms`
+-- more, and keep its fence as long.
+local function name_permit(owners, grants, token, name, lease_ms)
     if name then
         redis.call('HSET', owners, token, name)
         keep_alive(owners, lease_ms)
     else
         redis.call('HDEL', owners, token)
     end
+    keep_alive(grants, lease_ms)
 end
 
 -- Give `token` (owner name `name`) a permit until now + lease_ms; return its
--- fencing token.
-local function take_permit(holders, fence, token, lease_ms, now, idle_ms, owners, name)
+-- fencing token (kept in grants).
+local function take_permit(holders, grants, fence, token, lease_ms, now, idle_ms, owners, name)
     local f = next_fence(fence, idle_ms)
     redis.call('ZADD', holders, string.format('%d', now + tonumber(lease_ms)), token)
     keep_alive(holders, lease_ms)
-    name_permit(owners, token, name, lease_ms)
+    redis.call('HSET', grants, token, string.format('%d', f))
+    name_permit(owners, grants, token, name, lease_ms)
     return f
+end
+
+-- The fence of `token`'s live permit, or false if it holds none now.
+local function live_fence(holders, grants, token, now)
+    local expiry = redis.call('ZSCORE', holders, token)
+    if expiry and tonumber(expiry) > now then
+        return tonumber(redis.call('HGET', grants, token) or '0')
+    end
+    return false
 end
 
 -- Serve the queue in order, inside this script (FIFO: a newcomer never gets
@@ -96,9 +108,7 @@ local function grant_permits(holders, queue, waiters, wakes, fence, grants, limi
         local channel = channel_of(wakes, head)
         local name = name_of(names, head)
         leave_queue(queue, waiters, wakes, head, names)
-        local f = take_permit(holders, fence, head, handoff_ms, now, idle_ms, owners, name)
-        redis.call('HSET', grants, head, string.format('%d', f))
-        keep_alive(grants, handoff_ms * 2 + 1000)
+        local f = take_permit(holders, grants, fence, head, handoff_ms, now, idle_ms, owners, name)
         announce(channel, head, f, handoff_ms, now)
         if is_writer(head) then
             return

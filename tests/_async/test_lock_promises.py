@@ -1,0 +1,113 @@
+"""What a lock object promises about its settings, durations, sides and lifetime.
+
+Issue 24's smaller items: a settable ``timeout`` that is honoured, durations
+refused or accepted for what they mean, a collected lock no longer renewed,
+and a read-write lock that refuses to wait on its own other side.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from tenure import (
+    AlreadyHeldError,
+    ArgumentError,
+    AsyncLock,
+    AsyncReadWriteLock,
+    AsyncSemaphore,
+)
+
+
+async def test_timeout_set_on_the_object_is_the_next_lease(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "settable", timeout=20)
+    lock.timeout = 0.5
+    assert lock.timeout == 0.5
+    assert "lease=0.5s fixed lease" in repr(lock)
+    assert await lock.acquire()
+    assert 0 < await tenure_async_client.pttl(lock.keys.owner) <= 500
+    await lock.release()
+    with pytest.raises(ArgumentError, match="^timeout"):
+        lock.timeout = -1
+    assert lock.timeout == 0.5  # a refused value changes nothing
+    lock.timeout = None  # held until released: renewed again
+    assert "auto-renew" in repr(lock)
+    permits = AsyncSemaphore(tenure_async_client, "settable-permits", limit=2, timeout=20)
+    permits.timeout = 0.5
+    assert await permits.acquire()
+    await permits.release()
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "said"),
+    [
+        ("timeout", math.inf, "finite number of seconds \\(None: held until released\\)"),
+        ("timeout", math.nan, ">= 0"),
+        ("timeout", -1, ">= 0"),
+        ("timeout", 1e12, "at most 315360000 seconds"),
+        ("max_hold", math.inf, "finite"),
+        ("waiter_lease", math.inf, "finite"),
+        ("blocking_timeout", 1e12, "at most"),
+        ("blocking_timeout", -0.5, ">= 0"),
+    ],
+)
+async def test_durations_are_refused_by_name(
+    tenure_async_client: redis.asyncio.Redis, argument: str, value: float, said: str
+) -> None:
+    options: dict[str, Any] = {argument: value}
+    with pytest.raises(ArgumentError, match=f"^{argument}: .*{said}"):
+        AsyncLock(tenure_async_client, "durations", **options)
+
+
+async def test_infinite_waits_mean_forever_and_infinite_leases_are_refused(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "forever", blocking_timeout=math.inf)
+    assert lock.blocking_timeout is None  # what None means: no deadline
+    assert await lock.acquire(blocking_timeout=math.inf)
+    with pytest.raises(ArgumentError, match="^additional_time: .*finite"):
+        await lock.extend(math.inf)
+    with pytest.raises(ArgumentError, match="^additional_time: .*at most"):
+        await lock.extend(1e12)
+    assert await lock.extend(1)
+    await lock.release()
+
+
+async def test_a_collected_lock_is_not_renewed_again(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "collected", timeout=1.0, auto_renew=True)
+    key = lock.keys.owner
+    assert await lock.acquire()
+    taken = time.monotonic()
+    del lock
+    gc.collect()
+    while await tenure_async_client.exists(key):
+        # The first renewal was due at a third of the lease (0.33 s); run, it
+        # would have made the hold last to 1.33 s.
+        assert time.monotonic() - taken < 1.25, "the collected lock was renewed"
+        await tenure_async_client.ping()
+
+
+async def test_a_read_write_lock_refuses_to_wait_on_its_own_other_side(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    rw = AsyncReadWriteLock(tenure_async_client, "sides", blocking_timeout=5)
+    assert await rw.read.acquire()
+    with pytest.raises(AlreadyHeldError, match="holds the read lock.*not upgraded"):
+        await rw.write.acquire()
+    await rw.read.release()
+    assert await rw.write.acquire()
+    with pytest.raises(AlreadyHeldError, match="holds the write lock.*downgrade"):
+        await rw.read.acquire()
+    await rw.write.downgrade()  # the way from write to read
+    assert await rw.readers() == 1
+    await rw.write.release()
+    assert await rw.readers() == 0
