@@ -17,8 +17,8 @@ Adding a case: write ``def case(run: Run) -> tuple[object, object]`` and
 decorate it with ``@case("<script name>")`` (several cases may name one
 script). Make every key contain ``run.name``; give random values a role with
 ``run.role(value, "holder")`` if they would differ between the two runs
-(random hex tokens of 16 digits, millisecond timestamps and stream ids are
-replaced anyway); return the caller's result (compared by its ``repr``,
+(random hex tokens of 16 or 32 digits, millisecond timestamps and stream
+ids are replaced anyway); return the caller's result (compared by its ``repr``,
 normalised the same way; ``outcome(call)`` turns an expected exception into
 its name) and ``run.snapshot()``. An async case does its work in
 ``run.run_async(work)``, ``work`` taking a fresh ``redis.asyncio`` client
@@ -212,7 +212,9 @@ class Run:
             )
         value = re.sub(r"(?<!\d)1\d{12}-\d+(?!\d)", "<id>", value)
         value = re.sub(r"(?<!\d)1\d{12}(?!\d)", "<ms>", value)
-        return re.sub(r"(?<![0-9A-Za-z])[0-9a-f]{16}(?![0-9A-Za-z])", "<hex>", value)
+        return re.sub(
+            r"(?<![0-9A-Za-z])[0-9a-f]{16}(?:[0-9a-f]{16})?(?![0-9A-Za-z])", "<hex>", value
+        )
 
     def close(self) -> None:
         for client in self._clients:
