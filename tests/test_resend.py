@@ -150,14 +150,22 @@ class Run:
 
         return asyncio.run(main())
 
-    def snapshot(self, *extra: str) -> dict[str, Any]:
-        """Every key whose name contains ``run.name`` (and ``extra`` patterns), normalised."""
+    def snapshot(self, *extra: str, ms_values: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Every key whose name contains ``run.name`` (and ``extra`` patterns), normalised.
+
+        ``ms_values``: keys (as shown, ``NAME`` for the run's name) of hashes
+        whose values are durations in ms (a receipt's lease), shown in
+        seconds rounded up.
+        """
         keys: set[bytes] = set(self.direct.scan_iter(match=f"*{self.name}*", count=1000))
         for pattern in extra:
             keys.update(self.direct.scan_iter(match=pattern, count=1000))
         found = {}
         for key in keys:
             found[self.normalise(key)] = self._dump(key)
+        for shown in ms_values:
+            dump = found[shown]
+            dump["value"] = [(f, math.ceil(int(v) / 1000)) for f, v in dump["value"]]
         return dict(sorted(found.items()))
 
     def _dump(self, key: bytes) -> Any:
@@ -210,11 +218,10 @@ class Run:
             value = re.sub(
                 rf"(?<![0-9A-Za-z]){re.escape(found)}(?![0-9A-Za-z])", f"<{role}>", value
             )
+        # tokens first: a token's digits must not pass for a time
+        value = re.sub(r"(?<![0-9a-f])[0-9a-f]{16}(?:[0-9a-f]{16})?(?![0-9a-f])", "<hex>", value)
         value = re.sub(r"(?<!\d)1\d{12}-\d+(?!\d)", "<id>", value)
-        value = re.sub(r"(?<!\d)1\d{12}(?!\d)", "<ms>", value)
-        return re.sub(
-            r"(?<![0-9A-Za-z])[0-9a-f]{16}(?:[0-9a-f]{16})?(?![0-9A-Za-z])", "<hex>", value
-        )
+        return re.sub(r"(?<!\d)1\d{12}(?!\d)", "<ms>", value)
 
     def close(self) -> None:
         for client in self._clients:
