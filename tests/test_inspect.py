@@ -248,6 +248,11 @@ def test_owner_names_leave_no_key_behind(tenure_client: redis.Redis) -> None:
     with ConnectionLock(tenure_client, "tidy-conn", owner_name="d"):
         pass
     left = {key.decode() for key in tenure_client.scan_iter(match="tenure:*")}
+    # a ConnectionLock's release leaves a receipt for a resent release, not a name
+    receipt = tenure_client.get("tenure:connlock:{tidy-conn}:owner")
+    assert isinstance(receipt, bytes) and receipt.startswith(b"released:")
+    assert 0 < tenure_client.pttl("tenure:connlock:{tidy-conn}:owner") <= 60_000
+    left.discard("tenure:connlock:{tidy-conn}:owner")
     assert not [key for key in left if key.endswith((":names", ":owners", ":owner"))]
 
 

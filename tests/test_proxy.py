@@ -204,6 +204,65 @@ def test_reset_fails_a_command_in_flight(
     pooled.close()
 
 
+# --------------------------------------------------------------------------- lost replies
+
+
+def test_lost_reply_is_resent_by_redis_py_default_retry(
+    tenure_proxy: FaultProxy, tenure_client: redis.Redis
+) -> None:
+    """The problem issue 24 names: a resent INCR counts twice."""
+    resending = tenure_proxy.client(socket_timeout=2)  # redis-py's default retry
+    try:
+        assert resending.ping()
+        tenure_proxy.lose_reply(b"lost-counter")
+        assert tenure_proxy.replies_to_lose == 1
+        assert resending.incr("lost-counter") == 2  # ran, reply lost, resent: ran again
+        assert tenure_proxy.lost_replies == 1
+        assert tenure_proxy.replies_to_lose == 0  # disarmed after one
+        assert resending.incr("lost-counter") == 3
+        assert tenure_proxy.lost_replies == 1
+        assert tenure_client.get("lost-counter") == b"3"
+    finally:
+        resending.close()
+
+
+def test_lost_reply_surfaces_without_retry_after_the_command_ran(
+    tenure_proxy: FaultProxy, tenure_client: redis.Redis, client: redis.Redis
+) -> None:
+    tenure_proxy.lose_reply(b"other-key")
+    assert client.set("unmatched", "v")  # no match: untouched
+    assert tenure_proxy.lost_replies == 0
+    tenure_proxy.lose_reply(b"k-lost", count=2)
+    for _ in range(2):
+        with pytest.raises(redis.ConnectionError):
+            client.incr("k-lost")
+    assert tenure_proxy.lost_replies == 2
+    assert tenure_client.get("k-lost") == b"2"  # both ran
+    assert client.incr("k-lost") == 3
+    tenure_proxy.lose_reply(b"k-lost")
+    tenure_proxy.clear()  # disarms it
+    assert tenure_proxy.replies_to_lose == 0
+    assert client.incr("k-lost") == 4
+
+
+def test_lost_reply_matches_across_chunks(
+    tenure_proxy: FaultProxy, tenure_client: redis.Redis
+) -> None:
+    raw = socket.create_connection(tenure_proxy.address, timeout=2)
+    try:
+        tenure_proxy.lose_reply(b"split-key")
+        raw.sendall(b"*2\r\n$4\r\nINCR\r\n$9\r\nspli")
+        time.sleep(0.05)  # read by the proxy as a chunk of its own
+        raw.sendall(b"t-key\r\n")
+        with pytest.raises(ConnectionResetError):
+            while raw.recv(100):
+                pass
+    finally:
+        raw.close()
+    assert tenure_proxy.lost_replies == 1
+    assert tenure_client.get("split-key") == b"1"
+
+
 # --------------------------------------------------------------------------- refusal
 
 
@@ -350,6 +409,10 @@ def test_arguments_are_checked(tenure_server: ServerProcess) -> None:
         proxy.set_latency(float("nan"))
     with pytest.raises(ArgumentError, match="mode"):
         proxy.refuse_connections("drop")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="match"):
+        proxy.lose_reply(b"")
+    with pytest.raises(ArgumentError, match="count"):
+        proxy.lose_reply(b"x", count=-1)
     assert proxy.reset_connections() == 0  # not running: nothing to reset
     assert not proxy.faults.active
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tenure._exceptions import ArgumentError
-from tenure._scripts import load_script, script_names
+from tenure._exceptions import ArgumentError, ScriptError
+from tenure._scripts import Script, load_script, script_names
 
 
 @pytest.mark.parametrize("package", ["tenure", "tenure._demo"])
@@ -24,3 +24,29 @@ def test_the_library_ships_no_demo_script() -> None:
     assert script_names("tenure._demo") == ["market_list", "market_purchase"]
     with pytest.raises(ArgumentError, match="no script named 'market_list' in tenure"):
         load_script("market_list")
+
+
+HEAD = "-- tenure script: demo\n-- Do a thing.\n"
+BODY = "-- KEYS[1] a key\n-- returns 1\nreturn 1\n"
+
+
+def test_every_header_says_what_a_resend_does() -> None:
+    script = Script.from_source(
+        HEAD + "-- on resend: the same token finds its lease set;\n"
+        "--   setting it again changes nothing\n" + BODY
+    )
+    assert script.changes_state
+    assert script.on_resend == (
+        "the same token finds its lease set; setting it again changes nothing"
+    )
+    assert script.keys == ("a key",)
+    read_only = Script.from_source(HEAD + "-- read only\n" + BODY)
+    assert not read_only.changes_state and read_only.on_resend == ""
+    with pytest.raises(ScriptError, match="must say '-- read only', or '-- on resend:"):
+        Script.from_source(HEAD + BODY)
+    with pytest.raises(ScriptError, match="must say"):
+        Script.from_source(HEAD + "-- on resend:\n" + BODY)
+    with pytest.raises(ScriptError, match="both"):
+        Script.from_source(HEAD + "-- read only\n-- on resend: nothing\n" + BODY)
+    with pytest.raises(ScriptError, match="two"):
+        Script.from_source(HEAD + "-- on resend: a\n-- on resend: b\n" + BODY)

@@ -7,6 +7,8 @@ and argument::
 
     -- tenure script: compare_and_delete
     -- Delete KEYS[1] only if it holds ARGV[1].
+    -- on resend: the key is gone: answered 0, nothing deleted (its one caller
+    --   ignores the answer)
     -- KEYS[1] the key to delete
     -- ARGV[1] the value it must hold
     -- returns 1 if deleted, 0 otherwise
@@ -16,6 +18,17 @@ The header is the contract: :func:`load_script` parses it, and
 differs from it, so a caller cannot pass a key through ARGV (which would
 break cluster routing) or forget one. A trailing ``ARGV[n...]`` line declares
 a variable number of arguments from ``n`` on.
+
+Every header also says what happens when the same call runs twice, as it
+does when a client library resends a command whose reply was lost to a
+dropped connection (redis-py's default retry does): a line ``-- read only``
+(the script changes nothing), or a line ``-- on resend: <how>`` telling how
+a resent call is recognised, or why running it again changes nothing more,
+so that the caller sees the outcome of the first run. Lines right below it
+that start with ``--`` and two spaces continue it. :func:`load_script`
+refuses a header with neither or both (``Script.changes_state`` and
+``Script.on_resend`` carry the declaration), and ``tests/test_resend.py``
+runs every script that changes state with its reply lost once.
 
 Below the header, a line ``--! include <lib>`` is replaced by the text of
 ``tenure/lua/lib/<lib>.lua``, so helpers shared by several scripts (grant a
@@ -40,6 +53,9 @@ __all__ = ["Script", "ScriptStatistics", "load_script", "script_names"]
 
 _HEADER_NAME = re.compile(r"^--\s*tenure script:\s*(?P<name>[a-z0-9_]+)\s*$")
 _INCLUDE = re.compile(r"^--!\s*include\s+(?P<lib>[a-z0-9_]+)\s*$", re.MULTILINE)
+_READ_ONLY = re.compile(r"^--\s*read only\s*$")
+_ON_RESEND = re.compile(r"^--\s*on resend:\s*(?P<how>.*)$")
+_CONTINUED = re.compile(r"^--\s{2,}(?P<more>\S.*)$")
 _DECL = re.compile(r"^--\s*(?P<kind>KEYS|ARGV)\[(?P<index>\d+)(?P<more>\.\.\.)?\]\s+(?P<doc>.+)$")
 
 
@@ -50,6 +66,9 @@ class Script:
     ``keys`` and ``args`` hold the header's description of each position;
     ``variadic_from`` is the 1-based ARGV index from which any number of
     further arguments may follow (``None`` when the count is fixed).
+    ``changes_state`` is ``False`` for a script declared ``-- read only``;
+    ``on_resend`` is the ``-- on resend:`` text of one that changes state
+    (how a resent call changes nothing more), ``""`` for a read-only one.
     """
 
     name: str
@@ -58,6 +77,8 @@ class Script:
     keys: tuple[str, ...]
     args: tuple[str, ...]
     variadic_from: int | None = None
+    changes_state: bool = True
+    on_resend: str = ""
 
     @classmethod
     def from_source(cls, source: str, *, name: str | None = None) -> Script:
@@ -67,12 +88,27 @@ class Script:
         keys: dict[int, str] = {}
         args: dict[int, str] = {}
         variadic_from: int | None = None
+        read_only = False
+        on_resend: list[str] | None = None
+        continuing = False
         for line in lines:
             stripped = line.strip()
             if not stripped.startswith("--"):
                 break
+            if continuing and (match := _CONTINUED.match(stripped)):
+                assert on_resend is not None
+                on_resend.append(match["more"].strip())
+                continue
+            continuing = False
             if match := _HEADER_NAME.match(stripped):
                 header_name = match["name"]
+            elif _READ_ONLY.match(stripped):
+                read_only = True
+            elif match := _ON_RESEND.match(stripped):
+                if on_resend is not None:
+                    raise ScriptError("script header has two '-- on resend:' lines")
+                on_resend = [match["how"].strip()]
+                continuing = True
             elif match := _DECL.match(stripped):
                 index = int(match["index"])
                 table = keys if match["kind"] == "KEYS" else args
@@ -95,6 +131,16 @@ class Script:
                 )
         if variadic_from is not None and variadic_from != len(args):
             raise ScriptError(f"script {script_name!r}: only the last ARGV may be variadic")
+        how = " ".join(part for part in on_resend or () if part)
+        if read_only and on_resend is not None:
+            raise ScriptError(
+                f"script {script_name!r} is declared both '-- read only' and '-- on resend:'"
+            )
+        if not read_only and not how:
+            raise ScriptError(
+                f"script {script_name!r}: its header must say '-- read only', or "
+                "'-- on resend: <why running it twice changes nothing more>'"
+            )
         sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
         return cls(
             name=script_name,
@@ -103,6 +149,8 @@ class Script:
             keys=tuple(keys[i] for i in sorted(keys)),
             args=tuple(args[i] for i in sorted(args)),
             variadic_from=variadic_from,
+            changes_state=not read_only,
+            on_resend=how,
         )
 
     def check_call(self, keys: tuple[str, ...], args: tuple[object, ...]) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from redis.crc import key_slot
+
 from tenure._leased_core import to_text
 
-__all__ = ["StreamMessage", "entry_message", "parse_claimed", "read_messages"]
+__all__ = ["StreamMessage", "claim_record_key", "entry_message", "parse_claimed", "read_messages"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,24 @@ def read_messages(reply: Any) -> list[StreamMessage]:
             if fields is not None:
                 found.append(entry_message(entry_id, fields, 1))
     return found
+
+
+def claim_record_key(stream: str, consumer: str) -> str:
+    """Where ``stream_claim`` records a consumer's last claim (a key in the stream's slot).
+
+    A resent claim finds its first run there. The stream's own hash tag is
+    kept; a stream without one becomes the tag (``{orders}`` hashes as
+    ``orders`` does).
+    """
+    suffix = f":tenure-claim:{consumer}"
+    slot = key_slot(stream.encode())
+    tagged = f"{stream}{suffix}"
+    if key_slot(tagged.encode()) == slot:
+        return tagged
+    wrapped = f"{{{stream}}}{suffix}"
+    if key_slot(wrapped.encode()) == slot:
+        return wrapped
+    return tagged  # a name no tag can follow (a stray brace): only a cluster could mind
 
 
 def parse_claimed(reply: Any) -> tuple[str, list[StreamMessage], int]:

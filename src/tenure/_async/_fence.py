@@ -10,6 +10,7 @@ that wrote it, compared and written by one script.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from tenure._async._scripting import AsyncClient, registry_for
@@ -34,13 +35,19 @@ class AsyncFencedKey:
     async def write(
         self, value: str | bytes | int | float, fencing_token: int, ttl: float | None = None
     ) -> bool:
-        """Store ``value`` unless a newer fencing token already wrote; True if stored."""
+        """Store ``value`` unless a newer fencing token already wrote; True if stored.
+
+        Resend-safe: each write carries an id of its own, and the key keeps
+        the last eight (hash field ``ops``), so a write that redis-py resent
+        after a dropped connection is answered True without being written
+        again, even if a newer token wrote in between.
+        """
         if isinstance(fencing_token, bool) or not isinstance(fencing_token, int):
             raise ArgumentError("fencing_token", "must be an int (a lock's fencing_token)")
         check_seconds("ttl", ttl, allow_none=True, name=None)
         ttl_ms = 0 if ttl is None else to_ms(ttl)
         reply = await registry_for(self.client).run(
-            "fenced_set", (self.key,), (fencing_token, value, ttl_ms)
+            "fenced_set", (self.key,), (fencing_token, value, ttl_ms, secrets.token_hex(8))
         )
         return int(reply[0]) == 1
 

@@ -30,7 +30,7 @@ from redis.crc import key_slot
 from tenure._backend_threads import IS_ASYNC, on_signals
 from tenure._clients import is_cluster, map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._stream_core import StreamMessage, parse_claimed, read_messages
+from tenure._stream_core import StreamMessage, claim_record_key, parse_claimed, read_messages
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
@@ -96,6 +96,14 @@ class StreamConsumer:
                 name=stream,
             )
         self.start = start
+        # where a claim is recorded, so a resent one answers the same messages
+        self._claim_record = claim_record_key(stream, self.consumer)
+        if is_cluster(client) and key_slot(self._claim_record.encode()) != key_slot(
+            stream.encode()
+        ):
+            raise ArgumentError(
+                "stream", f"{stream!r} has a stray brace: no key can share its slot", name=stream
+            )
         self._registry = registry_for(client)
         self._ready = False
         self._stopping = False
@@ -142,9 +150,9 @@ class StreamConsumer:
         with map_exceptions(name=self.stream, doing="claiming abandoned messages"):
             reply = self._registry.run(
                 "stream_claim",
-                (self.stream, self.dead_letter),
+                (self.stream, self.dead_letter, self._claim_record),
                 (self.group, self.consumer, self.claim_idle_ms, self._cursor, self.count,
-                 self.max_deliveries),
+                 self.max_deliveries, secrets.token_hex(8)),
                 name=self.stream,
             )  # fmt: skip
         self._cursor, messages, dead = parse_claimed(reply)

@@ -1,5 +1,8 @@
 -- tenure script: cache_commit
 -- Store a herd-cache entry's new value, if the caller still holds the lease.
+-- on resend: the lease is gone (the first run ended it) but the entry holds this
+--   very value and load time: answered 1, nothing written again. An explicit write
+--   (no token) is written again: the same value, its freshness counted anew
 -- KEYS[1] entry string (see lib/cache)
 -- KEYS[2] lease string
 -- KEYS[3] waiters hash
@@ -14,6 +17,13 @@
 local entry, lease, waiters, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local holder = redis.call('GET', lease)
 if token ~= '' and holder ~= token then
+    local stored = redis.call('GET', entry)
+    if stored then
+        local colon = string.find(stored, ':', 1, true)
+        if colon and string.sub(stored, colon + 1) == ARGV[5] .. ':' .. ARGV[2] then
+            return 1 -- this value is in place already: a resent call
+        end
+    end
     return 0
 end
 local fresh_until = 0

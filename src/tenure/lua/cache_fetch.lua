@@ -1,5 +1,7 @@
 -- tenure script: cache_fetch
 -- Read a herd-cache entry; elect exactly one caller to load or refresh it.
+-- on resend: the same token finds the lease its first run granted, and is granted
+--   it again (the same status); a waiter is recorded under the same token again
 -- KEYS[1] entry string (see lib/cache)
 -- KEYS[2] lease string
 -- KEYS[3] waiters hash

@@ -1,5 +1,8 @@
 -- tenure script: cache_lease
 -- Renew (lease_ms > 0) or give back (lease_ms = 0) a herd-cache lease.
+-- on resend: a renewal finds its token holding the lease and sets it again; a
+--   give-back finds the lease gone and answers 0, changing nothing (its caller ignores
+--   the answer)
 -- KEYS[1] entry string (see lib/cache)
 -- KEYS[2] lease string
 -- KEYS[3] waiters hash

@@ -1,6 +1,7 @@
 -- tenure script: connlock_refresh
 -- Reset a ConnectionLock's opt-in lease, and its owner name's, only if the
 -- booking still names the caller's connection.
+-- on resend: the booking still names the caller's ID: the same lease set again
 -- KEYS[1] the booking: the holder's CLIENT ID
 -- KEYS[2] the holder's owner name
 -- ARGV[1] the caller's CLIENT ID

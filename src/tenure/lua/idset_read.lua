@@ -1,5 +1,6 @@
 -- tenure script: idset_read
 -- What a reader lacks of an id set: nothing, the log past its position, or all.
+-- read only
 -- KEYS[1] meta hash {epoch, version, log_start, base_pos, pending, bytes, crc, count, chunks}
 -- KEYS[2] log list: writes by position; its first element is at position log_start
 -- KEYS[3] base list: the compact form's chunks (the writes before position base_pos)

@@ -1,6 +1,8 @@
 -- tenure script: idset_swap
 -- A compaction's commit: the staged compact form becomes the base, all at once
 -- (readers see the set before or after, never half of it).
+-- on resend: the form in place is this one (same epoch, position, size, CRC,
+--   count and chunks) and its stage is gone: answered 1, nothing changes
 -- KEYS[1] meta hash {epoch, version, log_start, base_pos, pending, bytes, crc, count, chunks}
 -- KEYS[2] log list: writes by position; its first element is at position log_start
 -- KEYS[3] base list: the compact form's chunks (the writes before position base_pos)
@@ -26,6 +28,13 @@ local position = tonumber(ARGV[2])
 local base_pos = tonumber(meta[2] or 0)
 local log_start = tonumber(meta[3] or 0)
 local log_end = log_start + redis.call('LLEN', KEYS[2])
+if meta[1] == ARGV[1] and position == base_pos and redis.call('EXISTS', KEYS[4]) == 0 then
+    local form = redis.call('HMGET', KEYS[1], 'bytes', 'crc', 'count', 'chunks')
+    if form[1] == ARGV[3] and form[2] == ARGV[4] and form[3] == ARGV[5]
+            and form[4] == ARGV[6] then
+        return 1 -- this very form is in place: a resent call
+    end
+end
 if meta[1] ~= ARGV[1] or position <= base_pos or position > log_end
         or redis.call('LLEN', KEYS[4]) ~= chunks then
     redis.call('DEL', KEYS[4])

@@ -1,7 +1,9 @@
 -- tenure script: ingest_claim
 -- Claim the next chunk that is free or whose lease ran out.
+-- on resend: a running claim already holds this token: the same chunk, fence and
+--   cursor are answered (the fence kept in the leases hash as "fence:<chunk>")
 -- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
--- KEYS[2] leases hash chunk -> token
+-- KEYS[2] leases hash chunk -> token, and "fence:<chunk>" -> the claim's fencing number
 -- KEYS[3] cursors hash chunk -> the last key committed
 -- KEYS[4] stats hash {rows, chunks_done, claims, started}
 -- KEYS[5] fence counter
@@ -18,6 +20,12 @@ if redis.call('HGET', KEYS[6], 'fingerprint') ~= ARGV[3] then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for _, running in ipairs(redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE')) do
+    if redis.call('HGET', KEYS[2], running) == ARGV[1] then -- a resent call
+        return {1, tonumber(running), tonumber(redis.call('HGET', KEYS[2], 'fence:' .. running)),
+            redis.call('HGET', KEYS[3], running)}
+    end
+end
 local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)
 if #found == 0 then
     local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -32,4 +40,5 @@ redis.call('HSET', KEYS[2], chunk, ARGV[1])
 redis.call('HINCRBY', KEYS[4], 'claims', 1)
 redis.call('HSETNX', KEYS[4], 'started', now)
 local fence = redis.call('INCR', KEYS[5])
+redis.call('HSET', KEYS[2], 'fence:' .. chunk, fence)
 return {1, tonumber(chunk), fence, redis.call('HGET', KEYS[3], chunk)}

@@ -3,6 +3,8 @@
 -- The same call made twice (a client library resending it after a dropped
 -- connection, when the first one had run) is answered 1 and changes nothing:
 -- the batch names the cursor it follows, and a finished chunk keeps its last token.
+-- on resend: the batch's last key is the chunk's cursor already, or the chunk is
+--   "done:<token>": answered 1, nothing appended
 -- KEYS[1] free zset chunk -> lease expiry in ms
 -- KEYS[2] leases hash chunk -> token; "done:<token>" once the chunk is done
 -- KEYS[3] cursors hash chunk -> the last key committed

@@ -1,5 +1,7 @@
 -- tenure script: ingest_plan
 -- Freeze a job's plan, or check that the plan given is the one frozen.
+-- on resend: the same plan is found frozen ({2}); the caller reads it back, as the
+--   first run left it
 -- KEYS[1] plan hash {fingerprint, plan, chunks, sink}
 -- KEYS[2] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
 -- ARGV[1] the plan's fingerprint

@@ -3,8 +3,11 @@
 -- without waiting for its lease; its cursor stays, and the next claim resumes after it.
 -- The same call made twice is answered 1 and changes nothing: the chunk's lease
 -- becomes "released:<token>", which also refuses any later commit of this claim.
+-- on resend: the chunk's lease reads "released:<token>"; given back by token alone,
+--   the leases hash keeps "released:<token>" -> chunk: answered 1, nothing changes
 -- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
--- KEYS[2] leases hash chunk -> token
+-- KEYS[2] leases hash chunk -> token (and "released:<token>" -> chunk, for a claim given
+--   back by its token alone)
 -- ARGV[1] the claim's token
 -- ARGV[2] the chunk, or "" if unknown (a claim interrupted before its reply was read):
 --   the chunk is then found among the claimed ones by its token
@@ -12,7 +15,11 @@
 --   longer this caller's (done, taken over, or the job was reset)
 
 local chunk = ARGV[2]
-if chunk == '' then
+local by_token = chunk == ''
+if by_token then
+    if redis.call('HEXISTS', KEYS[2], 'released:' .. ARGV[1]) == 1 then
+        return 1 -- a resent call
+    end
     local claimed = redis.call('ZRANGE', KEYS[1], '(0', '+inf', 'BYSCORE')
     for _, candidate in ipairs(claimed) do
         if redis.call('HGET', KEYS[2], candidate) == ARGV[1] then
@@ -33,4 +40,7 @@ if lease ~= ARGV[1] or redis.call('ZSCORE', KEYS[1], chunk) == false then
 end
 redis.call('ZADD', KEYS[1], 'XX', 0, chunk)
 redis.call('HSET', KEYS[2], chunk, 'released:' .. ARGV[1])
+if by_token then -- found by its token: a resent call finds it the same way
+    redis.call('HSET', KEYS[2], 'released:' .. ARGV[1], chunk)
+end
 return 1

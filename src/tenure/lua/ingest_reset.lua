@@ -5,6 +5,8 @@
 -- when the first one had run) is answered as the first was and deletes nothing more,
 -- not even a job planned anew in between: a marker holding the operation's id and its
 -- figures stays for ARGV[4] ms.
+-- on resend: the marker holds this operation's id: the first run's figures are
+--   answered, nothing deleted
 -- KEYS[1] plan hash
 -- KEYS[2] free zset chunk -> lease expiry in ms
 -- KEYS[3] leases hash

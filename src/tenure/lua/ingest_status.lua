@@ -1,6 +1,7 @@
 -- tenure script: ingest_status
 -- A job's figures and the holders of its running claims, read at one instant of
 -- the server's clock.
+-- read only
 -- KEYS[1] plan hash {fingerprint, plan, chunks}
 -- KEYS[2] free zset chunk -> lease expiry in ms (0: free); done chunks leave it
 -- KEYS[3] stats hash {rows, chunks_done, claims, started, updated}

@@ -1,5 +1,6 @@
 -- tenure script: semaphore_holders
 -- Count the permits held now (leases that have not run out).
+-- read only
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- returns the number of live permits
 

@@ -1,5 +1,6 @@
 -- tenure script: stream_touch
 -- Keep a message claimed by its consumer while it works (reset its idle time).
+-- on resend: the consumer still holds the message: its idle time reset again
 -- KEYS[1] the stream
 -- ARGV[1] the consumer group
 -- ARGV[2] the consumer

@@ -20,6 +20,10 @@ while it runs, from any thread:
 * Refusal of new connections: ``"refuse"`` stops listening (connects fail
   with ECONNREFUSED; the port stays the proxy's), ``"reset"`` accepts and
   resets at once, ``"close"`` accepts and closes at once.
+* A lost reply (:meth:`FaultProxy.lose_reply`): a command whose bytes contain
+  a pattern reaches the server and runs; its reply is discarded and the
+  connection reset, as when a connection drops between a command and its
+  answer. A client that resends the command runs it twice.
 
 The proxy is pure Python: one asyncio event loop in a daemon thread, so it
 serves sync and asyncio code alike, and its own thread never blocks yours for
@@ -77,6 +81,10 @@ _DIRECTIONS: dict[str, tuple[bool, bool]] = {
 }
 _REFUSE_MODES = ("refuse", "reset", "close")
 _EOF = b""
+
+
+class _ReplyLost(ConnectionResetError):
+    """Raised in a connection's downstream reader to drop a reply and reset the pair."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +153,11 @@ class _Connection:
         "client_address",
         "downstream_bytes",
         "id",
+        "lose_reply",
         "outbound_address",
         "rst",
         "server",
+        "tail",
         "task",
         "upstream_bytes",
     )
@@ -162,6 +172,8 @@ class _Connection:
         self.downstream_bytes = 0
         self.rst = False
         self.task: asyncio.Task[None] | None = None
+        self.lose_reply = False  # a command matched: its reply is dropped, then RST
+        self.tail = b""  # the last bytes sent upstream, so a match may span two chunks
 
     def snapshot(self) -> ProxyConnection:
         return ProxyConnection(
@@ -323,6 +335,9 @@ class FaultProxy(Lifecycle):
         self._conns: dict[int, _Connection] = {}
         self._conns_lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._lose_match = b""
+        self._lose_left = 0
+        self._lost_replies = 0
 
     # ------------------------------------------------------------------ addresses
 
@@ -418,14 +433,59 @@ class FaultProxy(Lifecycle):
             raise ArgumentError("mode", f"expected 'refuse', 'reset', 'close' or None: {mode!r}")
         self._update({"refusing": mode})
 
+    def lose_reply(self, match: bytes, count: int = 1) -> None:
+        """Lose the reply of the next ``count`` commands whose bytes contain ``match``.
+
+        When bytes a client sends on a connection contain ``match`` (say the
+        SHA1 an ``EVALSHA`` names, or a key), they are forwarded as usual and
+        the server runs the command; the next bytes the server sends back on
+        that connection (its reply) are discarded, and the connection is reset
+        (RST to both peers) — a reply lost to a dropped connection. The
+        client's read fails with ``ConnectionError`` only after the server
+        executed the command, so a client that resends it (redis-py does, by
+        default) runs it a second time. After ``count`` matching commands the
+        fault disarms itself; ``count=0`` disarms it at once, and so does
+        :meth:`clear`. :attr:`lost_replies` counts the replies lost.
+
+        A match may span two chunks of the stream. Meant for one command at a
+        time per connection: with commands pipelined, the bytes discarded may
+        begin with the replies of commands sent before the matching one.
+        Takes effect before this method returns (only connections' future
+        bytes are matched).
+        """
+        if not isinstance(match, bytes) or not match:
+            raise ArgumentError("match", f"must be non-empty bytes, not {match!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ArgumentError("count", f"must be an integer >= 0, not {count!r}")
+        with self._lock:
+            if self.running:
+                self._call(self._arm_lose(match, count))
+            else:
+                self._lose_match, self._lose_left = match, count
+
+    @property
+    def lost_replies(self) -> int:
+        """How many replies :meth:`lose_reply` discarded since the proxy was created."""
+        return self._lost_replies
+
+    @property
+    def replies_to_lose(self) -> int:
+        """How many more matching commands :meth:`lose_reply` loses a reply of (0: disarmed)."""
+        return self._lose_left
+
     def clear(self) -> None:
         """Remove every fault: no latency, no blackhole, new connections accepted.
 
-        Chunks already waiting keep their delay; dropped bytes stay lost, so a
+        No reply is lost any more either (see :meth:`lose_reply`). Chunks
+        already waiting keep their delay; dropped bytes stay lost, so a
         connection that lost bytes is usually out of step and best replaced.
         """
         with self._lock:
             self._faults = _NO_FAULTS
+            if self.running:
+                self._call(self._arm_lose(b"", 0))
+            else:
+                self._lose_match, self._lose_left = b"", 0
             self._apply()
 
     def retarget(self, host: str, port: int, *, reset: bool = True) -> None:
@@ -606,6 +666,13 @@ class FaultProxy(Lifecycle):
         self._changed = asyncio.Event()
         self._set_listening(self._faults.refusing != "refuse")
 
+    async def _arm_lose(self, match: bytes, count: int) -> None:
+        self._lose_match, self._lose_left = match, count
+        with self._conns_lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            conn.tail = b""
+
     async def _faults_changed(self) -> None:
         changed = self._changed
         if changed is not None:  # wake writers waiting for a partition to heal
@@ -782,7 +849,27 @@ class FaultProxy(Lifecycle):
                 conn.downstream_bytes += len(data)
             if faults._blackholed(upstream):
                 continue
+            if upstream:
+                self._match_lost_reply(conn, data)
+            elif conn.lose_reply:
+                conn.lose_reply = False
+                conn.rst = True
+                self._lost_replies += 1
+                raise _ReplyLost("reply discarded by lose_reply()")
             await queue.put((loop.time() + faults._latency(upstream), data))
+
+    def _match_lost_reply(self, conn: _Connection, data: bytes) -> None:
+        """Mark ``conn`` to lose its next reply if ``data`` completes a match."""
+        match = self._lose_match
+        if self._lose_left <= 0 or not match:
+            return
+        window = conn.tail + data
+        if match in window:
+            self._lose_left -= 1
+            conn.lose_reply = True
+            conn.tail = b""
+        else:
+            conn.tail = window[max(0, len(window) - len(match) + 1) :]
 
     async def _write(
         self, target: socket.socket, queue: asyncio.Queue[tuple[float, bytes]], *, upstream: bool

@@ -1,5 +1,7 @@
 -- tenure script: market_purchase
 -- The demo marketplace's purchase (Redis in Action 4.4.3) in one atomic step.
+-- on resend: the listing is gone and the item is in the buyer's inventory: answered
+--   1, nothing paid again
 -- KEYS[1] the market (a sorted set of "item.seller" scored by price)
 -- KEYS[2] the buyer's hash (field "funds")
 -- KEYS[3] the seller's hash (field "funds")
@@ -10,6 +12,9 @@
 local listing = ARGV[1] .. '.' .. ARGV[2]
 local price = redis.call('ZSCORE', KEYS[1], listing)
 if not price then
+    if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
+        return 1 -- a resent call: the item was bought already
+    end
     return 0
 end
 price = tonumber(price)
