@@ -84,6 +84,7 @@ from tenure._leased_core import (
     check_seconds,
     to_text,
 )
+from tenure._owners import generation
 from tenure._redlock_core import (
     DEFAULT_MASTER_TIMEOUT,
     FENCE_LIFETIME_MS,
@@ -136,6 +137,7 @@ class AsyncMasters:
         self._registries = [registry_for(client) for client in clients]
         self._mutex = Mutex()  # late calls end in worker threads (sync) or callbacks
         self._running: list[dict[object, float]] = [{} for _ in clients]
+        self._generation = generation()
 
     @property
     def settle_timeout(self) -> float:
@@ -145,6 +147,10 @@ class AsyncMasters:
     def _hanging(self, index: int, now: float) -> int:
         """Calls to a master still running, if one of them outlived its timeout (else 0)."""
         with self._mutex:
+            if self._generation != generation():
+                # A fork's child: the parent's calls in flight never end here.
+                self._running = [{} for _ in self.clients]
+                self._generation = generation()
             running = self._running[index].values()
             if any(now - sent > self.timeout for sent in running):
                 return len(running)
@@ -158,7 +164,7 @@ class AsyncMasters:
             return await send(index)
         finally:
             with self._mutex:
-                del self._running[index][mark]
+                self._running[index].pop(mark, None)
 
     async def call(
         self,
