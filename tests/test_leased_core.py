@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 import redis
@@ -20,6 +23,8 @@ from tenure._leased_core import (
     parse_grant,
 )
 from tenure._owners import BaseOwnerSlot
+
+T = TypeVar("T")
 
 tokens = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40)
 
@@ -125,6 +130,55 @@ def test_two_orphans_are_nobodys() -> None:
         thread.join()
     assert slot.get() is None
     assert slot.owners() == 2
+
+
+def _in_thread(context: contextvars.Context, call: Callable[[], T]) -> T:
+    """``call()`` in a new thread that runs in ``context`` (as ``asyncio.to_thread`` does)."""
+    result: list[T] = []
+    thread = threading.Thread(target=lambda: result.append(context.run(call)))
+    thread.start()
+    thread.join(5)
+    return result[0]
+
+
+def test_a_context_inherits_the_holds_taken_before_it_was_copied() -> None:
+    first, second = _slot(), _slot()
+    before = contextvars.copy_context()
+    hold = _Hold()
+    first.set(hold)
+    after = contextvars.copy_context()
+    later = _Hold()
+    second.set(later)
+    assert _in_thread(before, lambda: first.get(adopt=False)) is None  # started earlier
+    assert _in_thread(after, lambda: first.get(adopt=False)) is hold  # started later
+    assert _in_thread(after, lambda: second.get(adopt=False)) is None  # taken after the copy
+    assert _in_thread(contextvars.copy_context(), lambda: second.get(adopt=False)) is later
+    first.clear(hold)
+    assert _in_thread(after, lambda: first.get(adopt=False)) is None  # released meanwhile
+    second.clear(later)
+
+
+def test_an_inheriting_thread_keeps_its_own_holds_to_itself() -> None:
+    first, second = _slot(), _slot()
+    hold = _Hold()
+    first.set(hold)
+    theirs = _Hold()
+
+    def inherit_and_take() -> tuple[_Hold | None, contextvars.Context]:
+        second.set(theirs)  # its own hold, in a frame of its own
+        inner = contextvars.copy_context()  # what a thread it starts would copy
+        return first.get(adopt=False), inner
+
+    found, inner = _in_thread(contextvars.copy_context(), inherit_and_take)
+    assert found is hold
+    assert second.get(adopt=False) is None  # the owner does not see the thread's hold
+    assert _in_thread(contextvars.copy_context(), lambda: second.get(adopt=False)) is None
+    assert _in_thread(inner, lambda: (first.get(adopt=False), second.get(adopt=False))) == (
+        hold,
+        theirs,
+    )  # a grandchild inherits both
+    first.clear(hold)
+    second.clear(theirs)
 
 
 def test_shared_slot() -> None:

@@ -265,7 +265,7 @@ async def test_a_renewal_in_flight_during_downgrade_does_not_lose_the_hold(
     # The renewal goes out now, under the write token, and reaches the server
     # after the downgrade: the server answers "not held" for the write token.
     renewal.due, renewal.slack = time.monotonic(), 0.0
-    watchdog()._wakeup.set()
+    watchdog().schedule(renewal)  # planned again: now
     await downgrade
     await asyncio.sleep(0.6)
     tenure_proxy.clear()

@@ -23,7 +23,7 @@ from collections.abc import (
 )
 from typing import Any, TypeVar
 
-from tenure._owners import BaseOwnerSlot
+from tenure._owners import BaseOwnerSlot, generation
 
 __all__ = [
     "CAN_CANCEL_HOLDER",
@@ -121,8 +121,11 @@ def start_background(job: Callable[[], Coroutine[Any, Any, None]], name: str) ->
 
 
 def scope_key() -> object:
-    """What a background service is shared by: the running event loop."""
-    return asyncio.get_running_loop()
+    """What a background service is shared by: the running event loop (in this process).
+
+    A fork's child that went on running its parent's loop gets services of its own.
+    """
+    return (asyncio.get_running_loop(), generation())
 
 
 async def shielded(call: Awaitable[T]) -> T:

@@ -14,10 +14,11 @@ import queue
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from tenure._owners import BaseOwnerSlot
+from tenure._owners import BaseOwnerSlot, generation
 
 __all__ = [
     "CAN_CANCEL_HOLDER",
@@ -75,16 +76,26 @@ class Event:
 
 
 class Mutex:
-    """A re-entrant lock guarding state shared between user threads and the watchdog."""
+    """A re-entrant lock guarding state shared between user threads and the watchdog.
+
+    A fork's child gets every one afresh: one held by a thread of the parent
+    at the fork would otherwise be held for ever in the child.
+    """
+
+    __slots__ = ("__weakref__", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        _mutexes.add(self)
 
     def __enter__(self) -> None:
         self._lock.acquire()
 
     def __exit__(self, *exc_info: object) -> None:
         self._lock.release()
+
+
+_mutexes: weakref.WeakSet[Mutex] = weakref.WeakSet()
 
 
 def start_background(job: Callable[[], None], name: str) -> Any:
@@ -95,8 +106,8 @@ def start_background(job: Callable[[], None], name: str) -> Any:
 
 
 def scope_key() -> object:
-    """What a background service is shared by: this process (a fork gets its own)."""
-    return os.getpid()
+    """What a background service is shared by: this process (a fork's child gets its own)."""
+    return ("process", generation())
 
 
 def shielded(call: T) -> T:
@@ -192,10 +203,11 @@ class _Workers:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
-        self._mutex = threading.Lock()
+        self._mutex: threading.Lock
         self._reset()
 
     def _reset(self) -> None:
+        self._mutex = threading.Lock()  # in a fork's child: a thread of the parent may hold it
         self._jobs = queue.SimpleQueue()
         self._threads = 0
         self._idle = 0  # threads waiting for a job
@@ -234,7 +246,17 @@ class _Workers:
 
 
 _workers = _Workers(limit=64)
-os.register_at_fork(after_in_child=_workers._reset)  # a fork's child has none of the threads
+
+
+def _after_fork_in_child() -> None:
+    """A fork's child has none of the parent's threads: no worker, no lock held."""
+    _workers._reset()
+    for mutex in list(_mutexes):
+        mutex._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _outcome(future: concurrent.futures.Future[Any]) -> Any:

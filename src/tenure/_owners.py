@@ -21,27 +21,104 @@ With ``per_owner=False`` (redis-py's ``thread_local=False``) every thread and
 task shares one hold. A hold nobody can reach any more — its lock object was
 garbage-collected — is no longer renewed and ends with its lease (see
 ``tenure._async._leased``).
+
+**fork()**: a child process inherits no hold. Every hold is stamped with the
+process *generation* (bumped in a fork's child by ``os.register_at_fork``);
+a slot of another generation forgets all it kept at its next use, so in the
+child the lock is simply not held: nothing to release, extend or renew,
+and the parent's hold stays the parent's. The child acquires its own.
+
+Every operation is O(1) whatever the owner holds: the inherited holds live
+in one small mutable :class:`_Frame` per owner's context (the context
+variable points at it and at the frame's version then, so a context copied
+later sees exactly the holds taken before the copy), never copied whole.
 """
 
 from __future__ import annotations
 
 import contextvars
+import os
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BaseOwnerSlot"]
+__all__ = ["BaseOwnerSlot", "generation"]
 
 T = TypeVar("T")
 
-# slot id -> hold taken in this context; copied into every task and thread started from it
-_inherited: contextvars.ContextVar[dict[int, Any] | None] = contextvars.ContextVar(
+_generation = 0
+"""This process's generation: 0, then bumped in the child at each fork()."""
+
+_reset_mutex = threading.Lock()  # a slot of an older generation forgets its holds under it
+
+
+def generation() -> int:
+    """The generation of this process: a fork's child has a new one (no system call)."""
+    return _generation
+
+
+def _after_fork_in_child() -> None:
+    global _generation, _reset_mutex
+    _generation += 1
+    _reset_mutex = threading.Lock()  # it may have been held by a thread the child has not
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Frame:
+    """The holds taken in one owner's context, for the tasks and threads it starts.
+
+    ``holds`` maps a slot's id to its hold and the frame's version when it
+    was bound there. The context variable holds ``(frame, version)``: a
+    context copied from the owner's keeps the version of the moment it was
+    copied, so it inherits the holds bound up to then and none bound later.
+    A context whose frame belongs to another owner starts a frame of its own
+    on its first hold, reading on through ``parent`` (the context it was
+    copied from) for what it inherited.
+    """
+
+    __slots__ = ("generation", "holds", "owner", "parent", "version")
+
+    def __init__(self, owner: object, parent: tuple[_Frame, int] | None) -> None:
+        self.owner = weakref.ref(owner)
+        self.parent = parent
+        self.holds: dict[int, tuple[Any, int]] = {}
+        self.version = 0
+        self.generation = _generation
+
+
+_inherited: contextvars.ContextVar[tuple[_Frame, int] | None] = contextvars.ContextVar(
     "tenure_holds", default=None
 )
 
 
-def _inherited_holds() -> dict[int, Any]:
-    return _inherited.get() or {}
+def _inherited_hold(slot: int) -> Any:
+    """The hold of ``slot`` this context inherited (or took), or None."""
+    seen = _inherited.get()
+    while seen is not None:
+        frame, version = seen
+        if frame.generation != _generation:
+            return None  # bound before a fork: the parent's
+        entry = frame.holds.get(slot)
+        if entry is not None and entry[1] <= version:
+            return entry[0]
+        seen = frame.parent
+    return None
+
+
+def _frame_of(owner: object) -> _Frame:
+    """The frame ``owner`` binds its holds in (made on its first hold in this context)."""
+    seen = _inherited.get()
+    if seen is not None:
+        frame = seen[0]
+        if frame.owner() is owner and frame.generation == _generation:
+            return frame
+        if frame.generation != _generation:
+            seen = None
+    return _Frame(owner, seen)
 
 
 class BaseOwnerSlot(Generic[T]):
@@ -61,12 +138,26 @@ class BaseOwnerSlot(Generic[T]):
         self._per_owner = per_owner
         self._current = current
         self._finished = finished
+        self._generation = _generation
         self._shared: T | None = None
         self._by_owner: weakref.WeakKeyDictionary[object, T] = weakref.WeakKeyDictionary()
-        self._live: dict[int, tuple[weakref.ReferenceType[Any], T]] = {}
+        # id(hold) -> (its owner, the hold, the frame it was bound in)
+        self._live: dict[int, tuple[weakref.ReferenceType[Any], T, _Frame | None]] = {}
+
+    def _forked(self) -> None:
+        """Forget every hold: a fork's child holds none of its parent's."""
+        with _reset_mutex:
+            if self._generation == _generation:
+                return  # another thread of the child did it first
+            self._shared = None
+            self._by_owner = weakref.WeakKeyDictionary()
+            self._live = {}
+            self._generation = _generation
 
     def get(self, adopt: bool = True) -> T | None:
         """The current owner's hold (own, inherited, or adopted when ``adopt``), or None."""
+        if self._generation != _generation:
+            self._forked()
         if not self._per_owner:
             return self._shared
         owner = self._current()
@@ -75,61 +166,79 @@ class BaseOwnerSlot(Generic[T]):
         value = self._by_owner.get(owner)
         if value is not None:
             return value
-        inherited: T | None = _inherited_holds().get(id(self))
-        if inherited is not None and id(inherited) in self._live:
-            return inherited
+        inherited = _inherited_hold(id(self))
+        if inherited is not None:
+            entry = self._live.get(id(inherited))
+            if entry is not None and entry[1] is inherited:
+                return inherited
         if not adopt:
             return None
-        orphans = [hold for ref, hold in self._live.values() if _gone(ref, self._finished)]
+        orphans = [entry for entry in self._live.values() if _gone(entry[0], self._finished)]
         if len(orphans) != 1:
             return None  # none, or several: nobody can tell whose to take over
-        self._bind(owner, orphans[0])
-        return orphans[0]
+        _, hold, frame = orphans[0]
+        self._bind(owner, hold, frame)
+        return hold
 
     def set(self, value: T) -> None:
         """Make ``value`` the current owner's hold."""
+        if self._generation != _generation:
+            self._forked()
         if not self._per_owner:
             self._shared = value
             return
         owner = self._current()
         if owner is None:  # pragma: no cover - asyncio code always runs in a task
             raise RuntimeError("tenure's asyncio primitives must be used from a task")
-        self._bind(owner, value)
-        _inherited.set({**_inherited_holds(), id(self): value})
+        frame = _frame_of(owner)
+        frame.version += 1
+        frame.holds[id(self)] = (value, frame.version)
+        _inherited.set((frame, frame.version))
+        self._bind(owner, value, frame)
 
     def holds(self, value: T) -> bool:
         """True while ``value`` is a hold of this slot (not yet cleared)."""
+        if self._generation != _generation:
+            self._forked()
         if not self._per_owner:
             return self._shared is value
         return id(value) in self._live
 
     def clear(self, value: T) -> None:
         """Forget the hold ``value``, whoever owns it."""
+        if self._generation != _generation:
+            self._forked()
         if not self._per_owner:
             if self._shared is value:
                 self._shared = None
             return
         entry = self._live.pop(id(value), None)
-        owner = None if entry is None else entry[0]()
+        if entry is None:
+            return
+        ref, _, frame = entry
+        owner = ref()
         if owner is not None and self._by_owner.get(owner) is value:
             del self._by_owner[owner]
-        context = _inherited_holds()
-        if context.get(id(self)) is value:
-            _inherited.set({k: v for k, v in context.items() if k != id(self)})
+        if frame is not None:
+            bound = frame.holds.get(id(self))
+            if bound is not None and bound[0] is value:
+                frame.holds.pop(id(self), None)
 
     def owners(self) -> int:
         """How many holds this slot keeps now (all owners)."""
+        if self._generation != _generation:
+            self._forked()
         if not self._per_owner:
             return int(self._shared is not None)
         return len(self._live)
 
-    def _bind(self, owner: object, value: T) -> None:
+    def _bind(self, owner: object, value: T, frame: _Frame | None) -> None:
         entry = self._live.get(id(value))
         previous = None if entry is None else entry[0]()
         if previous is not None and self._by_owner.get(previous) is value:
             del self._by_owner[previous]
         self._by_owner[owner] = value
-        self._live[id(value)] = (weakref.ref(owner), value)
+        self._live[id(value)] = (weakref.ref(owner), value, frame)
 
 
 def _gone(ref: weakref.ReferenceType[Any], finished: Callable[[object], bool]) -> bool:

@@ -87,6 +87,7 @@ from tenure._leased_core import (
     check_seconds,
     to_text,
 )
+from tenure._owners import generation
 from tenure._redlock_core import (
     ADAPTIVE_MARGIN,
     DEFAULT_MASTER_TIMEOUT,
@@ -149,6 +150,7 @@ class AsyncMasters:
         self._registries = [registry_for(client) for client in clients]
         self._mutex = Mutex()  # late calls end in worker threads (sync) or callbacks
         self._running: list[dict[object, float]] = [{} for _ in clients]
+        self._generation = generation()
 
     @property
     def attempt_timeout(self) -> float:
@@ -176,6 +178,10 @@ class AsyncMasters:
         cannot take every worker thread (sync) or connection.
         """
         with self._mutex:
+            if self._generation != generation():
+                # A fork's child: the parent's calls in flight never end here.
+                self._running = [{} for _ in self.clients]
+                self._generation = generation()
             running = self._running[index].values()
             timeout = self.attempt_timeout
             if any(now - sent > timeout for sent in running):
@@ -191,7 +197,7 @@ class AsyncMasters:
             reply = await send(index)
         finally:
             with self._mutex:
-                del self._running[index][mark]
+                self._running[index].pop(mark, None)
         took = time.monotonic() - sent
         with self._mutex:
             self._slowest = max(took, self._slowest * SLOWEST_DECAY)

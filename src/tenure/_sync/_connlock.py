@@ -51,9 +51,13 @@ from tenure._leased_core import (
     to_ms,
     to_text,
 )
+from tenure._owners import generation
 from tenure._sync._scripting import registry_for
 
 __all__ = ["ConnectionLock"]
+
+_parents: list[Any] = []
+"""Dedicated connections a fork's parent held: kept, never closed, in the child."""
 
 
 class ConnectionLock:
@@ -100,6 +104,7 @@ class ConnectionLock:
         self.poll_interval = poll_interval
         self._connection: redis.Redis | None = None
         self._owner_id: str | None = None
+        self._generation = generation()  # of the process that holds (see _held)
 
     @property
     def owner_name(self) -> str:
@@ -113,15 +118,26 @@ class ConnectionLock:
     @property
     def owner_id(self) -> str | None:
         """The ``CLIENT ID`` of this object's dedicated connection while it holds."""
-        return self._owner_id
+        return self._held()[1]
+
+    def _held(self) -> tuple[redis.Redis | None, str | None]:
+        """The dedicated connection and its ID while this process holds.
+
+        A fork's child holds nothing: the parent's booking stays the parent's.
+        """
+        if self._owner_id is not None and self._generation != generation():
+            _parents.append(self._connection)  # closing it here could disturb the parent's
+            self._connection = self._owner_id = None
+        return self._connection, self._owner_id
 
     def __repr__(self) -> str:
-        state = f"held by connection {self._owner_id}" if self._owner_id else "not held"
+        owner_id = self._held()[1]
+        state = f"held by connection {owner_id}" if owner_id else "not held"
         return f"<{type(self).__name__} {self.name!r} {state}>"
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take the lock on a new dedicated connection; False if busy (or timed out)."""
-        if self._owner_id is not None:
+        if self._held()[1] is not None:
             raise ArgumentError("acquire", "this ConnectionLock already holds", name=self.name)
         wait = self.blocking if blocking is None else blocking
         timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
@@ -134,6 +150,7 @@ class ConnectionLock:
             while True:
                 if self._try_book(connection, my_id):
                     self._connection, self._owner_id = connection, my_id
+                    self._generation = generation()
                     return True
                 if not wait or (deadline is not None and time.monotonic() >= deadline):
                     self._close(connection)
@@ -188,7 +205,7 @@ class ConnectionLock:
 
     def release(self) -> None:
         """Delete the booking (if it is still ours) and close the dedicated connection."""
-        connection, my_id = self._connection, self._owner_id
+        connection, my_id = self._held()
         if connection is None or my_id is None:
             raise LockNotOwnedError("cannot release: this object does not hold", name=self.name)
         self._connection = self._owner_id = None
@@ -205,7 +222,7 @@ class ConnectionLock:
 
     def refresh(self) -> None:
         """Reset the opt-in lease; raise :class:`LockNotOwnedError` if no longer held."""
-        connection, my_id = self._connection, self._owner_id
+        connection, my_id = self._held()
         if connection is None or my_id is None or self.lease is None:
             raise LockNotOwnedError("nothing to refresh: not held with a lease", name=self.name)
         reply = registry_for(connection).run(

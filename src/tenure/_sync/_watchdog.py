@@ -14,16 +14,19 @@ starts it again. Jobs carry a slack: a job may run up to that much early,
 never late (a renewal due at a third of its lease is the promise that a lost
 hold is noticed within a third of its lease). The thread sleeps until the first
 job is due and then runs every job whose window has opened, so renewals of
-many holds share wake-ups and round trips. The job list is scanned at each
-wake-up: a process holds few locks at a time.
+many holds share wake-ups and round trips. Jobs wait in two heaps (by due
+time, by window opening), so scheduling, cancelling and each wake-up cost
+O(log n) per job, however many holds the process keeps.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -67,6 +70,8 @@ class Job:
     runner: JobRunner | None = None
     wanted: Callable[[], bool] | None = None
     """Asked just before the job runs: False drops it unrun (its owner is gone)."""
+    queued: int = field(default=-1, repr=False)
+    """The number of its entries in the watchdog's heaps while it waits (-1: not waiting)."""
 
 
 class Watchdog:
@@ -74,12 +79,16 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._mutex = Mutex()
-        self._jobs: list[Job] = []
+        # (due, entry, job) and (due - slack, entry, job); an entry whose job
+        # has another one now (re-planned, taken, cancelled) is dropped when met.
+        self._by_due: list[tuple[float, int, Job]] = []
+        self._by_opening: list[tuple[float, int, Job]] = []
+        self._entries = itertools.count()
+        self._waiting = 0  # jobs waiting (each has one live entry in each heap)
         self._wakeup = Event()
         self._running = False
         self._idle_since: float | None = None
         self._sleep_until = float("-inf")  # when the sleeping thread wakes by itself
-        self._cancelled = 0
         self._worker: Any = None  # the background thread, strongly referenced
         self.batches = 0
         self.calls = 0
@@ -90,9 +99,17 @@ class Watchdog:
         return self._running
 
     def schedule(self, job: Job) -> Job:
-        """Queue ``job`` to run at ``job.due`` (within its slack); return it."""
+        """Queue ``job`` to run at ``job.due`` (within its slack); return it.
+
+        A job already waiting is planned again at its ``due`` and ``slack`` now.
+        """
         with self._mutex:
-            self._jobs.append(job)
+            if job.queued < 0:
+                self._waiting += 1
+            entry = job.queued = next(self._entries)
+            heapq.heappush(self._by_due, (job.due, entry, job))
+            heapq.heappush(self._by_opening, (job.due - job.slack, entry, job))
+            self._compact()
             if not self._running:
                 self._running = True
                 self._sleep_until = float("-inf")
@@ -108,10 +125,20 @@ class Watchdog:
             return
         job.cancelled = True
         with self._mutex:
-            self._cancelled += 1
-            if self._cancelled > 64 and self._cancelled * 2 > len(self._jobs):
-                self._jobs = [entry for entry in self._jobs if not entry.cancelled]
-                self._cancelled = 0
+            if job.queued < 0:
+                return  # running now (its result is ignored) or never queued
+            job.queued = -1
+            self._waiting -= 1
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the dead entries once they outnumber the live ones (amortised O(1))."""
+        if len(self._by_due) + len(self._by_opening) <= 4 * self._waiting + 128:
+            return
+        self._by_due = [item for item in self._by_due if item[2].queued == item[1]]
+        self._by_opening = [item for item in self._by_opening if item[2].queued == item[1]]
+        heapq.heapify(self._by_due)
+        heapq.heapify(self._by_opening)
 
     def _take_due(self) -> tuple[list[Job], float | None]:
         """Split off the jobs to run now; return them and how long to sleep after."""
@@ -119,26 +146,25 @@ class Watchdog:
             self._wakeup.clear()
             now = time.monotonic()
             due: list[Job] = []
-            waiting: list[Job] = []
-            wake = float("inf")
-            for job in self._jobs:
-                if job.cancelled:
-                    continue
-                if job.due - job.slack <= now + 0.001:
+            opening = self._by_opening
+            while opening and opening[0][0] <= now + 0.001:
+                _, entry, job = heapq.heappop(opening)
+                if job.queued == entry:  # its live entry: take it
+                    job.queued = -1
+                    self._waiting -= 1
                     if job.wanted is not None and not job.wanted():
-                        job.cancelled = True
+                        job.cancelled = True  # its owner is gone: dropped unrun
                         continue
                     due.append(job)
-                else:
-                    waiting.append(job)
-                    wake = min(wake, job.due)
-            self._jobs = waiting
-            self._cancelled = 0
+            by_due = self._by_due
+            while by_due and by_due[0][2].queued != by_due[0][1]:
+                heapq.heappop(by_due)  # taken, planned again or cancelled
+            wake = by_due[0][0] if by_due else float("inf")
             if due:
                 self._idle_since = None
                 self._sleep_until = float("-inf")  # busy: it re-plans when done
                 return due, 0.0
-            if not waiting:
+            if not by_due:
                 if self._idle_since is None:
                     self._idle_since = now
                 idle = now - self._idle_since
