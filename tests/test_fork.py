@@ -186,6 +186,24 @@ def test_a_child_holds_none_of_its_parents_holds(tenure_client: redis.Redis) -> 
     connlock.release()
 
 
+def test_a_child_leaving_its_parents_with_block_is_told_why(tenure_client: redis.Redis) -> None:
+    lock = Lock(tenure_client, "fork:with")
+
+    def child() -> str:
+        _unreachable(tenure_client)
+        try:
+            lock.__exit__(None, None, None)  # leaving the parent's `with lock:` block
+        except LockNotOwnedError as error:
+            return str(error)
+        return "no error"
+
+    with lock:
+        told = _collect(*_fork(child))
+        assert lock.owned()
+    assert "held by the parent of this forked process" in told
+    assert "os._exit()" in told
+
+
 def test_the_parent_keeps_its_hold_renewals_and_exclusion(
     tenure_client: redis.Redis, tenure_server: ServerProcess
 ) -> None:

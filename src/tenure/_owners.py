@@ -139,6 +139,8 @@ class BaseOwnerSlot(Generic[T]):
         self._current = current
         self._finished = finished
         self._generation = _generation
+        self.forgot_at_fork = False
+        """True in a fork's child once this slot dropped holds it inherited."""
         self._shared: T | None = None
         self._by_owner: weakref.WeakKeyDictionary[object, T] = weakref.WeakKeyDictionary()
         # id(hold) -> (its owner, the hold, the frame it was bound in)
@@ -149,6 +151,7 @@ class BaseOwnerSlot(Generic[T]):
         with _reset_mutex:
             if self._generation == _generation:
                 return  # another thread of the child did it first
+            self.forgot_at_fork = self._shared is not None or bool(self._live)
             self._shared = None
             self._by_owner = weakref.WeakKeyDictionary()
             self._live = {}

@@ -888,10 +888,14 @@ class Leased:
         hold = self._slot.get()
         if hold is None:
             if exc is None:
+                where = (
+                    "held by the parent of this forked process (a child holds nothing it "
+                    "inherited; end it with os._exit() or acquire in it)"
+                    if self._slot.forgot_at_fork
+                    else "released inside the with block"
+                )
                 self._release_failed(
-                    self._not_owned(
-                        f"the {self._noun} was released inside the with block", name=self.name
-                    )
+                    self._not_owned(f"the {self._noun} was {where}", name=self.name)
                 )
             return
         if hold.lost:
