@@ -280,6 +280,7 @@ def test_bench_locks_scale_part(tmp_path: Path) -> None:
     for w in waiters:
         assert w["errors"] == 0, w["first_error"]
         assert w["finished"] and w["queued"] == w["handoffs"] == w["waiters"]
+        assert w["queued_in_window"] == w["waiters"] and w["unserved"] == 0
         assert w["queue_seconds"] > 0 and w["handoff_rate"] > 0 and w["drain_seconds"] > 0
         assert w["scripts_per_s"] is not None and w["window_seconds"] == 0.3
     goals = {t["goal"]: t for t in results["targets"]}

@@ -23,6 +23,7 @@ from tenure._bench.scale import (
     HOLD_CONTENDERS,
     HOLD_RATIO,
     QUEUE_SECONDS,
+    QUEUE_SHARE,
     REFRESH_RATIO,
     REFRESH_SLACK,
     SCALE_CAP,
@@ -144,7 +145,7 @@ def scale_targets(holds: Sequence[HoldResult], waiters: Sequence[WaitersResult])
     key = _TARGET_KEY["asyncio"]
     most = max(waiters, key=lambda r: r.waiters)
     queued = (
-        f"{most.queued:,} of {most.waiters:,} queued within the {SCALE_CAP:g} s cap"
+        f"{most.queued:,} of {most.waiters:,} queued within {SCALE_CAP * QUEUE_SHARE:g} s"
         if most.queue_seconds is None
         else f"{most.queue_seconds:.3f} s"
     )
@@ -161,15 +162,17 @@ def scale_targets(holds: Sequence[HoldResult], waiters: Sequence[WaitersResult])
         return found
     goal = f"handoffs/s with {most.waiters:,} waiters >= {HANDOFF_RATIO:g}x with {fewest.waiters:,}"
     if most.handoff_rate is None or fewest.handoff_rate is None:
-        found.append((goal, key, "not finished", False))
+        found.append((goal, key, "not measured: no waiter was served", False))
     else:
         ratio = most.handoff_rate / fewest.handoff_rate
+        unserved = most.unserved + fewest.unserved
         found.append(
             (
                 goal,
                 key,
-                f"{most.handoff_rate:,.0f}/s vs {fewest.handoff_rate:,.0f}/s: {ratio:.2f}x",
-                ratio >= HANDOFF_RATIO,
+                f"{most.handoff_rate:,.0f}/s vs {fewest.handoff_rate:,.0f}/s: {ratio:.2f}x"
+                + (f"; {unserved:,} waiter(s) not served within the cap" if unserved else ""),
+                ratio >= HANDOFF_RATIO and not unserved,
             )
         )
     goal = (
@@ -177,15 +180,21 @@ def scale_targets(holds: Sequence[HoldResult], waiters: Sequence[WaitersResult])
         f"{REFRESH_RATIO:g}x with {fewest.waiters:,} (+{REFRESH_SLACK:g}/s)"
     )
     if most.scripts_per_s is None or fewest.scripts_per_s is None:
-        found.append((goal, key, "not measured: the waiters were not all queued", False))
+        found.append((goal, key, "not measured: the cap ran out first", False))
     else:
         high, low = most.scripts_per_s, fewest.scripts_per_s
+        partial = [
+            f"{w.queued_in_window or 0:,} of {w.waiters:,} queued"
+            for w in (most, fewest)
+            if w.queue_seconds is None
+        ]
         found.append(
             (
                 goal,
                 key,
-                f"{_rate(high)}/s vs {_rate(low)}/s: {_times(high, low)}",
-                high <= REFRESH_RATIO * max(low, 0.0) + REFRESH_SLACK,
+                f"{_rate(high)}/s vs {_rate(low)}/s: {_times(high, low)}"
+                + (f" (only {', '.join(partial)})" if partial else ""),
+                not partial and high <= REFRESH_RATIO * max(low, 0.0) + REFRESH_SLACK,
             )
         )
     return found
@@ -313,27 +322,33 @@ def scale_section(
             "### Many asyncio waiters on one lock",
             "",
             "N asyncio tasks of one process, sharing one `redis.asyncio.Redis` over "
-            f"`BlockingConnectionPool(max_connections={waiters[0].pool_size})`, each with "
-            "its own `AsyncLock(client, name)` (default arguments), wait on one name that "
-            "another client holds. Queued in = from creating the tasks until the server's "
-            "queue (`ZCARD` of `lock.keys.queue`, read every 10 ms) holds N. Traffic: the "
-            f"server's counters over {window:g} s while all N wait, minus the same over "
+            f"`BlockingConnectionPool(max_connections={waiters[0].pool_size})` "
+            "(`--waiter-pool`), each with its own `AsyncLock(client, name)` (default "
+            "arguments), wait on one name that another client holds. Queued in = from "
+            "creating the tasks until the server's queue (`ZCARD` of `lock.keys.queue`, "
+            f"read every 10 ms) holds N, allowed {SCALE_CAP * QUEUE_SHARE:g} s (if not all "
+            "have joined by then, the rest is measured with those that have). Traffic: "
+            f"the server's counters over {window:g} s while they wait, minus the same over "
             f"{window:g} s with the holder alone (baseline); commands count those run "
             "inside scripts, script calls are `EVALSHA`/`EVAL` (one round trip each). "
             "Then the holder releases and each task in turn takes the lock and releases "
-            "it at once: handoffs/s = N / (last release - the holder's release).",
+            "it at once: handoffs/s = waiters served / (last release - the holder's "
+            "release).",
             "",
-            "| Waiters | queued in s | baseline commands/s | commands/s waiting "
-            "| script calls/s (- baseline) | commands/s (- baseline) | handoffs "
-            "| drained in s | handoffs/s | errors | finished |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| Waiters | queued in s | most queued | queued while read "
+            "| baseline commands/s | commands/s waiting | script calls/s (- baseline) "
+            "| commands/s (- baseline) | handoffs | drained in s | handoffs/s | unserved "
+            "| errors | finished |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for w in waiters:
+            in_window = "—" if w.queued_in_window is None else f"{w.queued_in_window:,}"
             lines.append(
-                f"| {w.waiters:,} | {_seconds(w.queue_seconds)} | {w.baseline_per_s:,.0f} | "
-                f"{_rate(w.waiting_per_s)} | {_rate(w.scripts_per_s)} | "
-                f"{_rate(w.refresh_per_s)} | {w.handoffs:,} | {_seconds(w.drain_seconds)} | "
-                f"{_rate(w.handoff_rate)} | {w.errors} | {'yes' if w.finished else 'no'} |"
+                f"| {w.waiters:,} | {_seconds(w.queue_seconds)} | {w.queued:,} | {in_window} "
+                f"| {w.baseline_per_s:,.0f} | {_rate(w.waiting_per_s)} "
+                f"| {_rate(w.scripts_per_s)} | {_rate(w.refresh_per_s)} | {w.handoffs:,} "
+                f"| {_seconds(w.drain_seconds)} | {_rate(w.handoff_rate)} | {w.unserved:,} "
+                f"| {w.errors} | {'yes' if w.finished else 'no'} |"
             )
         for w in waiters:
             if w.first_error:
@@ -405,6 +420,7 @@ def scale_lines(holds: Sequence[HoldResult], waiters: Sequence[WaitersResult]) -
                 f"  {w.waiters:>7,}: queued in {_seconds(w.queue_seconds)} s, "
                 f"script calls {_rate(w.scripts_per_s)}/s, commands {_rate(w.refresh_per_s)}/s "
                 f"(minus baseline), {w.handoffs:,} handoffs at {_rate(w.handoff_rate)}/s, "
-                f"{w.errors} errors" + ("" if w.finished else "  NOT FINISHED")
+                f"{w.unserved:,} unserved, {w.errors} errors"
+                + ("" if w.finished else f"  NOT FINISHED ({w.queued:,} queued at most)")
             )
     return lines
