@@ -141,7 +141,7 @@ def test_bench_locks_on_a_topology_prices_the_acknowledgement(
 def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
     report, data = tmp_path / "report.md", tmp_path / "run.json"
     done = run(
-        "bench", "locks", "--skip", "solo,contended", "--only", "tenure,redis-py",
+        "bench", "locks", "--skip", "solo,contended,entity", "--only", "tenure,redis-py",
         "--rounds", "1", "--single-tries", "2", "--tasks", "30", "--threads", "6",
         "--names", "300", "--name-processes", "1", "--skip-idle-wait",
         "--output", str(report), "--json", str(data),
@@ -150,6 +150,7 @@ def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
     results = json.loads(data.read_text())
     assert results["run"]["parts"] == ["pool", "waiters", "names"]
     assert results["solo"] == results["contended"] == []
+    assert results["entity"] == [] and results["scale"] == {"holds": [], "waiters": []}
     pool = {r["key"]: r for r in results["pool"]}
     assert set(pool) == {"tenure", "redis-py"}
     for result in pool.values():  # 6 threads x 3 cycles through 3 connections, no errors

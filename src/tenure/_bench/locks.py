@@ -11,7 +11,9 @@
         [--url URL] [--output FILE.md] [--json FILE] [--plot FILE.png] [--only KEY,KEY]
         [--topology standalone|replicated|cluster]
 
-(``python -m benchmarks.locks`` is the same, writing docs/benchmarks.md.)
+(``python -m benchmarks.locks`` is the same, writing docs/benchmarks.md.
+``--only`` chooses among the contenders of the solo, contended, pool and
+names parts; the entity and scale parts have their own.)
 The peers come with ``pip install "tenure[bench]"``. Without ``--url`` a
 private valkey-server is started on loopback (``tenure.server.ServerProcess``)
 and stopped at the end. Every measurement starts with ``FLUSHDB``, so a
@@ -41,7 +43,8 @@ all but scale run; ``--parts all`` runs every one):
 * scale (not in the default parts: several minutes): acquire and release
   while one thread or task holds each of ``--scale-holds`` locks
   (``--scale-extra`` pairs timed, medians of ``--rounds``), and each of
-  ``--scale-waiters`` asyncio tasks queued on one lock: time to queue,
+  ``--scale-waiters`` asyncio tasks (one client over ``--waiter-pool``
+  connections) queued on one lock: time to queue,
   refresh traffic over ``--scale-window`` seconds, handoffs per second
   (:mod:`tenure._bench.scale`); every size bounded by 120 s.
 
@@ -160,7 +163,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument("--tasks", type=int, default=1000, help="waiting asyncio tasks (1000)")
     parser.add_argument("--threads", type=int, default=100, help="waiting threads (100)")
     parser.add_argument(
-        "--waiter-pool", type=int, default=8, help="connections of the waiters' pool (8)"
+        "--waiter-pool",
+        type=int,
+        default=8,
+        help="connections of the waiters' pool, waiters and scale parts (8)",
     )
     parser.add_argument(
         "--names", type=int, default=1_000_000, help="distinct lock names (1,000,000)"
