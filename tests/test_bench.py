@@ -256,6 +256,7 @@ def test_bench_locks_entity_part(tmp_path: Path) -> None:
     assert "| tenure `AsyncLock(client, name)` |" in text  # the constructor table
     assert "tenure `AsyncLock()` (30 s lease, background renewal)" in text  # a target row
     assert "per-entity locks (a new lock object per cycle" in done.stdout
+    assert "solo/s" not in done.stdout  # no empty solo/contended table
     assert "tenure/redis-py" in done.stdout and "constructor: tenure" in done.stdout
 
 

@@ -270,8 +270,8 @@ def _where(info: RunInfo) -> str:
         "default run takes about ten minutes, most of it the million names and the\n"
         "wait for their keys to expire (`--names 100000`, `--skip-idle-wait` or\n"
         "`--skip names` shorten it). The scale part is not in the default parts\n"
-        "(it takes several minutes more): ask for it with `--parts scale` or\n"
-        "`--parts all`."
+        "(it takes several minutes more, longer when holding many locks is slow):\n"
+        "ask for it with `--parts scale` or `--parts all`."
     )
 
 
@@ -445,8 +445,9 @@ def _contenders_notes() -> str:
 def summary_table(results: Results, info: RunInfo | None = None) -> str:
     """The results as plain text for the terminal, with tenure's ratio to each row.
 
-    The first block (one row per lock) is the solo and contended table; the
-    other parts and the targets follow, each after a blank line.
+    The first block (one row per lock) is the solo and contended table (left
+    out when neither ran); the other parts and the targets follow, each after
+    a blank line.
     """
     solo_by_key = {r.key: r for r in results.solo}
     contended_by_key = {r.key: r for r in results.contended}
@@ -479,6 +480,8 @@ def summary_table(results: Results, info: RunInfo | None = None) -> str:
         "tenure/row above 1: tenure Lock(timeout=10) did more. fairness = least served "
         "process / most served. Contended figures: medians of the rounds."
     )
+    if not solo_by_key and not contended_by_key:
+        lines = []  # neither part ran: no empty table
     lines += resource_lines(results.pool, results.single, results.crowds, results.names)
     lines += entity_lines(results.entity)
     lines += scale_lines(results.holds, results.scale_waiters)
@@ -488,4 +491,4 @@ def summary_table(results: Results, info: RunInfo | None = None) -> str:
         for t in found:
             verdict = {None: "not checked", True: "met", False: "NOT MET"}[t.met]
             lines.append(f"  [{verdict}] {t.key}: {t.goal}: {t.measured}")
-    return "\n".join(lines)
+    return "\n".join(lines).lstrip("\n")
