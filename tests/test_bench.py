@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,14 @@ import redis
 
 import tenure._async._leased
 from tenure._bench import BENCHMARKS, BenchmarkError, require_peer
-from tenure._bench.locks import PARTS, add_arguments, parts
+from tenure._bench.locks import (
+    DEFAULT_PARTS,
+    PARTS,
+    add_arguments,
+    check_arguments,
+    counts,
+    parts,
+)
 from tenure._bench.measure import ContendedResult, combine_rounds
 from tenure._bench.names import measure_names, wait_idle
 from tenure.server import Engine
@@ -133,7 +141,7 @@ def test_bench_locks_on_a_topology_prices_the_acknowledgement(
 def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
     report, data = tmp_path / "report.md", tmp_path / "run.json"
     done = run(
-        "bench", "locks", "--skip", "solo,contended", "--only", "tenure,redis-py",
+        "bench", "locks", "--skip", "solo,contended,entity", "--only", "tenure,redis-py",
         "--rounds", "1", "--single-tries", "2", "--tasks", "30", "--threads", "6",
         "--names", "300", "--name-processes", "1", "--skip-idle-wait",
         "--output", str(report), "--json", str(data),
@@ -142,6 +150,7 @@ def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
     results = json.loads(data.read_text())
     assert results["run"]["parts"] == ["pool", "waiters", "names"]
     assert results["solo"] == results["contended"] == []
+    assert results["entity"] == [] and results["scale"] == {"holds": [], "waiters": []}
     pool = {r["key"]: r for r in results["pool"]}
     assert set(pool) == {"tenure", "redis-py"}
     for result in pool.values():  # 6 threads x 3 cycles through 3 connections, no errors
@@ -182,6 +191,115 @@ def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
     assert "The idle wait was skipped in this run." in text
     assert "## Solo" in text and "Not measured in this run." in text
     assert "bounded pool (6 threads" in done.stdout and "memory per name:" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--scale-holds", "0", "--scale-holds takes comma-separated counts in 1..100000 (got '0')"),
+        ("--scale-holds", "1000,lots", "(got 'lots')"),
+        ("--scale-holds", "1000,,2000", "(got '')"),
+        ("--scale-waiters", "", "--scale-waiters takes comma-separated counts in 1..100000"),
+        ("--scale-waiters", "200000", "(got '200000')"),
+        ("--scale-extra", "0", "--scale-extra must be in 1..100000"),
+        ("--scale-window", "0", "--scale-window must be in (0, 60] seconds"),
+    ],
+)
+def test_scale_arguments_are_checked(option: str, value: str, message: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(BenchmarkError, match=re.escape(message)):
+        check_arguments(parser.parse_args(["--parts", "scale", option, value]))
+    fine = parser.parse_args(["--scale-holds", "20000,1_000,1000", "--scale-waiters", " 10 "])
+    check_arguments(fine)
+    assert counts(fine.scale_holds, "--scale-holds") == (1000, 20000)
+    assert counts(fine.scale_waiters, "--scale-waiters") == (10,)
+
+
+def test_bench_locks_entity_part(tmp_path: Path) -> None:
+    report, data = tmp_path / "report.md", tmp_path / "run.json"
+    done = run(
+        "bench", "locks", "--parts", "entity", "--solo-seconds", "0.2", "--rounds", "1",
+        "--output", str(report), "--json", str(data),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(data.read_text())
+    assert results["run"]["parts"] == ["entity"]
+    assert results["solo"] == results["names"] == []
+    assert results["scale"] == {"holds": [], "waiters": []}
+    entity = {(r["key"], r["variant"]): r for r in results["entity"]}
+    keys = ("tenure", "redis-py", "tenure-async", "redis-py-async")
+    assert set(entity) == {(k, v) for k in keys for v in ("fresh", "reused", "constructor")}
+    for (key, variant), result in entity.items():
+        assert result["mode"] == ("asyncio" if key.endswith("async") else "sync")
+        assert len(result["runs"]) == 1 and result["median"] > 0, (key, variant)
+        if variant == "fresh":  # as many names as cycles
+            assert result["names"][0] >= result["median"] * 0.2 * 0.5
+        if variant == "reused":  # the fresh run's names again
+            assert result["names"] == entity[key, "fresh"]["names"]
+    goals = {(t["goal"], t["key"]): t for t in results["targets"]}
+    for mode, key in (("sync", "tenure-default"), ("asyncio", "tenure-async")):
+        for variant in ("fresh", "reused"):
+            goal = (
+                f"per-entity locks ({mode}, {variant} names): cycles/s >= 0.9x "
+                "redis-py's `client.lock(name)`"
+            )
+            assert isinstance(goals[goal, key]["met"], bool)  # checked, whatever the outcome
+    assert len(results["targets"]) == 4
+    text = report.read_text()
+    assert "## Per-entity locks" in text and "## Scale: holds and waiters" not in text
+    assert "this part alone: `tenure bench locks --parts entity`" in text
+    assert "Measured by `tenure bench locks --parts entity --solo-seconds 0.2" in text
+    assert "redis-py's `client.lock(name)` has `timeout=None` too" in text  # the defaults
+    for row in ("| sync | fresh |", "| sync | reused |", "| asyncio | fresh |"):
+        assert row in text
+    assert "| tenure `AsyncLock(client, name)` |" in text  # the constructor table
+    assert "tenure `AsyncLock()` (30 s lease, background renewal)" in text  # a target row
+    assert "per-entity locks (a new lock object per cycle" in done.stdout
+    assert "solo/s" not in done.stdout  # no empty solo/contended table
+    assert "tenure/redis-py" in done.stdout and "constructor: tenure" in done.stdout
+
+
+def test_bench_locks_scale_part(tmp_path: Path) -> None:
+    report, data = tmp_path / "report.md", tmp_path / "run.json"
+    done = run(
+        "bench", "locks", "--parts", "scale", "--rounds", "1", "--scale-holds", "200,100",
+        "--scale-extra", "20", "--scale-waiters", "50,100", "--scale-window", "0.3",
+        "--output", str(report), "--json", str(data),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(data.read_text())
+    assert results["run"]["parts"] == ["scale"] and results["entity"] == []
+    holds = {(r["key"], r["held"]): r for r in results["scale"]["holds"]}
+    keys = ("tenure", "redis-py", "tenure-async", "redis-py-async")
+    assert set(holds) == {(k, n) for k in keys for n in (100, 200)}
+    for result in holds.values():
+        assert result["finished"] and result["error"] is None
+        assert result["extra"] == 20 and len(result["acquire_runs"]) == 1
+        assert result["acquire_us"] > 0 and result["release_us"] > 0
+    waiters = results["scale"]["waiters"]
+    assert [w["waiters"] for w in waiters] == [50, 100]
+    for w in waiters:
+        assert w["errors"] == 0, w["first_error"]
+        assert w["finished"] and w["queued"] == w["handoffs"] == w["waiters"]
+        assert w["queued_in_window"] == w["waiters"] and w["unserved"] == 0
+        assert w["queue_seconds"] > 0 and w["handoff_rate"] > 0 and w["drain_seconds"] > 0
+        assert w["scripts_per_s"] is not None and w["window_seconds"] == 0.3
+    goals = {t["goal"]: t for t in results["targets"]}
+    for mode in ("sync", "asyncio"):
+        for what in ("acquire", "release"):
+            goal = f"{what} while holding 200 locks <= 1.2x while holding 100 ({mode})"
+            assert isinstance(goals[goal]["met"], bool)
+    assert isinstance(goals["100 waiting tasks queued in <= 1 s"]["met"], bool)
+    assert isinstance(goals["handoffs/s with 100 waiters >= 0.8x with 50"]["met"], bool)
+    refresh = "refresh traffic (script calls/s) with 100 waiters <= 1.2x with 50 (+5/s)"
+    assert isinstance(goals[refresh]["met"], bool)
+    text = report.read_text()
+    assert "## Scale: holds and waiters" in text and "## Per-entity locks" not in text
+    assert "this part alone: `tenure bench locks --parts scale`" in text
+    assert "### Holding many locks" in text and "### Many asyncio waiters on one lock" in text
+    assert "| tenure `Lock(client, name)` | 200 |" in text
+    assert "holding many locks" in done.stdout and "many asyncio waiters" in done.stdout
 
 
 def test_names_keys_reach_zero_after_the_idle_time(
@@ -244,9 +362,17 @@ def test_rounds_are_combined_into_medians() -> None:
 def test_parts_are_chosen_and_skipped() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert parts(parser.parse_args([])) == PARTS
+    assert parts(parser.parse_args([])) == DEFAULT_PARTS == PARTS[:-1]  # all but scale
+    assert "scale" not in DEFAULT_PARTS and PARTS[-1] == "scale"
     assert parts(parser.parse_args(["--parts", "names,pool"])) == ("pool", "names")
-    assert parts(parser.parse_args(["--skip", "names"])) == PARTS[:-1]
+    assert parts(parser.parse_args(["--skip", "names"])) == (*DEFAULT_PARTS[:-2], "entity")
+    assert parts(parser.parse_args(["--parts", "all"])) == PARTS
+    assert parts(parser.parse_args(["--parts", "all", "--skip", "names,entity"])) == (
+        "solo", "contended", "pool", "waiters", "scale"
+    )  # fmt: skip
+    assert parts(parser.parse_args(["--parts", "scale,entity"])) == ("entity", "scale")
+    topology = parser.parse_args(["--parts", "all", "--topology", "cluster"])
+    assert parts(topology) == ("solo", "contended")  # the others are about one server
     with pytest.raises(BenchmarkError, match="unknown part"):
         parts(parser.parse_args(["--parts", "solo,nonesuch"]))
 
@@ -405,6 +531,10 @@ def test_bench_refuses_bad_values() -> None:
     names = run("bench", "locks", "--names", "0")
     assert names.returncode == 2
     assert "--names must be in 1..10000000" in names.stderr
+    scale = run("bench", "locks", "--parts", "scale", "--scale-holds", "1000,lots")
+    assert scale.returncode == 2
+    assert "--scale-holds takes comma-separated counts in 1..100000 (got 'lots')" in scale.stderr
+    assert scale.stderr.count("\n") == 1, scale.stderr  # one line, no traceback
     semaphores = run("bench", "semaphores", "--limit", "0")
     assert semaphores.returncode == 2
     assert "--limit in 1..10000" in semaphores.stderr

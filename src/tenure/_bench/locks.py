@@ -1,19 +1,25 @@
 """``tenure bench locks``: ``tenure.Lock`` beside its peers, one server, one run.
 
-    tenure bench locks [--parts solo,contended,pool,waiters,names] [--skip PART,...]
+    tenure bench locks [--parts solo,contended,pool,waiters,names,entity,scale|all]
+        [--skip PART,...]
         [--seconds S] [--solo-seconds S] [--solo-runs 3] [--rounds 3]
         [--processes 4] [--critical-ms 1] [--single-tries 5]
         [--tasks 1000] [--threads 100] [--waiter-pool 8]
         [--names 1000000] [--name-processes 2] [--idle-cap S] [--skip-idle-wait]
+        [--scale-holds 1000,10000,20000] [--scale-extra 500]
+        [--scale-waiters 1000,10000] [--scale-window 3]
         [--url URL] [--output FILE.md] [--json FILE] [--plot FILE.png] [--only KEY,KEY]
         [--topology standalone|replicated|cluster]
 
-(``python -m benchmarks.locks`` is the same, writing docs/benchmarks.md.)
+(``python -m benchmarks.locks`` is the same, writing docs/benchmarks.md.
+``--only`` chooses among the contenders of the solo, contended, pool and
+names parts; the entity and scale parts have their own.)
 The peers come with ``pip install "tenure[bench]"``. Without ``--url`` a
 private valkey-server is started on loopback (``tenure.server.ServerProcess``)
 and stopped at the end. Every measurement starts with ``FLUSHDB``, so a
 server given by ``--url`` must have an empty database (or ``--allow-flush``).
-The parts, each selectable with ``--parts`` / ``--skip``:
+The parts, each selectable with ``--parts`` / ``--skip`` (without ``--parts``,
+all but scale run; ``--parts all`` runs every one):
 
 * solo: acquire+release cycles per second in this process (median of
   ``--solo-runs`` runs, interleaved across contenders);
@@ -28,7 +34,19 @@ The parts, each selectable with ``--parts`` / ``--skip``:
   (:mod:`tenure._bench.waiters`);
 * names: ``--names`` distinct names used once each, keys and memory right
   after and after ``IDLE_TTL`` (:mod:`tenure._bench.names`); the idle wait
-  (up to ``--idle-cap`` seconds) is skipped with ``--skip-idle-wait``.
+  (up to ``--idle-cap`` seconds) is skipped with ``--skip-idle-wait``;
+* entity: per-entity locks, a new lock object per cycle with each library's
+  default arguments (tenure ``Lock``/``AsyncLock`` vs redis-py's
+  ``client.lock(name)``, sync and asyncio), on fresh names and on names
+  reused within a minute, each run ``--solo-seconds``, medians of
+  ``--rounds``; and the constructor alone (:mod:`tenure._bench.entity`);
+* scale (not in the default parts: several minutes): acquire and release
+  while one thread or task holds each of ``--scale-holds`` locks
+  (``--scale-extra`` pairs timed, medians of ``--rounds``), and each of
+  ``--scale-waiters`` asyncio tasks (one client over ``--waiter-pool``
+  connections) queued on one lock: time to queue,
+  refresh traffic over ``--scale-window`` seconds, handoffs per second
+  (:mod:`tenure._bench.scale`); every size bounded by 120 s.
 
 ``--topology replicated`` (a primary with two replicas) or ``cluster`` (three
 masters with two replicas each) starts that topology privately and runs the
@@ -70,6 +88,7 @@ from tenure._bench import (
     standalone_main,
 )
 from tenure._bench.contenders import CONTENDERS, TOPOLOGIES, Client, Contender, by_key
+from tenure._bench.entity import EntityResult, measure_entity
 from tenure._bench.measure import (
     COUNTER_KEY,
     LOCK_NAME,
@@ -93,15 +112,28 @@ from tenure._bench.pool import (
     single_connection_latency,
 )
 from tenure._bench.report import Results, RunInfo, as_data, render, summary_table
+from tenure._bench.scale import HoldResult, WaitersResult, measure_holds, measure_scale_waiters
 from tenure._bench.sections import write_section
 from tenure._bench.waiters import CrowdResult, crowd_of_tasks, crowd_of_threads
 from tenure.server import Cluster, Replicated
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "check_arguments", "main", "run_command"]
+__all__ = [
+    "DEFAULT_PARTS",
+    "PARTS",
+    "add_arguments",
+    "check_arguments",
+    "counts",
+    "main",
+    "parts",
+    "run_command",
+]
 
 _PACKAGES = ("tenure", "redis", "hiredis", "python-redis-lock", "pottery")
-PARTS = ("solo", "contended", "pool", "waiters", "names")
+DEFAULT_PARTS = ("solo", "contended", "pool", "waiters", "names", "entity")
+PARTS = (*DEFAULT_PARTS, "scale")
+"""Every part, in run order; ``scale`` runs only when asked for (``--parts``)."""
+MAX_SCALE = 100_000  # the largest --scale-holds / --scale-waiters count
 TOPOLOGY_PARTS = ("solo", "contended")
 """The parts a replicated or cluster run measures (the others are about one server)."""
 
@@ -120,8 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument("--critical-ms", type=float, default=1.0, help="time held (1 ms)")
     parser.add_argument(
         "--parts",
-        default=",".join(PARTS),
-        help=f"comma-separated parts to run (default: all of {','.join(PARTS)})",
+        default=None,
+        help=f"comma-separated parts to run, or all (default: {','.join(DEFAULT_PARTS)}; "
+        f"known: {','.join(PARTS)})",
     )
     parser.add_argument("--skip", default="", help="comma-separated parts not to run")
     parser.add_argument(
@@ -130,7 +163,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument("--tasks", type=int, default=1000, help="waiting asyncio tasks (1000)")
     parser.add_argument("--threads", type=int, default=100, help="waiting threads (100)")
     parser.add_argument(
-        "--waiter-pool", type=int, default=8, help="connections of the waiters' pool (8)"
+        "--waiter-pool",
+        type=int,
+        default=8,
+        help="connections of the waiters' pool, waiters and scale parts (8)",
     )
     parser.add_argument(
         "--names", type=int, default=1_000_000, help="distinct lock names (1,000,000)"
@@ -151,6 +187,28 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
         "--skip-idle-wait",
         action="store_true",
         help="read the names' keys right after the run only",
+    )
+    parser.add_argument(
+        "--scale-holds",
+        default="1000,10000,20000",
+        help="scale: comma-separated counts of locks held (1000,10000,20000)",
+    )
+    parser.add_argument(
+        "--scale-extra",
+        type=int,
+        default=500,
+        help="scale: acquire + release pairs timed at each count held (500)",
+    )
+    parser.add_argument(
+        "--scale-waiters",
+        default="1000,10000",
+        help="scale: comma-separated counts of asyncio tasks waiting on one lock (1000,10000)",
+    )
+    parser.add_argument(
+        "--scale-window",
+        type=float,
+        default=3.0,
+        help="scale: seconds of each refresh-traffic reading (3)",
     )
     add_output_arguments(parser, output, "wait-time")
     parser.add_argument("--json", help="also write the raw results here")
@@ -188,13 +246,38 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise BenchmarkError("--idle-cap must be in [0, 3600] seconds")
     if args.topology != "standalone" and args.url:
         raise BenchmarkError("--topology starts its own servers: leave out --url")
+    counts(args.scale_holds, "--scale-holds")
+    counts(args.scale_waiters, "--scale-waiters")
+    if not 1 <= args.scale_extra <= MAX_SCALE:
+        raise BenchmarkError(f"--scale-extra must be in 1..{MAX_SCALE}")
+    if not 0 < args.scale_window <= 60:
+        raise BenchmarkError("--scale-window must be in (0, 60] seconds")
     parts(args)
     select(args.only, args.topology)
 
 
+def counts(text: str, option: str) -> tuple[int, ...]:
+    """The distinct counts of a comma-separated option, ascending, each in 1..MAX_SCALE."""
+    found: set[int] = set()
+    for item in (t.strip() for t in text.split(",")):
+        try:
+            value = int(item.replace("_", ""))
+        except ValueError:
+            value = 0
+        if not 1 <= value <= MAX_SCALE:
+            raise BenchmarkError(
+                f"{option} takes comma-separated counts in 1..{MAX_SCALE} (got {item!r})"
+            )
+        found.add(value)
+    return tuple(sorted(found))
+
+
 def parts(args: argparse.Namespace) -> tuple[str, ...]:
-    """The parts to run, in run order: ``--parts`` less ``--skip``."""
-    chosen = {p.strip() for p in args.parts.split(",") if p.strip()}
+    """The parts to run, in run order: ``--parts`` (default: all but scale) less ``--skip``."""
+    given = ",".join(DEFAULT_PARTS) if args.parts is None else args.parts
+    chosen = {p.strip() for p in given.split(",") if p.strip()}
+    if "all" in chosen:
+        chosen = (chosen - {"all"}) | set(PARTS)
     skipped = {p.strip() for p in args.skip.split(",") if p.strip()}
     unknown = (chosen | skipped) - set(PARTS)
     if unknown:
@@ -356,6 +439,26 @@ def measure_names_part(
     return results
 
 
+def measure_entity_part(url: str, args: argparse.Namespace) -> list[EntityResult]:
+    """Per-entity locks: ``--solo-seconds`` per run, medians of ``--rounds``."""
+    return measure_entity(url, args.solo_seconds, args.rounds, progress=progress)
+
+
+def measure_scale_part(
+    url: str, args: argparse.Namespace
+) -> tuple[list[HoldResult], list[WaitersResult]]:
+    """Many locks held by one owner, then many asyncio waiters on one lock."""
+    holds = measure_holds(
+        url, counts(args.scale_holds, "--scale-holds"), args.scale_extra, args.rounds,
+        progress=progress,
+    )  # fmt: skip
+    waiters = measure_scale_waiters(
+        url, counts(args.scale_waiters, "--scale-waiters"), args.waiter_pool, args.scale_window,
+        progress=progress,
+    )  # fmt: skip
+    return holds, waiters
+
+
 def load_average() -> str:
     """The 1/5/15-minute load averages: other work on the machine skews the numbers."""
     try:
@@ -397,6 +500,7 @@ def run_info(
         waiter_pool=args.waiter_pool,
         idle_cap=None if args.skip_idle_wait else args.idle_cap,
         topology=args.topology,
+        scale_window=args.scale_window,
     )
 
 
@@ -479,6 +583,11 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
                     results.crowds = measure_waiters(client, url, args)
             if "names" in chosen:
                 results.names = measure_names_part(url, contenders, args)
+            if isinstance(client, redis.Redis):
+                if "entity" in chosen:
+                    results.entity = measure_entity_part(url, args)
+                if "scale" in chosen:
+                    results.holds, results.scale_waiters = measure_scale_part(url, args)
             client.flushdb()
         finally:
             client.close()

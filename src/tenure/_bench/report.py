@@ -14,6 +14,7 @@ from typing import Any
 
 from tenure._bench import ratio as _ratio
 from tenure._bench.contenders import CONTENDERS, REFERENCE, by_key
+from tenure._bench.entity import EntityResult
 from tenure._bench.measure import ContendedResult, SoloResult
 from tenure._bench.names import NamesResult
 from tenure._bench.pool import PoolResult, SingleResult
@@ -24,7 +25,17 @@ from tenure._bench.report_resources import (
     resource_targets,
     waiters_section,
 )
+from tenure._bench.report_scale import (
+    TARGET_LABELS,
+    entity_lines,
+    entity_section,
+    entity_targets,
+    scale_lines,
+    scale_section,
+    scale_targets,
+)
 from tenure._bench.report_topology import ack_cost_targets, topology_sections
+from tenure._bench.scale import HoldResult, WaitersResult
 from tenure._bench.waiters import CrowdResult
 
 __all__ = ["Results", "RunInfo", "Target", "as_data", "render", "summary_table", "targets"]
@@ -61,6 +72,7 @@ class RunInfo:
     waiter_pool: int = 8
     idle_cap: float | None = None  # None: the names' idle wait was skipped
     topology: str = "standalone"
+    scale_window: float = 3.0  # seconds of each traffic reading of the scale part
 
 
 @dataclass
@@ -73,6 +85,9 @@ class Results:
     single: list[SingleResult] = field(default_factory=list)
     crowds: list[CrowdResult] = field(default_factory=list)
     names: list[NamesResult] = field(default_factory=list)
+    entity: list[EntityResult] = field(default_factory=list)
+    holds: list[HoldResult] = field(default_factory=list)
+    scale_waiters: list[WaitersResult] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -148,6 +163,10 @@ def targets(results: Results, info: RunInfo | None = None) -> list[Target]:
         results.pool, results.crowds, results.names, peer=PEER, tenure_keys=_TENURE_KEYS
     ):
         found.append(Target(goal, key, measured, met))
+    for goal, key, measured, met in entity_targets(results.entity):
+        found.append(Target(goal, key, measured, met))
+    for goal, key, measured, met in scale_targets(results.holds, results.scale_waiters):
+        found.append(Target(goal, key, measured, met))
     return found
 
 
@@ -162,6 +181,11 @@ def as_data(info: RunInfo, results: Results) -> dict[str, Any]:
         "single_connection": [asdict(r) for r in results.single],
         "waiters": [asdict(r) for r in results.crowds],
         "names": [asdict(r) for r in results.names],
+        "entity": [asdict(r) for r in results.entity],
+        "scale": {
+            "holds": [asdict(r) for r in results.holds],
+            "waiters": [asdict(r) for r in results.scale_waiters],
+        },
         "targets": [asdict(t) for t in targets(results, info)],
     }
 
@@ -181,6 +205,8 @@ def render(info: RunInfo, results: Results, plot: str | None = None) -> str:
         pool_section(results.pool, results.single, info.single_tries, info.rounds),
         waiters_section(results.crowds),
         names_section(results.names, info.idle_cap),
+        entity_section(results.entity, info.command, info.solo_seconds),
+        scale_section(results.holds, results.scale_waiters, info.command, info.scale_window),
         _contenders_notes(),
     ]
     return "\n".join(part for part in parts if part)
@@ -199,11 +225,13 @@ with `FLUSHDB` between measurements.
 To run it, with the peers installed (`pip install -e ".[bench]"`):
 
 ```
-tenure bench locks [--parts solo,contended,pool,waiters,names] [--skip PART,...] \\
+tenure bench locks [--parts solo,contended,pool,waiters,names,entity,scale] [--skip PART,...] \\
     [--seconds 5] [--solo-seconds 3] [--solo-runs 3] [--rounds 3] \\
     [--processes 4] [--critical-ms 1] [--single-tries 5] \\
     [--tasks 1000] [--threads 100] [--waiter-pool 8] \\
     [--names 1000000] [--name-processes 2] [--idle-cap 120] [--skip-idle-wait] \\
+    [--scale-holds 1000,10000,20000] [--scale-extra 500] \\
+    [--scale-waiters 1000,10000] [--scale-window 3] \\
     [--url redis://host:port] [--output FILE.md] [--json FILE] [--plot FILE.png] \\
     [--only tenure,redis-py,...] [--topology standalone|replicated|cluster]
 ```
@@ -241,7 +269,9 @@ def _where(info: RunInfo) -> str:
         "(`FLUSHDB`), so it must hold no keys unless `--allow-flush` is passed. The\n"
         "default run takes about ten minutes, most of it the million names and the\n"
         "wait for their keys to expire (`--names 100000`, `--skip-idle-wait` or\n"
-        "`--skip names` shorten it)."
+        "`--skip names` shorten it). The scale part is not in the default parts\n"
+        "(it takes several minutes more, longer when holding many locks is slow):\n"
+        "ask for it with `--parts scale` or `--parts all`."
     )
 
 
@@ -260,6 +290,8 @@ def _busy_note(info: RunInfo) -> str:
 
 
 def _label(key: str) -> str:
+    if key in TARGET_LABELS:
+        return TARGET_LABELS[key]
     return by_key(key).label
 
 
@@ -400,8 +432,10 @@ def _contenders_notes() -> str:
 - Every lock has a 10 s lease except tenure's default `Lock()`, which holds
   until released on a 30 s lease renewed in the background. A blocking
   acquire is bounded at 10 s so no run can hang.
-- One lock object per process is reused for every cycle; each process has
-  its own `redis.Redis` client (one connection in use at a time).
+- In the solo and contended parts, one lock object per process is reused for
+  every cycle; each process has its own `redis.Redis` client (one connection
+  in use at a time). The per-entity and scale parts make a lock object per
+  name, with each library's default arguments (see their sections).
 - The bare `SET NX PX` loop never waits, so it is a solo baseline only.
 - The critical section's `GET` and `SET` add two round trips to every hold;
   they are the same for every contender.
@@ -411,8 +445,9 @@ def _contenders_notes() -> str:
 def summary_table(results: Results, info: RunInfo | None = None) -> str:
     """The results as plain text for the terminal, with tenure's ratio to each row.
 
-    The first block (one row per lock) is the solo and contended table; the
-    other parts and the targets follow, each after a blank line.
+    The first block (one row per lock) is the solo and contended table (left
+    out when neither ran); the other parts and the targets follow, each after
+    a blank line.
     """
     solo_by_key = {r.key: r for r in results.solo}
     contended_by_key = {r.key: r for r in results.contended}
@@ -445,11 +480,15 @@ def summary_table(results: Results, info: RunInfo | None = None) -> str:
         "tenure/row above 1: tenure Lock(timeout=10) did more. fairness = least served "
         "process / most served. Contended figures: medians of the rounds."
     )
+    if not solo_by_key and not contended_by_key:
+        lines = []  # neither part ran: no empty table
     lines += resource_lines(results.pool, results.single, results.crowds, results.names)
+    lines += entity_lines(results.entity)
+    lines += scale_lines(results.holds, results.scale_waiters)
     found = targets(results, info)
     if found:
         lines += ["", "targets:"]
         for t in found:
             verdict = {None: "not checked", True: "met", False: "NOT MET"}[t.met]
             lines.append(f"  [{verdict}] {t.key}: {t.goal}: {t.measured}")
-    return "\n".join(lines)
+    return "\n".join(lines).lstrip("\n")
