@@ -345,6 +345,7 @@ class _Attempt:
     done: bool = False  # decided: grants that come later are judged on arrival
     unreachable: QuorumError | None = None  # too many masters failed for a quorum
     slow: bool = False  # ... but a quorum may answer: those it lacks were only slow
+    undecided: bool = False  # short of a quorum, refused nowhere: masters slow to answer
     late: list[int] = field(default_factory=list)  # grants that came in while deciding
 
 
@@ -583,6 +584,11 @@ class Redlock(Leased):
         queued = False
         unreachable = 0
         unreachable_since = 0.0
+        slow_since = 0.0
+
+        def patience_for_slow() -> float:
+            return SLOW_PATIENCE * self._masters.attempt_timeout
+
         try:
             while True:
                 if listener is None and wait and self._seen_busy:
@@ -597,7 +603,7 @@ class Redlock(Leased):
                     unreachable += 1
                     if unreachable == 1:
                         unreachable_since = time.monotonic()
-                    patience = SLOW_PATIENCE * self._masters.attempt_timeout if attempt.slow else 0
+                    patience = patience_for_slow() if attempt.slow else 0
                     if unreachable > 1 and time.monotonic() - unreachable_since >= patience:
                         shielded(self._give_back(None, token, "leave", patient=False))
                         raise attempt.unreachable
@@ -612,7 +618,16 @@ class Redlock(Leased):
                     self._seen_busy = queued
                     return True
                 if not wait:
-                    return False
+                    # Not waiting means not waiting for the lock, held elsewhere;
+                    # masters merely slow to answer (a busy machine) get a few
+                    # attempts' time, as an acquisition they fail does.
+                    if not attempt.undecided:
+                        return False
+                    if not slow_since:
+                        slow_since = time.monotonic()
+                    if time.monotonic() - slow_since >= patience_for_slow():
+                        return False
+                    continue
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     shielded(self._leave_quietly(token, quiet=True))
@@ -737,6 +752,8 @@ class Redlock(Leased):
         if tally.unreachable:
             attempt.unreachable = tally.error("acquiring", self.name)
             attempt.slow = tally.may_recover
+        elif not tally.refused and tally.failed and tally.may_recover:
+            attempt.undecided = True  # no master refused: only slow ones kept it short
         attempt.split = bool(tally.good)
         attempt.free_in = self._free_in(tally)
         return attempt
