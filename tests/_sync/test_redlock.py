@@ -28,6 +28,7 @@ from tenure import (
     QuorumError,
     Redlock,
 )
+from tenure._sync._scripting import registry_for
 from tenure.server import FaultProxy, ServerProcess
 from tenure.testing import ProxyFactory
 from tests._backend_threads import gather, join, sleep, spawn
@@ -418,6 +419,28 @@ def test_a_late_grant_of_a_failed_attempt_is_given_back(
     eventually(lambda: owner_of(redlock_servers[2], "late") is not None, 2, "the grant")
     eventually(lambda: owner_of(redlock_servers[2], "late") is None, 3, "the give-back")
     holder.release()
+
+
+def test_an_earlier_attempt_arriving_late_cannot_take_a_later_attempts_grant(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    """Attempt 2 took a master; attempt 1's acquire, delayed on the way, lands
+    after it, and then attempt 1's give-back: the grant stays attempt 2's."""
+    lock = Redlock(masters, "late-attempt", timeout=10)
+    keys = lock.keys.queued
+    run = registry_for(masters[0]).run
+
+    def acquire(attempt: str) -> tuple[str | int, ...]:
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+
+    assert (run("redlock_acquire", keys, acquire("2")))[0] == 1
+    assert (run("redlock_acquire", keys, acquire("1")))[0] == 1  # late: ours already
+    release_keys = (*keys[:4], *lock.keys.receipts)
+    given_back = run("redlock_release", release_keys, ("tok", "leave", "1", 60_000))
+    assert given_back == 0  # attempt 1's give-back releases nothing
+    assert owner_of(redlock_servers[0], "late-attempt") == "tok"
+    released = run("redlock_release", release_keys, ("tok", "leave", "", 60_000))
+    assert released == 1
 
 
 def test_contenders_all_get_their_turn(masters: list[Any], proxies: list[FaultProxy]) -> None:

@@ -15,8 +15,9 @@
 -- ARGV[4] ticket (an integer: microseconds of the caller's clock)
 -- ARGV[5] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[6] lifetime in ms of the fencing counter, renewed on each use
--- ARGV[7] the attempt's id (a late grant of a failed attempt is given back by it,
---         never one of the same token's later attempt)
+-- ARGV[7] the attempt's id, a number growing with each attempt of the caller (a late
+--         grant of a failed attempt is given back by it, never one of the same
+--         token's later attempt)
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- returns {1, fence, lease ms} when the caller holds the lock on this master,
 --         {0, owner's remaining lease ms (-2 none), 0-based place in line (-1 none)}
@@ -31,8 +32,15 @@ local waiter_lease = tonumber(ARGV[3])
 
 local owner = redis.call('HGET', owner_key, 'token')
 if owner == token then
-    -- Ours already (an earlier attempt's grant not given back yet): this attempt's now.
-    redis.call('HSET', owner_key, 'attempt', ARGV[7], 'owner', ARGV[8])
+    -- Ours already (an earlier attempt's grant not given back yet): this attempt's
+    -- now -- unless this call is an earlier attempt's, arriving late (delayed on
+    -- the way): it must not mark the grant as that attempt's, whose give-back
+    -- would then release the later attempt's hold.
+    local current = tonumber(redis.call('HGET', owner_key, 'attempt') or '0') or 0
+    if tonumber(ARGV[7]) >= current then
+        redis.call('HSET', owner_key, 'attempt', ARGV[7])
+    end
+    redis.call('HSET', owner_key, 'owner', ARGV[8])
     redis.call('PEXPIRE', owner_key, lease)
     leave_queue(queue, waiters, wakes, token)
     return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
