@@ -70,7 +70,7 @@ def check_duration(
     :func:`~tenure._leased_core.check_seconds` refuses what no duration can be;
     a cache's durations must also be finite, and most of them non-zero.
     """
-    check_seconds(argument, value, allow_none=allow_none, name=name)
+    check_seconds(argument, value, allow_none=allow_none, name=name, longest=None)
     if value is None:
         return None
     if not math.isfinite(value) or (value == 0 and not allow_zero):

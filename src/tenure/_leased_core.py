@@ -128,11 +128,14 @@ def check_seconds(
     allow_none: bool,
     name: str | None,
     forever: bool = False,
+    longest: float | None = MAX_SECONDS,
 ) -> float | None:
     """Refuse non-numeric, NaN, negative, infinite or too long durations, naming the argument.
 
     Returns the value, with infinity as None when ``forever`` (a wait with no
-    deadline: ``blocking_timeout=math.inf`` means what None means).
+    deadline: ``blocking_timeout=math.inf`` means what None means). ``longest``
+    (None: no bound) is the longest the value may be: a lease or wait the
+    server counts in milliseconds.
     """
     if value is None:
         if allow_none:
@@ -149,7 +152,7 @@ def check_seconds(
             return None
         fix = " (None: held until released)" if allow_none and argument == "timeout" else ""
         raise ArgumentError(argument, f"must be a finite number of seconds{fix}", name=name)
-    if value > MAX_SECONDS:
+    if longest is not None and value > longest:
         raise ArgumentError(
             argument, f"must be at most {MAX_SECONDS} seconds (ten years), got {value!r}", name=name
         )
