@@ -199,7 +199,7 @@ def test_reset_fails_a_command_in_flight(
             time.sleep(0.005)
         tenure_proxy.reset_connections()
         with pytest.raises(redis.ConnectionError):
-            waiting.result(timeout=2)
+            waiting.result(timeout=4)  # before BLPOP would end by itself (5 s)
     assert pooled.ping()
     pooled.close()
 
