@@ -154,7 +154,7 @@ def check_seconds(
         raise ArgumentError(argument, f"must be a finite number of seconds{fix}", name=name)
     if longest is not None and value > longest:
         raise ArgumentError(
-            argument, f"must be at most {MAX_SECONDS} seconds (ten years), got {value!r}", name=name
+            argument, f"must be at most {longest} seconds (ten years), got {value!r}", name=name
         )
     return value
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import statistics
 import time
@@ -157,64 +158,25 @@ def _quiet_abandoned() -> None:
         logger.addFilter(_AbandonedFilter())
 
 
-def _sync_holds(
+async def _done(result: Any) -> Any:
+    """``result``, awaited if a call of an asyncio lock returned an awaitable."""
+    return await result if inspect.isawaitable(result) else result
+
+
+async def _holds(
     url: str, key: str, sizes: Sequence[int], extra: int, tag: str, cap: float
 ) -> _HoldRound:
+    """One round of one contender; sync locks are driven from here too, unawaited."""
     out = _HoldRound({}, {})
-    with redis.Redis.from_url(url) as client:
-
-        def make(name: str) -> Any:
-            return tenure.Lock(client, name) if key == "tenure" else client.lock(name)
-
-        held: list[Any] = []
-        try:
-            deadline = time.monotonic() + cap * len(sizes)
-            for size in sorted(sizes):
-                taking = time.monotonic()
-                while len(held) < size:
-                    lock = make(f"{PREFIX}held:{tag}:{len(held)}")
-                    if not lock.acquire(blocking=False):
-                        raise BenchmarkError("an uncontended acquire failed")
-                    held.append(lock)
-                    if time.monotonic() > deadline:
-                        out.error = f"holding {size:,} locks took over the cap"
-                        return out
-                out.setup_seconds += time.monotonic() - taking
-                spent_acquire = spent_release = 0.0
-                for i in range(extra):
-                    lock = make(f"{PREFIX}extra:{tag}:{size}:{i}")
-                    start = time.perf_counter()
-                    if not lock.acquire(blocking=False):
-                        raise BenchmarkError("an uncontended acquire failed")
-                    middle = time.perf_counter()
-                    lock.release()
-                    spent_release += time.perf_counter() - middle
-                    spent_acquire += middle - start
-                out.acquire_us[size] = spent_acquire / extra * 1e6
-                out.release_us[size] = spent_release / extra * 1e6
-        except (BenchmarkError, redis.RedisError, tenure.TenureError) as exc:
-            out.error = f"{type(exc).__name__}: {exc}"[:160]
-        finally:
-            cleanup = time.monotonic()
-            released = 0
-            for lock in held:
-                if time.monotonic() > cleanup + cap:
-                    break
-                with contextlib.suppress(redis.RedisError, tenure.TenureError):
-                    lock.release()
-                released += 1
-            out.finish(released, len(held), cleanup)
-    return out
-
-
-async def _async_holds(
-    url: str, key: str, sizes: Sequence[int], extra: int, tag: str, cap: float
-) -> _HoldRound:
-    out = _HoldRound({}, {})
-    client = redis.asyncio.Redis.from_url(url)
+    is_async = HOLD_CONTENDERS[key][0] != "sync"
+    client: Any = (redis.asyncio.Redis if is_async else redis.Redis).from_url(url)
 
     def make(name: str) -> Any:
-        return tenure.AsyncLock(client, name) if key == "tenure-async" else client.lock(name)
+        if key == "tenure":
+            return tenure.Lock(client, name)
+        if key == "tenure-async":
+            return tenure.AsyncLock(client, name)
+        return client.lock(name)
 
     held: list[Any] = []
     try:
@@ -223,7 +185,7 @@ async def _async_holds(
             taking = time.monotonic()
             while len(held) < size:
                 lock = make(f"{PREFIX}held:{tag}:{len(held)}")
-                if not await lock.acquire(blocking=False):
+                if not await _done(lock.acquire(blocking=False)):
                     raise BenchmarkError("an uncontended acquire failed")
                 held.append(lock)
                 if time.monotonic() > deadline:
@@ -234,10 +196,10 @@ async def _async_holds(
             for i in range(extra):
                 lock = make(f"{PREFIX}extra:{tag}:{size}:{i}")
                 start = time.perf_counter()
-                if not await lock.acquire(blocking=False):
+                if not await _done(lock.acquire(blocking=False)):
                     raise BenchmarkError("an uncontended acquire failed")
                 middle = time.perf_counter()
-                await lock.release()
+                await _done(lock.release())
                 spent_release += time.perf_counter() - middle
                 spent_acquire += middle - start
             out.acquire_us[size] = spent_acquire / extra * 1e6
@@ -251,10 +213,10 @@ async def _async_holds(
             if time.monotonic() > cleanup + cap:
                 break
             with contextlib.suppress(redis.RedisError, tenure.TenureError):
-                await lock.release()
+                await _done(lock.release())
             released += 1
         out.finish(released, len(held), cleanup)
-        await client.aclose()
+        await _done(client.aclose() if is_async else client.close())
     return out
 
 
@@ -278,10 +240,7 @@ def measure_holds(
                     continue
                 admin.flushdb()
                 tag = f"{key}:{round_}"
-                if HOLD_CONTENDERS[key][0] == "sync":
-                    out = _sync_holds(url, key, sizes, extra, tag, cap)
-                else:
-                    out = asyncio.run(_async_holds(url, key, sizes, extra, tag, cap))
+                out = asyncio.run(_holds(url, key, sizes, extra, tag, cap))
                 runs[key].append(out)
                 if out.error:
                     failed.add(key)
