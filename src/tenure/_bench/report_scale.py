@@ -8,7 +8,7 @@ targets table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from tenure._bench.entity import (
     CONSTRUCT_SECONDS,
@@ -86,16 +86,22 @@ def _seconds(value: float | None) -> str:
 # -- targets ----------------------------------------------------------------------
 
 
+def _versus(
+    by: dict[tuple[str, str], EntityResult], mine: str, theirs: str
+) -> Iterator[tuple[str, EntityResult, EntityResult, float]]:
+    """Each name variant measured for both: tenure's result, the peer's, and their ratio."""
+    for variant in ("fresh", "reused"):
+        ours, peer = by.get((mine, variant)), by.get((theirs, variant))
+        if ours is not None and peer is not None:
+            yield variant, ours, peer, ours.median / peer.median if peer.median > 0 else 0.0
+
+
 def entity_targets(entity: Sequence[EntityResult]) -> list[Goal]:
     """Per mode and variant, tenure's cycles/s over redis-py's, against ``ENTITY_RATIO``."""
     found: list[Goal] = []
     by = {(r.key, r.variant): r for r in entity}
     for mode, mine, theirs in entity_pairs():
-        for variant in ("fresh", "reused"):
-            ours, peer = by.get((mine, variant)), by.get((theirs, variant))
-            if ours is None or peer is None:
-                continue
-            ratio = ours.median / peer.median if peer.median > 0 else 0.0
+        for variant, ours, peer, ratio in _versus(by, mine, theirs):
             found.append(
                 (
                     f"per-entity locks ({mode}, {variant} names): cycles/s >= "
@@ -231,11 +237,7 @@ def entity_section(entity: Sequence[EntityResult], command: str, seconds: float)
         "|---|---|---:|---|---:|---|---:|",
     ]
     for mode, mine, theirs in entity_pairs():
-        for variant in ("fresh", "reused"):
-            ours, peer = by.get((mine, variant)), by.get((theirs, variant))
-            if ours is None or peer is None:
-                continue
-            ratio = ours.median / peer.median if peer.median > 0 else 0.0
+        for variant, ours, peer, ratio in _versus(by, mine, theirs):
             lines.append(
                 f"| {mode} | {variant} | {ours.median:,.0f} | "
                 f"{', '.join(f'{x:,.0f}' for x in ours.runs)} | {peer.median:,.0f} | "
@@ -250,14 +252,14 @@ def entity_section(entity: Sequence[EntityResult], command: str, seconds: float)
         "|---|---:|---|---:|",
     ]
     for _, mine, theirs in entity_pairs():
-        peer = by.get((theirs, "constructor"))
+        peer_made = by.get((theirs, "constructor"))
         for key in (mine, theirs):
             made = by.get((key, "constructor"))
             if made is None:
                 continue
             times = (
-                f"{made.median / peer.median:.2f}"
-                if key == mine and peer is not None and peer.median > 0
+                f"{made.median / peer_made.median:.2f}"
+                if key == mine and peer_made is not None and peer_made.median > 0
                 else ""
             )
             lines.append(
@@ -383,11 +385,7 @@ def entity_lines(entity: Sequence[EntityResult]) -> list[str]:
     by = {(r.key, r.variant): r for r in entity}
     lines = ["", "per-entity locks (a new lock object per cycle, default arguments):"]
     for mode, mine, theirs in entity_pairs():
-        for variant in ("fresh", "reused"):
-            ours, peer = by.get((mine, variant)), by.get((theirs, variant))
-            if ours is None or peer is None:
-                continue
-            ratio = ours.median / peer.median if peer.median > 0 else 0.0
+        for variant, ours, peer, ratio in _versus(by, mine, theirs):
             lines.append(
                 f"  {mode:<8}{variant:<8}tenure {ours.median:>8,.0f}/s  redis-py "
                 f"{peer.median:>8,.0f}/s  tenure/redis-py {ratio:.2f}"
