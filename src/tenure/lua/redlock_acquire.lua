@@ -6,7 +6,7 @@
 -- to the same caller: contenders do not split the masters between them.
 -- KEYS[1] owner hash {token, fence, attempt, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> ticket
--- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
+-- KEYS[3] waiter leases zset: channel -> expiry (ms, server clock) of each waiting process
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
 -- KEYS[5] fencing counter
 -- ARGV[1] token
@@ -50,10 +50,9 @@ local now = server_time()
 purge_waiters(queue, waiters, wakes, now)
 if waiter_lease > 0 then
     redis.call('ZADD', queue, 'NX', ticket, token)
-    redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
+    refresh_channel(waiters, channel, now, waiter_lease)
     redis.call('HSET', wakes, token, channel)
     keep_alive(queue, waiter_lease * 2)
-    keep_alive(waiters, waiter_lease * 2)
     keep_alive(wakes, waiter_lease * 2)
 end
 

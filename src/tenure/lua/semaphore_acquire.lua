@@ -3,7 +3,7 @@
 -- the FIFO queue (or refresh the caller's place and waiter lease in it).
 -- KEYS[1] holders zset: token -> permit expiry (ms, server clock)
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
--- KEYS[3] waiter leases zset: token -> expiry (ms, server clock)
+-- KEYS[3] waiter leases zset: channel -> expiry (ms, server clock) of each waiting process
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
 -- KEYS[5] fencing counter
 -- KEYS[6] holders' fences hash: token -> fence

@@ -2,7 +2,10 @@
 -- server's clock, the FIFO queue of waiters and their leases, the fencing
 -- counter, and the wake-up message a grant publishes.
 --   queue   zset token -> arrival time in microseconds (server clock): FIFO order
---   waiters zset token -> expiry of the waiter's own lease in ms (server clock)
+--   waiters zset channel -> expiry in ms (server clock) of the waiter lease of the
+--           process listening on that channel: its waiters are alive while it
+--           refreshes it (one call per process, however many of its tasks or
+--           threads wait), and are dropped together when it stops
 --   wakes   hash token -> the pub/sub channel of the waiter's process, where its
 --           grant is announced (one process hears it, not every waiting one)
 --   names   hash token -> the waiter's owner name (host:pid or the caller's own),
@@ -36,21 +39,34 @@ local function next_fence(fence, idle_ms)
     return f
 end
 
--- Take `token` out of the queue and forget its waiter lease, channel and name.
+-- Take `token` out of the queue and forget its channel and name (its
+-- process's waiter lease stays: other waiters of that process may wait on).
 local function leave_queue(queue, waiters, wakes, token, names)
     redis.call('ZREM', queue, token)
-    redis.call('ZREM', waiters, token)
     redis.call('HDEL', wakes, token)
     if names then
         redis.call('HDEL', names, token)
     end
 end
 
--- Drop waiters whose own lease ran out (a dead or vanished waiter stalls nobody).
+-- Drop the waiters of every process whose waiter lease ran out (a dead,
+-- stopped or cut-off process stalls nobody). Cheap when none did; the
+-- waiters of a dead process are found in one pass over `wakes`.
 local function purge_waiters(queue, waiters, wakes, now, names)
     local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', string.format('%d', now))
+    if #dead == 0 then
+        return
+    end
+    local gone = {}
     for i = 1, #dead do
-        leave_queue(queue, waiters, wakes, dead[i], names)
+        gone[dead[i]] = true
+        redis.call('ZREM', waiters, dead[i])
+    end
+    local all = redis.call('HGETALL', wakes)
+    for i = 1, #all, 2 do
+        if gone[all[i + 1]] then
+            leave_queue(queue, waiters, wakes, all[i], names)
+        end
     end
 end
 
@@ -61,16 +77,24 @@ local function keep_alive(key, ms)
     end
 end
 
+-- Refresh the waiter lease of the process listening on `channel`; returns
+-- whether it was still alive (false: its waiters were dropped, or none yet).
+local function refresh_channel(waiters, channel, now, waiter_lease)
+    local expiry = redis.call('ZSCORE', waiters, channel)
+    redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), channel)
+    keep_alive(waiters, waiter_lease * 2)
+    return expiry ~= false and tonumber(expiry) > now
+end
+
 -- Join the queue (keeping one's place if already in it), refresh one's waiter
 -- lease and note the channel of one's process (passed in ARGV: a channel is
 -- not a key) and one's owner name; return one's 0-based place in line.
 local function join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel, names,
                           name)
     redis.call('ZADD', queue, 'NX', now_us, token)
-    redis.call('ZADD', waiters, string.format('%d', now + waiter_lease), token)
+    refresh_channel(waiters, channel, now, waiter_lease)
     redis.call('HSET', wakes, token, channel)
     keep_alive(queue, waiter_lease * 2)
-    keep_alive(waiters, waiter_lease * 2)
     keep_alive(wakes, waiter_lease * 2)
     if names then
         redis.call('HSET', names, token, name)
