@@ -56,6 +56,7 @@ from tenure import (
     Lock,
     ReadWriteLock,
     Redlock,
+    ReentrantLock,
     Semaphore,
     StreamConsumer,
 )
@@ -607,9 +608,41 @@ def lock_try(run: Run) -> tuple[object, object]:
     return (got, lock.fencing_token is not None), snapshot
 
 
-@case("lock_acquire")
+@case("lock_line")
 def lock_handed_over(run: Run) -> tuple[object, object]:
     return handed_over(run, lambda: Lock(run.client, run.name, timeout=30))
+
+
+@case("lock_line")
+def lock_waiters_of_one_process_join_together(run: Run) -> tuple[object, object]:
+    holder = held_by_another(run, lambda: Lock(run.client, run.name, timeout=30))
+    waiters = [Lock(run.client, run.name, timeout=30) for _ in range(3)]
+    got: list[bool] = []
+    run.arm()
+    threads = [
+        threading.Thread(target=lambda w=w: got.append(w.acquire(blocking_timeout=0.5)))
+        for w in waiters
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    snapshot = run.snapshot()
+    holder.release()
+    return got, snapshot
+
+
+@case("lock_acquire")
+def lock_entered_again(run: Run) -> tuple[object, object]:
+    lock = ReentrantLock(run.client, run.name, timeout=30)
+    assert lock.acquire()
+    run.arm()
+    again = lock.acquire()
+    lock.release()  # the inner release: still held
+    still = lock.locked(), lock.owned()
+    snapshot = run.snapshot()
+    lock.release()
+    return (again, still, lock.locked()), snapshot
 
 
 @case("lock_leave")

@@ -62,6 +62,7 @@ class AsyncLock(AsyncLeased):
     """
 
     _scripts = LeasedScripts.of("lock")
+    _line_script = "lock_line"
     _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
     _lost_error: ClassVar[type[LostError]] = LockLostError
     _noun = "lock"

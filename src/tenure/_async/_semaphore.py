@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from tenure._async._leased import AsyncLeased, Call, LeasedScripts
+from tenure._async._leased import AsyncLeased, Call, LeasedScripts, extended
 from tenure._async._scripting import AsyncClient
 from tenure._exceptions import (
     ArgumentError,
@@ -31,6 +31,7 @@ from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
+    Acquired,
     LeasedStatistics,
     LimitMismatch,
     SemaphoreStatistics,
@@ -83,6 +84,12 @@ class AsyncPermits(AsyncLeased):
         k = self._keys
         keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
         return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode))
+
+    async def _confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
+        # A permit's fence is its grant's: the permit's lease is set anew.
+        keys, args = self._extend_call(token, self._settings.lease_ms, "set")
+        reply = int(await self._run_taking(self._scripts.extend, keys, args, extended))
+        return None if reply <= 0 else Acquired(fence=granted.fence, lease_ms=reply)
 
     def _parse_try(self, reply: Any) -> int:
         fence = int(reply)

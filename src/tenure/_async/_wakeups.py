@@ -88,6 +88,7 @@ class AsyncWaiter:
         self.token = token
         self.channel = wakeups.channel
         self.grant: Acquired | None = None
+        self.error: BaseException | None = None
         self._event = Event() if event is None else event
         self._wakeups = wakeups
 
@@ -101,6 +102,11 @@ class AsyncWaiter:
             self.grant = grant
         self._event.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Wake the waiter with an error: the call made for it failed (raised by :meth:`wait`)."""
+        self.error = error
+        self._event.set()
+
     @property
     def up(self) -> bool:
         """Whether the channel's subscription is up now."""
@@ -111,10 +117,16 @@ class AsyncWaiter:
         return await self._wakeups.subscribed(timeout)
 
     async def wait(self, timeout: float) -> Acquired | None:
-        """Wait up to ``timeout`` seconds; return the grant if one came."""
-        if self.grant is None:
+        """Wait up to ``timeout`` seconds; return the grant if one came.
+
+        Raises the error a call made on this waiter's behalf failed with.
+        """
+        if self.grant is None and self.error is None:
             await self._event.wait(max(0.0, timeout))
             self._event.clear()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
         grant, self.grant = self.grant, None
         return grant
 

@@ -103,6 +103,7 @@ from tenure._leased_core import (
     parse_acquire,
     to_ms,
 )
+from tenure._sync._line import Line, line_for
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, listen
 from tenure._sync._watchdog import Job, JobRunner, watchdog
@@ -110,6 +111,9 @@ from tenure._sync._watchdog import Job, JobRunner, watchdog
 __all__ = ["Leased", "LeasedScripts", "extended"]
 
 logger = logging.getLogger("tenure.lock")
+
+LINE_WAIT = 3600.0
+"""A waiter in a process line with no deadline wakes this often, for nothing."""
 
 _P = TypeVar("_P", bound="Leased")
 
@@ -153,6 +157,9 @@ class Leased:
     _reentry_hint: ClassVar[str] = "it is not re-entrant: release it before acquiring again"
     """What an :class:`AlreadyHeldError` suggests: only what this primitive has."""
     _statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics
+    _line_script: ClassVar[str | None] = None
+    """The script of a line of waiters per process (:mod:`tenure._sync._line`);
+    None: each waiter joins and refreshes on its own."""
     _confirm_every_grant: ClassVar[bool] = False
     """Whether a handed-over hold is confirmed before acquire() returns, however fresh."""
 
@@ -489,6 +496,8 @@ class Leased:
     def _wait_in_line(
         self, token: str, started: float, deadline: float | None, holder: object
     ) -> bool:
+        if self._line_script is not None:
+            return self._wait_in_process_line(token, started, deadline, holder)
         settings = self._settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
         waiter = listen(self.client, token, room, self._keys.owner)
@@ -535,6 +544,58 @@ class Leased:
             if queued:
                 with self._mutex:
                     self._counters.waiters -= 1
+
+    def _wait_in_process_line(
+        self, token: str, started: float, deadline: float | None, holder: object
+    ) -> bool:
+        """Wait in this process's line for the lock (:mod:`tenure._sync._line`).
+
+        The line joins, refreshes and re-checks for every waiter of the process
+        at once; this waiter only waits for its grant (on the wake-up channel,
+        or named by a round's answer), or its deadline.
+        """
+        room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
+        waiter = listen(self.client, token, room, self._keys.owner)
+        line = self._line(waiter.channel)
+        while not line.join(waiter, self.owner_name):
+            line = self._line(waiter.channel)  # it closed just now: a new one
+        self._seen_busy = True
+        with self._mutex:
+            self._counters.waiters += 1
+        left = True
+        try:
+            while True:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return self._give_up(token, started, holder)
+                granted = waiter.wait(LINE_WAIT if deadline is None else deadline - now)
+                if granted is None:
+                    continue
+                confirmed = self._confirm_grant(token, granted, line.local_time(granted))
+                if confirmed is None:
+                    line.join(waiter, self.owner_name)  # the handoff lapsed: in line again
+                    continue
+                self._took(token, confirmed[0], confirmed[1], started, holder, queued=True)
+                return True
+        except BaseException:
+            left = shielded(self._leave_quietly(token, quiet=True))
+            raise
+        finally:
+            waiter.stop()
+            line.done(token, left=left)
+            with self._mutex:
+                self._counters.waiters -= 1
+
+    def _line(self, channel: str) -> Line:
+        settings = self._settings
+        return line_for(
+            self._registry,
+            self._keys.lock,
+            channel,
+            settings.waiter_lease_ms,
+            settings.handoff_ms,
+            self.name,
+        )
 
     def _answer(self, reply: Any) -> Acquired | Queued:
         answer = parse_acquire(reply)
@@ -855,11 +916,21 @@ class Leased:
         if not self._confirm_every_grant and seen_after < granted.lease_ms / 1000 * RENEW_AT:
             return granted, at
         sent = time.monotonic()
-        keys, args = self._extend_call(token, self._settings.lease_ms, "set")
-        reply = int(self._run_taking(self._scripts.extend, keys, args, extended))
-        if reply <= 0:
-            return None
-        return Acquired(fence=granted.fence, lease_ms=reply), sent
+        confirmed = self._confirm_now(token, granted)
+        return None if confirmed is None else (confirmed, sent)
+
+    def _confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
+        """Set the full lease of a hold handed to ``token``; its answer, or None if it lapsed.
+
+        The lock's: its acquire script, re-entering, which checks that the
+        token holds, sets the lease, and answers the hold's fence as the
+        server has it -- newer than ``granted``'s if the token was handed the
+        lock again since (its line joined it again).
+        """
+        keys, args = self._acquire_call(token, 0, reenter=True)
+        reply = self._run_taking(self._scripts.acquire, keys, args, _took_lock)
+        answer = self._answer(reply)
+        return answer if isinstance(answer, Acquired) else None
 
     def _renewal_runner(self) -> JobRunner | None:
         """A hook: how the watchdog runs this kind's renewals (None: batched EVALSHA)."""

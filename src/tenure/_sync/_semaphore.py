@@ -30,6 +30,7 @@ from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
+    Acquired,
     LeasedStatistics,
     LimitMismatch,
     SemaphoreStatistics,
@@ -37,7 +38,7 @@ from tenure._leased_core import (
     check_seconds,
     new_token,
 )
-from tenure._sync._leased import Call, Leased, LeasedScripts
+from tenure._sync._leased import Call, Leased, LeasedScripts, extended
 from tenure._sync._scripting import Client
 
 __all__ = ["Permits", "Semaphore"]
@@ -84,6 +85,12 @@ class Permits(Leased):
         k = self._keys
         keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
         return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode))
+
+    def _confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
+        # A permit's fence is its grant's: the permit's lease is set anew.
+        keys, args = self._extend_call(token, self._settings.lease_ms, "set")
+        reply = int(self._run_taking(self._scripts.extend, keys, args, extended))
+        return None if reply <= 0 else Acquired(fence=granted.fence, lease_ms=reply)
 
     def _parse_try(self, reply: Any) -> int:
         fence = int(reply)

@@ -89,6 +89,7 @@ class Waiter:
         self.token = token
         self.channel = wakeups.channel
         self.grant: Acquired | None = None
+        self.error: BaseException | None = None
         self._event = Event() if event is None else event
         self._wakeups = wakeups
 
@@ -102,6 +103,11 @@ class Waiter:
             self.grant = grant
         self._event.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Wake the waiter with an error: the call made for it failed (raised by :meth:`wait`)."""
+        self.error = error
+        self._event.set()
+
     @property
     def up(self) -> bool:
         """Whether the channel's subscription is up now."""
@@ -112,10 +118,16 @@ class Waiter:
         return self._wakeups.subscribed(timeout)
 
     def wait(self, timeout: float) -> Acquired | None:
-        """Wait up to ``timeout`` seconds; return the grant if one came."""
-        if self.grant is None:
+        """Wait up to ``timeout`` seconds; return the grant if one came.
+
+        Raises the error a call made on this waiter's behalf failed with.
+        """
+        if self.grant is None and self.error is None:
             self._event.wait(max(0.0, timeout))
             self._event.clear()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
         grant, self.grant = self.grant, None
         return grant
 

@@ -1,0 +1,260 @@
+"""AsyncLine: one process's waiters for one lock, served by one call a round.
+
+A process with thousands of tasks (or threads) waiting on one lock used to
+make thousands of calls: each waiter joined the queue with a call of its own
+and refreshed its place every ``waiter_lease * 0.4``. Here the waiters of a
+process hand their tokens to the process's :class:`AsyncLine` for that lock,
+and one background job makes one ``lock_line`` call per round for all of
+them:
+
+* **join** — the waiters that arrived since the last round, in their order
+  (a round carries up to :data:`ROUND_SIZE`; the next starts at once);
+* **refresh** — the process's waiter lease, kept per process on the server
+  (its wake-up channel), so the refresh costs the same whatever the number
+  of waiters; a round is due every ``waiter_lease * 0.4``;
+* **fix-up** — a free lock with waiters in line (its owner crashed, or
+  nobody was there to hand it on) is granted to the first, in the same call;
+  a round is due when the owner's lease should have run out;
+* **leave** — waiters that gave up but could not say so (the server was out
+  of reach) are sent again until the server hears it.
+
+A grant still reaches its waiter on the process's wake-up channel at once
+(:mod:`tenure._async._wakeups`); a round's answer names the owner too, so a
+lost message costs a waiter at most one round. A failed round fails the
+waiters it carried joins for, and every waiter if it was a refresh: as a
+waiter's own call failing did.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tenure._async._scripting import AsyncScriptRegistry
+from tenure._async._wakeups import AsyncWaiter
+from tenure._backend_asyncio import Event, Mutex, scope_key, start_background
+from tenure._exceptions import TenureError
+from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired, to_text
+
+__all__ = ["ROUND_SIZE", "AsyncLine", "line_for"]
+
+ROUND_SIZE = 500
+"""Joins (and leaves) one round carries at most."""
+
+RETRY_AFTER = 0.05
+"""Seconds before a round that failed is tried again (its waiters were told)."""
+
+
+class AsyncLine:
+    """The waiters of one lock in this process (or event loop); see the module docstring."""
+
+    def __init__(
+        self,
+        registry: AsyncScriptRegistry,
+        keys: tuple[str, ...],
+        channel: str,
+        waiter_lease_ms: int,
+        handoff_ms: int,
+        name: str,
+        forget: Callable[[AsyncLine], None],
+    ) -> None:
+        self._registry = registry
+        self._keys = keys
+        self.channel = channel
+        self._waiter_lease_ms = waiter_lease_ms
+        self._handoff_ms = handoff_ms
+        self._name = name
+        self._forget = forget
+        self._mutex = Mutex()
+        self._wakeup = Event()
+        self._members: dict[str, tuple[AsyncWaiter, str]] = {}  # token -> (waiter, owner name)
+        self._joining: list[tuple[str, str]] = []  # (token, owner name), in arrival order
+        self._leaving: list[str] = []  # tokens whose own leave failed
+        self._next_round = 0.0
+        self._in_flight = 0.0  # when the round on its way was sent (0: none)
+        self._clock: tuple[float, int] | None = None  # (sent, server ms) of the last round
+        self._heard = time.monotonic()  # when a round last reached the server
+        self._worker: Any = None
+        self._closed = False
+        self.rounds = 0
+
+    @property
+    def closed(self) -> bool:
+        """True once the line served its last waiter (a new one is made on demand)."""
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """Whether waiters of this process wait in this line now (the lock is taken)."""
+        return bool(self._members)
+
+    def join(self, waiter: AsyncWaiter, name: str) -> bool:
+        """Queue ``waiter`` with the next round; False if this line just closed."""
+        with self._mutex:
+            if self._closed:
+                return False
+            self._members[waiter.token] = (waiter, name)
+            self._joining.append((waiter.token, name))
+            if self._worker is None:
+                self._worker = start_background(self._serve, "tenure-line")
+        self._wakeup.set()
+        return True
+
+    def done(self, token: str, *, left: bool = True) -> None:
+        """``token`` waits no more: it holds the lock, or it left the queue (``left``).
+
+        With ``left=False`` its leave did not reach the server: the line
+        sends it with its next rounds until it does.
+        """
+        with self._mutex:
+            self._members.pop(token, None)
+            self._joining = [entry for entry in self._joining if entry[0] != token]
+            if not left:
+                self._leaving.append(token)
+        if not left:
+            self._wakeup.set()
+
+    def local_time(self, granted: Acquired) -> float:
+        """When a grant happened, on this process's monotonic clock (never too late).
+
+        Mapped through the last round: sent at ``sent`` (local), run at
+        ``server_ms`` (the server's clock), so a grant ``d`` ms from then on the
+        server's clock happened no later than ``sent + d`` here -- before the
+        round too (a grant heard late, after a newer round), which is what
+        tells a waiter that it saw its grant late.
+        """
+        with self._mutex:
+            clock, in_flight = self._clock, self._in_flight
+        if granted.server_ms is not None and clock is not None:
+            return clock[0] + (granted.server_ms - clock[1]) / 1000
+        return in_flight or time.monotonic()
+
+    # -- the rounds ---------------------------------------------------------------
+
+    def _take_round(self) -> tuple[list[tuple[str, str]], list[str], float | None]:
+        """The joins and leaves of the next round, or how long to sleep (None: close)."""
+        with self._mutex:
+            self._wakeup.clear()
+            now = time.monotonic()
+            lone = self._leaving and not self._members and not self._joining
+            if lone and now - self._heard > self._waiter_lease_ms / 1000:
+                # Out of reach for a whole waiter lease: the server dropped
+                # these waiters with this process's lease. Nothing to send.
+                self._leaving = []
+            if not self._members and not self._joining and not self._leaving:
+                self._closed = True
+                return [], [], None
+            if not self._joining and now < self._next_round:
+                return [], [], self._next_round - now
+            joins, self._joining = self._joining[:ROUND_SIZE], self._joining[ROUND_SIZE:]
+            leaves, self._leaving = self._leaving[:ROUND_SIZE], self._leaving[ROUND_SIZE:]
+            self._in_flight = now
+            return joins, leaves, 0.0
+
+    async def _serve(self) -> None:
+        try:
+            while True:
+                joins, leaves, wait = self._take_round()
+                if wait is None:
+                    return
+                if wait > 0:
+                    await self._wakeup.wait(wait)
+                    continue
+                await self._round(joins, leaves)
+        finally:
+            with self._mutex:
+                self._closed = True
+            self._forget(self)
+
+    async def _round(self, joins: list[tuple[str, str]], leaves: list[str]) -> None:
+        args: list[str | int] = [
+            self.channel,
+            self._waiter_lease_ms,
+            self._handoff_ms,
+            IDLE_TTL_MS,
+            len(joins),
+            len(leaves),
+        ]
+        args.extend(itertools.chain.from_iterable(joins))
+        args.extend(leaves)
+        sent = time.monotonic()
+        self.rounds += 1
+        try:
+            reply = await self._registry.run("lock_line", self._keys, tuple(args), name=self._name)
+        except TenureError as error:
+            self._failed(error, joins, leaves)
+            return
+        owner, fence, owner_ttl, alive, server_ms = (
+            to_text(reply[0]),
+            int(reply[1]),
+            int(reply[2]),
+            int(reply[3]),
+            int(reply[4]),
+        )
+        with self._mutex:
+            self._in_flight = 0.0
+            self._heard = time.monotonic()
+            self._clock = (sent, server_ms)
+            due = sent + self._waiter_lease_ms / 1000 * WAITER_REFRESH
+            entry = self._members.get(owner) if owner else None
+            holder = None if entry is None else entry[0]
+            if owner_ttl >= 0 and holder is None:
+                due = min(due, sent + owner_ttl / 1000 + OWNER_EXPIRY_SLACK)
+            self._next_round = due
+            if not alive:
+                # This process's waiter lease had run out (it was stopped or cut
+                # off): the server dropped its waiters. Join them again.
+                joined = {token for token, _ in joins}
+                again = [
+                    (token, name)
+                    for token, (_, name) in self._members.items()
+                    if token not in joined and token != owner
+                ]
+                self._joining[:0] = again
+                if again:
+                    self._next_round = sent
+        if holder is not None and owner_ttl > 0:
+            holder.deliver(Acquired(fence=fence, lease_ms=owner_ttl, server_ms=server_ms))
+
+    def _failed(self, error: TenureError, joins: list[tuple[str, str]], leaves: list[str]) -> None:
+        """A round failed: its joiners (every waiter, if a refresh was due) are told."""
+        with self._mutex:
+            self._in_flight = 0.0
+            self._leaving.extend(leaves)  # tried again with the next round
+            refresh = time.monotonic() >= self._next_round
+            joined = {token for token, _ in joins}
+            told = [w for t, (w, _) in self._members.items() if refresh or t in joined]
+            self._next_round = time.monotonic() + RETRY_AFTER
+        for waiter in told:
+            waiter.fail(error)
+
+
+_lines: dict[tuple[object, ...], AsyncLine] = {}
+_lines_mutex = Mutex()
+
+
+def _forget(line: AsyncLine) -> None:
+    with _lines_mutex:
+        for key in [k for k, v in _lines.items() if v is line]:
+            del _lines[key]
+
+
+def line_for(
+    registry: AsyncScriptRegistry,
+    keys: tuple[str, ...],
+    channel: str,
+    waiter_lease_ms: int,
+    handoff_ms: int,
+    name: str,
+) -> AsyncLine:
+    """The line of this process (or event loop) for one lock, its channel and waiter lease."""
+    key = (scope_key(), id(registry), keys[0], channel, waiter_lease_ms, handoff_ms)
+    with _lines_mutex:
+        found = _lines.get(key)
+        if found is None or found.closed:
+            found = _lines[key] = AsyncLine(
+                registry, keys, channel, waiter_lease_ms, handoff_ms, name, _forget
+            )
+        return found
