@@ -14,7 +14,6 @@ import queue
 import signal
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -78,24 +77,33 @@ class Event:
 class Mutex:
     """A re-entrant lock guarding state shared between user threads and the watchdog.
 
-    A fork's child gets every one afresh: one held by a thread of the parent
-    at the fork would otherwise be held for ever in the child.
+    A fork's child gets every one afresh (on its first use there): one held
+    by a thread of the parent at the fork would otherwise be held for ever
+    in the child.
     """
 
-    __slots__ = ("__weakref__", "_lock")
+    __slots__ = ("_generation", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        _mutexes.add(self)
+        self._generation = generation()
 
     def __enter__(self) -> None:
+        if self._generation != generation():
+            self._renew()
         self._lock.acquire()
 
     def __exit__(self, *exc_info: object) -> None:
         self._lock.release()
 
+    def _renew(self) -> None:
+        with _renewing:
+            if self._generation != generation():
+                self._lock = threading.RLock()
+                self._generation = generation()
 
-_mutexes: weakref.WeakSet[Mutex] = weakref.WeakSet()
+
+_renewing = threading.Lock()
 
 
 def start_background(job: Callable[[], None], name: str) -> Any:
@@ -250,9 +258,9 @@ _workers = _Workers(limit=64)
 
 def _after_fork_in_child() -> None:
     """A fork's child has none of the parent's threads: no worker, no lock held."""
+    global _renewing
     _workers._reset()
-    for mutex in list(_mutexes):
-        mutex._lock = threading.RLock()
+    _renewing = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -15,7 +15,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tenure._exceptions import ArgumentError
 
@@ -234,8 +234,7 @@ def call_id(mode: str) -> str:
     return secrets.token_hex(8) if mode == "add" else ""
 
 
-@dataclass(frozen=True)
-class LockKeys:
+class LockKeys(NamedTuple):
     """The Redis keys of one primitive; all share the ``{name}`` hash tag (one slot).
 
     ``grants``, ``limit`` and ``owners`` are a semaphore's only. ``wakes``
@@ -264,17 +263,17 @@ class LockKeys:
         """Keys for primitive ``name`` under ``prefix``."""
         owner = f"{prefix}{{{name}}}"
         return cls(
-            owner=owner,
-            queue=f"{owner}:queue",
-            waiters=f"{owner}:waiters",
-            wakes=f"{owner}:wakes",
-            fence=f"{owner}:fence",
-            grants=f"{owner}:grants",
-            limit=f"{owner}:limit",
-            names=f"{owner}:names",
-            owners=f"{owner}:owners",
-            done=f"{owner}:done",
-            done_old=f"{owner}:done:old",
+            owner,
+            owner + ":queue",
+            owner + ":waiters",
+            owner + ":wakes",
+            owner + ":fence",
+            owner + ":grants",
+            owner + ":limit",
+            owner + ":names",
+            owner + ":owners",
+            owner + ":done",
+            owner + ":done:old",
         )
 
     @property
@@ -306,7 +305,6 @@ class LockSettings:
     take them; the handoff lease is never longer than the lease.
     """
 
-    name: str
     lease: float
     auto_renew: bool
     blocking: bool
@@ -334,8 +332,35 @@ class LockSettings:
         waiter_lease: float,
         handoff_lease: float,
     ) -> LockSettings:
-        """Validate the constructor's arguments; raise ArgumentError naming the bad one."""
+        """Validate the constructor's arguments; raise ArgumentError naming the bad one.
+
+        Settings are immutable and shared: the same arguments (of the same
+        types) give the same object, validated once.
+        """
         checked = check_name(name)
+        key: tuple[object, ...] = (
+            timeout,
+            type(timeout),
+            blocking,
+            type(blocking),
+            blocking_timeout,
+            type(blocking_timeout),
+            auto_renew,
+            reentrant,
+            type(reentrant),
+            max_hold,
+            type(max_hold),
+            waiter_lease,
+            type(waiter_lease),
+            handoff_lease,
+            type(handoff_lease),
+        )
+        try:
+            found = _SETTINGS.get(key)
+        except TypeError:  # an unhashable argument: validation names it
+            found, key = None, ()
+        if found is not None:
+            return found
         check_seconds("timeout", timeout, allow_none=True, name=checked)
         blocking_timeout = check_seconds(
             "blocking_timeout", blocking_timeout, allow_none=True, name=checked, forever=True
@@ -354,8 +379,7 @@ class LockSettings:
         lease = DEFAULT_LEASE if timeout is None else float(timeout)
         renew = (timeout is None) if auto_renew is None else bool(auto_renew)
         lease_ms = to_ms(lease)
-        return cls(
-            name=checked,
+        settings = cls(
             lease=lease,
             auto_renew=renew,
             blocking=bool(blocking),
@@ -368,6 +392,17 @@ class LockSettings:
             handoff_ms=min(to_ms(handoff_lease), lease_ms),
             waiter_lease_ms=to_ms(waiter_lease),
         )
+        if key:
+            if len(_SETTINGS) >= SETTINGS_CACHED:
+                _SETTINGS.clear()
+            _SETTINGS[key] = settings
+        return settings
+
+
+SETTINGS_CACHED = 256
+"""How many distinct argument sets :meth:`LockSettings.build` keeps validated."""
+
+_SETTINGS: dict[tuple[object, ...], LockSettings] = {}
 
 
 @dataclass(slots=True)

@@ -142,9 +142,11 @@ class BaseOwnerSlot(Generic[T]):
         self.forgot_at_fork = False
         """True in a fork's child once this slot dropped holds it inherited."""
         self._shared: T | None = None
-        self._by_owner: weakref.WeakKeyDictionary[object, T] = weakref.WeakKeyDictionary()
-        # id(hold) -> (its owner, the hold, the frame it was bound in)
-        self._live: dict[int, tuple[weakref.ReferenceType[Any], T, _Frame | None]] = {}
+        # id(owner) -> (the owner, its hold): a stale entry (an owner gone, its id
+        # reused) is told by the reference, which no longer points to the owner
+        self._by_owner: dict[int, tuple[weakref.ReferenceType[Any], T]] = {}
+        # id(hold) -> (its owner, the hold, the frame it was bound in, id(owner))
+        self._live: dict[int, tuple[weakref.ReferenceType[Any], T, _Frame | None, int]] = {}
 
     def _forked(self) -> None:
         """Forget every hold: a fork's child holds none of its parent's."""
@@ -153,7 +155,7 @@ class BaseOwnerSlot(Generic[T]):
                 return  # another thread of the child did it first
             self.forgot_at_fork = self._shared is not None or bool(self._live)
             self._shared = None
-            self._by_owner = weakref.WeakKeyDictionary()
+            self._by_owner = {}
             self._live = {}
             self._generation = _generation
 
@@ -166,9 +168,9 @@ class BaseOwnerSlot(Generic[T]):
         owner = self._current()
         if owner is None:
             return None
-        value = self._by_owner.get(owner)
-        if value is not None:
-            return value
+        mine = self._by_owner.get(id(owner))
+        if mine is not None and mine[0]() is owner:
+            return mine[1]
         inherited = _inherited_hold(id(self))
         if inherited is not None:
             entry = self._live.get(id(inherited))
@@ -179,7 +181,7 @@ class BaseOwnerSlot(Generic[T]):
         orphans = [entry for entry in self._live.values() if _gone(entry[0], self._finished)]
         if len(orphans) != 1:
             return None  # none, or several: nobody can tell whose to take over
-        _, hold, frame = orphans[0]
+        _, hold, frame, _ = orphans[0]
         self._bind(owner, hold, frame)
         return hold
 
@@ -218,10 +220,10 @@ class BaseOwnerSlot(Generic[T]):
         entry = self._live.pop(id(value), None)
         if entry is None:
             return
-        ref, _, frame = entry
-        owner = ref()
-        if owner is not None and self._by_owner.get(owner) is value:
-            del self._by_owner[owner]
+        _, _, frame, owner_id = entry
+        mine = self._by_owner.get(owner_id)
+        if mine is not None and mine[1] is value:
+            del self._by_owner[owner_id]
         if frame is not None:
             bound = frame.holds.get(id(self))
             if bound is not None and bound[0] is value:
@@ -237,11 +239,13 @@ class BaseOwnerSlot(Generic[T]):
 
     def _bind(self, owner: object, value: T, frame: _Frame | None) -> None:
         entry = self._live.get(id(value))
-        previous = None if entry is None else entry[0]()
-        if previous is not None and self._by_owner.get(previous) is value:
-            del self._by_owner[previous]
-        self._by_owner[owner] = value
-        self._live[id(value)] = (weakref.ref(owner), value, frame)
+        if entry is not None:
+            mine = self._by_owner.get(entry[3])
+            if mine is not None and mine[1] is value:
+                del self._by_owner[entry[3]]
+        ref = weakref.ref(owner)
+        self._by_owner[id(owner)] = (ref, value)
+        self._live[id(value)] = (ref, value, frame, id(owner))
 
 
 def _gone(ref: weakref.ReferenceType[Any], finished: Callable[[object], bool]) -> bool:

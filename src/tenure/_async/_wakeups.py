@@ -89,6 +89,8 @@ class AsyncWaiter:
         self.channel = wakeups.channel
         self.grant: Acquired | None = None
         self.error: BaseException | None = None
+        self.recheck = False
+        """Set when woken to re-check (a grant may have gone out unheard); cleared by the waiter."""
         self._event = Event() if event is None else event
         self._wakeups = wakeups
 
@@ -100,6 +102,8 @@ class AsyncWaiter:
         """Hand over a grant (or ``None``: re-check now) and wake the waiter."""
         if grant is not None:
             self.grant = grant
+        else:
+            self.recheck = True
         self._event.set()
 
     def fail(self, error: BaseException) -> None:

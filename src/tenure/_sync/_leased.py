@@ -103,7 +103,7 @@ from tenure._leased_core import (
     parse_acquire,
     to_ms,
 )
-from tenure._sync._line import Line, line_for
+from tenure._sync._line import Line, begin_try, end_try, line_for
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, listen
 from tenure._sync._watchdog import Job, JobRunner, watchdog
@@ -466,18 +466,24 @@ class Leased:
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
         try:
-            if not (wait and self._seen_busy):
+            trying = self._may_try(wait)
+            if trying is not False:
                 # Free and nobody waiting: one round trip. Skipped while this
-                # object keeps finding it busy, where it would be wasted.
+                # object keeps finding it busy, or this process's waiters for
+                # it are in line (or one of them is trying), where it would be
+                # wasted.
                 sent = time.monotonic()
                 keys, args = self._try_call(token)
-                fence = self._parse_try(
-                    shielded(
+                try:
+                    reply = shielded(
                         self._run_taking(
                             self._scripts.try_, keys, args, lambda r: self._parse_try(r) > 0
                         )
                     )
-                )
+                finally:
+                    if isinstance(trying, tuple):
+                        end_try(trying)
+                fence = self._parse_try(reply)
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=self._settings.lease_ms)
                     self._took(token, taken, sent, started, holder, queued=False)
@@ -570,6 +576,12 @@ class Leased:
                     return self._give_up(token, started, holder)
                 granted = waiter.wait(LINE_WAIT if deadline is None else deadline - now)
                 if granted is None:
+                    if waiter.recheck:
+                        # Woken to re-check (the wake-up connection came back: a
+                        # grant may have gone out unheard, and lapsed): join again,
+                        # which keeps the place of a waiter still in line.
+                        waiter.recheck = False
+                        line.join(waiter, self.owner_name)
                     continue
                 confirmed = self._confirm_grant(token, granted, line.local_time(granted))
                 if confirmed is None:
@@ -585,6 +597,21 @@ class Leased:
             line.done(token, left=left)
             with self._mutex:
                 self._counters.waiters -= 1
+
+    def _may_try(self, wait: bool) -> tuple[object, ...] | bool | None:
+        """Whether to try before queueing.
+
+        False: queue at once; None: try; a key: try, then :func:`end_try` it
+        (other waiting acquirers of this process queue meanwhile).
+        """
+        if not wait:
+            return None
+        if self._seen_busy:
+            return False
+        if self._line_script is None:
+            return None
+        key = begin_try(self._registry, self._keys.owner)
+        return False if key is None else key
 
     def _line(self, channel: str) -> Line:
         settings = self._settings

@@ -39,9 +39,9 @@ from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH,
 from tenure._sync._scripting import ScriptRegistry
 from tenure._sync._wakeups import Waiter
 
-__all__ = ["ROUND_SIZE", "Line", "line_for"]
+__all__ = ["ROUND_SIZE", "Line", "begin_try", "end_try", "line_for"]
 
-ROUND_SIZE = 500
+ROUND_SIZE = 1000
 """Joins (and leaves) one round carries at most."""
 
 RETRY_AFTER = 0.05
@@ -71,7 +71,7 @@ class Line:
         self._mutex = Mutex()
         self._wakeup = Event()
         self._members: dict[str, tuple[Waiter, str]] = {}  # token -> (waiter, owner name)
-        self._joining: list[tuple[str, str]] = []  # (token, owner name), in arrival order
+        self._joining: dict[str, str] = {}  # token -> owner name, in arrival order
         self._leaving: list[str] = []  # tokens whose own leave failed
         self._next_round = 0.0
         self._in_flight = 0.0  # when the round on its way was sent (0: none)
@@ -92,12 +92,17 @@ class Line:
         return bool(self._members)
 
     def join(self, waiter: Waiter, name: str) -> bool:
-        """Queue ``waiter`` with the next round; False if this line just closed."""
+        """Queue ``waiter`` with the next round; False if this line just closed.
+
+        Joining again is how a waiter re-checks its place: one already in
+        line keeps it, one that is not (its grant lapsed unseen) joins at
+        the back, one that holds the lock is left alone.
+        """
         with self._mutex:
             if self._closed:
                 return False
             self._members[waiter.token] = (waiter, name)
-            self._joining.append((waiter.token, name))
+            self._joining[waiter.token] = name
             if self._worker is None:
                 self._worker = start_background(self._serve, "tenure-line")
         self._wakeup.set()
@@ -111,11 +116,17 @@ class Line:
         """
         with self._mutex:
             self._members.pop(token, None)
-            self._joining = [entry for entry in self._joining if entry[0] != token]
+            self._joining.pop(token, None)
             if not left:
                 self._leaving.append(token)
         if not left:
             self._wakeup.set()
+
+    def _listening(self) -> bool:
+        """Whether this line's waiters hear their grants (the channel's subscription is up)."""
+        for waiter, _ in self._members.values():
+            return waiter.up
+        return True
 
     def local_time(self, granted: Acquired) -> float:
         """When a grant happened, on this process's monotonic clock (never too late).
@@ -149,7 +160,15 @@ class Line:
                 return [], [], None
             if not self._joining and now < self._next_round:
                 return [], [], self._next_round - now
-            joins, self._joining = self._joining[:ROUND_SIZE], self._joining[ROUND_SIZE:]
+            if now >= self._next_round and not self._listening():
+                # No wake-ups (the subscription is down, or refused): a grant
+                # may go unheard and lapse, so each refresh re-checks every
+                # waiter's place by joining it again (one in line keeps it).
+                for token, (_, name) in self._members.items():
+                    self._joining.setdefault(token, name)
+            joins = list(itertools.islice(self._joining.items(), ROUND_SIZE))
+            for token, _ in joins:
+                del self._joining[token]
             leaves, self._leaving = self._leaving[:ROUND_SIZE], self._leaving[ROUND_SIZE:]
             self._in_flight = now
             return joins, leaves, 0.0
@@ -195,6 +214,7 @@ class Line:
             int(reply[4]),
         )
         with self._mutex:
+            first = self._clock is None  # the channel had no lease yet: nothing was lost
             self._in_flight = 0.0
             self._heard = time.monotonic()
             self._clock = (sent, server_ms)
@@ -204,16 +224,18 @@ class Line:
             if owner_ttl >= 0 and holder is None:
                 due = min(due, sent + owner_ttl / 1000 + OWNER_EXPIRY_SLACK)
             self._next_round = due
-            if not alive:
+            if not alive and not first:
                 # This process's waiter lease had run out (it was stopped or cut
-                # off): the server dropped its waiters. Join them again.
+                # off): the server dropped its waiters. Join them again (those
+                # not on their way already).
                 joined = {token for token, _ in joins}
+                joined.update(self._joining)
                 again = [
                     (token, name)
                     for token, (_, name) in self._members.items()
                     if token not in joined and token != owner
                 ]
-                self._joining[:0] = again
+                self._joining = {**dict(again), **self._joining}
                 if again:
                     self._next_round = sent
         if holder is not None and owner_ttl > 0:
@@ -233,6 +255,8 @@ class Line:
 
 
 _lines: dict[tuple[object, ...], Line] = {}
+_busy: dict[tuple[object, ...], Line] = {}  # (scope, registry, owner key) -> its newest line
+_trying: set[tuple[object, ...]] = set()  # (scope, registry, owner key) of tries on their way
 _lines_mutex = Mutex()
 
 
@@ -240,6 +264,31 @@ def _forget(line: Line) -> None:
     with _lines_mutex:
         for key in [k for k, v in _lines.items() if v is line]:
             del _lines[key]
+        for key in [k for k, v in _busy.items() if v is line]:
+            del _busy[key]
+
+
+def begin_try(registry: ScriptRegistry, owner_key: str) -> tuple[object, ...] | None:
+    """Whether a waiting acquirer of this process should try the lock before queueing.
+
+    Not while waiters of this process wait in line for it,
+    nor while another of its acquirers' tries is on its way: the try would
+    cost a round trip that cannot succeed (the lock is taken, or about to
+    be). Returns the key to pass to :func:`end_try`, or None: queue at once.
+    """
+    key = (scope_key(), id(registry), owner_key)
+    with _lines_mutex:
+        line = _busy.get(key)
+        if (line is not None and line.busy) or key in _trying:
+            return None
+        _trying.add(key)
+    return key
+
+
+def end_try(key: tuple[object, ...]) -> None:
+    """The try that :func:`begin_try` allowed has its answer."""
+    with _lines_mutex:
+        _trying.discard(key)
 
 
 def line_for(
@@ -258,4 +307,5 @@ def line_for(
             found = _lines[key] = Line(
                 registry, keys, channel, waiter_lease_ms, handoff_ms, name, _forget
             )
+            _busy[key[:3]] = found
         return found

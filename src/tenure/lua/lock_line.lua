@@ -19,8 +19,7 @@
 -- ARGV[7...] J pairs: token, owner name (in arrival order); then L tokens
 -- returns {owner token ('' none), its fence (0 none), its remaining lease ms (-2 none),
 --          1 if the process's waiter lease was alive before this call else 0,
---          server time in ms, then each joining waiter's 0-based place in line
---          (-1: it holds the lock: the owner token says so)}
+--          server time in ms}
 -- on resend: joining again keeps each waiter's place (ZADD NX); leaving and
 --         refreshing again change nothing more; a free lock is granted once
 
@@ -42,34 +41,41 @@ for i = first_leave, first_leave + leaving - 1 do
     end
 end
 
-local places = {}
-local base = tonumber(now_us)
-for i = 0, joining - 1 do
-    local token, name = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
-    if redis.call('HGET', owner_key, 'token') ~= token then
-        join_queue(queue, waiters, wakes, token, now, string.format('%d', base + i), waiter_lease,
-            channel, names, name)
+local owner = redis.call('HGET', owner_key, 'token')
+if joining > 0 then
+    -- One command per key for the whole batch: arrival order kept (now + i
+    -- microseconds), a waiter already in line keeps its place (NX).
+    local arrivals, channels, who = {}, {}, {}
+    local base = tonumber(now_us)
+    for i = 0, joining - 1 do
+        local token, name = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+        if token ~= owner then
+            arrivals[#arrivals + 1] = string.format('%d', base + i)
+            arrivals[#arrivals + 1] = token
+            channels[#channels + 1] = token
+            channels[#channels + 1] = channel
+            who[#who + 1] = token
+            who[#who + 1] = name
+        end
+    end
+    if #arrivals > 0 then
+        redis.call('ZADD', queue, 'NX', unpack(arrivals))
+        redis.call('HSET', wakes, unpack(channels))
+        redis.call('HSET', names, unpack(who))
     end
 end
+-- The line's keys live while some process refreshes (joins alone do not
+-- come often enough once everyone is in line).
+keep_alive(queue, waiter_lease * 2)
+keep_alive(wakes, waiter_lease * 2)
+keep_alive(names, waiter_lease * 2)
 
-local owner = redis.call('HGET', owner_key, 'token')
 if not owner then
     owner = grant_next(owner_key, queue, waiters, wakes, fence, handoff, now, idle_ms, names)
-end
-for i = 0, joining - 1 do
-    local token = ARGV[7 + 2 * i]
-    if token == owner then
-        places[#places + 1] = -1
-    else
-        places[#places + 1] = redis.call('ZRANK', queue, token) or -2
-    end
 end
 local reply = {owner or '', 0, -2, alive and 1 or 0, now}
 if owner then
     reply[2] = tonumber(redis.call('HGET', owner_key, 'fence'))
     reply[3] = redis.call('PTTL', owner_key)
-end
-for i = 1, #places do
-    reply[#reply + 1] = places[i]
 end
 return reply
