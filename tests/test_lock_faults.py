@@ -288,6 +288,63 @@ def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
     assert after == {"event": "released", "kept": True, "lost": False}
 
 
+@pytest.mark.parametrize("pause", [0.0, 0.7])
+def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_lease(
+    api: str,
+    pause: float,
+    tenure_server: ServerProcess,
+    client: redis.Redis,
+    workers: list[Worker],
+) -> None:
+    """Five waiters of one process (one line, one waiter lease for all of them)
+    die together: the waiter behind them is held up one handoff lease at most
+    (released at once: the first dead one is handed the lock), or not at all
+    (released after their 0.5 s waiter lease ran out: all five are dropped)."""
+    name = "dead-crowd"
+    holder = Lock(client, name)
+    assert holder.acquire()
+    crowd = Worker(api, "crowd", tenure_server.url, name, "5")
+    workers.append(crowd)
+    assert crowd.read()["event"] == "waiting"
+    (behind,) = _queue_up(api, tenure_server, client, workers, name, 1)
+    _wait_for_queue(client, name, 6)
+    os.kill(crowd.pid, signal.SIGKILL)
+    crowd.process.wait(timeout=10)
+    time.sleep(pause)
+    released = time.monotonic()
+    holder.release()
+    taken = behind.read()
+    assert taken["event"] == "acquired"
+    bound = 1.0 + SLACK if pause == 0 else SLACK
+    assert taken["t"] - released <= bound
+
+
+def test_a_stopped_process_waits_again_behind_those_who_stayed(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    """A process stopped longer than its waiter lease loses its waiters' places
+    (they stall nobody); when it resumes, its line joins them again, behind."""
+    name = "stopped-crowd"
+    holder = Lock(client, name)
+    assert holder.acquire()
+    crowd = Worker(api, "crowd", tenure_server.url, name, "3")
+    workers.append(crowd)
+    assert crowd.read()["event"] == "waiting"
+    (behind,) = _queue_up(api, tenure_server, client, workers, name, 1)
+    os.kill(crowd.pid, signal.SIGSTOP)
+    time.sleep(1.0)  # > the crowd's 0.5 s waiter lease
+    released = time.monotonic()
+    holder.release()
+    taken = behind.read()
+    assert taken["event"] == "acquired"
+    assert taken["t"] - released <= SLACK
+    os.kill(crowd.pid, signal.SIGCONT)
+    got = [crowd.read(timeout=15) for _ in range(3)]
+    assert [event["event"] for event in got] == ["acquired"] * 3
+    assert min(event["t"] for event in got) > taken["t"]
+    assert len({event["fence"] for event in got}) == 3
+
+
 def _wait_for_queue(client: redis.Redis, name: str, length: int) -> None:
     deadline = time.monotonic() + 10
     while _queue_length(client, name) < length:

@@ -129,6 +129,50 @@ async def test_many_waiters_share_one_connection(
     await client.connection_pool.disconnect()
 
 
+async def _script_calls(admin: redis.asyncio.Redis) -> int:
+    stats = await admin.info("commandstats")
+    return sum(
+        int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+
+
+@pytest.mark.standalone_only  # INFO reaches one node
+async def test_waiters_of_one_process_keep_their_places_with_one_call(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    """However many wait in one process, their places cost one call per
+    refresh (the process's line), and outlive twice their waiter lease."""
+    admin = other_client
+    calls: dict[int, int] = {}
+    for count in (4, 60):
+        name = f"one-line-{count}"
+        holder = AsyncLock(admin, name, thread_local=False)
+        assert await holder.acquire()
+        order: list[int] = []
+
+        async def wait_in_line(i: int, name: str = name) -> None:
+            lock = AsyncLock(tenure_async_client, name, waiter_lease=0.5, blocking_timeout=30)
+            assert await lock.acquire()
+            order.append(i)
+            await lock.release()
+
+        async def watch(count: int = count, holder: AsyncLock = holder) -> None:
+            deadline = time.monotonic() + 10
+            while await admin.zcard(holder.keys.queue) < count:
+                assert time.monotonic() < deadline, "the waiters never all queued"
+                await sleep(0.01)
+            before = await _script_calls(admin)
+            await sleep(1.5)  # three waiter leases: refreshes only
+            calls[count] = await _script_calls(admin) - before
+            await holder.release()
+
+        await gather(watch, *[lambda i=i: wait_in_line(i) for i in range(count)])
+        assert len(order) == count
+    # Per waiter, 60 waiters would make about 450 refresh calls in 1.5 s.
+    assert calls[60] <= calls[4] + 4, calls
+    assert calls[60] <= 20, calls
+
+
 async def test_the_wakeup_connection_closes_when_idle(
     tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:

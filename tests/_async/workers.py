@@ -21,6 +21,11 @@ Roles:
   rw URL NAME COUNT        take an AsyncReadWriteLock COUNT times, as a writer one
                            time in four (at random), holding each 1 ms; print
                            every hold window with its mode
+  crowd URL NAME COUNT     queue COUNT waiters (tasks, or threads) of this one
+                           process, each its own AsyncLock with a 0.5 s waiter
+                           lease; print "waiting" once every one of them is in the
+                           server's queue, then for each: when it was acquired
+                           (hold 10 ms, release)
   permits URL NAME COUNT LIMIT
                            take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -103,6 +108,28 @@ async def wait(url: str, name: str, timeout: float) -> None:
     emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
     if got:
         await lock.release()
+    await client.aclose()
+
+
+async def crowd(url: str, name: str, count: int) -> None:
+    """Queue ``count`` waiters of this process; print each acquisition."""
+    client = redis.asyncio.Redis.from_url(url)
+    locks = [AsyncLock(client, name, timeout=10, waiter_lease=0.5) for _ in range(count)]
+
+    async def take(lock: AsyncLock) -> None:
+        got = await lock.acquire(blocking_timeout=60)
+        emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
+        if got:
+            await sleep(0.01)
+            await lock.release()
+
+    tasks = [spawn(lambda lock=lock: take(lock)) for lock in locks]
+    deadline = time.monotonic() + 10
+    while int(await client.zcard(locks[0].keys.queue)) < count and time.monotonic() < deadline:
+        await sleep(0.005)
+    emit(event="waiting", t=time.monotonic())
+    for task in tasks:
+        await join(task)
     await client.aclose()
 
 
@@ -212,6 +239,8 @@ async def work(argv: list[str]) -> int:
         await hold(url, name, float(value))
     elif role == "wait":
         await wait(url, name, float(value))
+    elif role == "crowd":
+        await crowd(url, name, int(value))
     elif role == "stall":
         await stall(url, name, float(value))
     elif role == "connlock":

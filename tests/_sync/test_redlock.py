@@ -279,7 +279,7 @@ def test_a_slow_master_does_not_slow_acquisition(
     assert took[2] < 0.1  # the two fast masters' time, not the slow one's 200 ms
     proxies[2].set_latency(0)
     # The slow master's late grants were given back (or released): nobody holds it there.
-    eventually(lambda: owner_of(redlock_servers[2], "slow") is None, 3, "the give-back")
+    eventually(lambda: owner_of(redlock_servers[2], "slow") is None, 8, "the give-back")
 
 
 def test_extend_needs_a_quorum_and_a_lost_hold_is_reported(
@@ -417,7 +417,8 @@ def test_a_late_grant_of_a_failed_attempt_is_given_back(
     proxies[2].set_latency(0.3)
     assert not other.acquire(blocking=False)
     eventually(lambda: owner_of(redlock_servers[2], "late") is not None, 2, "the grant")
-    eventually(lambda: owner_of(redlock_servers[2], "late") is None, 3, "the give-back")
+    # A busy machine answers late: the give-back is asked again for up to 5 s.
+    eventually(lambda: owner_of(redlock_servers[2], "late") is None, 8, "the give-back")
     holder.release()
 
 

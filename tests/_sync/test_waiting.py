@@ -129,6 +129,50 @@ def test_many_waiters_share_one_connection(
     client.connection_pool.disconnect()
 
 
+def _script_calls(admin: redis.Redis) -> int:
+    stats = admin.info("commandstats")
+    return sum(
+        int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+
+
+@pytest.mark.standalone_only  # INFO reaches one node
+def test_waiters_of_one_process_keep_their_places_with_one_call(
+    tenure_client: redis.Redis, other_client: redis.Redis
+) -> None:
+    """However many wait in one process, their places cost one call per
+    refresh (the process's line), and outlive twice their waiter lease."""
+    admin = other_client
+    calls: dict[int, int] = {}
+    for count in (4, 60):
+        name = f"one-line-{count}"
+        holder = Lock(admin, name, thread_local=False)
+        assert holder.acquire()
+        order: list[int] = []
+
+        def wait_in_line(i: int, name: str = name) -> None:
+            lock = Lock(tenure_client, name, waiter_lease=0.5, blocking_timeout=30)
+            assert lock.acquire()
+            order.append(i)
+            lock.release()
+
+        def watch(count: int = count, holder: Lock = holder) -> None:
+            deadline = time.monotonic() + 10
+            while admin.zcard(holder.keys.queue) < count:
+                assert time.monotonic() < deadline, "the waiters never all queued"
+                sleep(0.01)
+            before = _script_calls(admin)
+            sleep(1.5)  # three waiter leases: refreshes only
+            calls[count] = _script_calls(admin) - before
+            holder.release()
+
+        gather(watch, *[lambda i=i: wait_in_line(i) for i in range(count)])
+        assert len(order) == count
+    # Per waiter, 60 waiters would make about 450 refresh calls in 1.5 s.
+    assert calls[60] <= calls[4] + 4, calls
+    assert calls[60] <= 20, calls
+
+
 def test_the_wakeup_connection_closes_when_idle(
     tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:

@@ -22,6 +22,11 @@ Roles:
   rw URL NAME COUNT        take an ReadWriteLock COUNT times, as a writer one
                            time in four (at random), holding each 1 ms; print
                            every hold window with its mode
+  crowd URL NAME COUNT     queue COUNT waiters (threads, or threads) of this one
+                           process, each its own Lock with a 0.5 s waiter
+                           lease; print "waiting" once every one of them is in the
+                           server's queue, then for each: when it was acquired
+                           (hold 10 ms, release)
   permits URL NAME COUNT LIMIT
                            take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -102,6 +107,28 @@ def wait(url: str, name: str, timeout: float) -> None:
     emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
     if got:
         lock.release()
+    client.close()
+
+
+def crowd(url: str, name: str, count: int) -> None:
+    """Queue ``count`` waiters of this process; print each acquisition."""
+    client = redis.Redis.from_url(url)
+    locks = [Lock(client, name, timeout=10, waiter_lease=0.5) for _ in range(count)]
+
+    def take(lock: Lock) -> None:
+        got = lock.acquire(blocking_timeout=60)
+        emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
+        if got:
+            sleep(0.01)
+            lock.release()
+
+    tasks = [spawn(lambda lock=lock: take(lock)) for lock in locks]
+    deadline = time.monotonic() + 10
+    while int(client.zcard(locks[0].keys.queue)) < count and time.monotonic() < deadline:
+        sleep(0.005)
+    emit(event="waiting", t=time.monotonic())
+    for task in tasks:
+        join(task)
     client.close()
 
 
@@ -211,6 +238,8 @@ def work(argv: list[str]) -> int:
         hold(url, name, float(value))
     elif role == "wait":
         wait(url, name, float(value))
+    elif role == "crowd":
+        crowd(url, name, int(value))
     elif role == "stall":
         stall(url, name, float(value))
     elif role == "connlock":
