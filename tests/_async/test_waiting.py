@@ -150,7 +150,7 @@ async def test_waiters_of_one_process_keep_their_places_with_one_call(
         assert await holder.acquire()
         order: list[int] = []
 
-        async def wait_in_line(i: int, name: str = name) -> None:
+        async def wait_in_line(i: int, name: str = name, order: list[int] = order) -> None:
             lock = AsyncLock(tenure_async_client, name, waiter_lease=0.5, blocking_timeout=30)
             assert await lock.acquire()
             order.append(i)

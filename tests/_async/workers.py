@@ -38,6 +38,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
@@ -123,7 +124,10 @@ async def crowd(url: str, name: str, count: int) -> None:
             await sleep(0.01)
             await lock.release()
 
-    tasks = [spawn(lambda lock=lock: take(lock)) for lock in locks]
+    def starter(lock: AsyncLock) -> Callable[[], Any]:
+        return lambda: take(lock)
+
+    tasks = [spawn(starter(lock)) for lock in locks]
     deadline = time.monotonic() + 10
     while int(await client.zcard(locks[0].keys.queue)) < count and time.monotonic() < deadline:
         await sleep(0.005)

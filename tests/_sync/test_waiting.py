@@ -150,7 +150,7 @@ def test_waiters_of_one_process_keep_their_places_with_one_call(
         assert holder.acquire()
         order: list[int] = []
 
-        def wait_in_line(i: int, name: str = name) -> None:
+        def wait_in_line(i: int, name: str = name, order: list[int] = order) -> None:
             lock = Lock(tenure_client, name, waiter_lease=0.5, blocking_timeout=30)
             assert lock.acquire()
             order.append(i)

@@ -39,6 +39,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -122,7 +123,10 @@ def crowd(url: str, name: str, count: int) -> None:
             sleep(0.01)
             lock.release()
 
-    tasks = [spawn(lambda lock=lock: take(lock)) for lock in locks]
+    def starter(lock: Lock) -> Callable[[], Any]:
+        return lambda: take(lock)
+
+    tasks = [spawn(starter(lock)) for lock in locks]
     deadline = time.monotonic() + 10
     while int(client.zcard(locks[0].keys.queue)) < count and time.monotonic() < deadline:
         sleep(0.005)
