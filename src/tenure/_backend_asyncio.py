@@ -67,12 +67,12 @@ class Event:
 
     def __init__(self) -> None:
         self._flag = False
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters: set[asyncio.Future[None]] | None = None  # made on the first wait
 
     def set(self) -> None:
         """Wake the waiter."""
         self._flag = True
-        for waiter in self._waiters:
+        for waiter in self._waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -84,18 +84,21 @@ class Event:
         """Whether the event is set."""
         return self._flag
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait until set or ``timeout`` seconds pass; True if it was set."""
+    async def wait(self, timeout: float | None) -> bool:
+        """Wait until set or ``timeout`` seconds pass (None: no limit); True if it was set."""
         if self._flag:
             return True
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_later(max(0.0, timeout), _resolve, waiter)
+        timer = None if timeout is None else loop.call_later(max(0.0, timeout), _resolve, waiter)
+        if self._waiters is None:
+            self._waiters = set()
         self._waiters.add(waiter)
         try:
             await waiter
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._waiters.discard(waiter)
         return self._flag
 
@@ -107,6 +110,8 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 
 class Mutex:
     """No-op: asyncio code runs in one thread, so shared state needs no lock."""
+
+    __slots__ = ()
 
     def __enter__(self) -> None:
         return None

@@ -69,8 +69,8 @@ class Event:
         """Whether the event is set."""
         return self._event.is_set()
 
-    def wait(self, timeout: float) -> bool:
-        """Wait until set or ``timeout`` seconds pass; True if it was set."""
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until set or ``timeout`` seconds pass (None: no limit); True if it was set."""
         return self._event.wait(timeout)
 
 

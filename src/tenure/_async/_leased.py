@@ -111,9 +111,6 @@ __all__ = ["AsyncLeased", "LeasedScripts", "extended"]
 
 logger = logging.getLogger("tenure.lock")
 
-LINE_WAIT = 3600.0
-"""A waiter in a process line with no deadline wakes this often, for nothing."""
-
 _P = TypeVar("_P", bound="AsyncLeased")
 
 Call = tuple[tuple[str, ...], tuple[str | int, ...]]
@@ -511,6 +508,8 @@ class AsyncLeased:
                     return True
                 if not wait:
                     return False
+            if self._line_script is not None:
+                return await self._wait_in_process_line(token, started, deadline, holder)
             return await self._wait_in_line(token, started, deadline, holder)
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
@@ -522,8 +521,6 @@ class AsyncLeased:
     async def _wait_in_line(
         self, token: str, started: float, deadline: float | None, holder: object
     ) -> bool:
-        if self._line_script is not None:
-            return await self._wait_in_process_line(token, started, deadline, holder)
         settings = self._settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
         waiter = await listen(self.client, token, room, self._keys.owner)
@@ -580,8 +577,8 @@ class AsyncLeased:
         at once; this waiter only waits for its grant (on the wake-up channel,
         or named by a round's answer), or its deadline.
         """
-        room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
-        waiter = await listen(self.client, token, room, self._keys.owner)
+        # The line waits for the wake-up subscription before it joins anyone.
+        waiter = await listen(self.client, token, 0.0, self._keys.owner, confirm=False)
         line = self._line(waiter.channel)
         while not line.join(waiter, self.owner_name):
             line = self._line(waiter.channel)  # it closed just now: a new one
@@ -594,7 +591,7 @@ class AsyncLeased:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     return await self._give_up(token, started, holder)
-                granted = await waiter.wait(LINE_WAIT if deadline is None else deadline - now)
+                granted = await waiter.wait(None if deadline is None else deadline - now)
                 if granted is None:
                     if waiter.recheck:
                         # Woken to re-check (the wake-up connection came back: a

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tenure._async._scripting import AsyncScriptRegistry
-from tenure._async._wakeups import AsyncWaiter
+from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter
 from tenure._backend_asyncio import Event, Mutex, scope_key, start_background
 from tenure._exceptions import TenureError
 from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired, to_text
@@ -181,6 +181,11 @@ class AsyncLine:
                 if wait > 0:
                     await self._wakeup.wait(wait)
                     continue
+                if joins:
+                    # Joined waiters must hear their grants: the subscription
+                    # first (at once when it is up; a waiter whose grant goes
+                    # unheard meanwhile learns it from the next round).
+                    await _joins_hear(self._members, joins)
                 await self._round(joins, leaves)
         finally:
             with self._mutex:
@@ -251,6 +256,18 @@ class AsyncLine:
             self._next_round = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
+
+
+async def _joins_hear(
+    members: dict[str, tuple[AsyncWaiter, str]], joins: list[tuple[str, str]]
+) -> None:
+    """Wait (up to :data:`CONFIRM_TIMEOUT`) for the wake-up subscription of a round's joiners."""
+    for token, _ in joins:
+        entry = members.get(token)
+        if entry is not None:
+            if not entry[0].up:
+                await entry[0].subscribed(CONFIRM_TIMEOUT)
+            return
 
 
 _lines: dict[tuple[object, ...], AsyncLine] = {}

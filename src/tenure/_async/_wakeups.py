@@ -120,13 +120,13 @@ class AsyncWaiter:
         """Wait up to ``timeout`` seconds for the channel's subscription; True once it is up."""
         return await self._wakeups.subscribed(timeout)
 
-    async def wait(self, timeout: float) -> Acquired | None:
-        """Wait up to ``timeout`` seconds; return the grant if one came.
+    async def wait(self, timeout: float | None) -> Acquired | None:
+        """Wait up to ``timeout`` seconds (None: until woken); return the grant if one came.
 
         Raises the error a call made on this waiter's behalf failed with.
         """
         if self.grant is None and self.error is None:
-            await self._event.wait(max(0.0, timeout))
+            await self._event.wait(None if timeout is None else max(0.0, timeout))
             self._event.clear()
         if self.error is not None:
             error, self.error = self.error, None
@@ -165,7 +165,7 @@ class AsyncWakeups:
         return self._closed
 
     async def register(
-        self, token: str, timeout: float, event: Event | None = None
+        self, token: str, timeout: float, event: Event | None = None, confirm: bool = True
     ) -> AsyncWaiter | None:
         """Start listening for grants to ``token``.
 
@@ -174,6 +174,8 @@ class AsyncWakeups:
         relies on its re-checks until it comes up); ``None`` if this
         connection was just closed for idleness (ask :func:`wakeups_for` again).
         ``event`` (shared by waiters on several servers) is set on a wake-up.
+        With ``confirm=False`` it returns at once: the caller waits for the
+        subscription itself (a process's line, once for all its waiters).
         """
         waiter = AsyncWaiter(self, token, event)
         with self._mutex:
@@ -184,7 +186,8 @@ class AsyncWakeups:
             if self._reader is None:
                 self._reader = start_background(self._read, "tenure-wakeups")
                 self._janitor = start_background(self._sweep, "tenure-wakeups-janitor")
-        await self.subscribed(timeout)
+        if confirm:
+            await self.subscribed(timeout)
         return waiter
 
     @property
@@ -325,7 +328,12 @@ async def _disconnect(conn: Any) -> None:
 
 
 async def listen(
-    client: Any, token: str, timeout: float, key: str | None = None, event: Event | None = None
+    client: Any,
+    token: str,
+    timeout: float,
+    key: str | None = None,
+    event: Event | None = None,
+    confirm: bool = True,
 ) -> AsyncWaiter:
     """Register a waiter for ``token`` with ``client``'s server (see :class:`AsyncWakeups`).
 
@@ -334,7 +342,7 @@ async def listen(
     each wake-up (one event for a waiter listening on several servers).
     """
     while True:
-        waiter = await wakeups_for(client, key).register(token, timeout, event)
+        waiter = await wakeups_for(client, key).register(token, timeout, event, confirm)
         if waiter is not None:
             return waiter
 

@@ -37,7 +37,7 @@ from tenure._backend_threads import Event, Mutex, scope_key, start_background
 from tenure._exceptions import TenureError
 from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired, to_text
 from tenure._sync._scripting import ScriptRegistry
-from tenure._sync._wakeups import Waiter
+from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter
 
 __all__ = ["ROUND_SIZE", "Line", "begin_try", "end_try", "line_for"]
 
@@ -182,6 +182,11 @@ class Line:
                 if wait > 0:
                     self._wakeup.wait(wait)
                     continue
+                if joins:
+                    # Joined waiters must hear their grants: the subscription
+                    # first (at once when it is up; a waiter whose grant goes
+                    # unheard meanwhile learns it from the next round).
+                    _joins_hear(self._members, joins)
                 self._round(joins, leaves)
         finally:
             with self._mutex:
@@ -252,6 +257,16 @@ class Line:
             self._next_round = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
+
+
+def _joins_hear(members: dict[str, tuple[Waiter, str]], joins: list[tuple[str, str]]) -> None:
+    """Wait (up to :data:`CONFIRM_TIMEOUT`) for the wake-up subscription of a round's joiners."""
+    for token, _ in joins:
+        entry = members.get(token)
+        if entry is not None:
+            if not entry[0].up:
+                entry[0].subscribed(CONFIRM_TIMEOUT)
+            return
 
 
 _lines: dict[tuple[object, ...], Line] = {}

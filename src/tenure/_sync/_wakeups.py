@@ -121,13 +121,13 @@ class Waiter:
         """Wait up to ``timeout`` seconds for the channel's subscription; True once it is up."""
         return self._wakeups.subscribed(timeout)
 
-    def wait(self, timeout: float) -> Acquired | None:
-        """Wait up to ``timeout`` seconds; return the grant if one came.
+    def wait(self, timeout: float | None) -> Acquired | None:
+        """Wait up to ``timeout`` seconds (None: until woken); return the grant if one came.
 
         Raises the error a call made on this waiter's behalf failed with.
         """
         if self.grant is None and self.error is None:
-            self._event.wait(max(0.0, timeout))
+            self._event.wait(None if timeout is None else max(0.0, timeout))
             self._event.clear()
         if self.error is not None:
             error, self.error = self.error, None
@@ -165,7 +165,9 @@ class Wakeups:
         """True once the connection was closed for idleness (a new one is made on demand)."""
         return self._closed
 
-    def register(self, token: str, timeout: float, event: Event | None = None) -> Waiter | None:
+    def register(
+        self, token: str, timeout: float, event: Event | None = None, confirm: bool = True
+    ) -> Waiter | None:
         """Start listening for grants to ``token``.
 
         Returns at once when the subscription is up, else once it is
@@ -173,6 +175,8 @@ class Wakeups:
         relies on its re-checks until it comes up); ``None`` if this
         connection was just closed for idleness (ask :func:`wakeups_for` again).
         ``event`` (shared by waiters on several servers) is set on a wake-up.
+        With ``confirm=False`` it returns at once: the caller waits for the
+        subscription itself (a process's line, once for all its waiters).
         """
         waiter = Waiter(self, token, event)
         with self._mutex:
@@ -183,7 +187,8 @@ class Wakeups:
             if self._reader is None:
                 self._reader = start_background(self._read, "tenure-wakeups")
                 self._janitor = start_background(self._sweep, "tenure-wakeups-janitor")
-        self.subscribed(timeout)
+        if confirm:
+            self.subscribed(timeout)
         return waiter
 
     @property
@@ -324,7 +329,12 @@ def _disconnect(conn: Any) -> None:
 
 
 def listen(
-    client: Any, token: str, timeout: float, key: str | None = None, event: Event | None = None
+    client: Any,
+    token: str,
+    timeout: float,
+    key: str | None = None,
+    event: Event | None = None,
+    confirm: bool = True,
 ) -> Waiter:
     """Register a waiter for ``token`` with ``client``'s server (see :class:`Wakeups`).
 
@@ -333,7 +343,7 @@ def listen(
     each wake-up (one event for a waiter listening on several servers).
     """
     while True:
-        waiter = wakeups_for(client, key).register(token, timeout, event)
+        waiter = wakeups_for(client, key).register(token, timeout, event, confirm)
         if waiter is not None:
             return waiter
 
