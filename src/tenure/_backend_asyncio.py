@@ -109,15 +109,21 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 
 
 class Mutex:
-    """No-op: asyncio code runs in one thread, so shared state needs no lock."""
+    """No-op: asyncio code runs in one thread, so shared state needs no lock (one shared)."""
 
     __slots__ = ()
+
+    def __new__(cls) -> Mutex:
+        return _NO_LOCK
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, *exc_info: object) -> None:
         return None
+
+
+_NO_LOCK: Mutex = object.__new__(Mutex)
 
 
 def start_background(job: Callable[[], Coroutine[Any, Any, None]], name: str) -> Any:

@@ -11,10 +11,10 @@
 -- owner (a handoff): its fields are overwritten.
 local function take(owner, fence, token, lease_ms, idle_ms, name)
     local f = next_fence(fence, idle_ms)
-    redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f))
     if name then
-        redis.call('HSET', owner, 'owner', name)
+        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f), 'owner', name)
     else
+        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f))
         redis.call('HDEL', owner, 'owner')
     end
     redis.call('PEXPIRE', owner, lease_ms)
