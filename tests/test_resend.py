@@ -608,7 +608,7 @@ def lock_try(run: Run) -> tuple[object, object]:
     return (got, lock.fencing_token is not None), snapshot
 
 
-@case("lock_line")
+@case("lock_acquire")
 def lock_handed_over(run: Run) -> tuple[object, object]:
     return handed_over(run, lambda: Lock(run.client, run.name, timeout=30))
 

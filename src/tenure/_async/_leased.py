@@ -52,7 +52,14 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
-from tenure._async._line import AsyncLine, begin_try, end_try, line_for
+from tenure._async._line import (
+    AsyncLine,
+    begin_try,
+    end_try,
+    line_for,
+    start_waiting,
+    stop_waiting,
+)
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._wakeups import CONFIRM_TIMEOUT, listen
 from tenure._async._watchdog import Job, JobRunner, watchdog
@@ -508,9 +515,15 @@ class AsyncLeased:
                     return True
                 if not wait:
                     return False
-            if self._line_script is not None:
+            if self._line_script is None:
+                return await self._wait_in_line(token, started, deadline, holder)
+            counted, alone = start_waiting(self._registry, self._keys.owner)
+            try:
+                if alone:
+                    return await self._wait_in_line(token, started, deadline, holder)
                 return await self._wait_in_process_line(token, started, deadline, holder)
-            return await self._wait_in_line(token, started, deadline, holder)
+            finally:
+                stop_waiting(counted)
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.

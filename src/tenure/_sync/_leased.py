@@ -103,7 +103,14 @@ from tenure._leased_core import (
     parse_acquire,
     to_ms,
 )
-from tenure._sync._line import Line, begin_try, end_try, line_for
+from tenure._sync._line import (
+    Line,
+    begin_try,
+    end_try,
+    line_for,
+    start_waiting,
+    stop_waiting,
+)
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, listen
 from tenure._sync._watchdog import Job, JobRunner, watchdog
@@ -488,9 +495,15 @@ class Leased:
                     return True
                 if not wait:
                     return False
-            if self._line_script is not None:
+            if self._line_script is None:
+                return self._wait_in_line(token, started, deadline, holder)
+            counted, alone = start_waiting(self._registry, self._keys.owner)
+            try:
+                if alone:
+                    return self._wait_in_line(token, started, deadline, holder)
                 return self._wait_in_process_line(token, started, deadline, holder)
-            return self._wait_in_line(token, started, deadline, holder)
+            finally:
+                stop_waiting(counted)
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.

@@ -39,10 +39,22 @@ from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH,
 from tenure._sync._scripting import ScriptRegistry
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter
 
-__all__ = ["ROUND_SIZE", "Line", "begin_try", "end_try", "line_for"]
+__all__ = [
+    "LINGER",
+    "ROUND_SIZE",
+    "Line",
+    "begin_try",
+    "end_try",
+    "line_for",
+    "start_waiting",
+    "stop_waiting",
+]
 
 ROUND_SIZE = 1000
 """Joins (and leaves) one round carries at most."""
+
+LINGER = 2.0
+"""Seconds a line with no waiter left is kept for the next one, then closed."""
 
 RETRY_AFTER = 0.05
 """Seconds before a round that failed is tried again (its waiters were told)."""
@@ -79,6 +91,7 @@ class Line:
         self._heard = time.monotonic()  # when a round last reached the server
         self._worker: Any = None
         self._closed = False
+        self._idle_since: float | None = None  # when its last waiter left (None: busy)
         self.rounds = 0
 
     @property
@@ -122,6 +135,14 @@ class Line:
         if not left:
             self._wakeup.set()
 
+    def _canary(self, joins: list[tuple[str, str]]) -> str:
+        """A waiter that joined in an earlier round, whose place the round checks ('' none)."""
+        with self._mutex:
+            for token in itertools.islice(self._members, 8):
+                if token not in self._joining and all(token != t for t, _ in joins):
+                    return token
+        return ""
+
     def _listening(self) -> bool:
         """Whether this line's waiters hear their grants (the channel's subscription is up)."""
         for waiter, _ in self._members.values():
@@ -156,8 +177,16 @@ class Line:
                 # these waiters with this process's lease. Nothing to send.
                 self._leaving = []
             if not self._members and not self._joining and not self._leaving:
-                self._closed = True
-                return [], [], None
+                # Idle: kept LINGER seconds for the next waiter (a lock taken
+                # in turn by a few processes gets one waiter at a time), then
+                # closed.
+                if self._idle_since is None:
+                    self._idle_since = now
+                if now - self._idle_since >= LINGER:
+                    self._closed = True
+                    return [], [], None
+                return [], [], self._idle_since + LINGER - now
+            self._idle_since = None
             if not self._joining and now < self._next_round:
                 return [], [], self._next_round - now
             if now >= self._next_round and not self._listening():
@@ -201,6 +230,7 @@ class Line:
             IDLE_TTL_MS,
             len(joins),
             len(leaves),
+            self._canary(joins),
         ]
         args.extend(itertools.chain.from_iterable(joins))
         args.extend(leaves)
@@ -211,12 +241,13 @@ class Line:
         except TenureError as error:
             self._failed(error, joins, leaves)
             return
-        owner, fence, owner_ttl, alive, server_ms = (
+        owner, fence, owner_ttl, alive, server_ms, missing = (
             to_text(reply[0]),
             int(reply[1]),
             int(reply[2]),
             int(reply[3]),
             int(reply[4]),
+            int(reply[5]),
         )
         with self._mutex:
             first = self._clock is None  # the channel had no lease yet: nothing was lost
@@ -229,10 +260,13 @@ class Line:
             if owner_ttl >= 0 and holder is None:
                 due = min(due, sent + owner_ttl / 1000 + OWNER_EXPIRY_SLACK)
             self._next_round = due
-            if not alive and not first:
+            if (not alive and not first) or missing:
                 # This process's waiter lease had run out (it was stopped or cut
-                # off): the server dropped its waiters. Join them again (those
-                # not on their way already).
+                # off): the server dropped its waiters. Or the waiter checked is
+                # not in line (that too, with the lease renewed meanwhile by a
+                # lone waiter of the process; or its grant lapsed unseen). Join
+                # them again (those not on their way already): one still in
+                # line keeps its place.
                 joined = {token for token, _ in joins}
                 joined.update(self._joining)
                 again = [
@@ -270,7 +304,7 @@ def _joins_hear(members: dict[str, tuple[Waiter, str]], joins: list[tuple[str, s
 
 
 _lines: dict[tuple[object, ...], Line] = {}
-_busy: dict[tuple[object, ...], Line] = {}  # (scope, registry, owner key) -> its newest line
+_waiting: dict[tuple[object, ...], int] = {}  # (scope, registry, owner key) -> waiters now
 _trying: set[tuple[object, ...]] = set()  # (scope, registry, owner key) of tries on their way
 _lines_mutex = Mutex()
 
@@ -279,8 +313,30 @@ def _forget(line: Line) -> None:
     with _lines_mutex:
         for key in [k for k, v in _lines.items() if v is line]:
             del _lines[key]
-        for key in [k for k, v in _busy.items() if v is line]:
-            del _busy[key]
+
+
+def start_waiting(registry: ScriptRegistry, owner_key: str) -> tuple[tuple[object, ...], bool]:
+    """Count a waiter of this process for a lock (see :func:`stop_waiting`).
+
+    Also returns whether it is the only one: a lone waiter waits on its own
+    (its calls are its own, with no hop through the line's job); the others
+    wait in the process's line.
+    """
+    key = (scope_key(), id(registry), owner_key)
+    with _lines_mutex:
+        others = _waiting.get(key, 0)
+        _waiting[key] = others + 1
+    return key, others == 0
+
+
+def stop_waiting(key: tuple[object, ...]) -> None:
+    """A waiter counted by :func:`start_waiting` waits no more."""
+    with _lines_mutex:
+        left = _waiting.get(key, 1) - 1
+        if left > 0:
+            _waiting[key] = left
+        else:
+            _waiting.pop(key, None)
 
 
 def begin_try(registry: ScriptRegistry, owner_key: str) -> tuple[object, ...] | None:
@@ -293,8 +349,7 @@ def begin_try(registry: ScriptRegistry, owner_key: str) -> tuple[object, ...] | 
     """
     key = (scope_key(), id(registry), owner_key)
     with _lines_mutex:
-        line = _busy.get(key)
-        if (line is not None and line.busy) or key in _trying:
+        if key in _waiting or key in _trying:
             return None
         _trying.add(key)
     return key
@@ -322,5 +377,4 @@ def line_for(
             found = _lines[key] = Line(
                 registry, keys, channel, waiter_lease_ms, handoff_ms, name, _forget
             )
-            _busy[key[:3]] = found
         return found

@@ -16,10 +16,14 @@
 -- ARGV[4] lifetime in ms of a fencing counter started now
 -- ARGV[5] how many waiters join (J), then how many leave (L)
 -- ARGV[6] L
--- ARGV[7...] J pairs: token, owner name (in arrival order); then L tokens
+-- ARGV[7] a waiter of the process that joined in an earlier round ('' none), to check
+--         that its place is still there (see the reply)
+-- ARGV[8...] J pairs: token, owner name (in arrival order); then L tokens
 -- returns {owner token ('' none), its fence (0 none), its remaining lease ms (-2 none),
 --          1 if the process's waiter lease was alive before this call else 0,
---          server time in ms}
+--          server time in ms, 1 if the waiter to check is neither in line nor
+--          the owner (its process's places were dropped, or its grant lapsed
+--          unseen: its line joins its waiters again) else 0}
 -- on resend: joining again keeps each waiter's place (ZADD NX); leaving and
 --         refreshing again change nothing more; a free lock is granted once
 
@@ -32,7 +36,14 @@ local now, now_us = server_time()
 purge_waiters(queue, waiters, wakes, now, names)
 local alive = refresh_channel(waiters, channel, now, waiter_lease)
 
-local first_leave = 7 + 2 * joining
+local check = ARGV[7]
+local missing = 0
+if check ~= '' and not redis.call('ZSCORE', queue, check)
+        and redis.call('HGET', owner_key, 'token') ~= check then
+    missing = 1
+end
+
+local first_leave = 8 + 2 * joining
 for i = first_leave, first_leave + leaving - 1 do
     local token = ARGV[i]
     leave_queue(queue, waiters, wakes, token, names)
@@ -48,7 +59,7 @@ if joining > 0 then
     local arrivals, channels, who = {}, {}, {}
     local base = tonumber(now_us)
     for i = 0, joining - 1 do
-        local token, name = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+        local token, name = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
         if token ~= owner then
             arrivals[#arrivals + 1] = string.format('%d', base + i)
             arrivals[#arrivals + 1] = token
@@ -73,7 +84,7 @@ keep_alive(names, waiter_lease * 2)
 if not owner then
     owner = grant_next(owner_key, queue, waiters, wakes, fence, handoff, now, idle_ms, names)
 end
-local reply = {owner or '', 0, -2, alive and 1 or 0, now}
+local reply = {owner or '', 0, -2, alive and 1 or 0, now, missing}
 if owner then
     reply[2] = tonumber(redis.call('HGET', owner_key, 'fence'))
     reply[3] = redis.call('PTTL', owner_key)
