@@ -187,6 +187,23 @@ def test_a_resent_release_or_reset_changes_nothing(tenure_client: redis.Redis) -
     assert run("ingest_reset", reset_keys, ("op2", 0, 0, 60_000)) == [1, 2, 0, 0]
 
 
+def test_a_claim_given_back_before_it_arrives_is_refused(tenure_client: redis.Redis) -> None:
+    """A worker interrupted while its claim is on its way (on a connection the
+    interruption closed) gives it back by token; should the claim reach the
+    server after that, it claims nothing."""
+    source = CallableSource(numbers, low=1, high=100, name="numbers")
+    job = IngestJob(tenure_client, "late-claim", source, chunk_size=50, batch=10)
+    keys = job.keys
+    run = job._registry.run
+    claim_keys = (keys.free, keys.leases, keys.cursors, keys.stats, keys.fence, keys.plan)
+    fingerprint = job.plan().fingerprint
+    for _ in range(2):  # the give-back finds nothing, and so does its resend
+        assert run("ingest_release", (keys.free, keys.leases), ("t1@a", "")) == 0
+    assert run("ingest_claim", claim_keys, ("t1@a", 30_000, fingerprint)) == [-3]
+    assert job.status().claimed == 0
+    assert run("ingest_claim", claim_keys, ("t2@b", 30_000, fingerprint))[1] == 0  # others may
+
+
 def audited_keys(client: redis.Redis, stream: str) -> list[int]:
     """Every entry's key in stream order, read a page at a time."""
     keys: list[int] = []

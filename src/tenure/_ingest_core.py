@@ -137,7 +137,7 @@ def parse_claim(reply: Any) -> Claim | float | str | None:
     if not isinstance(reply, (list, tuple)) or not reply:
         raise ValueError(f"unexpected ingest_claim reply: {reply!r}")
     status = int(reply[0])
-    if status == 0:
+    if status in (0, -3):  # -3: this claim was given back before it arrived (never read)
         return None
     if status == -2:
         return REPLANNED

@@ -349,17 +349,16 @@ def begin_try(registry: AsyncScriptRegistry, owner_key: str) -> tuple[object, ..
     be). Returns the key to pass to :func:`end_try`, or None: queue at once.
     """
     key = (scope_key(), id(registry), owner_key)
-    with _lines_mutex:
-        if key in _waiting or key in _trying:
-            return None
-        _trying.add(key)
+    # No mutex: two acquirers that both pass this check both try, as before.
+    if key in _waiting or key in _trying:
+        return None
+    _trying.add(key)
     return key
 
 
 def end_try(key: tuple[object, ...]) -> None:
     """The try that :func:`begin_try` allowed has its answer."""
-    with _lines_mutex:
-        _trying.discard(key)
+    _trying.discard(key)
 
 
 def line_for(

@@ -172,8 +172,10 @@ class IngestJob:
         """
         plan = self.plan()
         chunks = rows = refused = 0
+        claim: Claim | float | str | None = None
         while max_chunks is None or chunks < max_chunks:
             token = f"{secrets.token_hex(8)}@{self.worker}"
+            chunk: int | None = None  # None: the claim may be made; found by its token
             try:
                 with map_exceptions(name=self.name, doing="claiming a chunk"):
                     reply = self._registry.run(
@@ -183,34 +185,34 @@ class IngestJob:
                         (token, self.lease_ms, plan.fingerprint),
                         name=self.name,
                     )  # fmt: skip
-            except BaseException as exc:  # the claim may have been made: find it by its token
-                self._give_back(None, token, exc)
-                raise
-            claim = parse_claim(reply)
-            if claim is None:
-                break
-            if claim == REPLANNED:
-                self._plan = None
-                raise PlanMismatchError(
-                    f"job {self.name!r} was reset (or planned anew) while this worker ran",
-                    name=self.name,
-                )
-            if isinstance(claim, float):
-                if not wait:
-                    break
-                sleep(min(claim + 0.05, 1.0))
-                continue
-            assert isinstance(claim, Claim)
-            try:
+                claim = parse_claim(reply)
+                if claim is None or claim == REPLANNED:
+                    break  # done; or reset (nothing claimed), raised below
+                if isinstance(claim, float):
+                    if not wait:
+                        break
+                    sleep(min(claim + 0.05, 1.0))
+                    continue
+                assert isinstance(claim, Claim)
+                chunk = claim.chunk
                 done, added = self._ingest_chunk(plan, claim, token)
             except BaseException as exc:
-                self._give_back(claim.chunk, token, exc)
+                # Interrupted at any point (Ctrl-C, SIGTERM, a cancellation, a
+                # failure): give the claim back, found by its token if its reply
+                # was never read.
+                self._give_back(chunk, token, exc)
                 raise
             rows += added
             if done:
                 chunks += 1
             else:
                 refused += 1
+        if claim == REPLANNED:
+            self._plan = None
+            raise PlanMismatchError(
+                f"job {self.name!r} was reset (or planned anew) while this worker ran",
+                name=self.name,
+            )
         return WorkerReport(chunks=chunks, rows=rows, refused=refused)
 
     def _give_back(self, chunk: int | None, token: str, exc: BaseException) -> None:

@@ -13,10 +13,15 @@
 -- ARGV[3] the fingerprint of the plan the caller works on
 -- returns {1, chunk, fencing number, cursor or false}; {-1, ms until a lease
 --   runs out} when every chunk left is leased; {0} when every chunk is done;
---   {-2} when the job holds no plan or another one (it was reset meanwhile)
+--   {-2} when the job holds no plan or another one (it was reset meanwhile);
+--   {-3} when this token's claim was given back before it arrived (its worker
+--   stopped while the call was on its way: nothing is claimed)
 
 if redis.call('HGET', KEYS[6], 'fingerprint') ~= ARGV[3] then
     return {-2}
+end
+if redis.call('HEXISTS', KEYS[2], 'released:' .. ARGV[1]) == 1 then
+    return {-3}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -4,10 +4,12 @@
 -- The same call made twice is answered 1 and changes nothing: the chunk's lease
 -- becomes "released:<token>", which also refuses any later commit of this claim.
 -- on resend: the chunk's lease reads "released:<token>"; given back by token alone,
---   the leases hash keeps "released:<token>" -> chunk: answered 1, nothing changes
+--   the leases hash keeps "released:<token>" -> chunk (or "" when no claim was found):
+--   answered as the first call, nothing changes
 -- KEYS[1] free zset chunk -> lease expiry in ms (0: never claimed, or given back)
 -- KEYS[2] leases hash chunk -> token (and "released:<token>" -> chunk, for a claim given
---   back by its token alone)
+--   back by its token alone; -> "" for a token given back before its claim arrived,
+--   which ingest_claim then refuses)
 -- ARGV[1] the claim's token
 -- ARGV[2] the chunk, or "" if unknown (a claim interrupted before its reply was read):
 --   the chunk is then found among the claimed ones by its token
@@ -17,8 +19,9 @@
 local chunk = ARGV[2]
 local by_token = chunk == ''
 if by_token then
-    if redis.call('HEXISTS', KEYS[2], 'released:' .. ARGV[1]) == 1 then
-        return 1 -- a resent call
+    local released = redis.call('HGET', KEYS[2], 'released:' .. ARGV[1])
+    if released then -- a resent call: answered as the first ("" - nothing was found)
+        return released == '' and 0 or 1
     end
     local claimed = redis.call('ZRANGE', KEYS[1], '(0', '+inf', 'BYSCORE')
     for _, candidate in ipairs(claimed) do
@@ -28,7 +31,10 @@ if by_token then
         end
     end
     if chunk == '' then
-        return 0 -- no claim was made, or it was given back already
+        -- No claim was made, or it is still on its way (sent on a connection the
+        -- interruption closed): refuse it should it arrive after this.
+        redis.call('HSET', KEYS[2], 'released:' .. ARGV[1], '')
+        return 0
     end
 end
 local lease = redis.call('HGET', KEYS[2], chunk)
