@@ -356,8 +356,10 @@ def test_a_hold_no_quorum_confirms_is_lost_when_its_validity_ends(
     cut = time.monotonic()
     sleep(0.1)
     assert not lock.lost  # still within the validity of the last renewal
-    sleep(lease)
-    assert told and told[0] - cut < lease
+    sleep(lease + 0.25)
+    # Told when the last renewal's validity ends, less than a lease after the
+    # cut (plus what a busy machine may delay a timer by).
+    assert told and told[0] - cut < lease + 0.1
     assert lock.statistics().lost == 1
     with pytest.raises(LockNotOwnedError):
         lock.release()
