@@ -301,13 +301,7 @@ def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_l
     (released at once: the first dead one is handed the lock), or not at all
     (released after their 0.5 s waiter lease ran out: all five are dropped)."""
     name = "dead-crowd"
-    holder = Lock(client, name)
-    assert holder.acquire()
-    crowd = Worker(api, "crowd", tenure_server.url, name, "5")
-    workers.append(crowd)
-    assert crowd.read()["event"] == "waiting"
-    (behind,) = _queue_up(api, tenure_server, client, workers, name, 1)
-    _wait_for_queue(client, name, 6)
+    holder, crowd, behind = _crowd_then_one(api, tenure_server, client, workers, name, 5)
     os.kill(crowd.pid, signal.SIGKILL)
     crowd.process.wait(timeout=10)
     time.sleep(pause)
@@ -325,12 +319,7 @@ def test_a_stopped_process_waits_again_behind_those_who_stayed(
     """A process stopped longer than its waiter lease loses its waiters' places
     (they stall nobody); when it resumes, its line joins them again, behind."""
     name = "stopped-crowd"
-    holder = Lock(client, name)
-    assert holder.acquire()
-    crowd = Worker(api, "crowd", tenure_server.url, name, "3")
-    workers.append(crowd)
-    assert crowd.read()["event"] == "waiting"
-    (behind,) = _queue_up(api, tenure_server, client, workers, name, 1)
+    holder, crowd, behind = _crowd_then_one(api, tenure_server, client, workers, name, 3)
     os.kill(crowd.pid, signal.SIGSTOP)
     time.sleep(1.0)  # > the crowd's 0.5 s waiter lease
     released = time.monotonic()
@@ -343,6 +332,25 @@ def test_a_stopped_process_waits_again_behind_those_who_stayed(
     assert [event["event"] for event in got] == ["acquired"] * 3
     assert min(event["t"] for event in got) > taken["t"]
     assert len({event["fence"] for event in got}) == 3
+
+
+def _crowd_then_one(
+    api: str,
+    server: ServerProcess,
+    client: redis.Redis,
+    workers: list[Worker],
+    name: str,
+    count: int,
+) -> tuple[Lock, Worker, Worker]:
+    """A held lock; ``count`` waiters of one process in line, then one of another behind."""
+    holder = Lock(client, name)
+    assert holder.acquire()
+    crowd = Worker(api, "crowd", server.url, name, str(count))
+    workers.append(crowd)
+    assert crowd.read()["event"] == "waiting"
+    (behind,) = _queue_up(api, server, client, workers, name, 1)
+    _wait_for_queue(client, name, count + 1)
+    return holder, crowd, behind
 
 
 def _wait_for_queue(client: redis.Redis, name: str, length: int) -> None:

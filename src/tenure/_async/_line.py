@@ -98,11 +98,6 @@ class AsyncLine:
         """True once the line served its last waiter (a new one is made on demand)."""
         return self._closed
 
-    @property
-    def busy(self) -> bool:
-        """Whether waiters of this process wait in this line now (the lock is taken)."""
-        return bool(self._members)
-
     def join(self, waiter: AsyncWaiter, name: str) -> bool:
         """Queue ``waiter`` with the next round; False if this line just closed.
 
