@@ -615,8 +615,13 @@ def lock_handed_over(run: Run) -> tuple[object, object]:
 
 @case("lock_line")
 def lock_waiters_of_one_process_join_together(run: Run) -> tuple[object, object]:
-    holder = held_by_another(run, lambda: Lock(run.client, run.name, timeout=30))
-    waiters = [Lock(run.client, run.name, timeout=30) for _ in range(3)]
+    return waiting_together(run, lambda: Lock(run.client, run.name, timeout=30))
+
+
+def waiting_together(run: Run, make: Callable[[], Any]) -> tuple[object, object]:
+    """Three waiters of one process join its line (a round's reply lost) and give up."""
+    holder = held_by_another(run, make)
+    waiters = [make() for _ in range(3)]
     got: list[bool] = []
     run.arm()
     threads = [
@@ -674,6 +679,11 @@ def lock_release(run: Run) -> tuple[object, object]:
 
 def semaphore(run: Run, limit: int = 1) -> Semaphore:
     return Semaphore(run.client, run.name, timeout=30, limit=limit)
+
+
+@case("semaphore_line")
+def semaphore_waiters_of_one_process_join_together(run: Run) -> tuple[object, object]:
+    return waiting_together(run, lambda: semaphore(run))
 
 
 @case("semaphore_try")

@@ -489,8 +489,13 @@ class AsyncLeased:
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
+        trying = self._may_try(wait)
+        # An acquirer allowed to try is counted as this process's first waiter
+        # (begin_try); the joins of those who came after it wait until it is
+        # in line (end_try), so it stays ahead of them.
+        tried = trying if isinstance(trying, tuple) else None
+        counted = tried
         try:
-            trying = self._may_try(wait)
             if trying is not False:
                 # Free and nobody waiting: one round trip. Skipped while this
                 # object keeps finding it busy, or this process's waiters for
@@ -498,15 +503,11 @@ class AsyncLeased:
                 # wasted.
                 sent = time.monotonic()
                 keys, args = self._try_call(token)
-                try:
-                    reply = await shielded(
-                        self._run_taking(
-                            self._scripts.try_, keys, args, lambda r: self._parse_try(r) > 0
-                        )
+                reply = await shielded(
+                    self._run_taking(
+                        self._scripts.try_, keys, args, lambda r: self._parse_try(r) > 0
                     )
-                finally:
-                    if isinstance(trying, tuple):
-                        end_try(trying)
+                )
                 fence = self._parse_try(reply)
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=self._settings.lease_ms)
@@ -517,22 +518,31 @@ class AsyncLeased:
                     return False
             if self._line_script is None:
                 return await self._wait_in_line(token, started, deadline, holder)
-            counted, alone = start_waiting(self._registry, self._keys.owner)
-            try:
-                if alone:
-                    return await self._wait_in_line(token, started, deadline, holder)
-                return await self._wait_in_process_line(token, started, deadline, holder)
-            finally:
-                stop_waiting(counted)
+            alone = True
+            if counted is None:
+                counted, alone = start_waiting(self._registry, self._keys.owner)
+            if alone:
+                return await self._wait_in_line(token, started, deadline, holder, tried)
+            return await self._wait_in_process_line(token, started, deadline, holder)
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError):
                 await shielded(self._leave_quietly(token, quiet=isinstance(exc, BackendError)))
             raise
+        finally:
+            if tried is not None:
+                end_try(tried)
+            if counted is not None:
+                stop_waiting(counted)
 
     async def _wait_in_line(
-        self, token: str, started: float, deadline: float | None, holder: object
+        self,
+        token: str,
+        started: float,
+        deadline: float | None,
+        holder: object,
+        tried: tuple[object, ...] | None = None,
     ) -> bool:
         settings = self._settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
@@ -545,6 +555,9 @@ class AsyncLeased:
                 # Plain: a call that queues needs no acknowledgement, and one that
                 # takes the lock is confirmed like a handoff (replicated kinds).
                 answer = self._answer(await shielded(self._run(self._scripts.acquire, keys, args)))
+                if tried is not None:
+                    end_try(tried)  # in line (or holding): the joins behind may go
+                    tried = None
                 if isinstance(answer, Acquired):
                     confirmed = await self._confirm_grant(token, answer, sent)
                     if confirmed is None:
@@ -645,14 +658,27 @@ class AsyncLeased:
 
     def _line(self, channel: str) -> AsyncLine:
         settings = self._settings
+        assert self._line_script is not None
+        keys, own_args = self._line_call()
         return line_for(
             self._registry,
-            self._keys.lock,
+            self._line_script,
+            keys,
+            own_args,
             channel,
             settings.waiter_lease_ms,
             settings.handoff_ms,
             self.name,
+            self._line_refusal,
         )
+
+    def _line_call(self) -> tuple[tuple[str, ...], tuple[str | int, ...]]:
+        """The line script's keys and this primitive's own arguments of it (``LINE_SCRIPTS``)."""
+        return self._keys.lock, ()
+
+    def _line_refusal(self, stored_limit: int) -> TenureError:
+        """The error of a line whose script refused this primitive's limit (semaphores)."""
+        return self._limit_mismatch(LimitMismatch(stored=stored_limit))
 
     def _answer(self, reply: Any) -> Acquired | Queued:
         answer = parse_acquire(reply)

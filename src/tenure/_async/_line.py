@@ -1,20 +1,22 @@
 """AsyncLine: one process's waiters for one lock, served by one call a round.
 
-A process with thousands of tasks (or threads) waiting on one lock used to
-make thousands of calls: each waiter joined the queue with a call of its own
-and refreshed its place every ``waiter_lease * 0.4``. Here the waiters of a
-process hand their tokens to the process's :class:`AsyncLine` for that lock,
-and one background job makes one ``lock_line`` call per round for all of
-them:
+A process with thousands of tasks (or threads) waiting on one lock (or
+semaphore, or read-write lock) used to make thousands of calls: each waiter
+joined the queue with a call of its own and refreshed its place every
+``waiter_lease * 0.4``. Here the waiters of a process hand their tokens to
+the process's :class:`AsyncLine` for that primitive, and one background job
+makes one call per round for all of them (``lock_line``, or
+``semaphore_line``: :data:`LINE_SCRIPTS`):
 
 * **join** — the waiters that arrived since the last round, in their order
   (a round carries up to :data:`ROUND_SIZE`; the next starts at once);
 * **refresh** — the process's waiter lease, kept per process on the server
   (its wake-up channel), so the refresh costs the same whatever the number
   of waiters; a round is due every ``waiter_lease * 0.4``;
-* **fix-up** — a free lock with waiters in line (its owner crashed, or
-  nobody was there to hand it on) is granted to the first, in the same call;
-  a round is due when the owner's lease should have run out;
+* **fix-up** — a free lock (free permits) with waiters in line (its owner
+  crashed, or nobody was there to hand it on) is granted to the first, in
+  the same call; a round is due when the owner's lease (the first permit's)
+  should have run out;
 * **leave** — waiters that gave up but could not say so (the server was out
   of reach) are sent again until the server hears it.
 
@@ -36,7 +38,8 @@ from tenure._async._scripting import AsyncScriptRegistry
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter
 from tenure._backend_asyncio import Event, Mutex, scope_key, start_background
 from tenure._exceptions import TenureError
-from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired, to_text
+from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
+from tenure._line_core import LINE_SCRIPTS
 
 __all__ = [
     "LINGER",
@@ -58,22 +61,33 @@ LINGER = 2.0
 RETRY_AFTER = 0.05
 """Seconds before a round that failed is tried again (its waiters were told)."""
 
+HOLD_JOINS = 1.0
+"""Seconds, at most, a line holds back its joins while an acquirer of the
+process that came before them tries the lock (and, if it is taken, joins)."""
+
 
 class AsyncLine:
-    """The waiters of one lock in this process (or event loop); see the module docstring."""
+    """The waiters of one primitive in this process (or event loop); see the module docstring."""
 
     def __init__(
         self,
         registry: AsyncScriptRegistry,
+        script: str,
         keys: tuple[str, ...],
+        own_args: tuple[str | int, ...],
         channel: str,
         waiter_lease_ms: int,
         handoff_ms: int,
         name: str,
         forget: Callable[[AsyncLine], None],
+        refuse: Callable[[int], TenureError] | None = None,
     ) -> None:
         self._registry = registry
+        self._script = script
+        self._read = LINE_SCRIPTS[script]
         self._keys = keys
+        self._own_args = own_args
+        self._refuse = refuse  # a semaphore's error for a stored limit not ours
         self.channel = channel
         self._waiter_lease_ms = waiter_lease_ms
         self._handoff_ms = handoff_ms
@@ -91,6 +105,7 @@ class AsyncLine:
         self._worker: Any = None
         self._closed = False
         self._idle_since: float | None = None  # when its last waiter left (None: busy)
+        self._scope = (scope_key(), id(registry), keys[0])  # as start_waiting's and begin_try's
         self.rounds = 0
 
     @property
@@ -114,6 +129,10 @@ class AsyncLine:
                 self._worker = start_background(self._serve, "tenure-line")
         self._wakeup.set()
         return True
+
+    def wake(self) -> None:
+        """Look again at once (joins held back may go now)."""
+        self._wakeup.set()
 
     def done(self, token: str, *, left: bool = True) -> None:
         """``token`` waits no more: it holds the lock, or it left the queue (``left``).
@@ -181,15 +200,16 @@ class AsyncLine:
                     return [], [], None
                 return [], [], self._idle_since + LINGER - now
             self._idle_since = None
-            if not self._joining and now < self._next_round:
-                return [], [], self._next_round - now
+            held = _held_back(self._scope, now)  # joins wait for an earlier acquirer
+            if (held or not self._joining) and now < self._next_round:
+                return [], [], min(self._next_round - now, held or self._next_round - now)
             if now >= self._next_round and not self._listening():
                 # No wake-ups (the subscription is down, or refused): a grant
                 # may go unheard and lapse, so each refresh re-checks every
                 # waiter's place by joining it again (one in line keeps it).
                 for token, (_, name) in self._members.items():
                     self._joining.setdefault(token, name)
-            joins = list(itertools.islice(self._joining.items(), ROUND_SIZE))
+            joins = [] if held else list(itertools.islice(self._joining.items(), ROUND_SIZE))
             for token, _ in joins:
                 del self._joining[token]
             leaves, self._leaving = self._leaving[:ROUND_SIZE], self._leaving[ROUND_SIZE:]
@@ -225,36 +245,39 @@ class AsyncLine:
             len(joins),
             len(leaves),
             self._canary(joins),
+            *self._own_args,
         ]
         args.extend(itertools.chain.from_iterable(joins))
         args.extend(leaves)
         sent = time.monotonic()
         self.rounds += 1
         try:
-            reply = await self._registry.run("lock_line", self._keys, tuple(args), name=self._name)
+            answer = self._read(
+                await self._registry.run(self._script, self._keys, tuple(args), name=self._name)
+            )
         except TenureError as error:
             self._failed(error, joins, leaves)
             return
-        owner, fence, owner_ttl, alive, server_ms, missing = (
-            to_text(reply[0]),
-            int(reply[1]),
-            int(reply[2]),
-            int(reply[3]),
-            int(reply[4]),
-            int(reply[5]),
-        )
+        if answer.stored_limit is not None:
+            # Another limit is stored: every waiter of this line is refused.
+            assert self._refuse is not None, "a line script answered a limit for a lock"
+            self._failed(self._refuse(answer.stored_limit), joins, leaves, everyone=True)
+            return
         with self._mutex:
             first = self._clock is None  # the channel had no lease yet: nothing was lost
             self._in_flight = 0.0
             self._heard = time.monotonic()
-            self._clock = (sent, server_ms)
+            self._clock = (sent, answer.server_ms)
             due = sent + self._waiter_lease_ms / 1000 * WAITER_REFRESH
-            entry = self._members.get(owner) if owner else None
-            holder = None if entry is None else entry[0]
-            if owner_ttl >= 0 and holder is None:
-                due = min(due, sent + owner_ttl / 1000 + OWNER_EXPIRY_SLACK)
+            holders = [
+                (entry[0], granted)
+                for token, granted in answer.holds.items()
+                if (entry := self._members.get(token)) is not None
+            ]
+            if answer.ttl_ms >= 0 and not holders:
+                due = min(due, sent + answer.ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
             self._next_round = due
-            if (not alive and not first) or missing:
+            if (not answer.alive and not first) or answer.missing:
                 # This process's waiter lease had run out (it was stopped or cut
                 # off): the server dropped its waiters. Or the waiter checked is
                 # not in line (that too, with the lease renewed meanwhile by a
@@ -266,20 +289,27 @@ class AsyncLine:
                 again = [
                     (token, name)
                     for token, (_, name) in self._members.items()
-                    if token not in joined and token != owner
+                    if token not in joined and token not in answer.holds
                 ]
                 self._joining = {**dict(again), **self._joining}
                 if again:
                     self._next_round = sent
-        if holder is not None and owner_ttl > 0:
-            holder.deliver(Acquired(fence=fence, lease_ms=owner_ttl, server_ms=server_ms))
+        for holder, granted in holders:
+            holder.deliver(granted)
 
-    def _failed(self, error: TenureError, joins: list[tuple[str, str]], leaves: list[str]) -> None:
+    def _failed(
+        self,
+        error: TenureError,
+        joins: list[tuple[str, str]],
+        leaves: list[str],
+        *,
+        everyone: bool = False,
+    ) -> None:
         """A round failed: its joiners (every waiter, if a refresh was due) are told."""
         with self._mutex:
             self._in_flight = 0.0
             self._leaving.extend(leaves)  # tried again with the next round
-            refresh = time.monotonic() >= self._next_round
+            refresh = everyone or time.monotonic() >= self._next_round
             joined = {token for token, _ in joins}
             told = [w for t, (w, _) in self._members.items() if refresh or t in joined]
             self._next_round = time.monotonic() + RETRY_AFTER
@@ -301,7 +331,7 @@ async def _joins_hear(
 
 _lines: dict[tuple[object, ...], AsyncLine] = {}
 _waiting: dict[tuple[object, ...], int] = {}  # (scope, registry, owner key) -> waiters now
-_trying: set[tuple[object, ...]] = set()  # (scope, registry, owner key) of tries on their way
+_trying: dict[tuple[object, ...], float] = {}  # (scope, registry, owner key) -> when its try began
 _lines_mutex = Mutex()
 
 
@@ -342,34 +372,81 @@ def begin_try(registry: AsyncScriptRegistry, owner_key: str) -> tuple[object, ..
     nor while another of its acquirers' tries is on its way: the try would
     cost a round trip that cannot succeed (the lock is taken, or about to
     be). Returns the key to pass to :func:`end_try`, or None: queue at once.
+
+    The acquirer allowed to try is counted as waiting (the first: it waits
+    on its own if its try fails, see :func:`start_waiting`), and the line
+    holds back the joins of those who came after it until it is in line
+    (:func:`end_try`), so the first to call ``acquire()`` stays first.
     """
     key = (scope_key(), id(registry), owner_key)
-    # No mutex: two acquirers that both pass this check both try, as before.
-    if key in _waiting or key in _trying:
-        return None
-    _trying.add(key)
+    with _lines_mutex:
+        if key in _waiting or key in _trying:
+            return None
+        _trying[key] = time.monotonic()
+        _waiting[key] = 1
     return key
 
 
 def end_try(key: tuple[object, ...]) -> None:
-    """The try that :func:`begin_try` allowed has its answer."""
-    _trying.discard(key)
+    """The acquirer that :func:`begin_try` allowed holds, or is in line, or gave up.
+
+    Idempotent. The lines holding back joins behind it send them.
+    """
+    with _lines_mutex:
+        if _trying.pop(key, None) is None:
+            return
+        lines = [line for k, line in _lines.items() if k[:3] == key]
+    for line in lines:
+        line.wake()
+
+
+def _held_back(scope: tuple[object, ...], now: float) -> float:
+    """Seconds a line of ``scope`` still holds back its joins (0: none)."""
+    began = _trying.get(scope)
+    if began is None:
+        return 0.0
+    return max(0.0, began + HOLD_JOINS - now)
 
 
 def line_for(
     registry: AsyncScriptRegistry,
+    script: str,
     keys: tuple[str, ...],
+    own_args: tuple[str | int, ...],
     channel: str,
     waiter_lease_ms: int,
     handoff_ms: int,
     name: str,
+    refuse: Callable[[int], TenureError] | None = None,
 ) -> AsyncLine:
-    """The line of this process (or event loop) for one lock, its channel and waiter lease."""
-    key = (scope_key(), id(registry), keys[0], channel, waiter_lease_ms, handoff_ms)
+    """The line of this process (or event loop) for one primitive, its channel and waiter lease.
+
+    ``own_args`` are the primitive's own arguments of the line script (a
+    semaphore's limit): waiters that pass others wait in another line.
+    """
+    key = (
+        scope_key(),
+        id(registry),
+        keys[0],
+        script,
+        own_args,
+        channel,
+        waiter_lease_ms,
+        handoff_ms,
+    )
     with _lines_mutex:
         found = _lines.get(key)
         if found is None or found.closed:
             found = _lines[key] = AsyncLine(
-                registry, keys, channel, waiter_lease_ms, handoff_ms, name, _forget
+                registry,
+                script,
+                keys,
+                own_args,
+                channel,
+                waiter_lease_ms,
+                handoff_ms,
+                name,
+                _forget,
+                refuse,
             )
         return found

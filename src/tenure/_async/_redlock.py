@@ -703,6 +703,7 @@ class AsyncRedlock(AsyncLeased):
         waiters = listener.waiters if listener is not None else []
 
         mark = f"{self._attempts}"
+        acquire_keys = (*self._keys.queued, *self._keys.receipts)
 
         def send(index: int) -> Any:
             channel = waiters[index].channel if waiters else ""
@@ -716,7 +717,7 @@ class AsyncRedlock(AsyncLeased):
                 mark,
                 self.owner_name,
             )
-            return masters.script("redlock_acquire", self._keys.queued, args)(index)
+            return masters.script("redlock_acquire", acquire_keys, args)(index)
 
         def late(index: int, reply: Any) -> None:
             # A grant after the attempt ended: part of the hold if it is still
@@ -759,6 +760,15 @@ class AsyncRedlock(AsyncLeased):
             # when a later attempt of the same token takes that master again
             # must not release the later grant.
             await self._give_back(taken, token, stay, mark)
+        answered = {*taken, *tally.refused}
+        unanswered = [index for index in range(len(self._masters.clients)) if index not in answered]
+        if unanswered:
+            # Failed, or still on its way when the attempt was decided: the
+            # call may yet land (slow, or resent by the client). A
+            # give-back that arrives first leaves a receipt that refuses it,
+            # one that arrives after releases its grant. In the background: a
+            # master that is down must not hold up the next attempt.
+            _in_background(lambda: self._give_back(unanswered, token, stay, mark))
         if tally.unreachable:
             attempt.unreachable = tally.error("acquiring", self.name)
             attempt.slow = tally.may_recover
@@ -838,10 +848,30 @@ class AsyncRedlock(AsyncLeased):
         def send(index: int) -> Any:
             return clients[index].hget(owner, "token")
 
-        return await self._masters.call(send, lambda reply: reply is not None, until=_everyone)
+        # A question changes nothing and nothing runs out while it waits: a
+        # busy machine's slow answers are waited for (the settle timeout), and
+        # masters only slow are asked again, until a quorum answered.
+        masters = self._masters
+
+        def held(reply: Any) -> bool:
+            return reply is not None
+
+        tally = await masters.call(send, held, until=_everyone, timeout=masters.settle_timeout)
+        give_up = time.monotonic() + RELEASE_PATIENCE
+        while tally.unreachable and tally.may_recover and time.monotonic() < give_up:
+            await sleep(RETRY_PAUSE)
+            again = await masters.call(
+                send, held, only=sorted(tally.failed), timeout=masters.settle_timeout
+            )
+            tally.merge(again)
+        return tally
 
     async def locked(self) -> bool:
-        """True if one owner holds the lock on a quorum of masters (one round)."""
+        """True if one owner holds the lock on a quorum of masters.
+
+        Masters only slow to answer are asked again (up to 5 s) before
+        :class:`~tenure.QuorumError`.
+        """
         tally = await self._owners()
         counts: dict[str, int] = {}
         for reply in tally.good.values():
@@ -853,7 +883,7 @@ class AsyncRedlock(AsyncLeased):
         return False
 
     async def owned(self) -> bool:
-        """True if this owner holds the lock on a quorum of masters (one round)."""
+        """True if this owner holds the lock on a quorum of masters (asked as :meth:`locked`)."""
         hold = self._slot.get()
         if hold is None:
             return False

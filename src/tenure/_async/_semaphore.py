@@ -52,6 +52,7 @@ class AsyncPermits(AsyncLeased):
     """
 
     _scripts = LeasedScripts.of("semaphore")
+    _line_script = "semaphore_line"
     _limit: int
 
     def _setup_permits(self, client: AsyncClient, name: str, limit: int, **options: Any) -> None:
@@ -71,6 +72,9 @@ class AsyncPermits(AsyncLeased):
 
     def _acquire_keys(self) -> tuple[str, ...]:
         return self._keys.all
+
+    def _line_call(self) -> tuple[tuple[str, ...], tuple[str | int, ...]]:
+        return self._keys.all, (self._limit,)
 
     def _release_call(self, token: str) -> Call:
         keys = (*self._keys.all, *self._keys.receipts)

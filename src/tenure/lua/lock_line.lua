@@ -53,28 +53,10 @@ for i = first_leave, first_leave + leaving - 1 do
 end
 
 local owner = redis.call('HGET', owner_key, 'token')
-if joining > 0 then
-    -- One command per key for the whole batch: arrival order kept (now + i
-    -- microseconds), a waiter already in line keeps its place (NX).
-    local arrivals, channels, who = {}, {}, {}
-    local base = tonumber(now_us)
-    for i = 0, joining - 1 do
-        local token, name = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
-        if token ~= owner then
-            arrivals[#arrivals + 1] = string.format('%d', base + i)
-            arrivals[#arrivals + 1] = token
-            channels[#channels + 1] = token
-            channels[#channels + 1] = channel
-            who[#who + 1] = token
-            who[#who + 1] = name
-        end
-    end
-    if #arrivals > 0 then
-        redis.call('ZADD', queue, 'NX', unpack(arrivals))
-        redis.call('HSET', wakes, unpack(channels))
-        redis.call('HSET', names, unpack(who))
-    end
-end
+-- The batch joins in its order; a waiter already in line keeps its place.
+join_batch(queue, wakes, names, channel, now_us, 8, joining, function(token)
+    return token == owner
+end)
 -- The line's keys live while some process refreshes (joins alone do not
 -- come often enough once everyone is in line).
 keep_alive(queue, waiter_lease * 2)

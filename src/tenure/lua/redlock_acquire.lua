@@ -9,6 +9,8 @@
 -- KEYS[3] waiter leases zset: channel -> expiry (ms, server clock) of each waiting process
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
 -- KEYS[5] fencing counter
+-- KEYS[6] receipts hash (lib/receipt): an attempt given back already has one
+-- KEYS[7] the receipts' previous generation
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not wait in line (a first or non-blocking attempt)
@@ -23,14 +25,22 @@
 --         {0, owner's remaining lease ms (-2 none), 0-based place in line (-1 none)}
 -- on resend: the token holds already (answered as "ours already"), or keeps
 --         its place in line (ZADD NX)
+-- late: a call of an attempt that was given back already (its give-back came
+--         first, and left a receipt) takes nothing and answers as a refusal
 
 --! include queue
 --! include redlock
+--! include receipt
 local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, lease, ticket, channel = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local waiter_lease = tonumber(ARGV[3])
 
 local owner = redis.call('HGET', owner_key, 'token')
+if owner ~= token and receipt(KEYS[6], KEYS[7], token .. '/' .. ARGV[7]) then
+    -- This attempt ended (failed) and was given back before this call arrived.
+    local place = redis.call('ZRANK', queue, token)
+    return {0, redis.call('PTTL', owner_key), place or -1}
+end
 if owner == token then
     -- Ours already (an earlier attempt's grant not given back yet): this attempt's
     -- now -- unless this call is an earlier attempt's, arriving late (delayed on

@@ -13,6 +13,9 @@
 -- ARGV[3] an attempt's id: release only that attempt's grant ('' = any of the token's)
 -- ARGV[4] lifetime in ms of the receipt
 -- returns 1 if the token held the lock here, 0 otherwise
+-- a give-back of an attempt (ARGV[3] given) that finds no grant of it leaves
+--         a receipt answering 0: that attempt's acquire, arriving later (delayed
+--         on the way, or resent), then takes nothing (redlock_acquire)
 -- on resend: the receipt of the token and attempt answers 1 (the first run
 --         released it); leaving the line again changes nothing
 
@@ -33,4 +36,8 @@ if held then
     wake_first(queue, waiters, wakes)
     return 1
 end
-return tonumber(receipt(KEYS[5], KEYS[6], id) or '0')
+local first = receipt(KEYS[5], KEYS[6], id)
+if not first and ARGV[3] ~= '' then
+    give_receipt(KEYS[5], KEYS[6], id, 0, ARGV[4])
+end
+return tonumber(first or '0')

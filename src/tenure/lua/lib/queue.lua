@@ -103,6 +103,31 @@ local function join_queue(queue, waiters, wakes, token, now, now_us, waiter_leas
     return redis.call('ZRANK', queue, token)
 end
 
+-- Join a batch of one process's waiters, in one command per key: ARGV pairs
+-- (token, owner name) from ARGV[first], `count` of them, arrive in their order
+-- (now + i microseconds); one already in line keeps its place (NX). A token
+-- for which `skip(token)` is true (it holds already) does not join.
+local function join_batch(queue, wakes, names, channel, now_us, first, count, skip)
+    local arrivals, channels, who = {}, {}, {}
+    local base = tonumber(now_us)
+    for i = 0, count - 1 do
+        local token, name = ARGV[first + 2 * i], ARGV[first + 1 + 2 * i]
+        if not skip(token) then
+            arrivals[#arrivals + 1] = string.format('%d', base + i)
+            arrivals[#arrivals + 1] = token
+            channels[#channels + 1] = token
+            channels[#channels + 1] = channel
+            who[#who + 1] = token
+            who[#who + 1] = name
+        end
+    end
+    if #arrivals > 0 then
+        redis.call('ZADD', queue, 'NX', unpack(arrivals))
+        redis.call('HSET', wakes, unpack(channels))
+        redis.call('HSET', names, unpack(who))
+    end
+end
+
 -- The owner name waiter `token` gave when it queued (false if none).
 local function name_of(names, token)
     if not names then
