@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import time
 import warnings
 
@@ -15,6 +16,7 @@ from redis.backoff import NoBackoff
 from tenure import (
     AsyncLock,
     AsyncReadWriteLock,
+    AsyncSemaphore,
     Lock,
     LockLostError,
     LockNotOwnedError,
@@ -308,3 +310,41 @@ def test_a_client_reused_across_event_loops_keeps_working(tenure_server: ServerP
         for round in range(4):
             asyncio.run(cycle(last=round == 3))
         gc.collect()
+
+
+async def test_waiters_cancelled_while_joining_leave_no_orphan(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """Waiters cancelled while their line's join may be on its way, and others
+    timing out: once all are done, nobody is left in line and no permit is
+    held (a leave of their own could overtake the join and leave an orphan,
+    to be granted a permit nobody confirms)."""
+    name = "cancelled-joining"
+    holders = [
+        AsyncSemaphore(tenure_async_client, name, limit=3, thread_local=False) for _ in range(3)
+    ]
+    for held in holders:
+        assert await held.acquire()
+    rng = random.Random(7)
+
+    async def wait(timeout: float) -> None:
+        sem = AsyncSemaphore(tenure_async_client, name, limit=3, blocking_timeout=timeout)
+        if await sem.acquire():
+            await sem.release()
+
+    tasks = []
+    for i in range(1500):
+        timeout = rng.uniform(0.05, 2.0) if i % 3 == 1 else 30.0
+        tasks.append(asyncio.ensure_future(wait(timeout)))
+        if i % 50 == 0:
+            await asyncio.sleep(0)
+    for task in tasks[::3]:
+        await asyncio.sleep(rng.uniform(0, 0.004))
+        task.cancel()
+    await asyncio.sleep(0.3)
+    for held in holders:
+        await held.release()
+    await asyncio.wait(tasks, timeout=30)
+    assert all(task.done() for task in tasks)
+    assert await tenure_async_client.zcard(holders[0].keys.queue) == 0
+    assert await tenure_async_client.zcard(holders[0].keys.owner) == 0

@@ -2,8 +2,10 @@
 
 Shared by the asyncio and threaded lines (:mod:`tenure._async._line`); a
 line script's ARGV: channel, waiter lease, handoff lease, idle ms, J, L, the
-waiter to check, the primitive's own arguments (a semaphore's limit), J
-(token, owner name) pairs, L tokens.
+waiter to check, K, the primitive's own arguments (a semaphore's limit), J
+(token, owner name) pairs joining, L tokens leaving (what was handed to them
+is passed on), K tokens giving up (what was handed to them is kept, and
+named in the reply).
 """
 
 from __future__ import annotations

@@ -216,6 +216,33 @@ async def test_the_first_to_call_acquire_stays_first_in_its_process(
         assert order[0] == 0 and sorted(order) == list(range(30)), order
 
 
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+async def test_many_waiters_timing_out_together_leave_in_one_call(
+    kind: str, client_with: Any, other_client: Any
+) -> None:
+    """60 waiters of one process reach their deadline together on a client
+    with 8 connections: each returns False in time (no pool exhausted by 60
+    leaves of their own), and the queue is empty."""
+    client = await client_with(max_connections=8)
+    name = f"mass-timeout-{kind}"
+    holder = _one_of(kind, other_client, name, thread_local=False)
+    assert await holder.acquire()
+    took: list[float] = []
+
+    async def wait_out() -> None:
+        lock = _one_of(kind, client, name, blocking_timeout=1.0)
+        started = time.monotonic()
+        assert not await lock.acquire()
+        took.append(time.monotonic() - started)
+
+    await gather(*[wait_out for _ in range(60)])
+    assert len(took) == 60
+    assert min(took) >= 1.0
+    assert max(took) <= 1.5, sorted(took)[-5:]
+    assert await other_client.zcard(holder.keys.queue) == 0
+    await holder.release()
+
+
 async def test_the_wakeup_connection_closes_when_idle(
     tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:

@@ -61,7 +61,7 @@ from tenure._async._line import (
     stop_waiting,
 )
 from tenure._async._scripting import AsyncClient, registry_for
-from tenure._async._wakeups import CONFIRM_TIMEOUT, listen
+from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter, listen
 from tenure._async._watchdog import Job, JobRunner, watchdog
 from tenure._backend_asyncio import (
     CAN_CANCEL_HOLDER,
@@ -148,6 +148,10 @@ def _took_lock(reply: Any) -> bool:
 def extended(reply: Any) -> bool:
     """Whether an extend script's reply says the lease was set."""
     return int(reply) > 0
+
+
+GIVE_UP_PATIENCE = 10.0
+"""Seconds a waiter giving up waits for its line's answer before leaving on its own."""
 
 
 class AsyncLeased:
@@ -495,6 +499,7 @@ class AsyncLeased:
         # in line (end_try), so it stays ahead of them.
         tried = trying if isinstance(trying, tuple) else None
         counted = tried
+        in_line = False  # the process's line takes the token out of line if this fails
         try:
             if trying is not False:
                 # Free and nobody waiting: one round trip. Skipped while this
@@ -523,11 +528,12 @@ class AsyncLeased:
                 counted, alone = start_waiting(self._registry, self._keys.owner)
             if alone:
                 return await self._wait_in_line(token, started, deadline, holder, tried)
+            in_line = True
             return await self._wait_in_process_line(token, started, deadline, holder)
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.
-            if not isinstance(exc, PrimitiveError):
+            if not isinstance(exc, PrimitiveError) and not in_line:
                 await shielded(self._leave_quietly(token, quiet=isinstance(exc, BackendError)))
             raise
         finally:
@@ -616,7 +622,7 @@ class AsyncLeased:
             while True:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return await self._give_up(token, started, holder)
+                    return await self._give_up_in_line(line, waiter, started, holder)
                 granted = await waiter.wait(None if deadline is None else deadline - now)
                 if granted is None:
                     if waiter.recheck:
@@ -633,13 +639,44 @@ class AsyncLeased:
                 self._took(token, confirmed[0], confirmed[1], started, holder, queued=True)
                 return True
         except BaseException:
-            left = await shielded(self._leave_quietly(token, quiet=True))
+            # Out of line through the line itself: after its join (which may
+            # still be on its way), passing on what was handed to it.
+            left = False
             raise
         finally:
             waiter.stop()
             line.done(token, left=left)
             with self._mutex:
                 self._counters.waiters -= 1
+
+    async def _give_up_in_line(
+        self, line: AsyncLine, waiter: AsyncWaiter, started: float, holder: object
+    ) -> bool:
+        """The deadline passed: leave the line with the others giving up (one call).
+
+        A lock (or permit) handed over meanwhile is kept and confirmed, as
+        :meth:`_give_up` does for a lone waiter.
+        """
+        line.give_up(waiter)
+        patience = time.monotonic() + GIVE_UP_PATIENCE
+        while True:
+            # The line's round answers (a grant kept, then dismissed), or fails
+            # (raised here); a grant heard on the channel may come first.
+            granted = await waiter.wait(max(0.0, patience - time.monotonic()))
+            if granted is not None:
+                at = line.local_time(granted)
+                confirmed = await self._confirm_grant(waiter.token, granted, at)
+                if confirmed is not None:
+                    self._took(waiter.token, confirmed[0], confirmed[1], started, holder, True)
+                    return True
+            if waiter.dismissed:
+                with self._mutex:
+                    self._counters.timeouts += 1
+                return False
+            if time.monotonic() >= patience:
+                # The line never answered (its job ended): leave on our own.
+                return await self._give_up(waiter.token, started, holder)
+            waiter.recheck = False
 
     def _may_try(self, wait: bool) -> tuple[object, ...] | bool | None:
         """Whether to try before queueing.

@@ -91,6 +91,9 @@ class AsyncWaiter:
         self.error: BaseException | None = None
         self.recheck = False
         """Set when woken to re-check (a grant may have gone out unheard); cleared by the waiter."""
+        self.dismissed = False
+        """Set when its give-up went through: out of line, holding only a grant
+        delivered with the answer."""
         self._event = Event() if event is None else event
         self._wakeups = wakeups
 
@@ -104,6 +107,11 @@ class AsyncWaiter:
             self.grant = grant
         else:
             self.recheck = True
+        self._event.set()
+
+    def dismiss(self) -> None:
+        """Wake the waiter: its give-up went through (out of line; a grant delivered stays)."""
+        self.dismissed = True
         self._event.set()
 
     def fail(self, error: BaseException) -> None:

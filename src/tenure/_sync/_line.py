@@ -18,8 +18,13 @@ makes one call per round for all of them (``lock_line``, or
   crashed, or nobody was there to hand it on) is granted to the first, in
   the same call; a round is due when the owner's lease (the first permit's)
   should have run out;
-* **leave** — waiters that gave up but could not say so (the server was out
-  of reach) are sent again until the server hears it.
+* **leave** — waiters cancelled or interrupted leave through the line, after
+  their join (a leave of their own could overtake a join still on its way
+  and leave an orphan in the queue); a lock handed to them is passed on;
+  leaves are sent again until the server hears them;
+* **give up** — waiters whose deadline passed leave together, in one call
+  (thousands of their own calls at once would empty a connection pool), and
+  each learns whether the lock was handed to it meanwhile (then it is kept).
 
 A grant still reaches its waiter on the process's wake-up channel at once
 (:mod:`tenure._sync._wakeups`); a round's answer names the owner too, so a
@@ -98,8 +103,10 @@ class Line:
         self._wakeup = Event()
         self._members: dict[str, tuple[Waiter, str]] = {}  # token -> (waiter, owner name)
         self._joining: dict[str, str] = {}  # token -> owner name, in arrival order
-        self._leaving: list[str] = []  # tokens whose own leave failed
+        self._leaving: list[str] = []  # tokens to take out of line (what they hold is passed on)
+        self._giving_up: dict[str, Waiter] = {}  # deadline passed: out of line, keep grants
         self._next_round = 0.0
+        self._pause_until = 0.0  # after a failed round: RETRY_AFTER
         self._in_flight = 0.0  # when the round on its way was sent (0: none)
         self._clock: tuple[float, int] | None = None  # (sent, server ms) of the last round
         self._heard = time.monotonic()  # when a round last reached the server
@@ -135,11 +142,24 @@ class Line:
         """Look again at once (joins held back may go now)."""
         self._wakeup.set()
 
+    def give_up(self, waiter: Waiter) -> None:
+        """``waiter``'s deadline passed: take it out of line with the next round.
+
+        The round answers on the waiter: a grant (the lock, or a permit, was
+        handed to it meanwhile: it keeps it), :meth:`Waiter.dismiss`
+        (out of line, holding nothing), or the round's error.
+        """
+        with self._mutex:
+            self._members.pop(waiter.token, None)
+            self._joining.pop(waiter.token, None)
+            self._giving_up[waiter.token] = waiter
+        self._wakeup.set()
+
     def done(self, token: str, *, left: bool = True) -> None:
         """``token`` waits no more: it holds the lock, or it left the queue (``left``).
 
-        With ``left=False`` its leave did not reach the server: the line
-        sends it with its next rounds until it does.
+        With ``left=False`` the line takes it out of the queue (passing on
+        what was handed to it) with its next rounds, until the server hears.
         """
         with self._mutex:
             self._members.pop(token, None)
@@ -180,8 +200,10 @@ class Line:
 
     # -- the rounds ---------------------------------------------------------------
 
-    def _take_round(self) -> tuple[list[tuple[str, str]], list[str], float | None]:
-        """The joins and leaves of the next round, or how long to sleep (None: close)."""
+    def _take_round(
+        self,
+    ) -> tuple[list[tuple[str, str]], list[str], list[Waiter], float | None]:
+        """The joins, leaves and give-ups of the next round, or how long to sleep (None: close)."""
         with self._mutex:
             self._wakeup.clear()
             now = time.monotonic()
@@ -190,7 +212,7 @@ class Line:
                 # Out of reach for a whole waiter lease: the server dropped
                 # these waiters with this process's lease. Nothing to send.
                 self._leaving = []
-            if not self._members and not self._joining and not self._leaving:
+            if not (self._members or self._joining or self._leaving or self._giving_up):
                 # Idle: kept LINGER seconds for the next waiter (a lock taken
                 # in turn by a few processes gets one waiter at a time), then
                 # closed.
@@ -198,12 +220,15 @@ class Line:
                     self._idle_since = now
                 if now - self._idle_since >= LINGER:
                     self._closed = True
-                    return [], [], None
-                return [], [], self._idle_since + LINGER - now
+                    return [], [], [], None
+                return [], [], [], self._idle_since + LINGER - now
             self._idle_since = None
+            if now < self._pause_until:  # a round just failed
+                return [], [], [], self._pause_until - now
             held = _held_back(self._scope, now)  # joins wait for an earlier acquirer
-            if (held or not self._joining) and now < self._next_round:
-                return [], [], min(self._next_round - now, held or self._next_round - now)
+            urgent = self._giving_up or self._leaving  # a lock may be handed to them
+            if (held or not self._joining) and not urgent and now < self._next_round:
+                return [], [], [], min(self._next_round - now, held or self._next_round - now)
             if now >= self._next_round and not self._listening():
                 # No wake-ups (the subscription is down, or refused): a grant
                 # may go unheard and lapse, so each refresh re-checks every
@@ -214,13 +239,16 @@ class Line:
             for token, _ in joins:
                 del self._joining[token]
             leaves, self._leaving = self._leaving[:ROUND_SIZE], self._leaving[ROUND_SIZE:]
+            giving_up = list(itertools.islice(self._giving_up.values(), ROUND_SIZE))
+            for waiter in giving_up:
+                del self._giving_up[waiter.token]
             self._in_flight = now
-            return joins, leaves, 0.0
+            return joins, leaves, giving_up, 0.0
 
     def _serve(self) -> None:
         try:
             while True:
-                joins, leaves, wait = self._take_round()
+                joins, leaves, giving_up, wait = self._take_round()
                 if wait is None:
                     return
                 if wait > 0:
@@ -231,13 +259,15 @@ class Line:
                     # first (at once when it is up; a waiter whose grant goes
                     # unheard meanwhile learns it from the next round).
                     _joins_hear(self._members, joins)
-                self._round(joins, leaves)
+                self._round(joins, leaves, giving_up)
         finally:
             with self._mutex:
                 self._closed = True
             self._forget(self)
 
-    def _round(self, joins: list[tuple[str, str]], leaves: list[str]) -> None:
+    def _round(
+        self, joins: list[tuple[str, str]], leaves: list[str], giving_up: list[Waiter]
+    ) -> None:
         args: list[str | int] = [
             self.channel,
             self._waiter_lease_ms,
@@ -246,10 +276,12 @@ class Line:
             len(joins),
             len(leaves),
             self._canary(joins),
+            len(giving_up),
             *self._own_args,
         ]
         args.extend(itertools.chain.from_iterable(joins))
         args.extend(leaves)
+        args.extend(waiter.token for waiter in giving_up)
         sent = time.monotonic()
         self.rounds += 1
         try:
@@ -257,13 +289,19 @@ class Line:
                 self._registry.run(self._script, self._keys, tuple(args), name=self._name)
             )
         except TenureError as error:
-            self._failed(error, joins, leaves)
+            self._failed(error, joins, leaves, giving_up)
             return
         if answer.stored_limit is not None:
             # Another limit is stored: every waiter of this line is refused.
             assert self._refuse is not None, "a line script answered a limit for a lock"
-            self._failed(self._refuse(answer.stored_limit), joins, leaves, everyone=True)
+            refusal = self._refuse(answer.stored_limit)
+            self._failed(refusal, joins, leaves, giving_up, everyone=True)
             return
+        for waiter in giving_up:
+            kept = answer.holds.get(waiter.token)
+            if kept is not None:
+                waiter.deliver(kept)  # handed to it meanwhile: it keeps it
+            waiter.dismiss()
         with self._mutex:
             first = self._clock is None  # the channel had no lease yet: nothing was lost
             self._in_flight = 0.0
@@ -303,17 +341,25 @@ class Line:
         error: TenureError,
         joins: list[tuple[str, str]],
         leaves: list[str],
+        giving_up: list[Waiter],
         *,
         everyone: bool = False,
     ) -> None:
-        """A round failed: its joiners (every waiter, if a refresh was due) are told."""
+        """A round failed: tell its joiners and those giving up (every waiter, if due).
+
+        Its leaves (and the tokens of those giving up) go again with the next round.
+        """
         with self._mutex:
             self._in_flight = 0.0
             self._leaving.extend(leaves)  # tried again with the next round
+            # Those giving up raise the error: what may have been handed to
+            # them is passed on, as for any waiter that fails.
+            self._leaving.extend(waiter.token for waiter in giving_up)
             refresh = everyone or time.monotonic() >= self._next_round
             joined = {token for token, _ in joins}
             told = [w for t, (w, _) in self._members.items() if refresh or t in joined]
-            self._next_round = time.monotonic() + RETRY_AFTER
+            told.extend(giving_up)
+            self._next_round = self._pause_until = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
 

@@ -18,14 +18,17 @@
 -- ARGV[6] L
 -- ARGV[7] a waiter of the process that joined in an earlier round ('' none), to check
 --         that its place is still there (see the reply)
--- ARGV[8...] J pairs: token, owner name (in arrival order); then L tokens
+-- ARGV[8] how many waiters give up (K): each leaves the line, but keeps the lock
+--         if it was handed to it meanwhile (the reply names the owner)
+-- ARGV[9...] J pairs: token, owner name (in arrival order); then L tokens (a lock
+--         handed to one of them is passed on); then K tokens
 -- returns {owner token ('' none), its fence (0 none), its remaining lease ms (-2 none),
 --          1 if the process's waiter lease was alive before this call else 0,
 --          server time in ms, 1 if the waiter to check is neither in line nor
 --          the owner (its process's places were dropped, or its grant lapsed
 --          unseen: its line joins its waiters again) else 0}
--- on resend: joining again keeps each waiter's place (ZADD NX); leaving and
---         refreshing again change nothing more; a free lock is granted once
+-- on resend: joining again keeps each waiter's place (ZADD NX); leaving, giving
+--         up and refreshing again change nothing more; a free lock is granted once
 
 --! include queue
 --! include lock
@@ -43,7 +46,7 @@ if check ~= '' and not redis.call('ZSCORE', queue, check)
     missing = 1
 end
 
-local first_leave = 8 + 2 * joining
+local first_leave = 9 + 2 * joining
 for i = first_leave, first_leave + leaving - 1 do
     local token = ARGV[i]
     leave_queue(queue, waiters, wakes, token, names)
@@ -51,10 +54,13 @@ for i = first_leave, first_leave + leaving - 1 do
         redis.call('DEL', owner_key)  -- handed to a waiter that is gone: pass it on
     end
 end
+for i = first_leave + leaving, first_leave + leaving + tonumber(ARGV[8]) - 1 do
+    leave_queue(queue, waiters, wakes, ARGV[i], names)  -- a lock handed to it stays its
+end
 
 local owner = redis.call('HGET', owner_key, 'token')
 -- The batch joins in its order; a waiter already in line keeps its place.
-join_batch(queue, wakes, names, channel, now_us, 8, joining, function(token)
+join_batch(queue, wakes, names, channel, now_us, 9, joining, function(token)
     return token == owner
 end)
 -- The line's keys live while some process refreshes (joins alone do not

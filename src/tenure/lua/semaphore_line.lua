@@ -22,18 +22,22 @@
 -- ARGV[6] L
 -- ARGV[7] a waiter of the process that joined in an earlier round ('' none), to check
 --         that its place is still there (see the reply)
--- ARGV[8] limit: how many permits exist (must match the stored one)
--- ARGV[9...] J pairs: token, owner name (in arrival order); then L tokens
+-- ARGV[8] how many waiters give up (K): each leaves the line, but keeps a permit
+--         granted to it meanwhile (the reply names it)
+-- ARGV[9] limit: how many permits exist (must match the stored one)
+-- ARGV[10...] J pairs: token, owner name (in arrival order); then L tokens (a
+--         permit granted to one of them is passed on); then K tokens
 -- returns {0, ms until the first permit expires (-2 none), 1 if the process's
 --          waiter lease was alive before this call else 0, server time in ms,
 --          1 if the waiter to check neither waits nor holds a permit (its
 --          process's places were dropped, or its grant lapsed unseen: its line
---          joins its waiters again) else 0, then for each joiner (and the waiter
---          checked) that holds a permit already: token, fence, remaining ms}, or
---         {2, stored limit} if the stored limit differs from ARGV[8]
+--          joins its waiters again) else 0, then for each joiner, waiter giving
+--          up (and the waiter checked) that holds a permit: token, fence,
+--          remaining ms}, or
+--         {2, stored limit} if the stored limit differs from ARGV[9]
 -- on resend: joining again keeps each waiter's place (ZADD NX), and one that
---         holds a permit is answered its grant again; leaving and refreshing
---         again change nothing more; free permits are granted once
+--         holds a permit is answered its grant again; leaving, giving up and
+--         refreshing again change nothing more; free permits are granted once
 
 --! include queue
 --! include semaphore
@@ -41,7 +45,7 @@ local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3],
 local names, owners = KEYS[8], KEYS[9]
 local channel, waiter_lease, handoff, idle_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local joining, leaving = tonumber(ARGV[5]), tonumber(ARGV[6])
-local limit, differs = stored_limit(KEYS[7], ARGV[8], idle_ms)
+local limit, differs = stored_limit(KEYS[7], ARGV[9], idle_ms)
 if differs then
     return {2, limit}
 end
@@ -61,7 +65,7 @@ if check ~= '' and not redis.call('ZSCORE', queue, check) then
     end
 end
 
-local first_leave = 9 + 2 * joining
+local first_leave = 10 + 2 * joining
 for i = first_leave, first_leave + leaving - 1 do
     local token = ARGV[i]
     leave_queue(queue, waiters, wakes, token, names)
@@ -69,10 +73,17 @@ for i = first_leave, first_leave + leaving - 1 do
         drop_permit(holders, grants, owners, token)  -- granted to a waiter that is gone
     end
 end
+for i = first_leave + leaving, first_leave + leaving + tonumber(ARGV[8]) - 1 do
+    local token = ARGV[i]
+    leave_queue(queue, waiters, wakes, token, names)
+    if token ~= check and redis.call('ZSCORE', holders, token) then
+        held[#held + 1] = token  -- granted meanwhile: it keeps the permit
+    end
+end
 
 -- The batch joins in its order; a waiter already in line keeps its place,
 -- one that holds a permit (granted while its wake-up went unheard) is answered.
-join_batch(queue, wakes, names, channel, now_us, 9, joining, function(token)
+join_batch(queue, wakes, names, channel, now_us, 10, joining, function(token)
     if redis.call('ZSCORE', holders, token) then
         if token ~= check then
             held[#held + 1] = token
