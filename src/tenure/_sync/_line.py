@@ -228,7 +228,8 @@ class Line:
             held = _held_back(self._scope, now)  # joins wait for an earlier acquirer
             urgent = self._giving_up or self._leaving  # a lock may be handed to them
             if (held or not self._joining) and not urgent and now < self._next_round:
-                return [], [], [], min(self._next_round - now, held or self._next_round - now)
+                wait = self._next_round - now
+                return [], [], [], min(wait, held) if held else wait
             if now >= self._next_round and not self._listening():
                 # No wake-ups (the subscription is down, or refused): a grant
                 # may go unheard and lapse, so each refresh re-checks every
