@@ -334,7 +334,9 @@ async def test_renewals_need_a_quorum_and_loss_is_told(
                 with direct(server) as client:
                     client.delete("tenure:redlock:{renewed}")
             await sleep(lease)
-            assert told and told[0] - cut < lease / 3 + 0.1
+            # Told at the next renewal (a third of the lease), plus what a busy
+            # machine may delay a timer by: well before the lease would end.
+            assert told and told[0] - cut < lease * 2 / 3
             assert lock.lost
 
 

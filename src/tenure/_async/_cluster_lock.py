@@ -46,6 +46,7 @@ from tenure._exceptions import ArgumentError
 from tenure._leased_core import (
     DEFAULT_WAITER_LEASE,
     ClusterLockStatistics,
+    Hold,
     LeasedStatistics,
     LockSettings,
 )
@@ -180,7 +181,7 @@ class AsyncClusterLock(AsyncLock):
     ) -> Any:
         return await self._acks.run_checked(script, keys, args, took)
 
-    def _renewal_runner(self) -> JobRunner | None:
+    def _renewal_runner(self, hold: Hold) -> JobRunner | None:
         acks = self._acks  # not the lock: renewals must not keep it alive
 
         async def renew(job: Job) -> Any:

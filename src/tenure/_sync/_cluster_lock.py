@@ -42,6 +42,7 @@ from tenure._exceptions import ArgumentError
 from tenure._leased_core import (
     DEFAULT_WAITER_LEASE,
     ClusterLockStatistics,
+    Hold,
     LeasedStatistics,
     LockSettings,
 )
@@ -181,7 +182,7 @@ class ClusterLock(Lock):
     ) -> Any:
         return self._acks.run_checked(script, keys, args, took)
 
-    def _renewal_runner(self) -> JobRunner | None:
+    def _renewal_runner(self, hold: Hold) -> JobRunner | None:
         acks = self._acks  # not the lock: renewals must not keep it alive
 
         def renew(job: Job) -> Any:

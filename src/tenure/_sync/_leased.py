@@ -813,7 +813,7 @@ class Leased:
             on_result=on_result,
             name=self.name,
             slack=(due - time.monotonic()) / 2,
-            runner=self._renewal_runner(),
+            runner=self._renewal_runner(hold),
             wanted=wanted,
         )
         hold.renewal = watchdog().schedule(job)
@@ -1030,8 +1030,8 @@ class Leased:
         answer = self._answer(reply)
         return answer if isinstance(answer, Acquired) else None
 
-    def _renewal_runner(self) -> JobRunner | None:
-        """A hook: how the watchdog runs this kind's renewals (None: batched EVALSHA)."""
+    def _renewal_runner(self, hold: Hold) -> JobRunner | None:
+        """A hook: how the watchdog runs ``hold``'s renewals (None: batched EVALSHA)."""
         return None
 
     # -- context manager -------------------------------------------------------

@@ -76,6 +76,7 @@ from tenure._leased_core import (
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
     OWNER_EXPIRY_SLACK,
+    RENEW_AT,
     WAITER_REFRESH,
     Acquired,
     Hold,
@@ -120,9 +121,14 @@ def _positive(reply: Any) -> bool:
     return int(reply) > 0
 
 
-def _extend_decided(tally: Tally) -> bool:
-    # Not merely "out of reach": a renewal must tell lost (refused) from unsure (failed).
+def _decided(tally: Tally) -> bool:
+    # Not merely "out of reach": a renewal must tell lost (refused) from unsure
+    # (failed), and a release that failed on a master may still be answered.
     return tally.reached or tally.lost
+
+
+def _answered(tally: Tally) -> bool:
+    return not tally.unreachable  # a quorum answered, whatever it said
 
 
 def _everyone(tally: Tally) -> bool:
@@ -276,6 +282,49 @@ class Masters:
             self.failures += len(tally.failed)
         return tally
 
+    def persist(
+        self,
+        send: Send,
+        good: Callable[[Any], bool],
+        done: Callable[[Tally], bool],
+        within: float,
+        *,
+        first: float | None = None,
+        only: Sequence[int] | None = None,
+        until: Callable[[Tally], bool | float] | None = None,
+    ) -> Tally:
+        """Call the masters; ask again those only slow to answer until ``done(tally)``.
+
+        For calls that are safe to repeat (a resent release, give-back or
+        extension finds its receipt; a question changes nothing): on a busy
+        machine a healthy master can miss a timeout, so the masters that did
+        not answer in time are asked again, until ``done`` (or every master
+        asked answered, with ``only``), or ``within`` seconds passed, or a
+        failure was not mere slowness (a refused connection, an error). The
+        first call waits ``first`` (by default the settle timeout).
+        """
+        timeout = self.settle_timeout if first is None else first
+        tally = self.call(send, good, only=only, until=until, timeout=timeout)
+        give_up = time.monotonic() + within
+        while tally.failed and not done(tally):
+            left = give_up - time.monotonic()
+            if left <= 0:
+                break
+            if only is None:
+                if not tally.may_recover:
+                    break
+            elif not set(tally.failed) & tally.slow:
+                break
+            sleep(RETRY_PAUSE)  # a master skipped as hanging fails at once
+            again = self.call(
+                send,
+                good,
+                only=sorted(tally.failed),
+                timeout=max(self.timeout, min(self.settle_timeout, left)),
+            )
+            tally.merge(again)
+        return tally
+
     def settle(
         self,
         script: str,
@@ -285,29 +334,11 @@ class Masters:
         *,
         only: Sequence[int] | None = None,
     ) -> Tally:
-        """Run a release (or give-back) on the masters; ask again those only slow to answer.
+        """Run a release (or give-back) on the masters until a quorum answered.
 
-        A release has nothing that expires while it waits, and a resent one
-        changes nothing (it finds its receipt), so masters that did not
-        answer in time are asked again until a quorum answered (or every
-        master asked did, with ``only``), or ``within`` seconds passed, or a
-        failure was not mere slowness (a refused connection, an error).
+        Or every master asked did, with ``only``; see :meth:`persist`.
         """
-        send = self.script(script, keys, args)
-        tally = self.call(send, _positive, only=only, timeout=self.settle_timeout)
-        give_up = time.monotonic() + within
-        while tally.failed and time.monotonic() < give_up:
-            if only is None:
-                if tally.reached or tally.lost or not tally.may_recover:
-                    break
-            elif not set(tally.failed) & tally.slow:
-                break
-            sleep(RETRY_PAUSE)  # a master skipped as hanging fails at once
-            again = self.call(
-                send, _positive, only=sorted(tally.failed), timeout=self.settle_timeout
-            )
-            tally.merge(again)
-        return tally
+        return self.persist(self.script(script, keys, args), _positive, _decided, within, only=only)
 
     def script(self, script: str, keys: tuple[str, ...], args: tuple[str | int, ...]) -> Send:
         """A ``send`` that runs a tenure script on a master."""
@@ -318,18 +349,36 @@ class Masters:
 
         return send
 
-    def extend(self, keys: tuple[str, ...], args: tuple[str | int, ...]) -> int:
+    def extend(self, keys: tuple[str, ...], args: tuple[str | int, ...], within: float) -> int:
         """Set or add to the lease on every master: the lease a quorum holds, less drift.
 
-        Returns 0 when so many masters refused (the lease ran out there) that
-        no quorum holds it; raises :class:`~tenure.QuorumError` when failures
-        leave it undecided (a renewal retries).
+        Masters only slow to answer are asked again for up to ``within``
+        seconds (a resent extension adds nothing); each answer counts from
+        when its call was sent, so the time spent asking is not counted as
+        lease. Returns 0 when so many masters refused (the lease ran out
+        there) that no quorum holds it, or the quorum's lease ran out while
+        the slow ones were asked; raises :class:`~tenure.QuorumError` when
+        failures leave it undecided (a renewal retries).
         """
-        tally = self.call(self.script("lock_extend", keys, args), _positive, until=_extend_decided)
+        run = self.script("lock_extend", keys, args)
+
+        def send(index: int) -> Any:
+            sent = time.monotonic()
+            ms = int(run(index))
+            return sent + ms / 1000 if ms > 0 else 0  # when the lease ends there, at the earliest
+
+        tally = self.persist(
+            send,
+            _positive,
+            _decided,
+            within,
+            first=self.attempt_timeout,
+            until=_decided,
+        )
         if tally.reached:
-            held = sorted((int(reply) for reply in tally.good.values()), reverse=True)
-            ms = held[self.quorum - 1]
-            return max(1, ms - drift_ms(ms))
+            ends = sorted(tally.good.values(), reverse=True)[self.quorum - 1]
+            ms = int((ends - time.monotonic()) * 1000)
+            return max(1, ms - drift_ms(ms)) if ms > 0 else 0
         if tally.lost:
             return 0
         raise tally.error("extending", self.name)
@@ -557,13 +606,18 @@ class Redlock(Leased):
         took: Callable[[Any], bool],
     ) -> Any:
         # extend() and reacquire(): the lease a quorum holds.
-        return self._masters.extend(keys, args)
+        return self._masters.extend(keys, args, self._settings.lease / 3)
 
-    def _renewal_runner(self) -> JobRunner | None:
+    def _renewal_runner(self, hold: Hold) -> JobRunner | None:
         masters = self._masters  # not the lock: renewals must not keep it alive
+        settings = self._settings
 
         def renew(job: Job) -> Any:
-            return masters.extend(job.keys, job.args)
+            # Slow masters are asked again until the next renewal would be due,
+            # but not past the hold's validity: its loss is told when it ends.
+            left = hold.expires_at - time.monotonic()
+            within = max(0.0, min(settings.lease * RENEW_AT, left))
+            return masters.extend(job.keys, job.args, within)
 
         return renew
 
@@ -841,20 +895,10 @@ class Redlock(Leased):
         # A question changes nothing and nothing runs out while it waits: a
         # busy machine's slow answers are waited for (the settle timeout), and
         # masters only slow are asked again, until a quorum answered.
-        masters = self._masters
-
         def held(reply: Any) -> bool:
             return reply is not None
 
-        tally = masters.call(send, held, until=_everyone, timeout=masters.settle_timeout)
-        give_up = time.monotonic() + RELEASE_PATIENCE
-        while tally.unreachable and tally.may_recover and time.monotonic() < give_up:
-            sleep(RETRY_PAUSE)
-            again = masters.call(
-                send, held, only=sorted(tally.failed), timeout=masters.settle_timeout
-            )
-            tally.merge(again)
-        return tally
+        return self._masters.persist(send, held, _answered, RELEASE_PATIENCE, until=_everyone)
 
     def locked(self) -> bool:
         """True if one owner holds the lock on a quorum of masters.
