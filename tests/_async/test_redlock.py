@@ -163,15 +163,22 @@ async def test_blocking_timeout_is_a_deadline(masters: list[Any], other_masters:
 
 
 async def test_waiters_are_served_in_arrival_order(
-    masters: list[Any], proxies: list[FaultProxy]
+    masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
 ) -> None:
     holder = AsyncRedlock(masters, "line", timeout=10)
     assert await holder.acquire()
     order: list[int] = []
     extra = [await _clients(proxies) for _ in range(4)]
 
+    def in_line() -> int:
+        with direct(redlock_servers[0]) as client:
+            return int(client.zcard(holder.keys.queue))
+
     async def contender(index: int) -> None:
-        await sleep(0.05 * index)  # arrive in index order
+        # Arrive in index order: each once those before it are in line (a
+        # fixed pause is no order on a busy machine, where a thread can be
+        # held up longer).
+        await eventually(lambda: in_line() >= index, 8, f"{index} waiters in line")
         lock = AsyncRedlock(extra[index], "line", timeout=10, blocking_timeout=10)
         assert await lock.acquire()
         order.append(index)
@@ -179,7 +186,7 @@ async def test_waiters_are_served_in_arrival_order(
         await lock.release()
 
     jobs = [spawn(functools.partial(contender, i)) for i in range(4)]
-    await sleep(0.4)
+    await eventually(lambda: in_line() >= 4, 8, "every waiter in line")
     await holder.release()
     for job in jobs:
         await join(job)
@@ -307,6 +314,23 @@ async def test_extend_needs_a_quorum_and_a_lost_hold_is_reported(
     with pytest.raises(LockNotOwnedError):
         await lock.extend(1)
     assert lock.lost
+
+
+async def test_extend_asks_a_master_only_slow_to_answer_again(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...], proxies: list[FaultProxy]
+) -> None:
+    """One master refuses (its key is gone), one answers slower than
+    master_timeout: the slow one's answer decides, not a QuorumError."""
+    lock = AsyncRedlock(masters, "slow-extend", timeout=10)
+    assert await lock.acquire()
+    with direct(redlock_servers[1]) as client:
+        client.delete("tenure:redlock:{slow-extend}")
+    proxies[0].set_latency(0.3)  # three times master_timeout
+    assert await lock.extend(5)
+    with direct(redlock_servers[0]) as client:
+        assert client.pttl("tenure:redlock:{slow-extend}") > 10_000  # added once
+    proxies[0].set_latency(0)
+    await lock.release()
 
 
 async def test_renewals_need_a_quorum_and_loss_is_told(
@@ -477,6 +501,27 @@ async def test_an_attempt_given_back_before_its_acquire_arrives_takes_nothing(
     assert (await run("redlock_acquire", keys, acquire("2")))[0] == 1
     assert owner_of(redlock_servers[0], "given-back-first") == "tok"
     assert await run("redlock_release", release_keys, ("tok", "leave", "", 60_000)) == 1
+
+
+async def test_a_given_back_attempt_does_not_take_over_an_earlier_attempts_grant(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    """Attempt 1 took a master; attempt 2's give-back lands before attempt 2's
+    acquire (both delayed on the way), then attempt 1's give-back: the master
+    is free (attempt 2's late acquire did not mark the grant as its own)."""
+    lock = AsyncRedlock(masters, "taken-over", timeout=10)
+    keys = (*lock.keys.queued, *lock.keys.receipts)
+    release_keys = (*lock.keys.queued[:4], *lock.keys.receipts)
+    run = registry_for(masters[0]).run
+
+    def acquire(attempt: str) -> tuple[str | int, ...]:
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+
+    assert (await run("redlock_acquire", keys, acquire("1")))[0] == 1
+    assert await run("redlock_release", release_keys, ("tok", "leave", "2", 60_000)) == 0
+    assert (await run("redlock_acquire", keys, acquire("2")))[0] == 0  # given back already
+    assert await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 1
+    assert owner_of(redlock_servers[0], "taken-over") is None
 
 
 async def test_contenders_all_get_their_turn(masters: list[Any], proxies: list[FaultProxy]) -> None:

@@ -160,14 +160,23 @@ def test_blocking_timeout_is_a_deadline(masters: list[Any], other_masters: list[
     lock.release()
 
 
-def test_waiters_are_served_in_arrival_order(masters: list[Any], proxies: list[FaultProxy]) -> None:
+def test_waiters_are_served_in_arrival_order(
+    masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
     holder = Redlock(masters, "line", timeout=10)
     assert holder.acquire()
     order: list[int] = []
     extra = [_clients(proxies) for _ in range(4)]
 
+    def in_line() -> int:
+        with direct(redlock_servers[0]) as client:
+            return int(client.zcard(holder.keys.queue))
+
     def contender(index: int) -> None:
-        sleep(0.05 * index)  # arrive in index order
+        # Arrive in index order: each once those before it are in line (a
+        # fixed pause is no order on a busy machine, where a thread can be
+        # held up longer).
+        eventually(lambda: in_line() >= index, 8, f"{index} waiters in line")
         lock = Redlock(extra[index], "line", timeout=10, blocking_timeout=10)
         assert lock.acquire()
         order.append(index)
@@ -175,7 +184,7 @@ def test_waiters_are_served_in_arrival_order(masters: list[Any], proxies: list[F
         lock.release()
 
     jobs = [spawn(functools.partial(contender, i)) for i in range(4)]
-    sleep(0.4)
+    eventually(lambda: in_line() >= 4, 8, "every waiter in line")
     holder.release()
     for job in jobs:
         join(job)
@@ -303,6 +312,23 @@ def test_extend_needs_a_quorum_and_a_lost_hold_is_reported(
     with pytest.raises(LockNotOwnedError):
         lock.extend(1)
     assert lock.lost
+
+
+def test_extend_asks_a_master_only_slow_to_answer_again(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...], proxies: list[FaultProxy]
+) -> None:
+    """One master refuses (its key is gone), one answers slower than
+    master_timeout: the slow one's answer decides, not a QuorumError."""
+    lock = Redlock(masters, "slow-extend", timeout=10)
+    assert lock.acquire()
+    with direct(redlock_servers[1]) as client:
+        client.delete("tenure:redlock:{slow-extend}")
+    proxies[0].set_latency(0.3)  # three times master_timeout
+    assert lock.extend(5)
+    with direct(redlock_servers[0]) as client:
+        assert client.pttl("tenure:redlock:{slow-extend}") > 10_000  # added once
+    proxies[0].set_latency(0)
+    lock.release()
 
 
 def test_renewals_need_a_quorum_and_loss_is_told(
@@ -473,6 +499,27 @@ def test_an_attempt_given_back_before_its_acquire_arrives_takes_nothing(
     assert (run("redlock_acquire", keys, acquire("2")))[0] == 1
     assert owner_of(redlock_servers[0], "given-back-first") == "tok"
     assert run("redlock_release", release_keys, ("tok", "leave", "", 60_000)) == 1
+
+
+def test_a_given_back_attempt_does_not_take_over_an_earlier_attempts_grant(
+    masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    """Attempt 1 took a master; attempt 2's give-back lands before attempt 2's
+    acquire (both delayed on the way), then attempt 1's give-back: the master
+    is free (attempt 2's late acquire did not mark the grant as its own)."""
+    lock = Redlock(masters, "taken-over", timeout=10)
+    keys = (*lock.keys.queued, *lock.keys.receipts)
+    release_keys = (*lock.keys.queued[:4], *lock.keys.receipts)
+    run = registry_for(masters[0]).run
+
+    def acquire(attempt: str) -> tuple[str | int, ...]:
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+
+    assert (run("redlock_acquire", keys, acquire("1")))[0] == 1
+    assert run("redlock_release", release_keys, ("tok", "leave", "2", 60_000)) == 0
+    assert (run("redlock_acquire", keys, acquire("2")))[0] == 0  # given back already
+    assert run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 1
+    assert owner_of(redlock_servers[0], "taken-over") is None
 
 
 def test_contenders_all_get_their_turn(masters: list[Any], proxies: list[FaultProxy]) -> None:

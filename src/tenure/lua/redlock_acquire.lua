@@ -26,7 +26,9 @@
 -- on resend: the token holds already (answered as "ours already"), or keeps
 --         its place in line (ZADD NX)
 -- late: a call of an attempt that was given back already (its give-back came
---         first, and left a receipt) takes nothing and answers as a refusal
+--         first, and left a receipt) takes nothing and answers as a refusal,
+--         even where an earlier attempt of the token holds the lock here (that
+--         attempt's own give-back releases it)
 
 --! include queue
 --! include redlock
@@ -36,8 +38,10 @@ local token, lease, ticket, channel = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local waiter_lease = tonumber(ARGV[3])
 
 local owner = redis.call('HGET', owner_key, 'token')
-if owner ~= token and receipt(KEYS[6], KEYS[7], token .. '/' .. ARGV[7]) then
+if receipt(KEYS[6], KEYS[7], token .. '/' .. ARGV[7]) then
     -- This attempt ended (failed) and was given back before this call arrived.
+    -- Nor does it take over an earlier attempt's grant still here: marked as
+    -- this attempt's, it would outlive that attempt's give-back (on its way).
     local place = redis.call('ZRANK', queue, token)
     return {0, redis.call('PTTL', owner_key), place or -1}
 end
