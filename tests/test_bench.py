@@ -24,6 +24,7 @@ from tenure._bench.locks import (
 )
 from tenure._bench.measure import ContendedResult, combine_rounds
 from tenure._bench.names import measure_names, wait_idle
+from tenure._bench.scale import WaitersResult, median_crowd
 from tenure.server import Engine
 
 TENURE = [sys.executable, "-m", "tenure"]
@@ -259,6 +260,24 @@ def test_bench_locks_entity_part(tmp_path: Path) -> None:
     assert "per-entity locks (a new lock object per cycle" in done.stdout
     assert "solo/s" not in done.stdout  # no empty solo/contended table
     assert "tenure/redis-py" in done.stdout and "constructor: tenure" in done.stdout
+
+
+def test_a_crowd_over_rounds_reports_each_figures_median() -> None:
+    def crowd(queue: float | None, rate: float, errors: int = 0) -> WaitersResult:
+        return WaitersResult(
+            waiters=10, pool_size=8, queued=10, queue_seconds=queue, window_seconds=1.0,
+            queued_in_window=10, baseline_per_s=1.0, waiting_per_s=3.0, refresh_per_s=2.0,
+            scripts_per_s=2.0, handoffs=10, drain_seconds=10 / rate, handoff_rate=rate,
+            unserved=0, finished=queue is not None, errors=errors,
+            first_error="boom" if errors else None,
+        )  # fmt: skip
+
+    got = median_crowd([crowd(1.4, 900.0), crowd(0.8, 1500.0, errors=1), crowd(1.0, 1200.0)])
+    assert got.queue_seconds == 1.0 and got.handoff_rate == 1200.0
+    assert got.errors == 1 and got.first_error == "boom" and got.finished
+    slow = median_crowd([crowd(None, 900.0), crowd(None, 1000.0), crowd(0.5, 1100.0)])
+    assert slow.queue_seconds is None and not slow.finished  # most rounds did not queue all
+    assert slow.handoff_rate == 1000.0
 
 
 def test_bench_locks_scale_part(tmp_path: Path) -> None:

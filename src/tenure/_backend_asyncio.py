@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import itertools
 from collections.abc import (
@@ -62,19 +63,27 @@ class Event:
 
     Built on bare futures rather than ``asyncio.wait_for``, which before
     Python 3.12 can swallow a cancellation that races with its timeout and
-    leave a background task running through event-loop shutdown.
+    leave a background task running through event-loop shutdown. Small: a
+    process can have 10,000 waiting tasks, each with one (one future slot,
+    no per-event set; timers run in a bare context, not a copy).
     """
+
+    __slots__ = ("_flag", "_others", "_waiter")
 
     def __init__(self) -> None:
         self._flag = False
-        self._waiters: set[asyncio.Future[None]] | None = None  # made on the first wait
+        self._waiter: asyncio.Future[None] | None = None  # the one waiting now (the usual case)
+        self._others: set[asyncio.Future[None]] | None = None  # more at once (rare)
 
     def set(self) -> None:
         """Wake the waiter."""
         self._flag = True
-        for waiter in self._waiters or ():
-            if not waiter.done():
-                waiter.set_result(None)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        for other in self._others or ():
+            if not other.done():
+                other.set_result(None)
 
     def clear(self) -> None:
         """Reset, so the next wait blocks."""
@@ -90,17 +99,30 @@ class Event:
             return True
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        timer = None if timeout is None else loop.call_later(max(0.0, timeout), _resolve, waiter)
-        if self._waiters is None:
-            self._waiters = set()
-        self._waiters.add(waiter)
+        timer = None
+        if timeout is not None:
+            timer = loop.call_later(max(0.0, timeout), _resolve, waiter, context=_BARE)
+        alone = self._waiter is None
+        if alone:
+            self._waiter = waiter
+        else:
+            if self._others is None:
+                self._others = set()
+            self._others.add(waiter)
         try:
             await waiter
         finally:
             if timer is not None:
                 timer.cancel()
-            self._waiters.discard(waiter)
+            if alone:
+                self._waiter = None
+            elif self._others is not None:
+                self._others.discard(waiter)
         return self._flag
+
+
+_BARE = contextvars.Context()
+"""The context of timers that only resolve a future (no copy of the caller's)."""
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

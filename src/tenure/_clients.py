@@ -99,7 +99,18 @@ def stale_connection(exc: BaseException) -> bool:
 
 def is_cluster(client: object) -> bool:
     """True for redis-py's sync or asyncio ``RedisCluster``."""
-    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+    kind = type(client)
+    known = _cluster_kinds.get(kind)
+    if known is None:
+        # Cached per class: the isinstance check goes through typing's
+        # protocol machinery (3 us), on every waiter of a busy process.
+        known = _cluster_kinds[kind] = issubclass(
+            kind, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+        )
+    return known
+
+
+_cluster_kinds: dict[type, bool] = {}
 
 
 def translate_error(

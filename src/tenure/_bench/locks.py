@@ -45,8 +45,9 @@ all but scale run; ``--parts all`` runs every one):
   (``--scale-extra`` pairs timed, medians of ``--rounds``), and each of
   ``--scale-waiters`` asyncio tasks (one client over ``--waiter-pool``
   connections) queued on one lock: time to queue,
-  refresh traffic over ``--scale-window`` seconds, handoffs per second
-  (:mod:`tenure._bench.scale`); every size bounded by 120 s.
+  refresh traffic over ``--scale-window`` seconds, handoffs per second,
+  medians of ``--rounds`` (:mod:`tenure._bench.scale`); every size bounded
+  by 120 s.
 
 ``--topology replicated`` (a primary with two replicas) or ``cluster`` (three
 masters with two replicas each) starts that topology privately and runs the
@@ -454,7 +455,7 @@ def measure_scale_part(
     )  # fmt: skip
     waiters = measure_scale_waiters(
         url, counts(args.scale_waiters, "--scale-waiters"), args.waiter_pool, args.scale_window,
-        progress=progress,
+        rounds=args.rounds, progress=progress,
     )  # fmt: skip
     return holds, waiters
 

@@ -17,7 +17,9 @@
   seconds while all N wait, minus the same over ``window`` seconds with the
   holder alone (script calls, ``EVALSHA``/``EVAL``, shown apart). Then the
   holder releases and every task in turn takes the lock and releases it at
-  once: handoffs per second = N / (last release - first release).
+  once: handoffs per second = N / (last release - first release). Each N
+  runs ``rounds`` times (interleaved with the other N); the median of each
+  figure is reported (queueing time: a noisy machine varies it by +-30%).
 
 Every N is bounded by ``cap`` seconds in all: a run that does not finish
 is reported as not finished (its tasks cancelled), never left to hang.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import statistics
@@ -55,6 +58,7 @@ __all__ = [
     "WaitersResult",
     "measure_holds",
     "measure_scale_waiters",
+    "median_crowd",
 ]
 
 HOLD_RATIO = 1.2  # the issue's target: cost at the most held <= this times at the fewest
@@ -391,19 +395,61 @@ def measure_scale_waiters(
     pool_size: int,
     window: float,
     *,
+    rounds: int = 1,
     cap: float = SCALE_CAP,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[WaitersResult]:
-    """One crowd of asyncio waiters per count, after ``FLUSHDB`` each."""
-    results: list[WaitersResult] = []
+    """Crowds of asyncio waiters, ``rounds`` per count (interleaved), after ``FLUSHDB`` each.
+
+    One result per count: the medians of its rounds (see :func:`median_crowd`).
+    """
+    runs: dict[int, list[WaitersResult]] = {count: [] for count in counts}
     with redis.Redis.from_url(url) as admin:
-        for count in counts:
-            admin.flushdb()
-            result = asyncio.run(_crowd(url, count, pool_size, window, cap))
-            results.append(result)
-            progress(f"scale waiters {count:,}: {_waiters_text(result)}")
+        for round_ in range(rounds):
+            for count in counts:
+                admin.flushdb()
+                result = asyncio.run(_crowd(url, count, pool_size, window, cap))
+                runs[count].append(result)
+                progress(
+                    f"scale waiters {count:,} (round {round_ + 1}/{rounds}): "
+                    f"{_waiters_text(result)}"
+                )
         admin.flushdb()
-    return results
+    return [median_crowd(runs[count]) for count in counts]
+
+
+def median_crowd(results: Sequence[WaitersResult]) -> WaitersResult:
+    """One crowd's figures over its rounds: the median of each measure.
+
+    Queueing that did not finish counts as the slowest; errors and unserved
+    waiters are the rounds' worst, and ``finished`` only if every round did.
+    """
+
+    def median(values: Sequence[float | None]) -> float | None:
+        known = sorted(v for v in values if v is not None)
+        if len(known) < len(values) and len(known) <= len(values) // 2:
+            return None  # most rounds had none: the median is "not reached"
+        return statistics.median(known) if known else None
+
+    def queue_key(r: WaitersResult) -> float:
+        return float("inf") if r.queue_seconds is None else r.queue_seconds
+
+    middle = sorted(results, key=queue_key)[(len(results) - 1) // 2]
+    worst = max(results, key=lambda r: (r.errors, r.unserved))
+    return dataclasses.replace(
+        middle,
+        baseline_per_s=statistics.median(r.baseline_per_s for r in results),
+        waiting_per_s=median([r.waiting_per_s for r in results]),
+        refresh_per_s=median([r.refresh_per_s for r in results]),
+        scripts_per_s=median([r.scripts_per_s for r in results]),
+        handoff_rate=median([r.handoff_rate for r in results]),
+        drain_seconds=median([r.drain_seconds for r in results]),
+        handoffs=min(r.handoffs for r in results),
+        unserved=worst.unserved,
+        errors=worst.errors,
+        first_error=worst.first_error,
+        finished=all(r.finished for r in results),
+    )
 
 
 def _waiters_text(r: WaitersResult) -> str:

@@ -349,6 +349,10 @@ class Leased:
         keys = (self._keys.owner, *self._keys.receipts)
         return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS)
 
+    def _took_on_try(self, reply: Any) -> bool:
+        """Whether the try script's reply says the lock (a permit) was taken."""
+        return self._parse_try(reply) > 0
+
     def _parse_try(self, reply: Any) -> int:
         """The fencing token the fast path took (> 0), or 0."""
         return int(reply)
@@ -489,9 +493,7 @@ class Leased:
                 sent = time.monotonic()
                 keys, args = self._try_call(token)
                 reply = shielded(
-                    self._run_taking(
-                        self._scripts.try_, keys, args, lambda r: self._parse_try(r) > 0
-                    )
+                    self._run_taking(self._scripts.try_, keys, args, self._took_on_try)
                 )
                 fence = self._parse_try(reply)
                 if fence > 0:
