@@ -97,20 +97,87 @@ class Compressor(Protocol):
 
 
 class JsonSerializer:
-    """JSON (UTF-8, compact): dicts, lists, strings, numbers, booleans and None.
+    """JSON (UTF-8, compact): dicts with string keys, lists, strings, numbers, booleans, None.
 
-    Tuples come back as lists and dict keys as strings, as JSON has it.
+    A value is stored only if it comes back exactly as it went in: a tuple
+    (JSON brings it back as a list), a dict key that is not a string (it
+    would come back as one, and ``{1: 'a', '1': 'b'}`` would lose an entry),
+    a set or any other type is refused with ``TypeError`` naming where in
+    the value it is (the cache raises it as :class:`~tenure.ArgumentError`).
+    Use :class:`MsgpackSerializer` or :class:`PickleSerializer` for more types.
     """
 
     tag = "json"
 
     def serialize(self, value: Any) -> bytes:
-        """Compact JSON; raises ``TypeError`` for values JSON cannot hold."""
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        """Compact JSON; raises ``TypeError`` for a value that would not come back exactly."""
+        try:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_no_json)
+        except TypeError:
+            _check_json(value)  # says where the value JSON cannot hold is
+            raise
+        if type(value) not in _JSON_SCALARS and json.loads(text) != value:
+            # Something changed on the way (a tuple, a key that is not a
+            # string); or only a NaN, which is never equal to itself.
+            _check_json(value)
+        return text.encode("utf-8")
 
     def deserialize(self, data: bytes) -> Any:
         """The value of JSON ``data``."""
         return json.loads(data)
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _no_json(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON; {_JSON_HINT}")
+
+
+_JSON_HINT = "use MsgpackSerializer or PickleSerializer for other types"
+
+
+def _check_json(value: Any) -> None:
+    """Raise ``TypeError`` naming the first part of ``value`` JSON would not bring back as it is."""
+    stack: list[tuple[str, Any]] = [("value", value)]
+    while stack:
+        path, item = stack.pop()
+        kind = type(item)
+        if kind in _JSON_SCALARS:
+            continue
+        if kind is list:
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+        elif kind is dict:
+            for key, v in reversed(list(item.items())):
+                if type(key) is not str:
+                    raise TypeError(
+                        f"{path} has the key {key!r} ({type(key).__name__}): JSON keys are "
+                        f"strings, it would come back as {_json_key(key)}; use string "
+                        f"keys, or {_JSON_HINT}"
+                    )
+                stack.append((f"{path}[{key!r}]", v))
+        elif kind is tuple:
+            raise TypeError(
+                f"{path} is a tuple: JSON would bring it back as a list; store a list, "
+                f"or {_JSON_HINT}"
+            )
+        else:
+            raise TypeError(f"{path} is of type {kind.__name__}: {_changed(item)}; {_JSON_HINT}")
+
+
+def _json_key(key: Any) -> str:
+    try:
+        return json.dumps(next(iter(json.loads(json.dumps({key: 0})))))
+    except (TypeError, ValueError):
+        return "nothing (JSON cannot hold it)"
+
+
+def _changed(item: Any) -> str:
+    try:
+        back = json.loads(json.dumps(item))
+    except (TypeError, ValueError):
+        return "not JSON"
+    return f"JSON would bring it back as {type(back).__name__}"
 
 
 class MsgpackSerializer:

@@ -11,6 +11,7 @@ server is down.
 
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import json
@@ -109,21 +110,30 @@ def cached(
                 name=cache_name,
             ) from None
         signature = inspect.signature(func)
+        captured = _captured_values(func)
 
         def param_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             if cache_key is not None:
-                return cache_key(*args, **kwargs)
+                param = cache_key(*args, **kwargs)
+                closure = captured() if captured is not None else None
+                return {"key": param, "closure": closure} if closure else param
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"{func.__qualname__}(): {exc}") from None
             bound.apply_defaults()
+            closure = captured() if captured is not None else None
+            if closure:
+                return {"args": dict(bound.arguments), "closure": closure}
             return {"args": dict(bound.arguments)}
 
         names: dict[tuple[Any, ...], str] = {}  # simple arguments -> entry key, bounded
 
         def key_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
             memo = _memo_key(args, kwargs) if cache_key is None else None
+            if memo is not None and captured is not None:
+                closure = captured()
+                memo = (memo, tuple((k, type(v), v) for k, v in closure.items()))
             if memo is not None:
                 found = names.get(memo)
                 if found is not None:
@@ -243,6 +253,54 @@ def _path_of(kind: type) -> str:
 
 _MEMO_SIZE = 4096
 _SIMPLE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _captured_values(func: Callable[..., Any]) -> Callable[[], dict[str, Any]] | None:
+    """What names a closure's entries besides its arguments: its captured plain values.
+
+    ``make_scaler(3)`` and ``make_scaler(5)`` return two functions of one
+    qualified name (one cache); the numbers they captured tell their calls
+    apart. Read at each call, as the function reads them. Only plain values
+    count (numbers, strings, bytes, None, tuples and frozensets of them):
+    captured objects (a client, a session, a list) are context, and a name
+    the function itself assigns (``nonlocal calls; calls += 1``) is state,
+    not what the result depends on. None: nothing captured that counts.
+    """
+    code = getattr(func, "__code__", None)
+    cells = getattr(func, "__closure__", None)
+    if code is None or not cells:
+        return None
+    assigned = {ins.argval for ins in dis.get_instructions(code) if ins.opname == "STORE_DEREF"}
+    pairs = [
+        (var, cell)
+        for var, cell in zip(code.co_freevars, cells, strict=False)
+        if var != "__class__" and var not in assigned
+    ]
+    if not pairs:
+        return None
+
+    def values() -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for var, cell in pairs:
+            try:
+                value = cell.cell_contents
+            except ValueError:  # not bound yet
+                continue
+            if _plain(value):
+                found[var] = value
+        return found
+
+    return values
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    return kind in (tuple, frozenset) and all(_plain(item) for item in value)
+
+
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 def _memo_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:

@@ -61,6 +61,7 @@ __all__ = [
     "ArgumentError",
     "BackendError",
     "CacheDecodeError",
+    "CacheReentryError",
     "ClientTypeError",
     "ConnectionPoolExhaustedError",
     "EmbeddedServerError",
@@ -315,6 +316,14 @@ class AcquireTimeoutError(PrimitiveError, _redis.LockError):
 
 class CacheDecodeError(PrimitiveError):
     """Stored bytes that a cache cannot decode: another format, tampered, or corrupt."""
+
+
+class CacheReentryError(PrimitiveError, RuntimeError):
+    """A loader asked for the entry it is loading (directly or through another function).
+
+    It would wait for its own load for ever; the load fails instead, and its
+    lease is given back at once.
+    """
 
 
 class PlanMismatchError(PrimitiveError):

@@ -24,6 +24,7 @@ before anything goes to the server.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import secrets
@@ -62,9 +63,11 @@ from tenure._clients import map_exceptions, require_bytes_replies, require_clien
 from tenure._exceptions import (
     ArgumentError,
     CacheDecodeError,
+    CacheReentryError,
     ConnectionPoolExhaustedError,
     ServerUnavailableError,
 )
+from tenure._leased_core import check_name
 
 __all__ = ["AsyncCache", "AsyncHerdCache"]
 
@@ -73,6 +76,12 @@ logger = logging.getLogger("tenure.cache")
 _DEFAULT_IDENTITY = IdentityGenerator()
 
 _UNREACHABLE = (ServerUnavailableError, ConnectionPoolExhaustedError)
+
+_loading: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "tenure_cache_loading", default=frozenset()
+)
+"""The entries whose loads the current thread or task runs (a loader asking for one
+of them would wait for itself)."""
 """The server cannot be asked now: the fallback's (and a lost commit's) cases."""
 
 DEFAULT_HERD_TIMEOUT = 60.0
@@ -109,8 +118,9 @@ class _AsyncCacheBase:
             stores="bytes (compressed values among them)",
             name=str(name),
         )
-        if not isinstance(name, str) or not name:
-            raise ArgumentError("name", "must be a non-empty str", name=str(name))
+        # A lock's naming rules: a brace would also let one cache's clear()
+        # match another's keys ('users' and 'users:{eu').
+        check_name(name)
         if identity_generator is not None and not callable(
             getattr(identity_generator, "generate", None)
         ):
@@ -446,12 +456,11 @@ class AsyncHerdCache(_AsyncCacheBase):
         self, stored: str, value: Any, ttl: float | None, herd_timeout: float | None
     ) -> bool:
         """:meth:`set` of the entry at server key ``stored``."""
+        value, ttl = unwrap_loaded(value, ttl)
+        data = self.codec.encode(value)  # refused: nothing written, a lease taken stays
         with self._mutex:
             token = self._leases.pop(stored, "")
-        value, ttl = unwrap_loaded(value, ttl)
-        return await self._commit(
-            CacheKeys.for_entry(stored), token, self.codec.encode(value), 0.0, ttl, herd_timeout
-        )
+        return await self._commit(CacheKeys.for_entry(stored), token, data, 0.0, ttl, herd_timeout)
 
     async def set_many(
         self,
@@ -503,6 +512,14 @@ class AsyncHerdCache(_AsyncCacheBase):
         the server; callers that come while it does wait for
         its answer instead of asking too (one connection, not one each).
         """
+        loading = _loading.get()
+        if stored in loading:
+            raise CacheReentryError(
+                f"the loader of {stored!r} asked for that same entry (directly or through "
+                "another function): it would wait for its own load for ever; load it "
+                "without the cache inside its loader (say the wrapper's .uncached)",
+                name=self.name,
+            )
         flight_key = (scope_key(), stored)
         mine = _Flight()
         flight = self._flights.setdefault(flight_key, mine)  # atomic: one leader
@@ -520,6 +537,7 @@ class AsyncHerdCache(_AsyncCacheBase):
             if flight.error is not None:
                 raise flight.error
             return flight.value
+        entered = _loading.set(loading | {stored})  # what this call's loader runs under
         try:
             value = await self._fresh_hit(stored)
             if value is _MISS:
@@ -529,6 +547,7 @@ class AsyncHerdCache(_AsyncCacheBase):
             flight.error = exc
             raise
         finally:
+            _loading.reset(entered)
             self._flights.pop(flight_key, None)
             flight.finished = True
             with self._mutex:
@@ -627,6 +646,9 @@ class AsyncHerdCache(_AsyncCacheBase):
         started = time.monotonic()
         try:
             value, ttl = unwrap_loaded(await _call(loader), ttl)
+            # A value the serializer refuses fails like its loader: the lease
+            # is given back at once, for the next caller's loader to run.
+            data = self.codec.encode(value)
         except BaseException:
             watchdog().cancel(renewal)
             await self._give_back(keys, token)
@@ -634,7 +656,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         watchdog().cancel(renewal)
         took = time.monotonic() - started
         try:
-            await self._commit(keys, token, self.codec.encode(value), took, ttl, herd)
+            await self._commit(keys, token, data, took, ttl, herd)
         except _UNREACHABLE as exc:
             logger.warning("tenure cache %r: the loaded value was not stored: %s", self.name, exc)
         return value
