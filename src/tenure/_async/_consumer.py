@@ -37,6 +37,10 @@ __all__ = ["AsyncStreamConsumer"]
 
 logger = logging.getLogger("tenure.consumer")
 
+HANDED_BACK_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+"""The idle time given to messages a stopped consumer read and did not handle:
+past any ``claim_idle``, so the next consumer that looks takes them."""
+
 
 class AsyncStreamConsumer:
     """One consumer of ``stream`` in consumer group ``group``.
@@ -166,7 +170,11 @@ class AsyncStreamConsumer:
             return int(await self.client.xack(self.stream, self.group, *(m.id for m in messages)))
 
     def stop(self) -> None:
-        """Make :meth:`run` return after the message in hand (a signal handler may call it)."""
+        """Make :meth:`run` return after the message in hand (a signal handler may call it).
+
+        The messages of the batch read and not handled yet are handed back:
+        another consumer takes them at once, not after ``claim_idle``.
+        """
         self._stopping = True
 
     def stopping(self) -> bool:
@@ -195,7 +203,11 @@ class AsyncStreamConsumer:
     async def _run(self, handler: Callable[[StreamMessage], Any]) -> int:
         handled = 0
         while not self.stopping():
-            for message in await self.read():
+            batch = await self.read()
+            for index, message in enumerate(batch):
+                if self.stopping():  # the handler, or a signal, asked
+                    await self._hand_back(batch[index:])
+                    break
                 heartbeat = self._keep_claimed(message)
                 try:
                     result = handler(message)
@@ -225,9 +237,28 @@ class AsyncStreamConsumer:
                 await self.ack(message)
                 handled += 1
                 self.processed += 1
-                if self.stopping():  # the handler, or a signal, may have asked
-                    break
         return handled
+
+    async def _hand_back(self, messages: list[StreamMessage]) -> None:
+        """Let another consumer take ``messages`` (read, not handled) at once.
+
+        They stay pending under this consumer, marked idle for a long time
+        (``XCLAIM ... IDLE ... JUSTID``: their delivery count unchanged), so
+        the next consumer that looks for abandoned messages claims them now
+        rather than after ``claim_idle``.
+        """
+        if not messages:
+            return
+        with map_exceptions(name=self.stream, doing="handing back unhandled messages"):
+            await self.client.xclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                0,
+                [m.id for m in messages],
+                idle=HANDED_BACK_IDLE_MS,
+                justid=True,
+            )
 
     def _keep_claimed(self, message: StreamMessage) -> Job:
         every = self.claim_idle_ms / 3000

@@ -38,6 +38,10 @@ __all__ = ["StreamConsumer"]
 
 logger = logging.getLogger("tenure.consumer")
 
+HANDED_BACK_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+"""The idle time given to messages a stopped consumer read and did not handle:
+past any ``claim_idle``, so the next consumer that looks takes them."""
+
 
 class StreamConsumer:
     """One consumer of ``stream`` in consumer group ``group``.
@@ -167,7 +171,11 @@ class StreamConsumer:
             return int(self.client.xack(self.stream, self.group, *(m.id for m in messages)))
 
     def stop(self) -> None:
-        """Make :meth:`run` return after the message in hand (a signal handler may call it)."""
+        """Make :meth:`run` return after the message in hand (a signal handler may call it).
+
+        The messages of the batch read and not handled yet are handed back:
+        another consumer takes them at once, not after ``claim_idle``.
+        """
         self._stopping = True
 
     def stopping(self) -> bool:
@@ -196,7 +204,11 @@ class StreamConsumer:
     def _run(self, handler: Callable[[StreamMessage], Any]) -> int:
         handled = 0
         while not self.stopping():
-            for message in self.read():
+            batch = self.read()
+            for index, message in enumerate(batch):
+                if self.stopping():  # the handler, or a signal, asked
+                    self._hand_back(batch[index:])
+                    break
                 heartbeat = self._keep_claimed(message)
                 try:
                     result = handler(message)
@@ -221,9 +233,28 @@ class StreamConsumer:
                 self.ack(message)
                 handled += 1
                 self.processed += 1
-                if self.stopping():  # the handler, or a signal, may have asked
-                    break
         return handled
+
+    def _hand_back(self, messages: list[StreamMessage]) -> None:
+        """Let another consumer take ``messages`` (read, not handled) at once.
+
+        They stay pending under this consumer, marked idle for a long time
+        (``XCLAIM ... IDLE ... JUSTID``: their delivery count unchanged), so
+        the next consumer that looks for abandoned messages claims them now
+        rather than after ``claim_idle``.
+        """
+        if not messages:
+            return
+        with map_exceptions(name=self.stream, doing="handing back unhandled messages"):
+            self.client.xclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                0,
+                [m.id for m in messages],
+                idle=HANDED_BACK_IDLE_MS,
+                justid=True,
+            )
 
     def _keep_claimed(self, message: StreamMessage) -> Job:
         every = self.claim_idle_ms / 3000
