@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from tenure._exceptions import ArgumentError, MissingDependencyError, SourceUnavailableError
 
 __all__ = [
+    "MAX_KEY",
     "AsyncCallableSource",
     "AsyncRowSource",
     "CallableSource",
@@ -61,6 +62,10 @@ def _json_default(value: Any) -> Any:
 def encode_row(row: dict[str, Any]) -> str:
     """A row as compact JSON (dates ISO, decimals and UUIDs as strings, bytes as hex)."""
     return json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+MAX_KEY = 2**53 - 1
+"""The largest key magnitude: the server's scripts count keys as doubles, exact up to it."""
 
 
 class SqlSource:
@@ -124,16 +129,49 @@ class SqlSource:
         ).select_from(self.table)
         with self.engine.connect() as conn:
             low, high, rows, distinct = conn.execute(query).one()
+            stray = self._first_non_integer(conn)  # checked first: MIN may be an integer
         name = f"{self.table.name}.{self.key.name}"
         if rows == 0:
             raise ArgumentError("table", f"{self.table.name!r} is empty: nothing to ingest")
-        if not isinstance(low, int) or not isinstance(high, int) or isinstance(low, bool):
-            raise ArgumentError("key", f"{name} must be an integer column, got {low!r}")
+        for value in (low, high) if stray is None else (stray,):
+            if type(value) is not int:
+                raise ArgumentError(
+                    "key",
+                    f"{name} must be an integer column ({self.key.type}); it holds "
+                    f"{value!r}: nothing was read",
+                )
+            if not -MAX_KEY <= value <= MAX_KEY:
+                raise ArgumentError(
+                    "key",
+                    f"{name} holds {value}, outside +-{MAX_KEY:,} (2**53 - 1): the range "
+                    "the server's scripts count exactly",
+                )
         if distinct != rows:
             raise ArgumentError(
                 "key", f"{name} is not unique ({rows - distinct} duplicate or NULL keys)"
             )
         return int(low), int(high)
+
+    def _first_non_integer(self, conn: Any) -> Any:
+        """A key value that is not an integer, if one is found (else None).
+
+        SQLite stores what it is given whatever the column's type (2.5, or
+        'x', in an INTEGER column); other databases enforce an integer
+        column's type, and a column of another type is refused by its
+        MIN/MAX (or here, for a numeric one: 2.5 in a NUMERIC column).
+        """
+        sa = self._sa
+        if self.engine.dialect.name == "sqlite":
+            stray = sa.func.typeof(self.key) != "integer"
+        elif isinstance(self.key.type, sa.Integer):
+            return None
+        elif isinstance(self.key.type, sa.Numeric):
+            stray = self.key != sa.func.floor(self.key)
+        else:
+            return None  # text and the like: MIN/MAX are not integers
+        query = sa.select(self.key).where(self.key.is_not(None), stray).limit(1)
+        found = conn.execute(query).first()
+        return None if found is None else found[0]
 
     def rows(self, first: int, last: int) -> Iterator[Row]:
         """The rows of ``first..last``, a page per query."""
@@ -149,7 +187,12 @@ class SqlSource:
             with self.engine.connect() as conn:
                 page = [dict(row._mapping) for row in conn.execute(query)]
             for row in page:
-                yield int(row[self.key.name]), row
+                key = row[self.key.name]
+                if type(key) is not int:  # written since key_range() checked
+                    raise ArgumentError(
+                        "key", f"{self.table.name}.{self.key.name} holds {key!r}: not an integer"
+                    )
+                yield key, row
             if len(page) < self.page:
                 return
             after = int(page[-1][self.key.name])
@@ -273,17 +316,23 @@ class CallableSource(_FetchSource[Callable[[int, int], Iterable[Row]]]):
 
 
 class KeyOrder:
-    """Checks that a source's keys ascend within ``first..last``."""
+    """Checks that a source's keys are integers ascending within ``first..last``."""
 
-    def __init__(self, first: int, last: int) -> None:
+    def __init__(self, first: int, last: int, *, argument: str = "fetch") -> None:
         self.previous, self.last = first - 1, last
+        self.argument = argument  # what the error names
 
     def check(self, key: int) -> None:
-        """Accept ``key`` or raise :class:`ArgumentError` naming the range."""
+        """Accept ``key`` or raise :class:`ArgumentError` naming it and the range."""
+        if type(key) is not int:
+            raise ArgumentError(
+                self.argument, f"yielded key {key!r}, not an int (refused before it was written)"
+            )
         if not self.previous < key <= self.last:
             raise ArgumentError(
-                "fetch",
-                f"yielded key {key} outside {self.previous + 1}..{self.last} or out of order",
+                self.argument,
+                f"yielded key {key} outside {self.previous + 1}..{self.last} or out of "
+                "order (keys must be unique and ascending; refused before it was written)",
             )
         self.previous = key
 

@@ -53,10 +53,10 @@ from tenure._ingest_core import (
 )
 
 # unasync: async-only
-from tenure._ingest_sources import AsyncRowSource, RowSource, encode_row
+from tenure._ingest_sources import AsyncRowSource, KeyOrder, RowSource, encode_row
 
 # unasync: sync-only
-# from tenure._ingest_sources import RowSource, encode_row
+# from tenure._ingest_sources import KeyOrder, RowSource, encode_row
 # unasync: end
 from tenure._leased_core import to_text
 
@@ -262,8 +262,13 @@ class AsyncIngestJob:
             first = claim.cursor + 1
         added = 0
         if first <= last:
+            # Checked before anything is written: a source that repeats a key
+            # (2.5 read as 2) would otherwise append the same rows for ever.
+            order = KeyOrder(first, last, argument="source")
             async for rows in in_batches(self.source.rows(first, last), self.batch):
                 final = len(rows) < self.batch
+                for key, _ in rows:
+                    order.check(key)
                 batch = [part for key, row in rows for part in (str(key), encode_row(row))]
                 if not await self._commit(claim.chunk, token, after, batch, final=final):
                     return False, added

@@ -51,7 +51,7 @@ from tenure._ingest_core import (
     parse_sink,
     parse_status,
 )
-from tenure._ingest_sources import RowSource, encode_row
+from tenure._ingest_sources import KeyOrder, RowSource, encode_row
 from tenure._leased_core import to_text
 from tenure._sync._scripting import Client, registry_for
 
@@ -248,8 +248,13 @@ class IngestJob:
             first = claim.cursor + 1
         added = 0
         if first <= last:
+            # Checked before anything is written: a source that repeats a key
+            # (2.5 read as 2) would otherwise append the same rows for ever.
+            order = KeyOrder(first, last, argument="source")
             for rows in in_batches(self.source.rows(first, last), self.batch):
                 final = len(rows) < self.batch
+                for key, _ in rows:
+                    order.check(key)
                 batch = [part for key, row in rows for part in (str(key), encode_row(row))]
                 if not self._commit(claim.chunk, token, after, batch, final=final):
                     return False, added

@@ -18,7 +18,8 @@
 -- ARGV[6] the cursor this batch follows ("" if nothing was committed in the chunk)
 -- ARGV[7...] the rows: key, payload, key, payload... (keys ascending)
 -- returns 1 if committed (now or by this same call before), 0 if the claim is
---   no longer this caller's
+--   no longer this caller's; an error, appending nothing, if the batch's keys
+--   are not ascending after the cursor
 
 local chunk = ARGV[2]
 local lease = redis.call('HGET', KEYS[2], chunk)
@@ -35,6 +36,18 @@ if cursor ~= ARGV[6] then
         return 1 -- this batch is in already: a resent call
     end
     return 0
+end
+-- The batch must move the cursor forward: keys ascending, after the cursor (a
+-- source that repeats a key would otherwise append the same rows for ever).
+local previous = tonumber(cursor)
+for i = 7, #ARGV, 2 do
+    local key = tonumber(ARGV[i])
+    if key == nil or (previous ~= nil and key <= previous) then
+        return redis.error_reply('ERR tenure: ingest_commit: the key ' .. ARGV[i] ..
+            ' does not follow ' .. (cursor ~= '' and cursor or 'the previous one') ..
+            ': keys must be unique and ascending; nothing appended')
+    end
+    previous = key
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
