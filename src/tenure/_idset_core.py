@@ -46,6 +46,7 @@ from pyroaring import BitMap
 
 from tenure._exceptions import ArgumentError, IdSetCorruptError
 from tenure._idset_base import NATIVE, Base, PlainBase, make_base
+from tenure._leased_core import check_name
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -125,8 +126,7 @@ class IdSetKeys:
 
 def check_settings(name: object, prefix: object, delta_limit: object, chunk_bytes: object) -> None:
     """Refuse settings an id set cannot work with, naming the argument."""
-    if not isinstance(name, str) or not name:
-        raise ArgumentError("name", "must be a non-empty str")
+    name = check_name(name)  # the keys' hash tag: a brace would split them across slots
     if not isinstance(prefix, str):
         raise ArgumentError("prefix", "must be a str", name=name)
     if isinstance(delta_limit, bool) or not isinstance(delta_limit, int) or delta_limit < 1:

@@ -94,8 +94,10 @@ async def test_bad_ids_are_refused_and_nothing_is_written(
 
 
 def test_bad_settings_are_refused(tenure_async_client: Any) -> None:
-    with pytest.raises(ArgumentError, match="name: must be a non-empty str"):
+    with pytest.raises(ArgumentError, match="name: must not be empty"):
         AsyncIdSet(tenure_async_client, "")
+    with pytest.raises(ArgumentError, match="name: must not contain '{' or '}'"):
+        AsyncIdSet(tenure_async_client, "a{b")
     with pytest.raises(ArgumentError, match="delta_limit: must be an int >= 1, got 0"):
         AsyncIdSet(tenure_async_client, "s", delta_limit=0)
     with pytest.raises(ArgumentError, match="chunk_bytes: must be an int in 1024..268435456"):

@@ -95,8 +95,10 @@ def test_bad_ids_are_refused_and_nothing_is_written(
 
 
 def test_bad_settings_are_refused(tenure_client: Any) -> None:
-    with pytest.raises(ArgumentError, match="name: must be a non-empty str"):
+    with pytest.raises(ArgumentError, match="name: must not be empty"):
         IdSet(tenure_client, "")
+    with pytest.raises(ArgumentError, match="name: must not contain '{' or '}'"):
+        IdSet(tenure_client, "a{b")
     with pytest.raises(ArgumentError, match="delta_limit: must be an int >= 1, got 0"):
         IdSet(tenure_client, "s", delta_limit=0)
     with pytest.raises(ArgumentError, match="chunk_bytes: must be an int in 1024..268435456"):
