@@ -31,6 +31,10 @@ def tenure(url: str, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal delivers it, even when these tests run as a
+        # background job (a shell without job control starts those with
+        # SIGINT ignored, and the child would inherit that).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
