@@ -112,17 +112,15 @@ def cached(
         signature = inspect.signature(func)
         captured = _captured_values(func)
 
-        def param_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def param_of(args: tuple[Any, ...], kwargs: dict[str, Any], closure: dict[str, Any]) -> Any:
             if cache_key is not None:
                 param = cache_key(*args, **kwargs)
-                closure = captured() if captured is not None else None
                 return {"key": param, "closure": closure} if closure else param
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"{func.__qualname__}(): {exc}") from None
             bound.apply_defaults()
-            closure = captured() if captured is not None else None
             if closure:
                 return {"args": dict(bound.arguments), "closure": closure}
             return {"args": dict(bound.arguments)}
@@ -130,16 +128,16 @@ def cached(
         names: dict[tuple[Any, ...], str] = {}  # simple arguments -> entry key, bounded
 
         def key_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+            closure = captured() if captured is not None else {}  # read once per call
             memo = _memo_key(args, kwargs) if cache_key is None else None
-            if memo is not None and captured is not None:
-                closure = captured()
+            if memo is not None and closure:
                 memo = (memo, tuple((k, type(v), v) for k, v in closure.items()))
             if memo is not None:
                 found = names.get(memo)
                 if found is not None:
                     return found
             try:
-                stored = cast(str, cache.key_of(_KEY, param_of(args, kwargs)))
+                stored = cast(str, cache.key_of(_KEY, param_of(args, kwargs, closure)))
             except ArgumentError as exc:
                 raise ArgumentError(
                     "cache_key",
