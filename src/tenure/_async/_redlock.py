@@ -697,9 +697,7 @@ class AsyncRedlock(AsyncLeased):
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     await shielded(self._leave_quietly(token, quiet=True))
-                    with self._mutex:
-                        self._counters.timeouts += 1
-                    return False
+                    return self._timed_out()
                 if listener is None:
                     self._seen_busy = True
                     listener = await self._listen(token)

@@ -645,14 +645,10 @@ class Leased:
             granted = waiter.wait(max(0.0, patience - time.monotonic()))
             if granted is not None:
                 at = line.local_time(granted)
-                confirmed = self._confirm_grant(waiter.token, granted, at)
-                if confirmed is not None:
-                    self._took(waiter.token, confirmed[0], confirmed[1], started, holder, True)
+                if self._keep_handed(waiter.token, granted, at, started, holder):
                     return True
             if waiter.dismissed:
-                with self._mutex:
-                    self._counters.timeouts += 1
-                return False
+                return self._timed_out()
             if time.monotonic() >= patience:
                 # The line never answered (its job ended): leave on our own.
                 return self._give_up(waiter.token, started, holder)
@@ -729,10 +725,22 @@ class Leased:
         reply = shielded(self._run(self._scripts.leave, keys, args))
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            confirmed = self._confirm_grant(token, granted, sent)
-            if confirmed is not None:
-                self._took(token, confirmed[0], confirmed[1], started, holder, queued=True)
+            if self._keep_handed(token, granted, sent, started, holder):
                 return True
+        return self._timed_out()
+
+    def _keep_handed(
+        self, token: str, granted: Acquired, at: float, started: float, holder: object
+    ) -> bool:
+        """A waiter giving up was handed the lock meanwhile: keep it if it is confirmed."""
+        confirmed = self._confirm_grant(token, granted, at)
+        if confirmed is None:
+            return False
+        self._took(token, confirmed[0], confirmed[1], started, holder, queued=True)
+        return True
+
+    def _timed_out(self) -> bool:
+        """Count a waiter that gave up at its deadline; False, what ``acquire()`` returns."""
         with self._mutex:
             self._counters.timeouts += 1
         return False

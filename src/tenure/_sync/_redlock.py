@@ -685,9 +685,7 @@ class Redlock(Leased):
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     shielded(self._leave_quietly(token, quiet=True))
-                    with self._mutex:
-                        self._counters.timeouts += 1
-                    return False
+                    return self._timed_out()
                 if listener is None:
                     self._seen_busy = True
                     listener = self._listen(token)
