@@ -24,7 +24,11 @@ makes one call per round for all of them (``lock_line``, or
   leaves are sent again until the server hears them;
 * **give up** — waiters whose deadline passed leave together, in one call
   (thousands of their own calls at once would empty a connection pool), and
-  each learns whether the lock was handed to it meanwhile (then it is kept).
+  each learns whether the lock was handed to it meanwhile (then it is kept);
+* **settle** — a waiter that took the lock while a join of its token was on
+  its way (a re-check) may have released it before that join arrived, which
+  then queued a token nobody waits on: the next round takes such tokens out
+  of the queue (a lock they hold is kept).
 
 A grant still reaches its waiter on the process's wake-up channel at once
 (:mod:`tenure._sync._wakeups`); a round's answer names the owner too, so a
@@ -38,6 +42,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tenure._backend_threads import Event, Mutex, scope_key, start_background
@@ -70,6 +75,16 @@ RETRY_AFTER = 0.05
 HOLD_JOINS = 1.0
 """Seconds, at most, a line holds back its joins while an acquirer of the
 process that came before them tries the lock (and, if it is taken, joins)."""
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one round carries (each list at most :data:`ROUND_SIZE` long)."""
+
+    joins: list[tuple[str, str]] = field(default_factory=list)  # (token, owner name)
+    leaves: list[str] = field(default_factory=list)  # out of line, a grant passed on
+    giving_up: list[Waiter] = field(default_factory=list)  # out of line, a grant kept
+    unqueue: list[str] = field(default_factory=list)  # out of the queue only (see "settle")
 
 
 class Line:
@@ -105,6 +120,9 @@ class Line:
         self._joining: dict[str, str] = {}  # token -> owner name, in arrival order
         self._leaving: list[str] = []  # tokens to take out of line (what they hold is passed on)
         self._giving_up: dict[str, Waiter] = {}  # deadline passed: out of line, keep grants
+        self._unqueue: list[str] = []  # out of the queue only, a lock held kept ("settle")
+        self._joins_out: set[str] = set()  # the tokens of the joins of the round on its way
+        self._took_meanwhile: list[str] = []  # of those, the ones whose waiter took the lock
         self._next_round = 0.0
         self._pause_until = 0.0  # after a failed round: RETRY_AFTER
         self._in_flight = 0.0  # when the round on its way was sent (0: none)
@@ -166,6 +184,10 @@ class Line:
             self._joining.pop(token, None)
             if not left:
                 self._leaving.append(token)
+            elif token in self._joins_out:
+                # Its join is on its way: it may arrive after this waiter has
+                # released, and queue its token again (settled after the round).
+                self._took_meanwhile.append(token)
         if not left:
             self._wakeup.set()
 
@@ -200,19 +222,19 @@ class Line:
 
     # -- the rounds ---------------------------------------------------------------
 
-    def _take_round(
-        self,
-    ) -> tuple[list[tuple[str, str]], list[str], list[Waiter], float | None]:
-        """The joins, leaves and give-ups of the next round, or how long to sleep (None: close)."""
+    def _take_round(self) -> tuple[_Round, float | None]:
+        """What the next round carries, or how long to sleep first (None: close)."""
         with self._mutex:
             self._wakeup.clear()
             now = time.monotonic()
-            lone = self._leaving and not self._members and not self._joining
+            lone = (self._leaving or self._unqueue) and not self._members and not self._joining
             if lone and now - self._heard > self._waiter_lease_ms / 1000:
                 # Out of reach for a whole waiter lease: the server dropped
                 # these waiters with this process's lease. Nothing to send.
                 self._leaving = []
-            if not (self._members or self._joining or self._leaving or self._giving_up):
+                self._unqueue = []
+            busy = self._members or self._joining or self._leaving or self._giving_up
+            if not (busy or self._unqueue):
                 # Idle: kept LINGER seconds for the next waiter (a lock taken
                 # in turn by a few processes gets one waiter at a time), then
                 # closed.
@@ -220,55 +242,63 @@ class Line:
                     self._idle_since = now
                 if now - self._idle_since >= LINGER:
                     self._closed = True
-                    return [], [], [], None
-                return [], [], [], self._idle_since + LINGER - now
+                    return _Round(), None
+                return _Round(), self._idle_since + LINGER - now
             self._idle_since = None
             if now < self._pause_until:  # a round just failed
-                return [], [], [], self._pause_until - now
+                return _Round(), self._pause_until - now
             held = _held_back(self._scope, now)  # joins wait for an earlier acquirer
-            urgent = self._giving_up or self._leaving  # a lock may be handed to them
+            # A lock may be handed to those leaving, giving up or left in the queue.
+            urgent = self._giving_up or self._leaving or self._unqueue
             if (held or not self._joining) and not urgent and now < self._next_round:
                 wait = self._next_round - now
-                return [], [], [], min(wait, held) if held else wait
+                return _Round(), min(wait, held) if held else wait
             if now >= self._next_round and not self._listening():
                 # No wake-ups (the subscription is down, or refused): a grant
                 # may go unheard and lapse, so each refresh re-checks every
                 # waiter's place by joining it again (one in line keeps it).
                 for token, (_, name) in self._members.items():
                     self._joining.setdefault(token, name)
-            joins = [] if held else list(itertools.islice(self._joining.items(), ROUND_SIZE))
-            for token, _ in joins:
+            taken = _Round()
+            if not held:
+                taken.joins = list(itertools.islice(self._joining.items(), ROUND_SIZE))
+            for token, _ in taken.joins:
                 del self._joining[token]
-            leaves, self._leaving = self._leaving[:ROUND_SIZE], self._leaving[ROUND_SIZE:]
-            giving_up = list(itertools.islice(self._giving_up.values(), ROUND_SIZE))
-            for waiter in giving_up:
+            taken.leaves, self._leaving = self._leaving[:ROUND_SIZE], self._leaving[ROUND_SIZE:]
+            taken.giving_up = list(itertools.islice(self._giving_up.values(), ROUND_SIZE))
+            for waiter in taken.giving_up:
                 del self._giving_up[waiter.token]
+            taken.unqueue, self._unqueue = self._unqueue[:ROUND_SIZE], self._unqueue[ROUND_SIZE:]
             self._in_flight = now
-            return joins, leaves, giving_up, 0.0
+            return taken, 0.0
 
     def _serve(self) -> None:
         try:
             while True:
-                joins, leaves, giving_up, wait = self._take_round()
+                taken, wait = self._take_round()
                 if wait is None:
                     return
                 if wait > 0:
                     self._wakeup.wait(wait)
                     continue
-                if joins:
+                if taken.joins:
                     # Joined waiters must hear their grants: the subscription
                     # first (at once when it is up; a waiter whose grant goes
                     # unheard meanwhile learns it from the next round).
-                    _joins_hear(self._members, joins)
-                self._round(joins, leaves, giving_up)
+                    _joins_hear(self._members, taken.joins)
+                self._round(taken)
         finally:
             with self._mutex:
                 self._closed = True
             self._forget(self)
 
-    def _round(
-        self, joins: list[tuple[str, str]], leaves: list[str], giving_up: list[Waiter]
-    ) -> None:
+    def _round(self, taken: _Round) -> None:
+        with self._mutex:
+            # Waiters done while their subscription was awaited join no more.
+            taken.joins = [entry for entry in taken.joins if entry[0] in self._members]
+            self._joins_out = {token for token, _ in taken.joins}
+            canary = self._canary(taken.joins)
+        joins, leaves, giving_up = taken.joins, taken.leaves, taken.giving_up
         args: list[str | int] = [
             self.channel,
             self._waiter_lease_ms,
@@ -276,13 +306,14 @@ class Line:
             IDLE_TTL_MS,
             len(joins),
             len(leaves),
-            self._canary(joins),
-            len(giving_up),
+            canary,
+            len(giving_up) + len(taken.unqueue),
             *self._own_args,
         ]
         args.extend(itertools.chain.from_iterable(joins))
         args.extend(leaves)
         args.extend(waiter.token for waiter in giving_up)
+        args.extend(taken.unqueue)  # out of line like those giving up, with nobody to answer
         sent = time.monotonic()
         self.rounds += 1
         try:
@@ -290,13 +321,13 @@ class Line:
                 self._registry.run(self._script, self._keys, tuple(args), name=self._name)
             )
         except TenureError as error:
-            self._failed(error, joins, leaves, giving_up)
+            self._failed(error, taken)
             return
         if answer.stored_limit is not None:
             # Another limit is stored: every waiter of this line is refused.
             assert self._refuse is not None, "a line script answered a limit for a lock"
             refusal = self._refuse(answer.stored_limit)
-            self._failed(refusal, joins, leaves, giving_up, everyone=True)
+            self._failed(refusal, taken, everyone=True)
             return
         for waiter in giving_up:
             kept = answer.holds.get(waiter.token)
@@ -306,6 +337,13 @@ class Line:
         with self._mutex:
             first = self._clock is None  # the channel had no lease yet: nothing was lost
             self._in_flight = 0.0
+            # Waiters that took the lock while their join was on its way: a
+            # join that did not find them holding may have queued them after
+            # they released (or found them in line, granted since): out of
+            # the queue with the next round, a lock they hold kept.
+            self._unqueue.extend(t for t in self._took_meanwhile if t not in answer.holds)
+            self._took_meanwhile = []
+            self._joins_out = set()
             self._heard = time.monotonic()
             self._clock = (sent, answer.server_ms)
             due = sent + self._waiter_lease_ms / 1000 * WAITER_REFRESH
@@ -317,7 +355,11 @@ class Line:
             if answer.ttl_ms >= 0 and not holders:
                 due = min(due, sent + answer.ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
             self._next_round = due
-            if (not answer.alive and not first) or answer.missing:
+            # The waiter checked is neither in line nor holding: unless it is
+            # done meanwhile (it took the lock, and may have released it
+            # before the round arrived, which says nothing of the others).
+            missing = answer.missing and canary in self._members
+            if (not answer.alive and not first) or missing:
                 # This process's waiter lease had run out (it was stopped or cut
                 # off): the server dropped its waiters. Or the waiter checked is
                 # not in line (that too, with the lease renewed meanwhile by a
@@ -337,29 +379,26 @@ class Line:
         for holder, granted in holders:
             holder.deliver(granted)
 
-    def _failed(
-        self,
-        error: TenureError,
-        joins: list[tuple[str, str]],
-        leaves: list[str],
-        giving_up: list[Waiter],
-        *,
-        everyone: bool = False,
-    ) -> None:
+    def _failed(self, error: TenureError, taken: _Round, *, everyone: bool = False) -> None:
         """A round failed: tell its joiners and those giving up (every waiter, if due).
 
         Its leaves (and the tokens of those giving up) go again with the next round.
         """
         with self._mutex:
             self._in_flight = 0.0
-            self._leaving.extend(leaves)  # tried again with the next round
+            self._leaving.extend(taken.leaves)  # tried again with the next round
             # Those giving up raise the error: what may have been handed to
             # them is passed on, as for any waiter that fails.
-            self._leaving.extend(waiter.token for waiter in giving_up)
+            self._leaving.extend(waiter.token for waiter in taken.giving_up)
+            # The joins may have arrived: settled as if they had.
+            self._unqueue.extend(taken.unqueue)
+            self._unqueue.extend(self._took_meanwhile)
+            self._took_meanwhile = []
+            self._joins_out = set()
             refresh = everyone or time.monotonic() >= self._next_round
-            joined = {token for token, _ in joins}
+            joined = {token for token, _ in taken.joins}
             told = [w for t, (w, _) in self._members.items() if refresh or t in joined]
-            told.extend(giving_up)
+            told.extend(taken.giving_up)
             self._next_round = self._pause_until = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
