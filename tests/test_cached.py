@@ -207,21 +207,18 @@ def test_a_server_outage_computes_and_caching_resumes(
         with caplog.at_level(logging.WARNING, logger="tenure.cache"):
             assert [lookup("a") for _ in range(3)] == ["value of a"] * 3
         assert calls == 4
-        assert sum("computing without the cache" in r.message for r in caplog.records) == 1
+        assert sum("is out of reach" in r.message for r in caplog.records) == 1
         server.restart()
         deadline = time.monotonic() + 10
-        while True:  # the client reconnects on its next call
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        while lookup.cache.statistics().recoveries == 0:  # type: ignore[attr-defined]
+            # A probe finds the server in the background; meanwhile the loader answers.
+            assert lookup("a") == "value of a"
+            assert time.monotonic() < deadline, "caching did not resume"
+            time.sleep(0.05)
+        before = calls
         assert lookup("a") == "value of a"
-        assert lookup("a") == "value of a"
-        assert calls == 5  # loaded once more (the restart lost the data), then cached
-        assert lookup.cache.statistics().fallbacks == 3  # type: ignore[attr-defined]
+        assert calls == before  # cached again
+        assert lookup.cache.statistics().fallbacks >= 3  # type: ignore[attr-defined]
         client.close()
 
 

@@ -253,6 +253,11 @@ class CacheStatistics:
     * ``refused`` — write-backs refused because the lease had passed on.
     * ``decode_errors`` — stored values this cache could not decode.
     * ``fallbacks`` — fetches computed without the cache (server unavailable).
+    * ``outages`` — outages of the server this cache's fetches went through:
+      once one call finds it out of reach, the fetches of every cache of that
+      client go straight to their loaders (``fallback``) until a background
+      probe finds the server again; ``recoveries`` — of those, the ones this
+      cache saw end (a fetch asked the server again).
     """
 
     hits: int = 0
@@ -265,6 +270,8 @@ class CacheStatistics:
     refused: int = 0
     decode_errors: int = 0
     fallbacks: int = 0
+    outages: int = 0
+    recoveries: int = 0
 
 
 @dataclass(frozen=True)

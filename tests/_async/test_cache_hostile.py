@@ -6,13 +6,26 @@ is documented in docs/caches.md ("What bad input gets"). New findings land here.
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from typing import Any
 
 import pytest
 import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
-from tenure import ArgumentError, AsyncCache, AsyncHerdCache, CacheReentryError, cached
+from tenure import (
+    ArgumentError,
+    AsyncCache,
+    AsyncHerdCache,
+    CacheReentryError,
+    ServerUnavailableError,
+    cached,
+)
+from tenure.testing import ProxyFactory, ServerFactory
+from tests._backend_asyncio import sleep
 
 REFUSED_BY_JSON = [
     pytest.param({1: "a"}, r"value has the key 1 \(int\).*come back as \"1\"", id="int-key"),
@@ -132,3 +145,112 @@ async def test_a_loader_asking_for_its_own_entry_fails_at_once(
         with pytest.raises(CacheReentryError, match="asked for that same entry"):
             await ping(1)
         assert time.monotonic() - started < 1.0
+
+
+def _outage_records(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
+    """How many outages started, and ended, in tenure.cache's log."""
+    messages = [r.getMessage() for r in caplog.records if r.name == "tenure.cache"]
+    return (
+        sum("is out of reach" in m for m in messages),
+        sum("answers again after" in m for m in messages),
+    )
+
+
+async def _until_the_cache_answers(cache: AsyncHerdCache, seconds: float) -> float:
+    """Fetch one entry twice until the second comes from the cache; when it did."""
+    counter = iter(range(1_000_000))
+
+    async def load() -> int:
+        return next(counter)
+
+    deadline = time.monotonic() + seconds
+    while True:
+        if await cache.fetch("probe", load) == await cache.fetch("probe", load):
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"the cache was not used again within {seconds} s"
+        await sleep(0.05)
+
+
+@pytest.mark.parametrize("fault", ["killed", "blackholed"])
+async def test_an_outage_costs_one_call_then_fetches_go_straight_to_the_loader(
+    tenure_server_factory: ServerFactory,
+    tenure_proxy_factory: ProxyFactory,
+    caplog: pytest.LogCaptureFixture,
+    fault: str,
+) -> None:
+    """The server dies (or a partition cuts it off): the first fetch spends the
+    client's retries (redis-py's default Retry, or many) and computes without the cache;
+    every later fetch of every cache of that client goes straight to its loader,
+    until a probe finds the server again. Logged once each way, and counted."""
+    caplog.set_level(logging.WARNING, logger="tenure.cache")
+    server = tenure_server_factory()
+    proxy = tenure_proxy_factory(server)
+    if fault == "killed":  # redis-py's default Retry
+        client = proxy.async_client(socket_timeout=0.5, socket_connect_timeout=0.5)
+    else:
+        # A partition leaves connections open: without a socket timeout, a
+        # redis-py client waits for ever (its default), which no cache can help.
+        # Many retries: however many, only the first fetch spends them.
+        retry = Retry(ExponentialBackoff(cap=0.05, base=0.01), 12)
+        client = proxy.async_client(socket_timeout=0.1, socket_connect_timeout=0.1, retry=retry)
+    try:
+        cache = AsyncHerdCache(client, "outage", ttl=60)
+        other = AsyncHerdCache(client, "outage-other", ttl=60)  # same client, same outage
+        loads: list[str] = []
+
+        async def load(key: str) -> str:
+            loads.append(key)
+            return key.upper()
+
+        assert await cache.fetch("a", lambda: load("a")) == "A"
+        if fault == "killed":
+            server.kill()
+        else:
+            proxy.blackhole()
+        assert await cache.fetch("a", lambda: load("a")) == "A"  # found out of reach: retried
+        slowest = 0.0
+        for key in ["a", "b", "c", "d"]:
+            for each in (cache, other):
+                started = time.monotonic()
+                assert await each.fetch(key, functools.partial(load, key)) == key.upper()
+                slowest = max(slowest, time.monotonic() - started)
+        assert slowest <= 0.5, f"a fetch during the outage took {slowest:.2f} s"
+        assert _outage_records(caplog) == (1, 0)
+        mine, theirs = cache.statistics(), other.statistics()
+        assert (mine.fallbacks, mine.outages, mine.recoveries) == (5, 1, 0)
+        assert (theirs.fallbacks, theirs.outages, theirs.recoveries) == (4, 1, 0)
+
+        if fault == "killed":
+            server.restart()
+        else:
+            proxy.clear()
+        await _until_the_cache_answers(cache, 5.0)
+        assert _outage_records(caplog) == (1, 1)
+        assert cache.statistics().recoveries == 1
+        assert await other.fetch("e", lambda: load("e")) == "E"
+        assert other.statistics().recoveries == 1
+    finally:
+        proxy.clear()
+        await client.aclose()
+
+
+async def test_without_fallback_an_outage_is_the_callers_error(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """``fallback=False``: every fetch asks the server and raises its typed error."""
+    server = tenure_server_factory()
+    client = server.async_client(retry=None)
+    try:
+        cache = AsyncHerdCache(client, "no-fallback", fallback=False)
+
+        async def load() -> int:
+            return 1
+
+        assert await cache.fetch("k", load) == 1
+        server.kill()
+        for _ in range(2):
+            with pytest.raises(ServerUnavailableError):
+                await cache.fetch("k", load)
+        assert cache.statistics().fallbacks == 0
+    finally:
+        await client.aclose()

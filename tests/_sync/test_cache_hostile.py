@@ -7,13 +7,26 @@ is documented in docs/caches.md ("What bad input gets"). New findings land here.
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from typing import Any
 
 import pytest
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
-from tenure import ArgumentError, Cache, CacheReentryError, HerdCache, cached
+from tenure import (
+    ArgumentError,
+    Cache,
+    CacheReentryError,
+    HerdCache,
+    ServerUnavailableError,
+    cached,
+)
+from tenure.testing import ProxyFactory, ServerFactory
+from tests._backend_threads import sleep
 
 REFUSED_BY_JSON = [
     pytest.param({1: "a"}, r"value has the key 1 \(int\).*come back as \"1\"", id="int-key"),
@@ -129,3 +142,112 @@ def test_a_loader_asking_for_its_own_entry_fails_at_once(
         with pytest.raises(CacheReentryError, match="asked for that same entry"):
             ping(1)
         assert time.monotonic() - started < 1.0
+
+
+def _outage_records(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
+    """How many outages started, and ended, in tenure.cache's log."""
+    messages = [r.getMessage() for r in caplog.records if r.name == "tenure.cache"]
+    return (
+        sum("is out of reach" in m for m in messages),
+        sum("answers again after" in m for m in messages),
+    )
+
+
+def _until_the_cache_answers(cache: HerdCache, seconds: float) -> float:
+    """Fetch one entry twice until the second comes from the cache; when it did."""
+    counter = iter(range(1_000_000))
+
+    def load() -> int:
+        return next(counter)
+
+    deadline = time.monotonic() + seconds
+    while True:
+        if cache.fetch("probe", load) == cache.fetch("probe", load):
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"the cache was not used again within {seconds} s"
+        sleep(0.05)
+
+
+@pytest.mark.parametrize("fault", ["killed", "blackholed"])
+def test_an_outage_costs_one_call_then_fetches_go_straight_to_the_loader(
+    tenure_server_factory: ServerFactory,
+    tenure_proxy_factory: ProxyFactory,
+    caplog: pytest.LogCaptureFixture,
+    fault: str,
+) -> None:
+    """The server dies (or a partition cuts it off): the first fetch spends the
+    client's retries (redis-py's default Retry, or many) and computes without the cache;
+    every later fetch of every cache of that client goes straight to its loader,
+    until a probe finds the server again. Logged once each way, and counted."""
+    caplog.set_level(logging.WARNING, logger="tenure.cache")
+    server = tenure_server_factory()
+    proxy = tenure_proxy_factory(server)
+    if fault == "killed":  # redis-py's default Retry
+        client = proxy.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+    else:
+        # A partition leaves connections open: without a socket timeout, a
+        # redis-py client waits for ever (its default), which no cache can help.
+        # Many retries: however many, only the first fetch spends them.
+        retry = Retry(ExponentialBackoff(cap=0.05, base=0.01), 12)
+        client = proxy.client(socket_timeout=0.1, socket_connect_timeout=0.1, retry=retry)
+    try:
+        cache = HerdCache(client, "outage", ttl=60)
+        other = HerdCache(client, "outage-other", ttl=60)  # same client, same outage
+        loads: list[str] = []
+
+        def load(key: str) -> str:
+            loads.append(key)
+            return key.upper()
+
+        assert cache.fetch("a", lambda: load("a")) == "A"
+        if fault == "killed":
+            server.kill()
+        else:
+            proxy.blackhole()
+        assert cache.fetch("a", lambda: load("a")) == "A"  # found out of reach: retried
+        slowest = 0.0
+        for key in ["a", "b", "c", "d"]:
+            for each in (cache, other):
+                started = time.monotonic()
+                assert each.fetch(key, functools.partial(load, key)) == key.upper()
+                slowest = max(slowest, time.monotonic() - started)
+        assert slowest <= 0.5, f"a fetch during the outage took {slowest:.2f} s"
+        assert _outage_records(caplog) == (1, 0)
+        mine, theirs = cache.statistics(), other.statistics()
+        assert (mine.fallbacks, mine.outages, mine.recoveries) == (5, 1, 0)
+        assert (theirs.fallbacks, theirs.outages, theirs.recoveries) == (4, 1, 0)
+
+        if fault == "killed":
+            server.restart()
+        else:
+            proxy.clear()
+        _until_the_cache_answers(cache, 5.0)
+        assert _outage_records(caplog) == (1, 1)
+        assert cache.statistics().recoveries == 1
+        assert other.fetch("e", lambda: load("e")) == "E"
+        assert other.statistics().recoveries == 1
+    finally:
+        proxy.clear()
+        client.close()
+
+
+def test_without_fallback_an_outage_is_the_callers_error(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """``fallback=False``: every fetch asks the server and raises its typed error."""
+    server = tenure_server_factory()
+    client = server.client(retry=None)
+    try:
+        cache = HerdCache(client, "no-fallback", fallback=False)
+
+        def load() -> int:
+            return 1
+
+        assert cache.fetch("k", load) == 1
+        server.kill()
+        for _ in range(2):
+            with pytest.raises(ServerUnavailableError):
+                cache.fetch("k", load)
+        assert cache.statistics().fallbacks == 0
+    finally:
+        client.close()

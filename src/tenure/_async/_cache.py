@@ -34,6 +34,7 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
+from tenure._async._outage import AsyncOutage, outage_found, outage_of
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._wakeups import listen
 from tenure._async._watchdog import Job, watchdog
@@ -59,13 +60,19 @@ from tenure._cache_core import (
     to_ms,
     unwrap_loaded,
 )
-from tenure._clients import map_exceptions, require_bytes_replies, require_client
+from tenure._clients import (
+    map_exceptions,
+    require_bytes_replies,
+    require_client,
+    translate_error,
+)
 from tenure._exceptions import (
     ArgumentError,
     CacheDecodeError,
     CacheReentryError,
     ConnectionPoolExhaustedError,
     ServerUnavailableError,
+    TenureError,
 )
 from tenure._leased_core import check_name
 
@@ -400,7 +407,8 @@ class AsyncHerdCache(_AsyncCacheBase):
         self._leases: dict[str, str] = {}  # entry key -> lease token handed out by get()
         self._flights: dict[tuple[object, str], _Flight] = {}
         self._mutex = Mutex()
-        self._outage_logged = False
+        self._exhaustion_logged = False  # the client's pool was exhausted (logged once)
+        self._outage_seen: AsyncOutage | None = None  # the last outage a fetch went through
         self._clock = ServerClock()
         self._background: set[_Background] = set()  # refreshes in flight, strongly referenced
 
@@ -539,10 +547,7 @@ class AsyncHerdCache(_AsyncCacheBase):
             return flight.value
         entered = _loading.set(loading | {stored})  # what this call's loader runs under
         try:
-            value = await self._fresh_hit(stored)
-            if value is _MISS:
-                value = await self._fetch_or_load(stored, loader, ttl, herd_timeout)
-            flight.value = value
+            flight.value = await self._fetched(stored, loader, ttl, herd_timeout)
         except BaseException as exc:
             flight.error = exc
             raise
@@ -556,6 +561,49 @@ class AsyncHerdCache(_AsyncCacheBase):
                 waiting.set()
         return flight.value
 
+    async def _fetched(
+        self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
+    ) -> Any:
+        """The entry's value: from the server (a plain GET, else the script), or the loader."""
+        outage = outage_of(self.client) if self.fallback else None
+        if outage is not None:
+            return await self._fall_back(loader, outage)  # the server is not asked
+        if self._outage_seen is not None and self._outage_seen.ended:
+            self._outage_seen = None
+            self._counts["recoveries"] += 1
+        try:
+            value = await self._fresh_hit(stored)
+        except _UNREACHABLE as exc:
+            if not self.fallback:
+                raise
+            return await self._fall_back(loader, self._unreachable(exc))
+        if value is _MISS:
+            value = await self._fetch_or_load(stored, loader, ttl, herd)
+        return value
+
+    def _unreachable(self, error: TenureError) -> AsyncOutage | None:
+        """A call found the server unreachable (``error``): the outage, if it is one.
+
+        An exhausted connection pool is this process's own limit, not an
+        outage: logged once, until a fetch gets through again.
+        """
+        if isinstance(error, ServerUnavailableError):
+            return outage_found(self.client, error)
+        if not self._exhaustion_logged:
+            self._exhaustion_logged = True
+            logger.warning("tenure cache %r: %s; computing without the cache", self.name, error)
+        return None
+
+    async def _fall_back(self, loader: Callable[[], Any], outage: AsyncOutage | None) -> Any:
+        """The loader's value, computed without the cache (``fallback``)."""
+        self._counts["fallbacks"] += 1
+        if outage is not None:
+            outage.fallbacks += 1
+            if self._outage_seen is not outage:
+                self._outage_seen = outage
+                self._counts["outages"] += 1
+        return unwrap_loaded(await _call(loader), None)[0]
+
     async def _fresh_hit(self, stored: str) -> Any:
         """The value if a plain GET finds it surely fresh (no script), else ``_MISS``.
 
@@ -565,8 +613,11 @@ class AsyncHerdCache(_AsyncCacheBase):
         """
         try:
             raw = await self.client.get(stored)
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+            # Out of reach (the client's retries spent): the caller falls back or raises.
+            raise translate_error(exc, name=self.name, doing="reading an entry") from exc
         except redis_errors.RedisError:
-            return _MISS  # the script path decides: fall back, or raise a translated error
+            return _MISS  # the script path decides, and raises a translated error
         if raw is None:
             return _MISS
         try:
@@ -608,12 +659,8 @@ class AsyncHerdCache(_AsyncCacheBase):
         except _UNREACHABLE as exc:
             if not self.fallback:
                 raise
-            self._counts["fallbacks"] += 1
-            if not self._outage_logged:
-                self._outage_logged = True
-                logger.warning("tenure cache %r: %s; computing without the cache", self.name, exc)
-            return unwrap_loaded(await _call(loader), None)[0]
-        self._outage_logged = False
+            return await self._fall_back(loader, self._unreachable(exc))
+        self._exhaustion_logged = False
         if fetched.status in (Status.FRESH, Status.STALE, Status.REFRESH):
             try:
                 value = self._decode(fetched.value or b"", stored)

@@ -46,7 +46,17 @@ from tenure._backend_asyncio import Event, Mutex, scope_key, sleep, start_backgr
 from tenure._clients import is_cluster
 from tenure._leased_core import Acquired, parse_grant, to_text
 
-__all__ = ["CONFIRM_TIMEOUT", "LINGER", "AsyncWaiter", "AsyncWakeups", "listen", "wakeups_for"]
+__all__ = [
+    "CONFIRM_TIMEOUT",
+    "LINGER",
+    "AsyncWaiter",
+    "AsyncWakeups",
+    "Settings",
+    "listen",
+    "own_settings",
+    "server_target",
+    "wakeups_for",
+]
 
 CHANNEL_PREFIX = "tenure:wake:"
 """Each process's wake-up channel is this and a random id (ACL: ``&tenure:*``)."""
@@ -388,7 +398,7 @@ def wakeups_for(client: Any, key: str | None = None) -> AsyncWakeups:
     else:
         target = _targets.get(client)
         if target is None:
-            target = _targets[client] = _target(client)
+            target = _targets[client] = server_target(client)
     server, connect, describe = target
     entry = (scope_key(), server)
     with _registry_mutex:
@@ -398,21 +408,32 @@ def wakeups_for(client: Any, key: str | None = None) -> AsyncWakeups:
         return found
 
 
-def _target(client: Any) -> tuple[tuple[Any, ...], Callable[[], Any], str]:
-    """Who ``client`` talks to, and how to open a connection of our own to it."""
+Settings = Callable[[dict[str, Any]], dict[str, Any]]
+"""The settings of a connection of tenure's own, from the user's connection settings."""
+
+
+def server_target(
+    client: Any, settings: Settings | None = None
+) -> tuple[tuple[Any, ...], Callable[[], Any], str]:
+    """Who ``client`` talks to, and how to open a connection of our own to it.
+
+    ``settings`` makes that connection's settings from the user's (default:
+    a subscriber's, which waits for messages indefinitely).
+    """
+    own = own_settings if settings is None else settings
     if is_cluster(client):
         nodes = sorted((node.host, node.port) for node in client.get_nodes())
         server: tuple[Any, ...] = ("cluster", *nodes) if nodes else ("cluster", id(client))
-        return server, lambda: _cluster_connection(client), f"cluster {nodes[:1]}"
+        return server, lambda: _cluster_connection(client, own), f"cluster {nodes[:1]}"
     pool = client.connection_pool
-    kwargs = _own_settings(pool.connection_kwargs)
+    kwargs = own(pool.connection_kwargs)
     where = (kwargs.get("path"), kwargs.get("host"), kwargs.get("port"))
     server = (pool.connection_class, *where, kwargs.get("username"))  # the db is not part of it
     describe = str(where[0] or f"{where[1]}:{where[2]}")
     return server, lambda: pool.connection_class(**kwargs), describe
 
 
-def _own_settings(settings: dict[str, Any]) -> dict[str, Any]:
+def own_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The user's connection settings, for a subscriber connection of tenure's own."""
     kwargs = {k: v for k, v in settings.items() if k not in _POOL_ONLY}
     kwargs.update(
@@ -433,16 +454,16 @@ def _node_of(client: Any, key: str) -> Any:
         return None
 
 
-def _cluster_connection(client: Any) -> Any:
+def _cluster_connection(client: Any, settings: Settings) -> Any:
     """A connection to a live node of the cluster (any: PUBLISH reaches all)."""
     nodes = client.get_nodes()
     node = nodes[int(time.monotonic() * 10) % len(nodes)]  # spread retries over the nodes
-    return _node_connection(node)
+    return _node_connection(node, settings)
 
 
-def _node_connection(node: Any) -> Any:
+def _node_connection(node: Any, settings: Settings = own_settings) -> Any:
     """A connection of tenure's own to one cluster node."""
     if hasattr(node, "connection_class"):  # an async cluster's node (no redis_connection)
-        return node.connection_class(**_own_settings(node.connection_kwargs))
+        return node.connection_class(**settings(node.connection_kwargs))
     pool = node.redis_connection.connection_pool
-    return pool.connection_class(**_own_settings(pool.connection_kwargs))
+    return pool.connection_class(**settings(pool.connection_kwargs))

@@ -56,15 +56,22 @@ from tenure._cache_core import (
     to_ms,
     unwrap_loaded,
 )
-from tenure._clients import map_exceptions, require_bytes_replies, require_client
+from tenure._clients import (
+    map_exceptions,
+    require_bytes_replies,
+    require_client,
+    translate_error,
+)
 from tenure._exceptions import (
     ArgumentError,
     CacheDecodeError,
     CacheReentryError,
     ConnectionPoolExhaustedError,
     ServerUnavailableError,
+    TenureError,
 )
 from tenure._leased_core import check_name
+from tenure._sync._outage import Outage, outage_found, outage_of
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._wakeups import listen
 from tenure._sync._watchdog import Job, watchdog
@@ -398,7 +405,8 @@ class HerdCache(_AsyncCacheBase):
         self._leases: dict[str, str] = {}  # entry key -> lease token handed out by get()
         self._flights: dict[tuple[object, str], _Flight] = {}
         self._mutex = Mutex()
-        self._outage_logged = False
+        self._exhaustion_logged = False  # the client's pool was exhausted (logged once)
+        self._outage_seen: Outage | None = None  # the last outage a fetch went through
         self._clock = ServerClock()
         self._background: set[_Background] = set()  # refreshes in flight, strongly referenced
 
@@ -533,10 +541,7 @@ class HerdCache(_AsyncCacheBase):
             return flight.value
         entered = _loading.set(loading | {stored})  # what this call's loader runs under
         try:
-            value = self._fresh_hit(stored)
-            if value is _MISS:
-                value = self._fetch_or_load(stored, loader, ttl, herd_timeout)
-            flight.value = value
+            flight.value = self._fetched(stored, loader, ttl, herd_timeout)
         except BaseException as exc:
             flight.error = exc
             raise
@@ -550,6 +555,49 @@ class HerdCache(_AsyncCacheBase):
                 waiting.set()
         return flight.value
 
+    def _fetched(
+        self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
+    ) -> Any:
+        """The entry's value: from the server (a plain GET, else the script), or the loader."""
+        outage = outage_of(self.client) if self.fallback else None
+        if outage is not None:
+            return self._fall_back(loader, outage)  # the server is not asked
+        if self._outage_seen is not None and self._outage_seen.ended:
+            self._outage_seen = None
+            self._counts["recoveries"] += 1
+        try:
+            value = self._fresh_hit(stored)
+        except _UNREACHABLE as exc:
+            if not self.fallback:
+                raise
+            return self._fall_back(loader, self._unreachable(exc))
+        if value is _MISS:
+            value = self._fetch_or_load(stored, loader, ttl, herd)
+        return value
+
+    def _unreachable(self, error: TenureError) -> Outage | None:
+        """A call found the server unreachable (``error``): the outage, if it is one.
+
+        An exhausted connection pool is this process's own limit, not an
+        outage: logged once, until a fetch gets through again.
+        """
+        if isinstance(error, ServerUnavailableError):
+            return outage_found(self.client, error)
+        if not self._exhaustion_logged:
+            self._exhaustion_logged = True
+            logger.warning("tenure cache %r: %s; computing without the cache", self.name, error)
+        return None
+
+    def _fall_back(self, loader: Callable[[], Any], outage: Outage | None) -> Any:
+        """The loader's value, computed without the cache (``fallback``)."""
+        self._counts["fallbacks"] += 1
+        if outage is not None:
+            outage.fallbacks += 1
+            if self._outage_seen is not outage:
+                self._outage_seen = outage
+                self._counts["outages"] += 1
+        return unwrap_loaded(_call(loader), None)[0]
+
     def _fresh_hit(self, stored: str) -> Any:
         """The value if a plain GET finds it surely fresh (no script), else ``_MISS``.
 
@@ -559,8 +607,11 @@ class HerdCache(_AsyncCacheBase):
         """
         try:
             raw = self.client.get(stored)
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+            # Out of reach (the client's retries spent): the caller falls back or raises.
+            raise translate_error(exc, name=self.name, doing="reading an entry") from exc
         except redis_errors.RedisError:
-            return _MISS  # the script path decides: fall back, or raise a translated error
+            return _MISS  # the script path decides, and raises a translated error
         if raw is None:
             return _MISS
         try:
@@ -600,12 +651,8 @@ class HerdCache(_AsyncCacheBase):
         except _UNREACHABLE as exc:
             if not self.fallback:
                 raise
-            self._counts["fallbacks"] += 1
-            if not self._outage_logged:
-                self._outage_logged = True
-                logger.warning("tenure cache %r: %s; computing without the cache", self.name, exc)
-            return unwrap_loaded(_call(loader), None)[0]
-        self._outage_logged = False
+            return self._fall_back(loader, self._unreachable(exc))
+        self._exhaustion_logged = False
         if fetched.status in (Status.FRESH, Status.STALE, Status.REFRESH):
             try:
                 value = self._decode(fetched.value or b"", stored)
