@@ -81,7 +81,7 @@ from tenure._leased_core import (
     SemaphoreStatistics,
 )
 from tenure._redlock_core import RedlockStatistics
-from tenure._stream_core import StreamMessage
+from tenure._stream_core import ConsumerStatistics, StreamMessage
 from tenure._sync._cache import Cache, HerdCache
 from tenure._sync._cluster_lock import ClusterLock
 from tenure._sync._connlock import ConnectionLock
@@ -137,6 +137,7 @@ __all__ = [
     "ClusterLockStatistics",
     "ConnectionLock",
     "ConnectionPoolExhaustedError",
+    "ConsumerStatistics",
     "EmbeddedServerError",
     "FencedKey",
     "HerdCache",

@@ -111,15 +111,8 @@ class JsonSerializer:
 
     def serialize(self, value: Any) -> bytes:
         """Compact JSON; raises ``TypeError`` for a value that would not come back exactly."""
-        try:
-            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_no_json)
-        except TypeError:
-            _check_json(value)  # says where the value JSON cannot hold is
-            raise
-        if type(value) not in _JSON_SCALARS and json.loads(text) != value:
-            # Something changed on the way (a tuple, a key that is not a
-            # string); or only a NaN, which is never equal to itself.
-            _check_json(value)
+        _check_json(value)  # exact types only, so what is written is what comes back
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
         return text.encode("utf-8")
 
     def deserialize(self, data: bytes) -> Any:
@@ -127,42 +120,126 @@ class JsonSerializer:
         return json.loads(data)
 
 
-_JSON_SCALARS = (str, int, float, bool, type(None))
+MAX_JSON_DEPTH = 500
+"""Lists and dicts nested deeper than this are refused (a reader's own call
+stack would not be deep enough to read them back)."""
 
-
-def _no_json(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON; {_JSON_HINT}")
+_Entry = tuple[Any, int, Any, Any]  # (item, depth, parent entry, key or index in the parent)
 
 
 _JSON_HINT = "use MsgpackSerializer or PickleSerializer for other types"
 
 
 def _check_json(value: Any) -> None:
-    """Raise ``TypeError`` naming the first part of ``value`` JSON would not bring back as it is."""
-    stack: list[tuple[str, Any]] = [("value", value)]
+    """Raise ``TypeError`` naming the first part of ``value`` JSON would not bring back as it is.
+
+    Only the exact types come back: a subclass (an enum, an ``OrderedDict``,
+    a ``str`` subclass) would come back as its base type.
+    """
+    root: _Entry = (None, -1, None, None)
+    stack: list[_Entry] = []
+    _check_item(value, root, None, stack)  # the whole value, as if in a one-item list
     while stack:
-        path, item = stack.pop()
-        kind = type(item)
-        if kind in _JSON_SCALARS:
-            continue
-        if kind is list:
-            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(item))))
-        elif kind is dict:
-            for key, v in reversed(list(item.items())):
+        entry = stack.pop()
+        item, depth = entry[0], entry[1]
+        if depth >= MAX_JSON_DEPTH:
+            raise TypeError(_too_deep(entry))
+        inner: list[_Entry] = []
+        if type(item) is list:
+            for index, child in enumerate(item):
+                _check_item(child, entry, index, inner)
+        else:
+            for key, child in item.items():
                 if type(key) is not str:
                     raise TypeError(
-                        f"{path} has the key {key!r} ({type(key).__name__}): JSON keys are "
-                        f"strings, it would come back as {_json_key(key)}; use string "
+                        f"{_path(entry)} has the key {key!r} ({type(key).__name__}): JSON keys "
+                        f"are strings, it would come back as {_json_key(key)}; use string "
                         f"keys, or {_JSON_HINT}"
                     )
-                stack.append((f"{path}[{key!r}]", v))
-        elif kind is tuple:
-            raise TypeError(
-                f"{path} is a tuple: JSON would bring it back as a list; store a list, "
-                f"or {_JSON_HINT}"
-            )
-        else:
-            raise TypeError(f"{path} is of type {kind.__name__}: {_changed(item)}; {_JSON_HINT}")
+                if not key.isascii():
+                    _check_text(key, entry, key=True)
+                _check_item(child, entry, key, inner)
+        inner.reverse()
+        stack.extend(inner)  # depth first, in the value's order
+
+
+def _check_item(item: Any, parent: _Entry, step: Any, containers: list[_Entry]) -> None:
+    """Check a scalar of ``parent`` at ``step``; a list or dict is added to ``containers``."""
+    kind = type(item)
+    if kind is str:
+        if not item.isascii():
+            _check_text(item, (item, 0, parent, step))
+    elif kind is int:
+        if item.bit_length() > 10_000:
+            _check_digits(item, (item, 0, parent, step))
+    elif kind is list or kind is dict:
+        containers.append((item, parent[1] + 1, parent, step))
+    elif kind is float or kind is bool or item is None:
+        return
+    elif kind is tuple:
+        raise TypeError(
+            f"{_path((item, 0, parent, step))} is a tuple: JSON would bring it back as a "
+            f"list; store a list, or {_JSON_HINT}"
+        )
+    else:
+        raise TypeError(
+            f"{_path((item, 0, parent, step))} is of type {kind.__name__}: {_changed(item)}; "
+            f"{_JSON_HINT}"
+        )
+
+
+def _path(entry: _Entry) -> str:
+    """Where ``entry`` is in the value: ``value['a'][1]`` (the middle of a long one elided)."""
+    steps: list[str] = []
+    while entry[2] is not None and entry[2][1] >= 0:  # up to the whole value
+        steps.append(f"[{entry[3]!r}]")
+        entry = entry[2]
+    steps.reverse()
+    if len(steps) > 12:
+        steps[6:-4] = [f"...({len(steps) - 10} more)..."]
+    return "value" + "".join(steps)
+
+
+def _check_text(text: str, entry: _Entry, *, key: bool = False) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        what = f"{_path(entry)} has a key" if key else f"{_path(entry)} is a string"
+        raise TypeError(
+            f"{what} with a lone surrogate {text[exc.start]!r} at {exc.start}: not UTF-8, "
+            "so not storable as JSON"
+        ) from None
+
+
+def _check_digits(number: int, entry: _Entry) -> None:
+    try:
+        str(number)
+    except ValueError:
+        raise TypeError(
+            f"{_path(entry)} is an int of {number.bit_length()} bits, more digits than "
+            f"Python converts to text (sys.get_int_max_str_digits()); {_JSON_HINT}"
+        ) from None
+
+
+def _too_deep(entry: _Entry) -> str:
+    """The refusal of a list or dict nested :data:`MAX_JSON_DEPTH` deep: circular, or deep."""
+    chain: list[_Entry] = []
+    while entry is not None and entry[1] >= 0:  # up to the whole value
+        chain.append(entry)
+        entry = entry[2]
+    chain.reverse()  # from the whole value down
+    seen: set[int] = set()
+    for link in chain:
+        if id(link[0]) in seen:
+            outer = next(e for e in chain if e[0] is link[0])
+            return f"{_path(outer)} contains itself (a circular value): not storable as JSON"
+        seen.add(id(link[0]))
+    return (
+        f"{_path(chain[-1])} is nested {MAX_JSON_DEPTH} lists or dicts deep, more than a "
+        f"reader can read back; flatten the value, or {_JSON_HINT}"
+    )
 
 
 def _json_key(key: Any) -> str:

@@ -15,6 +15,7 @@ import dis
 import functools
 import inspect
 import json
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -86,7 +87,8 @@ def cached(
         if not callable(func):
             raise ArgumentError("func", f"@cached needs a function, got {type(func).__name__}")
         is_async = inspect.iscoroutinefunction(func)
-        cache_name = name or f"{func.__module__}.{func.__qualname__}"
+        cache_prefix = prefix if prefix is not None else "tenure:cached:"
+        cache_name = name or _name_of(func, cache_prefix)
         kind: type[Any] = AsyncHerdCache if is_async else HerdCache
         try:
             cache = kind(
@@ -99,14 +101,14 @@ def cached(
                 fallback=fallback,
                 serializer=serializer,
                 compressor=compressor,
-                prefix=prefix if prefix is not None else "tenure:cached:",
+                prefix=cache_prefix,
             )
         except ClientTypeError as exc:
             wanted = "a redis.asyncio client" if is_async else "a redis.Redis or RedisCluster"
             what = "async function" if is_async else "function"
             raise ClientTypeError(
                 "client",
-                f"@cached {what} {func.__qualname__} needs {wanted}: {exc}",
+                f"@cached {what} {cache_name} needs {wanted}: {exc}",
                 name=cache_name,
             ) from None
         signature = inspect.signature(func)
@@ -251,6 +253,41 @@ def _path_of(kind: type) -> str:
 
 _MEMO_SIZE = 4096
 _SIMPLE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+_names: dict[tuple[str, str], Any] = {}  # (prefix, derived cache name) -> the function's code
+_names_mutex = threading.Lock()
+
+
+def _name_of(func: Any, prefix: str) -> str:
+    """The cache name of a function decorated without ``name=``: its module and qualified name.
+
+    Two different functions with one qualified name (two lambdas of one
+    scope, a function defined again with another body) would share entries
+    and return each other's results: the second is refused in this process.
+    The same code decorated again (closures of one factory, a module
+    reloaded unchanged) is the same function.
+    """
+    code = getattr(func, "__code__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if code is None or not isinstance(qualname, str):
+        raise ArgumentError(
+            "name",
+            f"@cached needs name= for a {type(func).__name__} (it has no qualified name "
+            "of its own to name its cache by)",
+        )
+    cache_name = f"{func.__module__}.{qualname}"
+    with _names_mutex:
+        known = _names.setdefault((prefix, cache_name), code)
+    if known != code:
+        where = f"{code.co_filename}:{code.co_firstlineno}"
+        raise ArgumentError(
+            "name",
+            f"another function is cached as {cache_name!r} in this process (this one is at "
+            f"{where}); they would share entries and return each other's results: give "
+            "each its own name=",
+        )
+    return cache_name
 
 
 def _captured_values(func: Callable[..., Any]) -> Callable[[], dict[str, Any]] | None:

@@ -160,7 +160,7 @@ def check_seconds(
 
 
 def check_name(name: object) -> str:
-    """A primitive's name: a non-empty string without ``{`` or ``}``.
+    """A primitive's name: a non-empty string without ``{`` or ``}``, encodable as UTF-8.
 
     Braces are refused because the name becomes the keys' hash tag; a brace
     in it would split one primitive's keys across cluster slots.
@@ -171,6 +171,13 @@ def check_name(name: object) -> str:
         raise ArgumentError("name", "must not be empty")
     if "{" in name or "}" in name:
         raise ArgumentError("name", f"must not contain '{{' or '}}' (it is the hash tag): {name!r}")
+    if not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ArgumentError(
+                "name", f"must be UTF-8 text: a lone surrogate at {exc.start} in {name!r}"
+            ) from None
     return name
 
 

@@ -9,7 +9,14 @@ from redis.crc import key_slot
 
 from tenure._leased_core import to_text
 
-__all__ = ["StreamMessage", "claim_record_key", "entry_message", "parse_claimed", "read_messages"]
+__all__ = [
+    "ConsumerStatistics",
+    "StreamMessage",
+    "claim_record_key",
+    "entry_message",
+    "parse_claimed",
+    "read_messages",
+]
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,25 @@ class StreamMessage:
     id: str
     fields: dict[Any, Any]
     deliveries: int
+
+
+@dataclass(frozen=True)
+class ConsumerStatistics:
+    """An immutable snapshot of one stream consumer's counters (this process only).
+
+    * ``processed`` — messages its handler finished (and that were acknowledged).
+    * ``failed`` — handler calls that raised (each logged with its traceback
+      and message id on logger ``tenure.consumer``; the message comes back
+      after ``claim_idle``, or goes to the dead letters after ``max_deliveries``).
+    * ``dead_lettered`` — messages it moved to the dead-letter stream.
+    * ``handed_back`` — messages read and not handled when it stopped, handed
+      back for another consumer to take at once.
+    """
+
+    processed: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    handed_back: int = 0
 
 
 def entry_message(entry_id: Any, fields: Any, deliveries: int) -> StreamMessage:

@@ -6,9 +6,11 @@ is documented in docs/caches.md ("What bad input gets"). New findings land here.
 
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -27,6 +29,26 @@ from tenure import (
 from tenure.testing import ProxyFactory, ServerFactory
 from tests._backend_asyncio import sleep
 
+
+class _Text(str):
+    """A str subclass: JSON brings it back as a plain str."""
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+_CIRCULAR: list[Any] = [1, []]
+_CIRCULAR[1].append(_CIRCULAR[1])
+_DEEP = _nested(600)
+
 REFUSED_BY_JSON = [
     pytest.param({1: "a"}, r"value has the key 1 \(int\).*come back as \"1\"", id="int-key"),
     pytest.param({True: 1}, r"value has the key True \(bool\).*\"true\"", id="bool-key"),
@@ -35,6 +57,14 @@ REFUSED_BY_JSON = [
     pytest.param({"a": [1, (2, 3)]}, r"value\['a'\]\[1\] is a tuple", id="nested-tuple"),
     pytest.param({"s": {1, 2}}, r"value\['s'\] is of type set", id="set"),
     pytest.param([b"raw"], r"value\[0\] is of type bytes", id="bytes"),
+    # Subclasses would come back as their base type.
+    pytest.param({"k": _Text("x")}, r"value\['k'\] is of type _Text.*back as str", id="str-sub"),
+    pytest.param([_Level.HIGH], r"value\[0\] is of type _Level.*back as int", id="int-enum"),
+    pytest.param(OrderedDict(a=1), r"value is of type OrderedDict.*back as dict", id="ordered"),
+    pytest.param(_CIRCULAR, r"value\[1\] contains itself", id="circular"),
+    pytest.param(_DEEP, r"nested 500 lists or dicts deep", id="too-deep"),
+    pytest.param(["\udcff"], r"value\[0\] is a string with a lone surrogate", id="surrogate"),
+    pytest.param({"n": 10**5000}, r"value\['n'\] is an int of \d+ bits", id="huge-int"),
 ]
 
 
@@ -52,7 +82,14 @@ async def test_json_keeps_what_it_brings_back_exactly(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
     cache = AsyncCache(tenure_async_client, "json-exact")
-    for value in ({"1": "a"}, [1, 2.5, "x", None, True, {"k": [{}]}], float("inf"), -0.0):
+    for value in (
+        {"1": "a"},
+        [1, 2.5, "x", None, True, {"k": [{}]}],
+        float("inf"),
+        -0.0,
+        _nested(500),
+        "é\u2603",
+    ):
         await cache.set("k", value)
         assert await cache.get("k") == value
 
@@ -89,6 +126,25 @@ async def test_cache_names_follow_the_lock_rules(
         AsyncCache(tenure_async_client, name)
 
 
+async def test_names_keys_and_prefixes_the_server_cannot_hold_are_refused(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    with pytest.raises(ArgumentError, match="name: must be UTF-8 text"):
+        AsyncCache(tenure_async_client, "users\udcff")
+    with pytest.raises(ArgumentError, match="prefix: must not contain"):
+        AsyncCache(tenure_async_client, "users", prefix="app:{eu}:")
+    cache = AsyncHerdCache(tenure_async_client, "users")
+    with pytest.raises(ArgumentError, match="key: must be UTF-8 text"):
+        await cache.set("k\udcff", 1)
+    with pytest.raises(ArgumentError, match="key: must not be empty"):
+        await cache.fetch("", _one)  # no hash tag: a cluster would split the entry's keys
+    assert await cache.fetch("", _one, param={"page": 1}) == 1  # a param names it
+
+
+async def _one() -> int:
+    return 1
+
+
 async def test_clear_never_touches_another_caches_keys(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
@@ -122,6 +178,37 @@ async def test_closures_of_one_factory_cache_apart(
     assert loads == [3, 5]
 
 
+async def test_two_functions_of_one_name_are_refused(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """Two functions with one qualified name (two lambdas of a scope, a
+    function defined again with another body) would share entries: the
+    second is refused unless named; the same code again is the same function."""
+
+    def define(double: bool) -> Any:
+        if double:
+
+            async def twin(x: int) -> int:
+                return x * 2
+
+        else:
+
+            async def twin(x: int) -> int:
+                return x + 100
+
+        return twin
+
+    doubled = cached(tenure_async_client, ttl=30)(define(True))
+    assert await doubled(4) == 8
+    assert await cached(tenure_async_client, ttl=30)(define(True))(4) == 8  # the same code
+    with pytest.raises(ArgumentError, match="another function is cached as .*twin"):
+        cached(tenure_async_client, ttl=30)(define(False))
+    named = cached(tenure_async_client, ttl=30, name="twin-plus-100")(define(False))
+    assert await named(4) == 104
+    with pytest.raises(ArgumentError, match="needs name= for a partial"):
+        cached(tenure_async_client, ttl=30)(functools.partial(define(True), 1))
+
+
 async def test_a_loader_asking_for_its_own_entry_fails_at_once(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
@@ -152,7 +239,7 @@ def _outage_records(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
     messages = [r.getMessage() for r in caplog.records if r.name == "tenure.cache"]
     return (
         sum("is out of reach" in m for m in messages),
-        sum("answers again after" in m for m in messages),
+        sum("answers again," in m for m in messages),
     )
 
 
@@ -219,6 +306,12 @@ async def test_an_outage_costs_one_call_then_fetches_go_straight_to_the_loader(
         mine, theirs = cache.statistics(), other.statistics()
         assert (mine.fallbacks, mine.outages, mine.recoveries) == (5, 1, 0)
         assert (theirs.fallbacks, theirs.outages, theirs.recoveries) == (4, 1, 0)
+
+        async def a_tuple() -> Any:
+            return (1, 2)
+
+        with pytest.raises(ArgumentError, match="tuple"):  # refused as with the server up
+            await cache.fetch("t", a_tuple)
 
         if fault == "killed":
             server.restart()

@@ -142,6 +142,11 @@ class _AsyncCacheBase:
         self.prefix = self._default_prefix if prefix is None else prefix
         if not isinstance(self.prefix, str):
             raise ArgumentError("prefix", "must be a str", name=name)
+        if "{" in self.prefix or "}" in self.prefix:
+            # the entries' hash tag comes after it: a brace would take its place
+            raise ArgumentError(
+                "prefix", f"must not contain '{{' or '}}': {self.prefix!r}", name=name
+            )
         self._counts = new_counters()
         self._warned_decode = False
 
@@ -166,6 +171,17 @@ class _AsyncCacheBase:
             identity = key
         else:
             identity = self.identity_generator.generate(key, param)
+        if not identity:
+            # It would be no hash tag: on a cluster the entry's keys would
+            # land in different slots.
+            raise ArgumentError("key", "must not be empty (it names the entry)", name=self.name)
+        if not identity.isascii():
+            try:
+                identity.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ArgumentError(
+                    "key", f"must be UTF-8 text: a lone surrogate at {exc.start}", name=self.name
+                ) from None
         return entry_key(self.prefix, self.name, identity)
 
     def _ttl_ms(self, ttl: float | None) -> int:
@@ -326,13 +342,15 @@ class _Flight:
     mutex), so a lone hit pays for a dict entry and no more.
     """
 
-    __slots__ = ("error", "event", "finished", "value")
+    __slots__ = ("abandoned", "error", "event", "finished", "value")
 
     def __init__(self) -> None:
         self.event: Event | None = None
         self.finished = False
         self.value: Any = None
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
+        # Its caller was cancelled or interrupted: the others ask again themselves.
+        self.abandoned = False
 
 
 _MISS = object()  # not a fresh hit: ask the script
@@ -522,6 +540,14 @@ class HerdCache(_AsyncCacheBase):
                 "without the cache inside its loader (say the wrapper's .uncached)",
                 name=self.name,
             )
+        outage = outage_of(self.client) if self.fallback else None
+        if outage is not None:
+            # Not even a request of this process begun before the outage is waited for.
+            entered = _loading.set(loading | {stored})
+            try:
+                return self._fall_back(loader, outage)
+            finally:
+                _loading.reset(entered)
         flight_key = (scope_key(), stored)
         mine = _Flight()
         flight = self._flights.setdefault(flight_key, mine)  # atomic: one leader
@@ -536,14 +562,19 @@ class HerdCache(_AsyncCacheBase):
             # one of them sees the other.
             while not flight.finished and not event.wait(3600.0):
                 pass
+            if flight.abandoned:  # its caller's cancellation is not this caller's
+                return self._fetch_key(stored, loader, ttl=ttl, herd_timeout=herd_timeout)
             if flight.error is not None:
                 raise flight.error
             return flight.value
         entered = _loading.set(loading | {stored})  # what this call's loader runs under
         try:
             flight.value = self._fetched(stored, loader, ttl, herd_timeout)
-        except BaseException as exc:
+        except Exception as exc:
             flight.error = exc
+            raise
+        except BaseException:
+            flight.abandoned = True
             raise
         finally:
             _loading.reset(entered)
@@ -559,9 +590,6 @@ class HerdCache(_AsyncCacheBase):
         self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
     ) -> Any:
         """The entry's value: from the server (a plain GET, else the script), or the loader."""
-        outage = outage_of(self.client) if self.fallback else None
-        if outage is not None:
-            return self._fall_back(loader, outage)  # the server is not asked
         if self._outage_seen is not None and self._outage_seen.ended:
             self._outage_seen = None
             self._counts["recoveries"] += 1
@@ -589,14 +617,20 @@ class HerdCache(_AsyncCacheBase):
         return None
 
     def _fall_back(self, loader: Callable[[], Any], outage: Outage | None) -> Any:
-        """The loader's value, computed without the cache (``fallback``)."""
+        """The loader's value, computed without the cache (``fallback``).
+
+        A value the cache could not store is refused as it would be with the
+        server up: the outcome does not depend on the server.
+        """
         self._counts["fallbacks"] += 1
         if outage is not None:
             outage.fallbacks += 1
             if self._outage_seen is not outage:
                 self._outage_seen = outage
                 self._counts["outages"] += 1
-        return unwrap_loaded(_call(loader), None)[0]
+        value = unwrap_loaded(_call(loader), None)[0]
+        self.codec.encode(value)
+        return value
 
     def _fresh_hit(self, stored: str) -> Any:
         """The value if a plain GET finds it surely fresh (no script), else ``_MISS``.

@@ -30,7 +30,13 @@ from redis.crc import key_slot
 from tenure._backend_threads import IS_ASYNC, on_signals
 from tenure._clients import is_cluster, map_exceptions, require_client
 from tenure._exceptions import ArgumentError
-from tenure._stream_core import StreamMessage, claim_record_key, parse_claimed, read_messages
+from tenure._stream_core import (
+    ConsumerStatistics,
+    StreamMessage,
+    claim_record_key,
+    parse_claimed,
+    read_messages,
+)
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
@@ -115,9 +121,19 @@ class StreamConsumer:
         self.processed = 0
         self.failed = 0  # handler calls that raised (each logged on "tenure.consumer")
         self.dead_lettered = 0
+        self.handed_back = 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.stream!r} group={self.group!r} as {self.consumer!r}>"
+
+    def statistics(self) -> ConsumerStatistics:
+        """An immutable snapshot of this consumer's counters in this process."""
+        return ConsumerStatistics(
+            processed=self.processed,
+            failed=self.failed,
+            dead_lettered=self.dead_lettered,
+            handed_back=self.handed_back,
+        )
 
     def setup(self) -> None:
         """Create the group (and the stream) if they do not exist; idempotent."""
@@ -239,22 +255,28 @@ class StreamConsumer:
         """Let another consumer take ``messages`` (read, not handled) at once.
 
         They stay pending under this consumer, marked idle for a long time
-        (``XCLAIM ... IDLE ... JUSTID``: their delivery count unchanged), so
-        the next consumer that looks for abandoned messages claims them now
-        rather than after ``claim_idle``.
+        (``XCLAIM ... IDLE ... JUSTID``), so the next consumer that looks for
+        abandoned messages claims them now rather than after ``claim_idle``.
+        Their delivery count is set back by one (``RETRYCOUNT``): the claim
+        counts the delivery again, and a message no handler saw is not
+        brought nearer the dead letters by a consumer stopping.
         """
-        if not messages:
-            return
+        by_count: dict[int, list[Any]] = {}
+        for message in messages:
+            by_count.setdefault(max(0, message.deliveries - 1), []).append(message.id)
         with map_exceptions(name=self.stream, doing="handing back unhandled messages"):
-            self.client.xclaim(
-                self.stream,
-                self.group,
-                self.consumer,
-                0,
-                [m.id for m in messages],
-                idle=HANDED_BACK_IDLE_MS,
-                justid=True,
-            )
+            for count, ids in by_count.items():
+                self.client.xclaim(
+                    self.stream,
+                    self.group,
+                    self.consumer,
+                    0,
+                    ids,
+                    idle=HANDED_BACK_IDLE_MS,
+                    retrycount=count,
+                    justid=True,
+                )
+        self.handed_back += len(messages)
 
     def _keep_claimed(self, message: StreamMessage) -> Job:
         every = self.claim_idle_ms / 3000

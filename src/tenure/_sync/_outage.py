@@ -61,8 +61,8 @@ class Outage:
             self.ended = True
             forget()
         logger.warning(
-            "tenure: the server %s answers again after %.1f s (%d call(s) computed without "
-            "the cache meanwhile); caches use it again",
+            "tenure: the server %s answers again, %.1f s after it was found out of reach "
+            "(%d call(s) computed without the cache meanwhile); caches use it again",
             self.server,
             time.monotonic() - self.started,
             self.fallbacks,
