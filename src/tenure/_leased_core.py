@@ -46,6 +46,7 @@ __all__ = [
     "Queued",
     "ReadWriteStatistics",
     "SemaphoreStatistics",
+    "TokenLocal",
     "call_id",
     "check_name",
     "check_owner_name",
@@ -410,6 +411,32 @@ SETTINGS_CACHED = 256
 """How many distinct argument sets :meth:`LockSettings.build` keeps validated."""
 
 _SETTINGS: dict[tuple[object, ...], LockSettings] = {}
+
+
+class TokenLocal:
+    """``lock.local`` as redis-py has it: the current owner's ``token``, to read or to set.
+
+    ``token`` is the token of the current owner's hold (bytes, as redis-py
+    gives it; None when it holds nothing). Setting it makes the current owner
+    act on the hold with that token, taken by another object or process:
+    ``release()``, ``extend()``, ``reacquire()`` and ``owned()`` then apply to
+    it (the server checks the token). Setting None forgets the hold here.
+    """
+
+    __slots__ = ("_primitive",)
+
+    def __init__(self, primitive: Any) -> None:
+        self._primitive = primitive
+
+    @property
+    def token(self) -> bytes | None:
+        """The current owner's token, or None."""
+        token: str | None = self._primitive._current_token()
+        return None if token is None else token.encode("utf-8")
+
+    @token.setter
+    def token(self, value: bytes | str | None) -> None:
+        self._primitive._take_token(value)
 
 
 @dataclass(slots=True)

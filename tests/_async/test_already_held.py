@@ -1,10 +1,14 @@
-"""AlreadyHeldError's hint suggests only what the primitive has.
+"""Acquiring what one holds: False when non-blocking; a blocking acquire raises
+AlreadyHeldError, whose hint suggests only what the primitive has. A fixed lease
+that ran out ends the hold: the object acquires again.
 
 Written once for asyncio and generated for threads.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,13 +24,16 @@ from tenure import (
     AsyncReentrantLock,
     AsyncSemaphore,
 )
+from tests._backend_asyncio import sleep
 
 
 async def _second_acquire(primitive: Any) -> str:
+    """Acquire twice on one owner: non-blocking, False (as redis-py); blocking, refused."""
     assert await primitive.acquire()
     try:
+        assert await primitive.acquire(blocking=False) is False
         with pytest.raises(AlreadyHeldError) as caught:
-            await primitive.acquire(blocking=False)
+            await primitive.acquire()
     finally:
         await primitive.release()
     return str(caught.value)
@@ -92,3 +99,39 @@ async def test_a_read_write_lock_says_it_is_not_reentrant_and_refuses_the_option
     with pytest.raises(ArgumentError, match="reentrant"):
         AsyncReadWriteLock(tenure_async_client, "held-rw", reentrant=True)
     assert AsyncReadWriteLock(tenure_async_client, "held-rw", reentrant=False).name == "held-rw"
+
+
+KINDS: dict[str, Callable[..., Any]] = {
+    "lock": lambda client, name, **kw: AsyncLock(client, name, **kw),
+    "reentrant": lambda client, name, **kw: AsyncReentrantLock(client, name, **kw),
+    "cluster-lock": lambda client, name, **kw: AsyncClusterLock(
+        client, name, replica_timeout=0.05, **kw
+    ),
+    "semaphore": lambda client, name, **kw: AsyncSemaphore(client, name, limit=1, **kw),
+    "read": lambda client, name, **kw: AsyncReadWriteLock(client, name, **kw).read,
+    "write": lambda client, name, **kw: AsyncReadWriteLock(client, name, **kw).write,
+    "redlock": lambda client, name, **kw: AsyncRedlock([client], name, **kw),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+async def test_a_lease_that_ran_out_ends_the_hold(
+    tenure_async_client: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """Acquire with a fixed lease and let it run out (the throttle idiom): the
+    object acquires again, and the lost notice says what happened."""
+    notices: list[Any] = []
+    primitive = KINDS[kind](
+        tenure_async_client, f"ran-out-{kind}", timeout=0.2, on_lost=notices.append
+    )
+    assert await primitive.acquire()
+    assert not primitive.lost
+    await sleep(0.35)
+    assert primitive.lost  # its lease ran out
+    with caplog.at_level(logging.WARNING, logger="tenure"):
+        assert await primitive.acquire(blocking=False)
+    assert not primitive.lost  # a new hold
+    assert notices == [primitive]
+    assert primitive.statistics().lost == 1
+    assert any("lease ran out before it was released" in r.getMessage() for r in caplog.records)
+    await primitive.release()

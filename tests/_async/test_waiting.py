@@ -501,7 +501,7 @@ async def test_acquire_takes_redis_pys_positional_order(
     else:  # redis-py's sync acquire(sleep, blocking, blocking_timeout, token)
         assert await acquire(0.01, False) is False
     with pytest.raises(ArgumentError, match="token"):
-        await other.acquire(blocking=False, token=b"\xff\xfe")  # type: ignore[arg-type]
+        await other.acquire(blocking=False, token=b"\xff\xfe")
     with pytest.raises(AcquireTimeoutError, match="without waiting"):
         async with AsyncLock(tenure_async_client, "order", blocking=False):
             pass

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -94,6 +95,7 @@ from tenure._leased_core import (
     LockSettings,
     LockStatistics,
     Queued,
+    TokenLocal,
     call_id,
     check_owner_name,
     check_seconds,
@@ -370,13 +372,63 @@ class Leased:
         expiry, idle periods and (with AOF) server restarts.
         """
         hold = self._slot.get()
-        return None if hold is None else hold.fence
+        return None if hold is None or not hold.fence else hold.fence
+
+    @property
+    def local(self) -> TokenLocal:
+        """redis-py's ``lock.local``: ``local.token`` is the current owner's token.
+
+        Hand a hold to another object (or process) by its token, as with
+        redis-py: ``other.local.token = lock.local.token``, then
+        ``other.release()`` (or ``extend()``, ``owned()``) acts on that hold.
+        Per owner, as ``thread_local`` decides. A hold taken over this way has
+        no fencing token here (``fencing_token`` is None) and is not renewed
+        by this object: its lease is the one the acquiring side keeps.
+        """
+        return TokenLocal(self)
+
+    def _current_token(self) -> str | None:
+        hold = self._slot.get()
+        return None if hold is None else hold.token
+
+    def _take_token(self, value: bytes | str | None) -> None:
+        """Make the current owner's hold the one with token ``value`` (None: none)."""
+        held = self._slot.get(adopt=False)
+        if value is None:
+            if held is not None:
+                self._forget(held)
+            return
+        token = self._checked_token(value)
+        if held is not None:
+            if held.token == token:
+                return
+            self._forget(held)  # this object no longer tracks it (nor renews it)
+        now = time.monotonic()
+        hold = Hold(
+            token=token, fence=0, acquired_at=now, expires_at=math.inf, holder=current_holder()
+        )
+        with self._mutex:
+            self._slot.set(hold)
+
+    def _checked_token(self, token: object) -> str:
+        """A token as the scripts take it: a non-empty str (UTF-8 bytes decoded)."""
+        if isinstance(token, bytes):  # redis-py takes bytes tokens too
+            try:
+                token = token.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ArgumentError("token", "bytes must be UTF-8", name=self.name) from None
+        if not isinstance(token, str) or not token:
+            raise ArgumentError("token", "must be a non-empty str", name=self.name)
+        return token
 
     @property
     def lost(self) -> bool:
-        """True if the current owner's hold was found lost and not yet released."""
+        """True if the current owner's hold was found lost (or its fixed lease ran out).
+
+        Until it is released, or this owner acquires again.
+        """
         hold = self._slot.get()
-        return hold is not None and hold.lost
+        return hold is not None and (hold.lost or self._ran_out(hold))
 
     @property
     def keys(self) -> LockKeys:
@@ -391,7 +443,7 @@ class Leased:
         return self._statistics_type(
             name=self.name,
             held=hold is not None and not hold.lost,
-            fencing_token=None if hold is None else hold.fence,
+            fencing_token=None if hold is None or not hold.fence else hold.fence,
             **counters,
             **self._statistics_extra(),
         )
@@ -406,6 +458,8 @@ class Leased:
             state = "not held"
         elif hold.lost:
             state = f"LOST fence={hold.fence}"
+        elif not hold.fence:
+            state = "held by a token taken over (local.token)"
         else:
             left = max(0.0, hold.expires_at - time.monotonic())
             state = f"held fence={hold.fence} lease~{left:.1f}s"
@@ -424,7 +478,7 @@ class Leased:
         sleep: float | None = None,
         blocking: bool | None = None,
         blocking_timeout: float | None = None,
-        token: str | None = None,
+        token: str | bytes | None = None,
     ) -> bool:
         """Acquire; return True if acquired, False if not (non-blocking or timed out).
 
@@ -441,7 +495,7 @@ class Leased:
         sleep: float | None,
         blocking: bool | None,
         blocking_timeout: float | None,
-        token: str | None,
+        token: str | bytes | None,
     ) -> bool:
         settings = self._settings
         if sleep is not None:
@@ -453,18 +507,19 @@ class Leased:
             blocking_timeout = check_seconds(
                 "blocking_timeout", blocking_timeout, allow_none=False, name=self.name, forever=True
             )
-        if isinstance(token, bytes):  # redis-py takes bytes tokens too
-            try:  # type: ignore[unreachable]
-                token = token.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ArgumentError("token", "bytes must be UTF-8", name=self.name) from None
-        if token is not None and (not isinstance(token, str) or not token):
-            raise ArgumentError("token", "must be a non-empty str", name=self.name)
+        if token is not None:
+            token = self._checked_token(token)
         held = self._slot.get(adopt=False)
+        if held is not None and not held.lost and self._ran_out(held):
+            # Acquire, and let the lease run out: the hold ended (told as lost).
+            self._mark_lost(held, "its lease ran out before it was released")
         if held is not None and not held.lost:
             if not settings.reentrant:
+                if not wait:
+                    return False  # as redis-py: held (by this owner), so not acquired
                 raise AlreadyHeldError(
-                    f"this owner already holds the {self._noun}; {self._reentry_hint}",
+                    f"this owner already holds the {self._noun} (a blocking acquire would "
+                    f"wait for itself); {self._reentry_hint}",
                     name=self.name,
                 )
             return self._reenter(held)
@@ -882,16 +937,25 @@ class Leased:
         job.args = self._extend_call(hold.token, ms, "set")[1]
         return now + ms / 1000 * RENEW_AT, False
 
-    def _mark_lost(self, hold: Hold) -> None:
+    def _ran_out(self, hold: Hold) -> bool:
+        """Whether ``hold``'s lease ran out: a fixed lease (or one past ``max_hold``) ended.
+
+        A lease the watchdog renews for ever is not judged here: its renewal
+        tells when it is lost.
+        """
+        settings = self._settings
+        if settings.auto_renew and settings.max_hold is None:
+            return False
+        return time.monotonic() >= hold.expires_at
+
+    def _mark_lost(self, hold: Hold, why: str = "it was lost while held") -> None:
         """Record that ``hold`` was lost while held (only a live hold, once)."""
         with self._mutex:
             if hold.lost or not self._slot.holds(hold):
                 return
             hold.lost = True
             self._counters.lost += 1
-        logger.warning(
-            "tenure: %s %r was lost while held (fence %s)", self._noun, self.name, hold.fence
-        )
+        logger.warning("tenure: %s %r: %s (fence %s)", self._noun, self.name, why, hold.fence)
         if self._cancel_on_lost and hold.guarded:
             cancel_holder(hold.holder)
         if self._on_lost is not None:

@@ -82,7 +82,7 @@ class _AsyncSide(Permits):
         if other is None:
             return
         hold = other._slot.get(adopt=False)
-        if hold is not None and not hold.lost:
+        if hold is not None and not hold.lost and not other._ran_out(hold):
             if self._mode == "w":
                 hint = (
                     "a read hold is not upgraded (two upgrading readers would wait on each "
