@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from tenure._exceptions import ArgumentError, CacheDecodeError, MissingDependencyError
+from tenure._leased_core import lone_surrogate
 
 __all__ = [
     "DEFAULT_COMPRESSOR",
@@ -156,8 +157,7 @@ def _check_json(value: Any) -> None:
                         f"are strings, it would come back as {_json_key(key)}; use string "
                         f"keys, or {_JSON_HINT}"
                     )
-                if not key.isascii():
-                    _check_text(key, entry, key=True)
+                _check_text(key, entry, key=True)
                 _check_item(child, entry, key, inner)
         inner.reverse()
         stack.extend(inner)  # depth first, in the value's order
@@ -167,7 +167,7 @@ def _check_item(item: Any, parent: _Entry, step: Any, containers: list[_Entry]) 
     """Check a scalar of ``parent`` at ``step``; a list or dict is added to ``containers``."""
     kind = type(item)
     if kind is str:
-        if not item.isascii():
+        if not item.isascii():  # the common case costs no entry
             _check_text(item, (item, 0, parent, step))
     elif kind is int:
         if item.bit_length() > 10_000:
@@ -201,16 +201,12 @@ def _path(entry: _Entry) -> str:
 
 
 def _check_text(text: str, entry: _Entry, *, key: bool = False) -> None:
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
+    at = lone_surrogate(text)
+    if at is not None:
         what = f"{_path(entry)} has a key" if key else f"{_path(entry)} is a string"
         raise TypeError(
-            f"{what} with a lone surrogate {text[exc.start]!r} at {exc.start}: not UTF-8, "
-            "so not storable as JSON"
-        ) from None
+            f"{what} with a lone surrogate {text[at]!r} at {at}: not UTF-8, so not storable as JSON"
+        )
 
 
 def _check_digits(number: int, entry: _Entry) -> None:

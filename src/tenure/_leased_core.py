@@ -53,6 +53,7 @@ __all__ = [
     "check_seconds",
     "default_owner_name",
     "grant_time",
+    "lone_surrogate",
     "new_token",
     "parse_acquire",
     "parse_grant",
@@ -172,14 +173,21 @@ def check_name(name: object) -> str:
         raise ArgumentError("name", "must not be empty")
     if "{" in name or "}" in name:
         raise ArgumentError("name", f"must not contain '{{' or '}}' (it is the hash tag): {name!r}")
-    if not name.isascii():
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ArgumentError(
-                "name", f"must be UTF-8 text: a lone surrogate at {exc.start} in {name!r}"
-            ) from None
+    at = lone_surrogate(name)
+    if at is not None:
+        raise ArgumentError("name", f"must be UTF-8 text: a lone surrogate at {at} in {name!r}")
     return name
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` cannot be UTF-8 (a lone surrogate), or None: it can."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 MAX_OWNER_NAME = 200

@@ -74,7 +74,7 @@ from tenure._exceptions import (
     ServerUnavailableError,
     TenureError,
 )
-from tenure._leased_core import check_name
+from tenure._leased_core import check_name, lone_surrogate
 
 __all__ = ["AsyncCache", "AsyncHerdCache"]
 
@@ -175,13 +175,11 @@ class _AsyncCacheBase:
             # It would be no hash tag: on a cluster the entry's keys would
             # land in different slots.
             raise ArgumentError("key", "must not be empty (it names the entry)", name=self.name)
-        if not identity.isascii():
-            try:
-                identity.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise ArgumentError(
-                    "key", f"must be UTF-8 text: a lone surrogate at {exc.start}", name=self.name
-                ) from None
+        at = lone_surrogate(identity)
+        if at is not None:
+            raise ArgumentError(
+                "key", f"must be UTF-8 text: a lone surrogate at {at}", name=self.name
+            )
         return entry_key(self.prefix, self.name, identity)
 
     def _ttl_ms(self, ttl: float | None) -> int:
