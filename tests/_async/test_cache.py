@@ -40,6 +40,24 @@ class Loader:
         return self.value
 
 
+class GatedLoader:
+    """A loader that holds its value until the test sets ``opened`` (at most 10 s)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.calls = 0
+        self.opened = False
+        self.returned = False
+
+    async def __call__(self) -> Any:
+        self.calls += 1
+        deadline = time.monotonic() + 10
+        while not self.opened and time.monotonic() < deadline:
+            await sleep(0.01)
+        self.returned = True
+        return self.value
+
+
 # -- Cache -----------------------------------------------------------------------
 
 
@@ -227,19 +245,21 @@ async def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     first = Loader("old")
     assert await caches[0].fetch("eur", first) == "old"
     await sleep(0.3)  # stale now, still kept for herd_timeout
-    loader = Loader("new", seconds=0.3)
+    loader = GatedLoader("new")
 
-    async def caller(index: int) -> tuple[Any, float]:
-        started = time.monotonic()
-        value = await caches[index % 4].fetch("eur", loader, ttl=10)
-        return value, time.monotonic() - started
-
-    results = await gather(*(lambda i=i: caller(i) for i in range(20)))
-    assert all(value == "old" for value, _ in results)
-    assert max(waited for _, waited in results) < 0.25  # nobody waited for the 0.3 s load
-    await sleep(0.5)
-    assert loader.calls == 1
-    assert await caches[1].fetch("eur", loader) == "new"
+    results = await gather(
+        *(lambda i=i: caches[i % 4].fetch("eur", loader, ttl=10) for i in range(20))
+    )
+    assert results == ["old"] * 20
+    # every caller has its answer while the refresh is still held at its gate:
+    # nobody waited for the load
+    assert loader.calls == 1 and not loader.returned
+    loader.opened = True
+    deadline = time.monotonic() + 10
+    while await caches[1].get("eur") != "new":
+        assert time.monotonic() < deadline, "the refreshed value was never stored"
+        await sleep(0.02)
+    assert await caches[2].fetch("eur", loader) == "new"
     assert loader.calls == 1
 
 
