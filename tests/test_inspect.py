@@ -120,6 +120,24 @@ def test_inspect_on_a_cluster(tenure_cluster_client: redis.cluster.RedisCluster)
         lock.release()
 
 
+def test_names_with_their_own_hash_tag_are_listed_as_given(
+    tenure_cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    held = [
+        Lock(tenure_cluster_client, name, thread_local=False)
+        for name in ("lock:{user42}", "{user42}", "user42", "job[1]*?")
+    ]
+    for lock in held:
+        assert lock.acquire()
+    rows = inspect(tenure_cluster_client)
+    assert sorted(row.name for row in rows) == sorted(lock.name for lock in held)
+    assert all(row.state == "held" for row in rows)
+    assert [row.name for row in inspect(tenure_cluster_client, "lock:{")] == ["lock:{user42}"]
+    assert [row.name for row in inspect(tenure_cluster_client, "job[1]")] == ["job[1]*?"]
+    for lock in held:
+        lock.release()
+
+
 def test_a_new_primitive_plugs_in_its_view(tenure_client: redis.Redis) -> None:
     tenure_client.set("tenure:gizmo:{g1}", "x")
 

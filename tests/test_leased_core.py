@@ -9,16 +9,21 @@ from typing import TypeVar
 
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 import tenure
+from tenure import ArgumentError
 from tenure._leased_core import (
     Acquired,
     LimitMismatch,
     LockKeys,
     LockSettings,
     Queued,
+    check_lock_name,
+    lone_surrogate,
+    name_from_key,
     parse_acquire,
     parse_grant,
 )
@@ -51,13 +56,53 @@ def test_acquire_replies() -> None:
     assert parse_acquire([0, -2, 3, 99]) == Queued(owner_ttl_ms=-2, position=3, server_ms=99)
 
 
-@given(st.text(min_size=1, max_size=30).filter(lambda n: "{" not in n and "}" not in n))
-def test_every_key_shares_the_hash_tag(name: str) -> None:
+_NAME_TEXT = st.text(alphabet="ab{}:(", min_size=1, max_size=8) | st.text(min_size=1, max_size=20)
+
+
+def _lock_name(text: str) -> str | None:
+    try:
+        return check_lock_name(text)
+    except ArgumentError:
+        return None
+
+
+@given(_NAME_TEXT)
+def test_every_key_shares_the_slot_of_redis_pys_key(text: str) -> None:
+    name = _lock_name(text)
+    assume(name is not None and lone_surrogate(text) is None)
+    assert name is not None
     keys = LockKeys.for_name("tenure:lock:", name)
-    tag = f"{{{name}}}"
-    assert all(tag in key for key in keys.all)
-    assert len(set(keys.all)) == 9
-    assert set(keys.lock) <= set(keys.all)
+    slots = {key_slot(key.encode()) for key in (*keys, *keys.all)}
+    assert slots == {key_slot(name.encode())}  # one slot, redis-py's key `name` included
+    assert len(set(keys)) == len(keys)
+    assert name_from_key(keys.queue, "tenure:lock:") == name
+
+
+@given(_NAME_TEXT, _NAME_TEXT)
+def test_two_names_never_share_a_key(first: str, second: str) -> None:
+    a, b = _lock_name(first), _lock_name(second)
+    assume(a is not None and b is not None and a != b)
+    assert a is not None and b is not None
+    assert not set(LockKeys.for_name("p:", a)) & set(LockKeys.for_name("p:", b))
+
+
+def test_lock_names_are_text_bytes_or_refused_with_the_reason() -> None:
+    assert check_lock_name(b"orders") == "orders"
+    assert check_lock_name("lock:{user42}") == "lock:{user42}"
+    assert LockKeys.for_name("t:", "lock:{user42}").queue == "t:(lock:{user42}):queue"
+    assert LockKeys.for_name("t:", "orders").queue == "t:{orders}:queue"
+    for bad, why in [
+        (b"\xffx", "bytes must be UTF-8 text: byte 0"),
+        ("", "must not be empty"),
+        (b"", "must not be empty"),
+        (7, "must be a str or bytes, got int"),
+        ("a}b", "braces but no hash tag"),
+        ("x{}", "braces but no hash tag"),
+        ("{", "braces but no hash tag"),
+        ("a\ud800", "lone surrogate at 1"),
+    ]:
+        with pytest.raises(ArgumentError, match=why):
+            check_lock_name(bad)
 
 
 def test_tenure_errors_are_redis_py_errors() -> None:

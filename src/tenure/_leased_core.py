@@ -162,7 +162,7 @@ def check_seconds(
 
 
 def check_name(name: object) -> str:
-    """A primitive's name: a non-empty string without ``{`` or ``}``, encodable as UTF-8.
+    """A cache's or id set's name: a non-empty string without ``{`` or ``}``, encodable as UTF-8.
 
     Braces are refused because the name becomes the keys' hash tag; a brace
     in it would split one primitive's keys across cluster slots.
@@ -173,10 +173,103 @@ def check_name(name: object) -> str:
         raise ArgumentError("name", "must not be empty")
     if "{" in name or "}" in name:
         raise ArgumentError("name", f"must not contain '{{' or '}}' (it is the hash tag): {name!r}")
+    _check_utf8(name)
+    return name
+
+
+def _check_utf8(name: str) -> None:
     at = lone_surrogate(name)
     if at is not None:
         raise ArgumentError("name", f"must be UTF-8 text: a lone surrogate at {at} in {name!r}")
-    return name
+
+
+def hash_tag(name: str) -> str | None:
+    """The hash tag Redis Cluster finds in key ``name``, or None: the whole key is hashed.
+
+    Redis takes the text between the first ``{`` and the first ``}`` after
+    it, when that text is not empty.
+    """
+    start = name.find("{")
+    if start < 0:
+        return None
+    end = name.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return name[start + 1 : end]
+
+
+def check_lock_name(name: object) -> str:
+    """A lock-family name as text: a non-empty str, or bytes that are UTF-8 (as redis-py takes).
+
+    A name may carry its own hash tag (``lock:{user42}``): the lock's keys
+    then all live in the tag's slot, beside the user's data and beside
+    redis-py's key of that name. Braces that form no hash tag (``a}b``,
+    ``a{b``, ``x{}``) are refused: Redis would hash such a key whole, and
+    no set of keys can both share one slot and contain it.
+    """
+    if isinstance(name, (bytes, bytearray, memoryview)):
+        raw = bytes(name)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ArgumentError(
+                "name", f"bytes must be UTF-8 text: byte {exc.start} of {raw!r} is not"
+            ) from None
+    elif isinstance(name, str):
+        text = name
+    else:
+        raise ArgumentError("name", f"must be a str or bytes, got {type(name).__name__}")
+    if not text:
+        raise ArgumentError("name", "must not be empty")
+    if ("{" in text or "}" in text) and hash_tag(text) is None:
+        raise ArgumentError(
+            "name",
+            f"has braces but no hash tag ('{{tag}}', a non-empty tag between the first '{{' "
+            f"and the next '}}'): {text!r}; Redis would hash such a key whole, so tenure "
+            "could not keep the lock's keys in one cluster slot",
+        )
+    _check_utf8(text)
+    return text
+
+
+def base_key(prefix: str, name: str) -> str:
+    """The key every other key of lock-family primitive ``name`` starts with.
+
+    A plain name becomes the hash tag: ``{prefix}{{{name}}}``. A name with its
+    own hash tag keeps it, in parentheses: ``{prefix}({name})`` (so the keys
+    land in the tag's slot, and no two names share keys).
+    """
+    if "{" in name:
+        return f"{prefix}({name})"
+    return f"{prefix}{{{name}}}"
+
+
+def name_from_key(key: str, prefix: str) -> str | None:
+    """The name :func:`base_key` made ``key`` from (its suffix cut off), or None: not one."""
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix) :]
+    if rest.startswith("{"):
+        end = rest.find("}")
+        return rest[1:end] if end > 1 else None
+    if rest.startswith("("):
+        end = rest.rfind(")")
+        name = rest[1:end] if end > 1 else ""
+        return name if hash_tag(name) is not None else None
+    return None
+
+
+def check_prefix(prefix: object, name: str) -> str:
+    """A key prefix: a str without braces (they would take the hash tag from the name)."""
+    if not isinstance(prefix, str):
+        raise ArgumentError("prefix", f"must be a str, got {type(prefix).__name__}", name=name)
+    if "{" in prefix or "}" in prefix:
+        raise ArgumentError(
+            "prefix",
+            f"must not contain '{{' or '}}' (the name gives the hash tag): {prefix!r}",
+            name=name,
+        )
+    return prefix
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -277,7 +370,7 @@ class LockKeys(NamedTuple):
     @classmethod
     def for_name(cls, prefix: str, name: str) -> LockKeys:
         """Keys for primitive ``name`` under ``prefix``."""
-        owner = f"{prefix}{{{name}}}"
+        owner = base_key(prefix, name)
         return cls(
             owner,
             owner + ":queue",
@@ -353,7 +446,7 @@ class LockSettings:
         Settings are immutable and shared: the same arguments (of the same
         types) give the same object, validated once.
         """
-        checked = check_name(name)
+        checked = check_lock_name(name)
         key: tuple[object, ...] = (
             timeout,
             type(timeout),

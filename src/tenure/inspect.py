@@ -12,7 +12,6 @@ own view; nothing else changes::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import redis
 import redis.cluster
 
-from tenure._leased_core import to_text
+from tenure._leased_core import base_key, name_from_key, to_text
 
 __all__ = [
     "Primitive",
@@ -191,18 +190,21 @@ for _view in (
 ):
     register_view(_view)
 
-_NAME = re.compile(r"^\{(?P<name>[^{}]+)\}")
+
+def _glob(text: str) -> str:
+    """``text`` matched literally in a SCAN pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _names(client: Client, view_prefix: str, name_prefix: str) -> Iterable[str]:
     seen: set[str] = set()
-    pattern = f"{view_prefix}{{{name_prefix}*"
-    for key in client.scan_iter(match=pattern, count=500):
-        rest = to_text(key)[len(view_prefix) :]
-        match = _NAME.match(rest)
-        if match and match["name"] not in seen:
-            seen.add(match["name"])
-            yield match["name"]
+    for opening in ("{", "("):
+        pattern = f"{_glob(view_prefix)}{_glob(opening + name_prefix)}*"
+        for key in client.scan_iter(match=pattern, count=500):
+            name = name_from_key(to_text(key), view_prefix)
+            if name is not None and name not in seen:
+                seen.add(name)
+                yield name
 
 
 def inspect(client: Client, prefix: str = "", *, include_free: bool = False) -> list[Primitive]:
@@ -218,7 +220,7 @@ def inspect(client: Client, prefix: str = "", *, include_free: bool = False) -> 
     found = []
     for view in _VIEWS:
         for name in sorted(_names(client, view.prefix, prefix)):
-            row = view.describe(client, f"{view.prefix}{{{name}}}", name, now_ms)
+            row = view.describe(client, base_key(view.prefix, name), name, now_ms)
             if include_free or (row.state != "free" and not row.idle) or row.waiters:
                 found.append(row)
     return found

@@ -31,6 +31,7 @@ ON_CLUSTER = frozenset(
         "test_consumer",
         "test_ingest",
         "test_idset",
+        "test_names",
     }
 )
 """The modules whose tests run on the cluster too."""

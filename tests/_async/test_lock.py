@@ -397,7 +397,9 @@ async def test_bad_arguments_are_named(tenure_async_client: redis.asyncio.Redis)
     with pytest.raises(ArgumentError, match="^name"):
         AsyncLock(tenure_async_client, "")
     with pytest.raises(ArgumentError, match="hash tag"):
-        AsyncLock(tenure_async_client, "a{b}")
+        AsyncLock(tenure_async_client, "a}b")
+    with pytest.raises(ArgumentError, match="^prefix"):
+        AsyncLock(tenure_async_client, "x", prefix="locks:{eu}:")
     with pytest.raises(ArgumentError, match="^timeout"):
         AsyncLock(tenure_async_client, "x", timeout=-1)
     with pytest.raises(ArgumentError, match="^blocking_timeout"):

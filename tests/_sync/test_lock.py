@@ -396,7 +396,9 @@ def test_bad_arguments_are_named(tenure_client: redis.Redis) -> None:
     with pytest.raises(ArgumentError, match="^name"):
         Lock(tenure_client, "")
     with pytest.raises(ArgumentError, match="hash tag"):
-        Lock(tenure_client, "a{b}")
+        Lock(tenure_client, "a}b")
+    with pytest.raises(ArgumentError, match="^prefix"):
+        Lock(tenure_client, "x", prefix="locks:{eu}:")
     with pytest.raises(ArgumentError, match="^timeout"):
         Lock(tenure_client, "x", timeout=-1)
     with pytest.raises(ArgumentError, match="^blocking_timeout"):

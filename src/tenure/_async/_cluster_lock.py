@@ -91,7 +91,7 @@ class AsyncClusterLock(AsyncLock):
     def __init__(
         self,
         client: AsyncClient,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,

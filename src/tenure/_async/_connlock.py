@@ -44,8 +44,10 @@ from tenure._exceptions import (
     PermissionDeniedError,
 )
 from tenure._leased_core import (
-    check_name,
+    base_key,
+    check_lock_name,
     check_owner_name,
+    check_prefix,
     check_seconds,
     default_owner_name,
     to_ms,
@@ -65,7 +67,7 @@ class AsyncConnectionLock:
     def __init__(
         self,
         client: redis.asyncio.Redis,
-        name: str,
+        name: str | bytes,
         *,
         lease: float | None = None,
         blocking: bool = True,
@@ -74,7 +76,7 @@ class AsyncConnectionLock:
         prefix: str = "tenure:connlock:",
         owner_name: str | None = None,
     ) -> None:
-        check_name(name)
+        name = check_lock_name(name)
         self._owner_name = check_owner_name(owner_name, name)
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         if is_cluster(client):
@@ -95,7 +97,7 @@ class AsyncConnectionLock:
             raise ArgumentError("poll_interval", "must be between 1 ms and 5 s", name=name)
         self.client = client
         self.name = name
-        self.key = f"{prefix}{{{name}}}"
+        self.key = base_key(check_prefix(prefix, name), name)
         self.owner_key = f"{self.key}:owner"
         self.lease = lease
         self.blocking = blocking

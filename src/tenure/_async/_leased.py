@@ -107,7 +107,9 @@ from tenure._leased_core import (
     Queued,
     TokenLocal,
     call_id,
+    check_lock_name,
     check_owner_name,
+    check_prefix,
     check_seconds,
     default_owner_name,
     grant_time,
@@ -175,7 +177,7 @@ class AsyncLeased:
     def _setup(
         self,
         client: AsyncClient,
-        name: str,
+        name: str | bytes,
         *,
         timeout: float | None = None,
         blocking: bool = True,
@@ -196,6 +198,7 @@ class AsyncLeased:
 
         The defaults are the public constructors' (redis-py's where they overlap).
         """
+        name = check_lock_name(name)
         settings = LockSettings.build(
             name,
             timeout=timeout,
@@ -209,8 +212,7 @@ class AsyncLeased:
         )
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         self._owner_name = check_owner_name(owner_name, name)
-        if not isinstance(prefix, str):
-            raise ArgumentError("prefix", f"must be a str, got {type(prefix).__name__}", name=name)
+        check_prefix(prefix, name)
         if on_lost is not None and not callable(on_lost):
             raise ArgumentError("on_lost", "must be callable", name=name)
         if cancel_on_lost and not CAN_CANCEL_HOLDER:

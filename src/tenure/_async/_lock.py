@@ -18,6 +18,7 @@ from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotO
 from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
+    check_lock_name,
     check_seconds,
     to_text,
 )
@@ -54,7 +55,8 @@ class AsyncLock(AsyncLeased):
     * ``cancel_on_lost`` — asyncio only: cancel the task in ``async with``
       when its lock is lost; the block then raises :class:`LockLostError`.
     * ``max_hold`` — stop renewing after this many seconds of holding.
-    * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes.
+    * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes
+      (``{prefix}({name})`` for a name with its own hash tag, which is kept).
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
     * ``owner_name`` — who holds and waits, as ``tenure inspect`` shows it
       (default ``host:pid``); stored on the server beside the hold. A
@@ -71,7 +73,7 @@ class AsyncLock(AsyncLeased):
     def __init__(
         self,
         client: AsyncClient,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -92,6 +94,7 @@ class AsyncLock(AsyncLeased):
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
     ) -> None:
+        name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup(
             client,
@@ -142,7 +145,7 @@ class AsyncReentrantLock(AsyncLock):
     def __init__(
         self,
         client: AsyncClient,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,

@@ -85,6 +85,7 @@ from tenure._leased_core import (
     Hold,
     LeasedStatistics,
     LockSettings,
+    check_lock_name,
     check_seconds,
     to_text,
 )
@@ -489,7 +490,7 @@ class AsyncRedlock(AsyncLeased):
     def __init__(
         self,
         clients: Sequence[AsyncClient],
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -509,6 +510,7 @@ class AsyncRedlock(AsyncLeased):
         master_timeout: float | None = None,
         owner_name: str | None = None,
     ) -> None:
+        name = check_lock_name(name)
         described = check_masters(clients, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup(

@@ -34,6 +34,7 @@ from tenure._leased_core import (
     IDLE_TTL_MS,
     LeasedStatistics,
     ReadWriteStatistics,
+    check_lock_name,
     check_seconds,
     new_token,
     to_text,
@@ -55,7 +56,8 @@ class _AsyncSide(AsyncPermits):
     _statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
     _reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
 
-    def __init__(self, client: AsyncClient, name: str, **options: Any) -> None:
+    def __init__(self, client: AsyncClient, name: str | bytes, **options: Any) -> None:
+        name = check_lock_name(name)
         if options.get("reentrant"):  # the semaphore's scripts count no re-entries
             raise ArgumentError(
                 "reentrant", "a read-write lock is not re-entrant; leave it out", name=name
@@ -146,7 +148,7 @@ class AsyncReadWriteLock:
     def __init__(
         self,
         client: AsyncClient,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -155,6 +157,7 @@ class AsyncReadWriteLock:
         raise_on_release_error: bool = True,
         **options: Any,
     ) -> None:
+        name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         options.update(
             timeout=timeout,
@@ -163,10 +166,10 @@ class AsyncReadWriteLock:
             thread_local=thread_local,
             raise_on_release_error=raise_on_release_error,
         )
-        self.name = name
         self.sleep = sleep
         self.read = AsyncReadLock(client, name, **options)
         self.write = AsyncWriteLock(client, name, **options)
+        self.name: str = self.read.name
         self.read._other, self.write._other = weakref.ref(self.write), weakref.ref(self.read)
 
     async def readers(self) -> int:

@@ -36,6 +36,7 @@ from tenure._leased_core import (
     LimitMismatch,
     SemaphoreStatistics,
     call_id,
+    check_lock_name,
     check_seconds,
     new_token,
 )
@@ -55,8 +56,11 @@ class AsyncPermits(AsyncLeased):
     _line_script = "semaphore_line"
     _limit: int
 
-    def _setup_permits(self, client: AsyncClient, name: str, limit: int, **options: Any) -> None:
+    def _setup_permits(
+        self, client: AsyncClient, name: str | bytes, limit: int, **options: Any
+    ) -> None:
         """Check ``limit``, then set up as every leased primitive does (``_setup``)."""
+        name = check_lock_name(name)
         _check_limit(limit, name)
         self._setup(client, name, **options)
         self._limit = limit
@@ -156,7 +160,7 @@ class AsyncSemaphore(AsyncPermits):
     def __init__(
         self,
         client: AsyncClient,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -177,6 +181,7 @@ class AsyncSemaphore(AsyncPermits):
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
     ) -> None:
+        name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup_permits(
             client,

@@ -92,7 +92,7 @@ class ClusterLock(Lock):
     def __init__(
         self,
         client: Client,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,

@@ -97,7 +97,9 @@ from tenure._leased_core import (
     Queued,
     TokenLocal,
     call_id,
+    check_lock_name,
     check_owner_name,
+    check_prefix,
     check_seconds,
     default_owner_name,
     grant_time,
@@ -176,7 +178,7 @@ class Leased:
     def _setup(
         self,
         client: Client,
-        name: str,
+        name: str | bytes,
         *,
         timeout: float | None = None,
         blocking: bool = True,
@@ -197,6 +199,7 @@ class Leased:
 
         The defaults are the public constructors' (redis-py's where they overlap).
         """
+        name = check_lock_name(name)
         settings = LockSettings.build(
             name,
             timeout=timeout,
@@ -210,8 +213,7 @@ class Leased:
         )
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         self._owner_name = check_owner_name(owner_name, name)
-        if not isinstance(prefix, str):
-            raise ArgumentError("prefix", f"must be a str, got {type(prefix).__name__}", name=name)
+        check_prefix(prefix, name)
         if on_lost is not None and not callable(on_lost):
             raise ArgumentError("on_lost", "must be callable", name=name)
         if cancel_on_lost and not CAN_CANCEL_HOLDER:

@@ -17,6 +17,7 @@ from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotO
 from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
+    check_lock_name,
     check_seconds,
     to_text,
 )
@@ -53,7 +54,8 @@ class Lock(Leased):
     * ``on_lost`` — called with the lock (from the watchdog) when a held lease
       is found lost.
     * ``max_hold`` — stop renewing after this many seconds of holding.
-    * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes.
+    * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes
+      (``{prefix}({name})`` for a name with its own hash tag, which is kept).
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
     * ``owner_name`` — who holds and waits, as ``tenure inspect`` shows it
       (default ``host:pid``); stored on the server beside the hold. A
@@ -70,7 +72,7 @@ class Lock(Leased):
     def __init__(
         self,
         client: Client,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -87,6 +89,7 @@ class Lock(Leased):
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
     ) -> None:
+        name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup(
             client,
@@ -133,7 +136,7 @@ class ReentrantLock(Lock):
     def __init__(
         self,
         client: Client,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,

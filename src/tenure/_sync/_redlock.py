@@ -82,6 +82,7 @@ from tenure._leased_core import (
     Hold,
     LeasedStatistics,
     LockSettings,
+    check_lock_name,
     check_seconds,
     to_text,
 )
@@ -485,7 +486,7 @@ class Redlock(Leased):
     def __init__(
         self,
         clients: Sequence[Client],
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -501,6 +502,7 @@ class Redlock(Leased):
         master_timeout: float | None = None,
         owner_name: str | None = None,
     ) -> None:
+        name = check_lock_name(name)
         described = check_masters(clients, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup(

@@ -33,6 +33,7 @@ from tenure._leased_core import (
     IDLE_TTL_MS,
     LeasedStatistics,
     ReadWriteStatistics,
+    check_lock_name,
     check_seconds,
     new_token,
     to_text,
@@ -56,7 +57,8 @@ class _AsyncSide(Permits):
     _statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
     _reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
 
-    def __init__(self, client: Client, name: str, **options: Any) -> None:
+    def __init__(self, client: Client, name: str | bytes, **options: Any) -> None:
+        name = check_lock_name(name)
         if options.get("reentrant"):  # the semaphore's scripts count no re-entries
             raise ArgumentError(
                 "reentrant", "a read-write lock is not re-entrant; leave it out", name=name
@@ -147,7 +149,7 @@ class ReadWriteLock:
     def __init__(
         self,
         client: Client,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -156,6 +158,7 @@ class ReadWriteLock:
         raise_on_release_error: bool = True,
         **options: Any,
     ) -> None:
+        name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         options.update(
             timeout=timeout,
@@ -164,10 +167,10 @@ class ReadWriteLock:
             thread_local=thread_local,
             raise_on_release_error=raise_on_release_error,
         )
-        self.name = name
         self.sleep = sleep
         self.read = ReadLock(client, name, **options)
         self.write = WriteLock(client, name, **options)
+        self.name: str = self.read.name
         self.read._other, self.write._other = weakref.ref(self.write), weakref.ref(self.read)
 
     def readers(self) -> int:

@@ -35,6 +35,7 @@ from tenure._leased_core import (
     LimitMismatch,
     SemaphoreStatistics,
     call_id,
+    check_lock_name,
     check_seconds,
     new_token,
 )
@@ -56,8 +57,9 @@ class Permits(Leased):
     _line_script = "semaphore_line"
     _limit: int
 
-    def _setup_permits(self, client: Client, name: str, limit: int, **options: Any) -> None:
+    def _setup_permits(self, client: Client, name: str | bytes, limit: int, **options: Any) -> None:
         """Check ``limit``, then set up as every leased primitive does (``_setup``)."""
+        name = check_lock_name(name)
         _check_limit(limit, name)
         self._setup(client, name, **options)
         self._limit = limit
@@ -156,7 +158,7 @@ class Semaphore(Permits):
     def __init__(
         self,
         client: Client,
-        name: str,
+        name: str | bytes,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
@@ -173,6 +175,7 @@ class Semaphore(Permits):
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
     ) -> None:
+        name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         self._setup_permits(
             client,
