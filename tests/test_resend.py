@@ -677,6 +677,57 @@ def lock_release(run: Run) -> tuple[object, object]:
     return (released, lock.locked()), run.snapshot()
 
 
+def interop_lock(run: Run) -> Lock:
+    """A lock that also holds redis-py's key (``run.name`` itself, in the snapshot)."""
+    return Lock(run.client, run.name, timeout=30, interop="redis-py")
+
+
+@case("lock_try")
+def interop_lock_try(run: Run) -> tuple[object, object]:
+    lock = interop_lock(run)
+    run.arm()
+    got = lock.acquire(blocking=False)
+    snapshot = run.snapshot()
+    lock.release()
+    return got, snapshot
+
+
+@case("lock_acquire")
+def interop_lock_handed_over(run: Run) -> tuple[object, object]:
+    return handed_over(run, lambda: interop_lock(run))
+
+
+@case("lock_line")
+def interop_lock_waiters_of_one_process_join_together(run: Run) -> tuple[object, object]:
+    return waiting_together(run, lambda: interop_lock(run))
+
+
+@case("lock_leave")
+def interop_lock_waiter_gives_up(run: Run) -> tuple[object, object]:
+    held_by_another(run, lambda: interop_lock(run))
+    run.arm()
+    got = interop_lock(run).acquire(blocking_timeout=0.2)
+    return got, run.snapshot()
+
+
+@case("lock_extend")
+def interop_lock_extend(run: Run) -> tuple[object, object]:
+    lock = interop_lock(run)
+    assert lock.acquire()
+    run.arm()
+    extended = lock.extend(20)
+    return extended, run.snapshot(ms_values=("tenure:lock:{NAME}:done",))
+
+
+@case("lock_release")
+def interop_lock_release(run: Run) -> tuple[object, object]:
+    lock = interop_lock(run)
+    assert lock.acquire()
+    run.arm()
+    released = outcome(lock.release)
+    return (released, lock.locked()), run.snapshot()
+
+
 def semaphore(run: Run, limit: int = 1) -> Semaphore:
     return Semaphore(run.client, run.name, timeout=30, limit=limit)
 

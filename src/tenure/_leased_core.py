@@ -577,12 +577,16 @@ class Acquired:
 class Queued:
     """The script's answer: someone else holds it (``owner_ttl_ms`` < 0: nobody).
 
-    ``server_ms`` is the server's clock when the script ran.
+    ``server_ms`` is the server's clock when the script ran. ``outsider`` is
+    True when a holder outside tenure holds redis-py's key of a lock in
+    interop mode (``owner_ttl_ms`` is then that key's; -1: it never expires):
+    its release is announced to nobody, so waiters look again every ``sleep``.
     """
 
     owner_ttl_ms: int
     position: int
     server_ms: int
+    outsider: bool = False
 
 
 @dataclass(frozen=True)
@@ -599,7 +603,13 @@ def parse_acquire(reply: Any) -> Acquired | Queued | LimitMismatch:
         return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
     if kind == LIMIT_MISMATCH:
         return LimitMismatch(stored=int(reply[1]))
-    return Queued(owner_ttl_ms=int(reply[1]), position=int(reply[2]), server_ms=int(reply[3]))
+    outsider = len(reply) > 4 and int(reply[4]) == 1
+    return Queued(
+        owner_ttl_ms=int(reply[1]),
+        position=int(reply[2]),
+        server_ms=int(reply[3]),
+        outsider=outsider,
+    )
 
 
 def parse_grant(message: Any) -> tuple[str, Acquired | None]:

@@ -29,11 +29,13 @@ class RoundAnswer:
     ttl_ms: int  # ms until the owner's lease (the first permit's) runs out; -2 none
     holds: dict[str, Acquired] = field(default_factory=dict)  # members' grants it names
     stored_limit: int | None = None  # a semaphore's stored limit, if it refused ours
+    outsider: bool = False  # a holder outside tenure holds redis-py's key (interop)
 
 
 def _lock_round(reply: Any) -> RoundAnswer:
-    """``lock_line``'s reply: {owner, fence, its lease ms, alive, server ms, missing}."""
+    """``lock_line``'s reply: {owner, fence, its lease ms, alive, server ms, missing, outsider}."""
     owner, fence, ttl = to_text(reply[0]), int(reply[1]), int(reply[2])
+    outsider = len(reply) > 6 and int(reply[6]) == 1
     server_ms = int(reply[4])
     holds = {}
     if owner and ttl > 0:
@@ -42,8 +44,9 @@ def _lock_round(reply: Any) -> RoundAnswer:
         alive=bool(int(reply[3])),
         server_ms=server_ms,
         missing=bool(int(reply[5])),
-        ttl_ms=ttl if owner else -2,
+        ttl_ms=ttl if owner or outsider else -2,
         holds=holds,
+        outsider=outsider,
     )
 
 

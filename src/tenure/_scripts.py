@@ -66,6 +66,8 @@ class Script:
     ``keys`` and ``args`` hold the header's description of each position;
     ``variadic_from`` is the 1-based ARGV index from which any number of
     further arguments may follow (``None`` when the count is fixed).
+    ``optional_keys`` counts the last keys a call may leave out (declared
+    ``-- KEYS[n] optional: ...``, e.g. redis-py's key of a lock in interop mode).
     ``changes_state`` is ``False`` for a script declared ``-- read only``;
     ``on_resend`` is the ``-- on resend:`` text of one that changes state
     (how a resent call changes nothing more), ``""`` for a read-only one.
@@ -79,6 +81,7 @@ class Script:
     variadic_from: int | None = None
     changes_state: bool = True
     on_resend: str = ""
+    optional_keys: int = 0
 
     @classmethod
     def from_source(cls, source: str, *, name: str | None = None) -> Script:
@@ -129,6 +132,11 @@ class Script:
                 raise ScriptError(
                     f"script {script_name!r} declares {kind} {sorted(table)}, not 1..n in order"
                 )
+        optional = [i for i, doc in keys.items() if doc.startswith("optional:")]
+        if optional and sorted(optional) != list(
+            range(len(keys) - len(optional) + 1, len(keys) + 1)
+        ):
+            raise ScriptError(f"script {script_name!r}: only the last KEYS may be optional")
         if variadic_from is not None and variadic_from != len(args):
             raise ScriptError(f"script {script_name!r}: only the last ARGV may be variadic")
         how = " ".join(part for part in on_resend or () if part)
@@ -151,13 +159,19 @@ class Script:
             variadic_from=variadic_from,
             changes_state=not read_only,
             on_resend=how,
+            optional_keys=len(optional),
         )
 
     def check_call(self, keys: tuple[str, ...], args: tuple[object, ...]) -> None:
         """Raise :class:`ArgumentError` unless the call matches the header."""
-        if len(keys) != len(self.keys):
+        if not len(self.keys) - self.optional_keys <= len(keys) <= len(self.keys):
+            wanted = (
+                f"{len(self.keys) - self.optional_keys} to {len(self.keys)}"
+                if self.optional_keys
+                else str(len(self.keys))
+            )
             raise ArgumentError(
-                "keys", f"script {self.name!r} takes {len(self.keys)} keys, got {len(keys)}"
+                "keys", f"script {self.name!r} takes {wanted} keys, got {len(keys)}"
             )
         if self.variadic_from is None:
             if len(args) != len(self.args):

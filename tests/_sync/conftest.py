@@ -33,6 +33,7 @@ ON_CLUSTER = frozenset(
         "test_ingest",
         "test_idset",
         "test_names",
+        "test_interop",
     }
 )
 """The modules whose tests run on the cluster too."""

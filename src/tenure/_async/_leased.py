@@ -236,6 +236,10 @@ class AsyncLeased:
         self._on_lost = on_lost
         self._cancel_on_lost = cancel_on_lost
         self._seen_busy = False  # the last acquire had to wait: skip the fast path
+        # Keys held beside the primitive's own (redis-py's key, interop="redis-py"),
+        # and how often waiters look while a holder outside tenure holds them.
+        self._outer_keys: tuple[str, ...] = ()
+        self._outsider_poll = 0.1
 
     # -- redis-py's attributes -------------------------------------------------------
 
@@ -316,7 +320,7 @@ class AsyncLeased:
     def _try_call(self, token: str) -> Call:
         k = self._keys
         args = (token, self._settings.lease_ms, IDLE_TTL_MS, self.owner_name)
-        return (k.owner, k.queue, k.fence), args
+        return (k.owner, k.queue, k.fence, *self._outer_keys), args
 
     def _acquire_call(
         self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
@@ -339,17 +343,18 @@ class AsyncLeased:
         return int(reenter)
 
     def _acquire_keys(self) -> tuple[str, ...]:
-        return self._keys.lock
+        return (*self._keys.lock, *self._outer_keys)
 
     def _release_call(self, token: str) -> Call:
-        keys = (*self._keys.lock, *self._keys.receipts)
+        keys = (*self._keys.lock, *self._keys.receipts, *self._outer_keys)
         return keys, (token, self._settings.handoff_ms, IDLE_TTL_MS)
 
     def _leave_call(self, token: str, mode: str) -> Call:
-        return self._keys.lock, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
+        keys = (*self._keys.lock, *self._outer_keys)
+        return keys, (token, self._settings.handoff_ms, mode, IDLE_TTL_MS)
 
     def _extend_call(self, token: str, ms: int, mode: str) -> Call:
-        keys = (self._keys.owner, *self._keys.receipts)
+        keys = (self._keys.owner, *self._keys.receipts, *self._outer_keys)
         return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS)
 
     def _took_on_try(self, reply: Any) -> bool:
@@ -643,6 +648,8 @@ class AsyncLeased:
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if answer.owner_ttl_ms >= 0:
                     wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
+                if answer.outsider:  # its release is announced to nobody: look again
+                    wake_at = min(wake_at, now + self._outsider_poll)
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
                 granted = await waiter.wait(wake_at - now)
@@ -762,11 +769,12 @@ class AsyncLeased:
             settings.handoff_ms,
             self.name,
             self._line_refusal,
+            self._outsider_poll,
         )
 
     def _line_call(self) -> tuple[tuple[str, ...], tuple[str | int, ...]]:
         """The line script's keys and this primitive's own arguments of it (``LINE_SCRIPTS``)."""
-        return self._keys.lock, ()
+        return (*self._keys.lock, *self._outer_keys), ()
 
     def _line_refusal(self, stored_limit: int) -> TenureError:
         """The error of a line whose script refused this primitive's limit (semaphores)."""

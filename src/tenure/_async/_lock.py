@@ -14,7 +14,13 @@ from typing import Any, ClassVar
 
 from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
-from tenure._exceptions import LockLostError, LockNotOwnedError, LostError, NotOwnedError
+from tenure._exceptions import (
+    ArgumentError,
+    LockLostError,
+    LockNotOwnedError,
+    LostError,
+    NotOwnedError,
+)
 from tenure._leased_core import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
@@ -61,6 +67,14 @@ class AsyncLock(AsyncLeased):
     * ``owner_name`` — who holds and waits, as ``tenure inspect`` shows it
       (default ``host:pid``); stored on the server beside the hold. A
       printable str of at most 200 characters.
+    * ``interop`` — ``"redis-py"``: also hold redis-py's own key of the lock
+      (``name``, holding the token, with the hold's expiry) in the same
+      script that takes, renews, hands on and releases the hold, so processes
+      still on redis-py's ``Lock`` (or any ``SET name token NX PX`` code) and
+      on tenure exclude each other during a migration. While such a process
+      holds, tenure's waiters look again every ``sleep`` seconds (its release
+      is announced to nobody). See "Migrating a running system" in
+      docs/redis-py.md.
     """
 
     _scripts = LeasedScripts.of("lock")
@@ -93,9 +107,14 @@ class AsyncLock(AsyncLeased):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
+        interop: str | None = None,
     ) -> None:
         name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
+        if interop not in (None, "redis-py"):
+            raise ArgumentError(
+                "interop", f"must be None or 'redis-py', got {interop!r}", name=name
+            )
         self._setup(
             client,
             name,
@@ -118,11 +137,26 @@ class AsyncLock(AsyncLeased):
             owner_name=owner_name,
         )
         self.sleep = sleep
+        self.interop = interop
+        if interop is not None:
+            if not sleep > 0:
+                raise ArgumentError(
+                    "sleep",
+                    "must be > 0 with interop='redis-py' (how often waiters look)",
+                    name=name,
+                )
+            # redis-py's key of the lock: its name, as redis-py's Lock encodes it.
+            self._outer_keys = (name,)
+            self._outsider_poll = float(sleep)
 
     async def locked(self) -> bool:
-        """True if anyone holds the lock (one round trip)."""
+        """True if anyone holds the lock (one round trip).
+
+        With ``interop="redis-py"``, a holder of redis-py's key counts too.
+        """
         exists = self._registry.command
-        return bool(await exists("EXISTS", self._keys.owner, name=self.name, doing="checking"))
+        keys = (self._keys.owner, *self._outer_keys)
+        return bool(await exists("EXISTS", *keys, name=self.name, doing="checking"))
 
     async def owned(self) -> bool:
         """True if this owner holds the lock, as the server sees it (one round trip)."""

@@ -102,6 +102,7 @@ class Line:
         name: str,
         forget: Callable[[Line], None],
         refuse: Callable[[int], TenureError] | None = None,
+        outsider_poll: float = 0.1,
     ) -> None:
         self._registry = registry
         self._script = script
@@ -109,6 +110,7 @@ class Line:
         self._keys = keys
         self._own_args = own_args
         self._refuse = refuse  # a semaphore's error for a stored limit not ours
+        self._outsider_poll = outsider_poll  # look again this often while an outsider holds
         self.channel = channel
         self._waiter_lease_ms = waiter_lease_ms
         self._handoff_ms = handoff_ms
@@ -354,6 +356,8 @@ class Line:
             ]
             if answer.ttl_ms >= 0 and not holders:
                 due = min(due, sent + answer.ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
+            if answer.outsider:  # redis-py's key is held outside tenure: nobody announces
+                due = min(due, sent + self._outsider_poll)
             self._next_round = due
             # The waiter checked is neither in line nor holding: unless it is
             # done meanwhile (it took the lock, and may have released it
@@ -508,6 +512,7 @@ def line_for(
     handoff_ms: int,
     name: str,
     refuse: Callable[[int], TenureError] | None = None,
+    outsider_poll: float = 0.1,
 ) -> Line:
     """The line of this process for one primitive, its channel and waiter lease.
 
@@ -517,12 +522,13 @@ def line_for(
     key = (
         scope_key(),
         id(registry),
-        keys[0],
+        keys,
         script,
         own_args,
         channel,
         waiter_lease_ms,
         handoff_ms,
+        outsider_poll,
     )
     with _lines_mutex:
         found = _lines.get(key)
@@ -538,5 +544,6 @@ def line_for(
                 name,
                 _forget,
                 refuse,
+                outsider_poll,
             )
         return found

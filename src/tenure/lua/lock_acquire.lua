@@ -7,6 +7,7 @@
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
 -- KEYS[5] fencing counter
 -- KEYS[6] waiters' names hash: token -> owner name
+-- KEYS[7] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
@@ -19,21 +20,23 @@
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- returns {1, fence, lease ms} when the caller holds the lock, or
 --         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
---          server time in ms}
+--          server time in ms, 1 if a foreign holder of redis-py's key holds it else 0}
 -- on resend: the token holds already (answered as a re-entry or a confirmation),
 --         or keeps its place in line (ZADD NX)
 
 --! include queue
 --! include lock
+mirror = KEYS[7] or false
 local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease, channel, idle_ms, name = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8]
 
 -- Fast path: free and nobody waiting.
 local owner = redis.call('HGET', owner_key, 'token')
 if ARGV[4] == '1' and owner ~= token then
-    return {0, redis.call('PTTL', owner_key), -1, 0}  -- a re-entry that found it gone
+    return {0, redis.call('PTTL', owner_key), -1, 0, 0}  -- a re-entry that found it gone
 end
-if (not owner) and redis.call('EXISTS', queue) == 0 then
+local outsider = (not owner) and foreign(false)
+if (not owner) and (not outsider) and redis.call('EXISTS', queue) == 0 then
     return {1, take(owner_key, fence, token, lease, idle_ms, name), tonumber(lease)}
 end
 
@@ -45,11 +48,12 @@ if owner == token then
     -- it, or this same call resent.
     redis.call('HSET', owner_key, 'owner', name)
     redis.call('PEXPIRE', owner_key, lease)
+    mirror_expire(token, lease)
     leave_queue(queue, waiters, wakes, token, names)
     return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
 end
 
-if not owner then
+if not owner and not outsider then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if (not head) or head == token then
         leave_queue(queue, waiters, wakes, token, names)
@@ -60,9 +64,10 @@ if not owner then
     grant_next(owner_key, queue, waiters, wakes, fence, ARGV[5], now, idle_ms, names)
 end
 
+local outside = outsider and 1 or 0
 if waiter_lease <= 0 then
-    return {0, redis.call('PTTL', owner_key), -1, now}
+    return {0, holder_ttl(owner_key), -1, now, outside}
 end
 local place = join_queue(queue, waiters, wakes, token, now, now_us, waiter_lease, channel, names,
     name)
-return {0, redis.call('PTTL', owner_key), place, now}
+return {0, holder_ttl(owner_key), place, now, outside}

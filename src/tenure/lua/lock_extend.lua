@@ -3,6 +3,8 @@
 -- KEYS[1] owner hash {token, fence, owner}
 -- KEYS[2] receipts hash (lib/receipt)
 -- KEYS[3] the receipts' previous generation
+-- KEYS[4] optional: redis-py's key of the lock, `name` (interop="redis-py"): it
+--         must hold the token too, and follows the new lease
 -- ARGV[1] token
 -- ARGV[2] milliseconds
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)
@@ -15,6 +17,9 @@
 --! include receipt
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
     return 0
+end
+if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[1] then
+    return 0  -- redis-py's key was taken from under the hold: it is lost
 end
 local ms = tonumber(ARGV[2])
 if ARGV[3] == 'add' then
@@ -29,4 +34,7 @@ if ARGV[3] == 'add' then
     give_receipt(KEYS[2], KEYS[3], ARGV[4], ms, ARGV[5])
 end
 redis.call('PEXPIRE', KEYS[1], ms)
+if KEYS[4] then
+    redis.call('PEXPIRE', KEYS[4], ms)
+end
 return ms

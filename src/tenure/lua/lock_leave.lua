@@ -10,6 +10,7 @@
 -- KEYS[4] waiters' channels hash
 -- KEYS[5] fencing counter
 -- KEYS[6] waiters' names hash
+-- KEYS[7] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
@@ -20,6 +21,7 @@
 
 --! include queue
 --! include lock
+mirror = KEYS[7] or false
 local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token = ARGV[1]
 leave_queue(queue, waiters, wakes, token, names)
@@ -31,9 +33,10 @@ if owner == token then
         return {1, tonumber(redis.call('HGET', owner_key, 'fence')), redis.call('PTTL', owner_key)}
     end
     redis.call('DEL', owner_key)
+    mirror_release(token)
     owner = false
 end
-if not owner then
+if not owner and not foreign(false) then
     grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[4], names)
 end
 return {0}

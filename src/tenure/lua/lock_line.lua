@@ -10,6 +10,7 @@
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
 -- KEYS[5] fencing counter
 -- KEYS[6] waiters' names hash: token -> owner name
+-- KEYS[7] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
 -- ARGV[1] the process's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[2] waiter lease in ms
 -- ARGV[3] handoff lease in ms, for granting a free lock to the first waiter
@@ -26,12 +27,15 @@
 --          1 if the process's waiter lease was alive before this call else 0,
 --          server time in ms, 1 if the waiter to check is neither in line nor
 --          the owner (its process's places were dropped, or its grant lapsed
---          unseen: its line joins its waiters again) else 0}
+--          unseen: its line joins its waiters again) else 0,
+--          1 if a foreign holder of redis-py's key holds it (no owner named;
+--          the third entry is that key's remaining ms, -1 never) else 0}
 -- on resend: joining again keeps each waiter's place (ZADD NX); leaving, giving
 --         up and refreshing again change nothing more; a free lock is granted once
 
 --! include queue
 --! include lock
+mirror = KEYS[7] or false
 local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local channel, waiter_lease, handoff, idle_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local joining, leaving = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -52,6 +56,7 @@ for i = first_leave, first_leave + leaving - 1 do
     leave_queue(queue, waiters, wakes, token, names)
     if redis.call('HGET', owner_key, 'token') == token then
         redis.call('DEL', owner_key)  -- handed to a waiter that is gone: pass it on
+        mirror_release(token)
     end
 end
 for i = first_leave + leaving, first_leave + leaving + tonumber(ARGV[8]) - 1 do
@@ -69,12 +74,15 @@ keep_alive(queue, waiter_lease * 2)
 keep_alive(wakes, waiter_lease * 2)
 keep_alive(names, waiter_lease * 2)
 
-if not owner then
+local outsider = (not owner) and foreign(false)
+if not owner and not outsider then
     owner = grant_next(owner_key, queue, waiters, wakes, fence, handoff, now, idle_ms, names)
 end
-local reply = {owner or '', 0, -2, alive and 1 or 0, now, missing}
+local reply = {owner or '', 0, -2, alive and 1 or 0, now, missing, outsider and 1 or 0}
 if owner then
     reply[2] = tonumber(redis.call('HGET', owner_key, 'fence'))
     reply[3] = redis.call('PTTL', owner_key)
+elseif outsider then
+    reply[3] = redis.call('PTTL', mirror)
 end
 return reply

@@ -9,6 +9,7 @@
 -- KEYS[6] waiters' names hash
 -- KEYS[7] receipts hash (lib/receipt)
 -- KEYS[8] the receipts' previous generation
+-- KEYS[9] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] lifetime in ms of a fencing counter started now, and of the receipt
@@ -18,12 +19,14 @@
 --! include queue
 --! include lock
 --! include receipt
+mirror = KEYS[9] or false
 local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token = ARGV[1]
 if redis.call('HGET', owner_key, 'token') ~= token then
     return tonumber(receipt(KEYS[7], KEYS[8], token) or '0')
 end
 give_receipt(KEYS[7], KEYS[8], token, 1, ARGV[3])
+mirror_release(token)
 if redis.call('EXISTS', queue) == 1 then
     local now = server_time()
     purge_waiters(queue, waiters, wakes, now, names)

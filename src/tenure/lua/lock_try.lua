@@ -4,6 +4,7 @@
 -- KEYS[1] owner hash {token, fence, owner}, PEXPIRE = lease
 -- KEYS[2] queue zset (only its existence is checked)
 -- KEYS[3] fencing counter
+-- KEYS[4] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] lifetime in ms of a fencing counter started now
@@ -13,6 +14,7 @@
 
 --! include queue
 --! include lock
+mirror = KEYS[4] or false
 local owner = redis.call('HGET', KEYS[1], 'token')
 if owner then
     if owner == ARGV[1] then
@@ -20,7 +22,7 @@ if owner then
     end
     return 0
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('EXISTS', KEYS[2]) == 1 or foreign(false) then
     return 0
 end
 return take(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])

@@ -6,6 +6,50 @@
 --   queue, waiters, wakes, fence, names   as in lib/queue
 --   done, done_old   receipts, as in lib/receipt
 
+-- redis-py's own key of the lock (a Lock made with interop="redis-py"), or
+-- false. Each lock script sets it from the optional key after its own layout;
+-- while it is set, the lock is held on both keys at once (redis-py's: the
+-- holder's token, with the same expiry), so processes on redis-py's Lock
+-- (`SET name token NX PX`) and on tenure exclude each other.
+local mirror = false
+
+-- The token in redis-py's key, if that key is held by a holder other than
+-- tenure's owner `owner` (false: none): a process on redis-py's Lock holds.
+local function foreign(owner)
+    if not mirror then
+        return false
+    end
+    local held = redis.call('GET', mirror)
+    if held and held ~= owner then
+        return held
+    end
+    return false
+end
+
+-- The remaining lease in ms of whoever holds (tenure's owner, else a foreign
+-- holder of redis-py's key: -1 when that key never expires), -2 nobody.
+local function holder_ttl(owner_key)
+    local left = redis.call('PTTL', owner_key)
+    if left == -2 and mirror and foreign(false) then
+        return redis.call('PTTL', mirror)
+    end
+    return left
+end
+
+-- redis-py's key follows the owner's lease, if it holds `token`.
+local function mirror_expire(token, ms)
+    if mirror and redis.call('GET', mirror) == token then
+        redis.call('PEXPIRE', mirror, ms)
+    end
+end
+
+-- redis-py's key is let go with the hold of `token`.
+local function mirror_release(token)
+    if mirror and redis.call('GET', mirror) == token then
+        redis.call('DEL', mirror)
+    end
+end
+
 -- Make `token` (owner name `name`, false: none known) the owner for
 -- `lease_ms`; return its fencing token. The hash may still hold the previous
 -- owner (a handoff): its fields are overwritten.
@@ -18,6 +62,9 @@ local function take(owner, fence, token, lease_ms, idle_ms, name)
         redis.call('HDEL', owner, 'owner')
     end
     redis.call('PEXPIRE', owner, lease_ms)
+    if mirror then
+        redis.call('SET', mirror, token, 'PX', lease_ms)
+    end
     return f
 end
 

@@ -1,0 +1,131 @@
+"""``interop="redis-py"``: a tenure lock that also holds redis-py's own key of the
+lock, so processes on redis-py's ``Lock`` and on tenure exclude each other
+during a migration.
+
+Written once for asyncio and generated for threads; runs on the cluster too.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis.asyncio
+
+from tenure import (
+    ArgumentError,
+    AsyncClusterLock,
+    AsyncLock,
+    AsyncReentrantLock,
+    AsyncSemaphore,
+    LockNotOwnedError,
+)
+from tests._backend_asyncio import join, sleep, spawn
+
+
+def _redis_py_lock(client: redis.asyncio.Redis, name: str, timeout: float | None = 10) -> object:
+    return client.lock(name, timeout=timeout, sleep=0.01, thread_local=False)
+
+
+async def test_a_hold_is_also_redis_pys_key(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    lock = AsyncLock(tenure_async_client, "orders", timeout=10, interop="redis-py")
+    assert await lock.acquire()
+    token = lock.local.token
+    assert await tenure_async_client.get("orders") == token
+    assert 9_000 < await tenure_async_client.pttl("orders") <= 10_000
+    theirs = _redis_py_lock(other_client, "orders")
+    assert await theirs.acquire(blocking=False) is False  # type: ignore[attr-defined]
+    assert await lock.extend(20)
+    assert 29_000 < await tenure_async_client.pttl("orders") <= 30_000
+    await lock.release()
+    assert await tenure_async_client.exists("orders") == 0
+    assert await theirs.acquire(blocking=False)  # type: ignore[attr-defined]
+    await theirs.release()  # type: ignore[attr-defined]
+
+
+async def test_a_redis_py_holder_keeps_tenure_out_until_it_releases(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    theirs = _redis_py_lock(other_client, "orders", timeout=None)  # a key that never expires
+    assert await theirs.acquire()  # type: ignore[attr-defined]
+    ours = AsyncLock(tenure_async_client, "orders", timeout=10, sleep=0.05, interop="redis-py")
+    assert await ours.locked()
+    assert await ours.acquire(blocking=False) is False
+    assert await ours.acquire(blocking_timeout=0.3) is False
+    waiting = spawn(lambda: ours.acquire(blocking_timeout=10))
+    await sleep(0.2)
+    released = time.monotonic()
+    await theirs.release()  # type: ignore[attr-defined]
+    assert await join(waiting)
+    assert time.monotonic() - released < 5  # it looks again every `sleep`, not at a refresh
+    assert await tenure_async_client.get("orders") == ours.local.token
+    await ours.release()
+
+
+async def test_a_handoff_moves_redis_pys_key_to_the_next_holder(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    first = AsyncLock(tenure_async_client, "orders", timeout=10, interop="redis-py")
+    second = AsyncLock(other_client, "orders", timeout=10, interop="redis-py")
+    assert await first.acquire()
+    waiting = spawn(lambda: second.acquire(blocking_timeout=10))
+    await sleep(0.2)
+    await first.release()
+    assert await join(waiting)
+    assert await tenure_async_client.get("orders") == second.local.token
+    theirs = _redis_py_lock(other_client, "orders")
+    assert await theirs.acquire(blocking=False) is False  # type: ignore[attr-defined]
+    await second.release()
+    assert await tenure_async_client.exists("orders") == 0
+
+
+async def test_a_renewed_hold_keeps_redis_pys_key_alive(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(
+        tenure_async_client, "orders", timeout=0.6, auto_renew=True, interop="redis-py"
+    )
+    assert await lock.acquire()
+    await sleep(1.5)  # renewed at a third of the lease
+    assert await tenure_async_client.get("orders") == lock.local.token
+    assert not lock.lost
+    await lock.release()
+
+
+async def test_redis_pys_key_taken_from_under_a_hold_loses_it(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "orders", timeout=10, interop="redis-py")
+    assert await lock.acquire()
+    await tenure_async_client.set("orders", b"someone-else")  # not redis-py's protocol: a theft
+    with pytest.raises(LockNotOwnedError):
+        await lock.extend(5)
+    assert lock.lost
+    assert await tenure_async_client.get("orders") == b"someone-else"  # not released by us
+
+
+async def test_without_interop_redis_pys_key_is_not_touched(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(tenure_async_client, "orders", timeout=10)
+    assert await lock.acquire()
+    assert await tenure_async_client.exists("orders") == 0
+    await lock.release()
+
+
+async def test_the_family_that_takes_interop(tenure_async_client: redis.asyncio.Redis) -> None:
+    for made in (
+        AsyncReentrantLock(tenure_async_client, "orders", timeout=10, interop="redis-py"),
+        AsyncClusterLock(tenure_async_client, "orders", timeout=10, interop="redis-py"),
+    ):
+        assert await made.acquire()
+        assert await tenure_async_client.get("orders") == made.local.token
+        await made.release()
+    with pytest.raises(ArgumentError, match="^interop: must be None or 'redis-py', got 'redis'"):
+        AsyncLock(tenure_async_client, "orders", interop="redis")
+    with pytest.raises(ArgumentError, match="^sleep: must be > 0 with interop"):
+        AsyncLock(tenure_async_client, "orders", sleep=0, interop="redis-py")
+    with pytest.raises(TypeError):
+        AsyncSemaphore(tenure_async_client, "orders", limit=2, interop="redis-py")  # type: ignore[call-arg]
