@@ -10,12 +10,17 @@ against a private server from :func:`tenure.server.standalone` (which honours
 that module attribute for ``tenure.Lock`` / ``tenure.AsyncLock`` -- their files
 are never edited.
 
-The outcomes are compared with ``tests/redis_py_lock/expected_failures.txt``
-(one line per test, with its reason and the redis-py versions it applies to):
-the run fails if a test fails that is not listed, if a listed test passes, or
-if a listed test no longer exists, so the list stays honest.
+Two runs, one per mode: ``tenure`` swaps in tenure's classes as they are,
+``interop`` the same made with ``interop="redis-py"`` (which also holds
+redis-py's key, so the tests that read or write it see it). The outcomes of
+each are compared with its list in ``tests/redis_py_lock/`` (one line per
+test: the redis-py versions it applies to, the statement and error it must
+fail with, and why): the run fails if a test fails that is not listed, if a
+listed test fails elsewhere than listed, if a listed test passes, or if a
+listed test no longer exists, so the lists stay honest.
 
     python scripts/redis_py_lock_tests.py                      # the installed redis-py
+    python scripts/redis_py_lock_tests.py --mode interop       # with interop="redis-py" only
     python scripts/redis_py_lock_tests.py --redis-version 5    # newest 5.x, throwaway venv
     python scripts/redis_py_lock_tests.py --redis-version 7.4.1 -- -k extend -x
 
@@ -49,7 +54,12 @@ if TYPE_CHECKING:
     import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPECTED_FILE = ROOT / "tests" / "redis_py_lock" / "expected_failures.txt"
+LISTS = ROOT / "tests" / "redis_py_lock"
+MODES = {
+    "tenure": LISTS / "expected_failures.txt",  # tenure.Lock / tenure.AsyncLock as they are
+    "interop": LISTS / "expected_failures_interop.txt",  # the same with interop="redis-py"
+}
+"""Each run's mode: the class swapped in, and the list of its expected failures."""
 CACHE = Path(tempfile.gettempdir()) / "tenure-redis-py-tests"
 
 # The two test modules, and the class each one's ``Lock`` name is swapped for.
@@ -113,8 +123,24 @@ class Entry:
 
     test: str  # a node id, with or without [parameters], or without its file: both files
     versions: str  # "*" or a PEP 440 specifier set such as ">=6" or "<6,>=5.1"
+    fails_at: str  # the failure, "<statement of the test that raised> -> <error>", in part
     reason: str
     line: int = 0
+
+    def failed_as_listed(self, where: str) -> bool:
+        """Whether a failure (``"<statement> -> <error>"``) is the one this entry expects.
+
+        ``fails_at`` is a part of that text; ``...`` in it stands for anything
+        (``r.pttl("foo")...-> AssertionError`` matches the sync and the asyncio
+        spelling of one assertion).
+        """
+        at = 0
+        for part in " ".join(self.fails_at.split()).split("..."):
+            found = where.find(part.strip(), at)
+            if found < 0:
+                return False
+            at = found + len(part.strip())
+        return True
 
     def applies_to(self, version: str) -> bool:
         """Whether the entry covers this redis-py version."""
@@ -147,7 +173,7 @@ def check_overlaps(entries: list[Entry], version: str) -> None:
 
 
 def read_expected(path: Path) -> list[Entry]:
-    """Parse ``<node id> | <versions> | <reason>`` lines; ``#`` starts a comment line."""
+    """Parse ``<node id> | <versions> | <fails at> | <reason>`` lines; ``#`` starts a comment."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     entries = []
@@ -155,10 +181,12 @@ def read_expected(path: Path) -> list[Entry]:
         text = raw.strip()
         if not text or text.startswith("#"):
             continue
-        parts = [part.strip() for part in text.split("|", 2)]
-        if len(parts) != 3 or not all(parts):
-            raise HarnessError(f"{path}:{number}: expected '<test> | <versions> | <reason>'")
-        test, versions, reason = parts
+        parts = [part.strip() for part in text.split(" | ", 3)]
+        if len(parts) != 4 or not all(parts):
+            raise HarnessError(
+                f"{path}:{number}: expected '<test> | <versions> | <fails at> | <reason>'"
+            )
+        test, versions, fails_at, reason = parts
         if test.startswith("tests/") and not test.startswith(tuple(f"{f}::" for f in TEST_FILES)):
             raise HarnessError(f"{path}:{number}: {test!r} is not in {' or '.join(TEST_FILES)}")
         if versions != "*":
@@ -166,7 +194,7 @@ def read_expected(path: Path) -> list[Entry]:
                 SpecifierSet(versions)
             except InvalidSpecifier as exc:
                 raise HarnessError(f"{path}:{number}: bad versions {versions!r}: {exc}") from exc
-        entries.append(Entry(test, versions, reason, number))
+        entries.append(Entry(test, versions, fails_at, reason, number))
     return entries
 
 
@@ -442,7 +470,13 @@ def judge(results: dict[str, Any], entries: list[Entry], *, check_stale: bool) -
         elif outcome == "skipped":
             verdict.skipped.append(nodeid)
         elif outcome == "xfailed":
-            verdict.expected.append((nodeid, listed.reason if listed else message))
+            where = record.get("where", "")
+            if listed is not None and not listed.failed_as_listed(where):
+                verdict.unexpected_failures.append(
+                    (nodeid, f"failed elsewhere than listed ({listed.fails_at!r}): {where}")
+                )
+            else:
+                verdict.expected.append((nodeid, listed.reason if listed else message))
         elif outcome == "xpassed":
             verdict.unexpected_passes.append((nodeid, listed.reason if listed else ""))
         else:
@@ -483,7 +517,7 @@ def run_pytest(
     entries: list[Entry],
     extra: Sequence[str],
     *,
-    swap: bool,
+    swap: str,
 ) -> dict[str, Any]:
     """Run the two test files with redis-py's conftest and this plugin; return the outcomes."""
     with tempfile.TemporaryDirectory(prefix="tenure-redis-py-run.") as scratch:
@@ -497,7 +531,7 @@ def run_pytest(
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env[ENV_EXPECTED] = str(expected_path)
         env[ENV_OUTCOMES] = str(outcomes_path)
-        env[ENV_SWAP] = "1" if swap else "0"
+        env[ENV_SWAP] = swap
         command = [
             python, "-m", "pytest",
             "-c", str(config_file(folder)), "--rootdir", str(folder),
@@ -539,15 +573,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run them against redis-py's own Lock instead (checks the harness: all should pass)",
     )
-    parser.add_argument("--expected", type=Path, default=EXPECTED_FILE, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--mode",
+        choices=sorted(MODES),
+        help="run one mode only: tenure's lock as it is, or with interop='redis-py' "
+        "(default: both, one after the other)",
+    )
+    parser.add_argument("--expected", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("pytest_args", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     started = time.monotonic()
+    modes = ["baseline"] if args.baseline else [args.mode] if args.mode else list(MODES)
+    runs: list[tuple[str, Path, Verdict, float, str]] = []
     try:
-        all_entries = read_expected(args.expected)
+        lists = {mode: args.expected or MODES.get(mode, MODES["tenure"]) for mode in modes}
+        read = {mode: read_expected(path) for mode, path in lists.items()}
         version, folder = prepare_tests(args.redis_version)
-        entries = [e for e in all_entries if e.applies_to(version) and not args.baseline]
-        check_overlaps(entries, version)
         needed = requirements(folder)
         with tempfile.TemporaryDirectory(prefix="tenure-redis-py-venv.") as scratch:
             if version == importlib.metadata.version("redis"):
@@ -566,38 +607,69 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with standalone() as server:
                 engine = server.engine
-                print(
-                    f"redis-py {version} lock tests ({folder}) in {where}, "
-                    f"against {engine.name} {engine.version} at {server.url}"
-                )
-                results = run_pytest(
-                    python, folder, server.url, entries, args.pytest_args, swap=not args.baseline
-                )
+                for mode in modes:
+                    entries = [e for e in read[mode] if e.applies_to(version)]
+                    if mode == "baseline":
+                        entries = []
+                    check_overlaps(entries, version)
+                    print(
+                        f"redis-py {version} lock tests ({folder}) in {where}, against "
+                        f"{engine.name} {engine.version} at {server.url}, mode {mode}"
+                    )
+                    began = time.monotonic()
+                    results = run_pytest(
+                        python, folder, server.url, entries, args.pytest_args, swap=mode
+                    )
+                    verdict = judge(results, entries, check_stale=not args.pytest_args)
+                    runs.append(
+                        (mode, lists[mode], verdict, time.monotonic() - began, engine.version)
+                    )
+                engine_name = engine.name
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    verdict = judge(results, entries, check_stale=not args.pytest_args)
-    seconds = time.monotonic() - started
-    against = "redis-py's own Lock (baseline)" if args.baseline else "tenure"
-    report(
-        verdict,
-        f"redis-py {version} lock tests against {against} on {engine.name} {engine.version} "
-        f"(setup {prepared:.1f} s)",
-        seconds,
-        args.expected,
-    )
-    return 0 if verdict.ok else 1
+    against = {
+        "baseline": "redis-py's own Lock (baseline)",
+        "tenure": "tenure",
+        "interop": "tenure with interop='redis-py'",
+    }
+    for mode, listing, verdict, seconds, engine_version in runs:
+        report(
+            verdict,
+            f"redis-py {version} lock tests against {against[mode]} on {engine_name} "
+            f"{engine_version} (setup {prepared:.1f} s)",
+            seconds,
+            listing,
+        )
+    return 0 if all(verdict.ok for _, _, verdict, _, _ in runs) else 1
 
 
 # --------------------------------------------------------------------------- the pytest plugin
 # Loaded in the pytest child with ``-p redis_py_lock_tests``.
 
 _outcomes: dict[str, dict[str, str]] = {}
+_failed_at: dict[str, str] = {}  # node id -> "<statement> -> <error>" of a failed call
 _collected: list[str] = []
 _RANK = {"passed": 0, "skipped": 1, "xpassed": 2, "xfailed": 2, "failed": 3, "error": 3}
 
 
-def _swap_lock_classes(items: Sequence[pytest.Item]) -> None:
+_interop_classes: dict[type, type] = {}
+
+
+def _in_interop_mode(cls: type) -> type:
+    """``cls`` made with ``interop="redis-py"`` unless told otherwise (one class per ``cls``)."""
+    if cls not in _interop_classes:
+        original: Any = vars(cls)["__init__"]
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("interop", "redis-py")
+            original(self, *args, **kwargs)
+
+        _interop_classes[cls] = type(cls.__name__, (cls,), {"__init__": __init__})
+    return _interop_classes[cls]
+
+
+def _swap_lock_classes(items: Sequence[pytest.Item], mode: str) -> None:
     import tenure
 
     for item in items:
@@ -607,6 +679,8 @@ def _swap_lock_classes(items: Sequence[pytest.Item]) -> None:
         source, replacement = SWAPS[module.__name__]
         current = getattr(module, "Lock", None)
         tenure_class = getattr(tenure, replacement)
+        if mode == "interop":
+            tenure_class = _in_interop_mode(tenure_class)
         if current is tenure_class:
             continue
         if current is not importlib.import_module(source).Lock:
@@ -620,10 +694,11 @@ def pytest_collection_modifyitems(
     """Swap the test modules' ``Lock`` for tenure's; mark the expected failures."""
     import pytest
 
-    if os.environ.get(ENV_SWAP) != "0":
-        _swap_lock_classes(items)
+    mode = os.environ.get(ENV_SWAP, "tenure")
+    if mode != "baseline":
+        _swap_lock_classes(items, mode)
     listed = json.loads(Path(os.environ[ENV_EXPECTED]).read_text())
-    entries = [Entry(test, "*", reason) for test, reason in listed]
+    entries = [Entry(test, "*", "", reason) for test, reason in listed]
     for item in items:
         entry = next((entry for entry in entries if entry.matches(item.nodeid)), None)
         if entry is not None:
@@ -633,6 +708,24 @@ def pytest_collection_modifyitems(
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Remember every test that will run."""
     _collected.extend(item.nodeid for item in session.items)
+
+
+def _where(item: pytest.Item, excinfo: Any) -> str:
+    """The statement of the test's own file that raised (whitespace collapsed), and the error."""
+    statement = ""
+    path = str(getattr(item, "path", ""))
+    for entry in reversed(excinfo.traceback):
+        if str(entry.path) == path:
+            statement = " ".join(str(entry.statement).split())
+            break
+    message = excinfo.exconly().strip().splitlines()
+    return f"{statement} -> {message[0] if message else ''}"
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """Keep where each test failed: the statement of its file that raised, and the error."""
+    if call.excinfo is not None and call.when == "call":
+        _failed_at[item.nodeid] = _where(item, call.excinfo)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -655,6 +748,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Write the outcomes for the parent process."""
+    for nodeid, where in _failed_at.items():
+        if nodeid in _outcomes:
+            _outcomes[nodeid]["where"] = where
     results = {"collected": _collected, "outcomes": _outcomes, "exitstatus": int(exitstatus)}
     Path(os.environ[ENV_OUTCOMES]).write_text(json.dumps(results, indent=1))
 

@@ -104,6 +104,13 @@ async def test_redis_pys_key_taken_from_under_a_hold_loses_it(
         await lock.extend(5)
     assert lock.lost
     assert await tenure_async_client.get("orders") == b"someone-else"  # not released by us
+    again = AsyncLock(tenure_async_client, "orders-2", timeout=10, interop="redis-py")
+    assert await again.acquire()
+    await tenure_async_client.set("orders-2", b"someone-else")
+    with pytest.raises(LockNotOwnedError):
+        await again.release()
+    assert await tenure_async_client.exists(again.keys.owner) == 0  # tenure's side cleared
+    assert await tenure_async_client.get("orders-2") == b"someone-else"
 
 
 async def test_without_interop_redis_pys_key_is_not_touched(

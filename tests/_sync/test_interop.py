@@ -103,6 +103,13 @@ def test_redis_pys_key_taken_from_under_a_hold_loses_it(
         lock.extend(5)
     assert lock.lost
     assert tenure_client.get("orders") == b"someone-else"  # not released by us
+    again = Lock(tenure_client, "orders-2", timeout=10, interop="redis-py")
+    assert again.acquire()
+    tenure_client.set("orders-2", b"someone-else")
+    with pytest.raises(LockNotOwnedError):
+        again.release()
+    assert tenure_client.exists(again.keys.owner) == 0  # tenure's side cleared
+    assert tenure_client.get("orders-2") == b"someone-else"
 
 
 def test_without_interop_redis_pys_key_is_not_touched(

@@ -13,7 +13,9 @@
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] lifetime in ms of a fencing counter started now, and of the receipt
--- returns 0 not owned by the token, 1 released (and handed on if anyone waited)
+-- returns 0 not owned by the token (with KEYS[9], also when redis-py's key no longer
+--         holds it: the hold was lost, and tenure's side of it is cleared), 1 released
+--         (and handed on if anyone waited)
 -- on resend: the token's receipt answers 1 (the first run released it)
 
 --! include queue
@@ -25,14 +27,19 @@ local token = ARGV[1]
 if redis.call('HGET', owner_key, 'token') ~= token then
     return tonumber(receipt(KEYS[7], KEYS[8], token) or '0')
 end
-give_receipt(KEYS[7], KEYS[8], token, 1, ARGV[3])
-mirror_release(token)
-if redis.call('EXISTS', queue) == 1 then
+local done = 1
+if mirror and redis.call('GET', mirror) ~= token then
+    done = 0  -- redis-py's key was taken from under the hold: it was lost, nothing to release
+else
+    give_receipt(KEYS[7], KEYS[8], token, 1, ARGV[3])
+    mirror_release(token)
+end
+if redis.call('EXISTS', queue) == 1 and not foreign(false) then
     local now = server_time()
     purge_waiters(queue, waiters, wakes, now, names)
     if grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[3], names) then
-        return 1  -- the owner hash now names the next waiter
+        return done  -- the owner hash now names the next waiter
     end
 end
 redis.call('DEL', owner_key)
-return 1
+return done
