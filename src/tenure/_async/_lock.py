@@ -39,7 +39,8 @@ class AsyncLock(AsyncLeased):
 
     * ``timeout`` — lease in seconds. ``None`` (default): held until
       released, on a 30 s lease the watchdog renews every 10 s.
-    * ``sleep`` — accepted for compatibility; tenure never polls.
+    * ``sleep`` — accepted for compatibility; tenure never polls, except with
+      ``interop="redis-py"`` while a redis-py process holds (every ``sleep`` s).
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
     * ``thread_local`` — the token belongs to the acquiring task, with the
