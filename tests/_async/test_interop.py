@@ -8,6 +8,7 @@ Written once for asyncio and generated for threads; runs on the cluster too.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -136,3 +137,36 @@ async def test_the_family_that_takes_interop(tenure_async_client: redis.asyncio.
         AsyncLock(tenure_async_client, "orders", sleep=0, interop="redis-py")
     with pytest.raises(TypeError):
         AsyncSemaphore(tenure_async_client, "orders", limit=2, interop="redis-py")  # type: ignore[call-arg]
+
+
+async def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
+    tenure_async_client: redis.asyncio.Redis, clients: list[redis.asyncio.Redis]
+) -> None:
+    theirs = _redis_py_lock(clients[0], "orders")
+    assert await theirs.acquire()  # type: ignore[attr-defined]
+    order: list[int] = []
+    queue = AsyncLock(tenure_async_client, "orders").keys.queue
+
+    def waiter(index: int) -> Any:
+        async def job() -> int:
+            lock = AsyncLock(clients[index], "orders", timeout=10, sleep=0.02, interop="redis-py")
+            assert await lock.acquire(blocking_timeout=20)
+            order.append(index)
+            fence = lock.fencing_token
+            assert fence is not None
+            await lock.release()
+            return fence
+
+        return job
+
+    handles = []
+    for index in range(1, 6):
+        handles.append(spawn(waiter(index)))
+        deadline = time.monotonic() + 10
+        while await tenure_async_client.zcard(queue) < index:  # in line, in this order
+            assert time.monotonic() < deadline, "a waiter never joined the line"
+            await sleep(0.01)
+    await theirs.release()  # type: ignore[attr-defined]
+    fences = [await join(handle) for handle in handles]
+    assert order == [1, 2, 3, 4, 5]
+    assert fences == sorted(fences)

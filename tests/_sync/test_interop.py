@@ -9,6 +9,7 @@ Written once for asyncio and generated for threads; runs on the cluster too.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -135,3 +136,36 @@ def test_the_family_that_takes_interop(tenure_client: redis.Redis) -> None:
         Lock(tenure_client, "orders", sleep=0, interop="redis-py")
     with pytest.raises(TypeError):
         Semaphore(tenure_client, "orders", limit=2, interop="redis-py")  # type: ignore[call-arg]
+
+
+def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
+    tenure_client: redis.Redis, clients: list[redis.Redis]
+) -> None:
+    theirs = _redis_py_lock(clients[0], "orders")
+    assert theirs.acquire()  # type: ignore[attr-defined]
+    order: list[int] = []
+    queue = Lock(tenure_client, "orders").keys.queue
+
+    def waiter(index: int) -> Any:
+        def job() -> int:
+            lock = Lock(clients[index], "orders", timeout=10, sleep=0.02, interop="redis-py")
+            assert lock.acquire(blocking_timeout=20)
+            order.append(index)
+            fence = lock.fencing_token
+            assert fence is not None
+            lock.release()
+            return fence
+
+        return job
+
+    handles = []
+    for index in range(1, 6):
+        handles.append(spawn(waiter(index)))
+        deadline = time.monotonic() + 10
+        while tenure_client.zcard(queue) < index:  # in line, in this order
+            assert time.monotonic() < deadline, "a waiter never joined the line"
+            sleep(0.01)
+    theirs.release()  # type: ignore[attr-defined]
+    fences = [join(handle) for handle in handles]
+    assert order == [1, 2, 3, 4, 5]
+    assert fences == sorted(fences)
