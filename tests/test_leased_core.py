@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -22,6 +23,7 @@ from tenure._leased_core import (
     LockSettings,
     Queued,
     check_lock_name,
+    grant_time,
     lone_surrogate,
     name_from_key,
     parse_acquire,
@@ -48,6 +50,15 @@ def test_a_message_that_is_no_grant_is_nobodys(text: str) -> None:
     token, grant = parse_grant(text)
     if grant is None:
         assert token == text
+
+
+def test_a_grant_made_before_the_queued_answer_is_never_taken_as_fresh() -> None:
+    queued = Queued(owner_ttl_ms=500, position=0, server_ms=10_000)
+    assert grant_time(5.0, queued, Acquired(fence=3, lease_ms=1000, server_ms=10_250)) == 5.25
+    assert grant_time(5.0, queued, Acquired(fence=3, lease_ms=1000, server_ms=10_000)) == 5.0
+    # Made before the server answered "queued" to a later call: read late, and gone.
+    stale = grant_time(5.0, queued, Acquired(fence=3, lease_ms=1000, server_ms=9_995))
+    assert stale == -math.inf
 
 
 def test_acquire_replies() -> None:

@@ -288,6 +288,46 @@ def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
     assert after == {"event": "released", "kept": True, "lost": False}
 
 
+def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    """The only waiter is stopped (or its event loop blocked) when the lock is handed
+    to it; its 1 s handoff lease runs out and a newcomer takes the lock and keeps it.
+    Resumed, the waiter asks the server again (its wait timed out meanwhile) and
+    only then reads the old grant: it must not return from acquire() with it, but
+    wait for the newcomer's release.
+    """
+    name = "stopped-waiter"
+    holder = Lock(client, name)
+    assert holder.acquire()
+    busy = Worker(api, "stall", tenure_server.url, name, "30")
+    workers.append(busy)
+    assert busy.read()["event"] == "waiting"
+    _wait_for_queue(client, name, 1)
+    if api == "async":
+        busy.send("block 2.2")
+        assert busy.read()["event"] == "blocking"
+    else:
+        busy.send("go")  # its main thread only joins the thread that waits
+        os.kill(busy.pid, signal.SIGSTOP)
+    holder.release()  # handed to the stopped waiter
+    time.sleep(1.3)  # its handoff lease (1 s) runs out
+    newcomer = Lock(client, name, timeout=30)
+    assert newcomer.acquire(blocking=False)
+    if api == "sync":
+        time.sleep(0.9)  # stopped as long as the blocked event loop
+        os.kill(busy.pid, signal.SIGCONT)
+    fence = newcomer.fencing_token
+    assert fence is not None
+    assert not select.select([busy.process.stdout], [], [], 2.0)[0], busy.read()
+    assert newcomer.owned()
+    newcomer.release()
+    got = busy.read()
+    assert got["event"] == "acquired"
+    assert got["fence"] == got["server_fence"] > fence
+    assert busy.read() == {"event": "released", "kept": True, "lost": False}
+
+
 @pytest.mark.parametrize("pause", [0.0, 0.7])
 def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_lease(
     api: str,

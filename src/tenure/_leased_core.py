@@ -636,10 +636,17 @@ def grant_time(sent: float, queued: Queued, granted: Acquired) -> float:
     ``queued`` is the reply of the acquire call sent at ``sent``; the server
     ran it after ``sent``, so the grant, ``granted.server_ms - queued.server_ms``
     later by the server's clock, happened at or after the returned time.
+
+    A grant made *before* that call ran is one the call found gone (a call by
+    a token that holds answers "acquired", not "queued"): its waiter read it
+    late, after asking again (its process was stopped, or busy, meanwhile).
+    Minus infinity then: whoever reads it must confirm it with the server.
     """
     if granted.server_ms is None:
         return sent
-    return sent + max(0, granted.server_ms - queued.server_ms) / 1000
+    if granted.server_ms < queued.server_ms:
+        return -math.inf
+    return sent + (granted.server_ms - queued.server_ms) / 1000
 
 
 @dataclass(kw_only=True)
