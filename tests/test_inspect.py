@@ -138,6 +138,16 @@ def test_names_with_their_own_hash_tag_are_listed_as_given(
         lock.release()
 
 
+def test_the_table_escapes_what_a_terminal_would_act_on(tenure_client: redis.Redis) -> None:
+    lock = Lock(tenure_client, "evil\n\x1b[31mred\tname", thread_local=False)
+    assert lock.acquire()
+    table = render_table(inspect(tenure_client))
+    assert "\x1b" not in table and "\t" not in table
+    assert len(table.splitlines()) == 3  # header, rule, one row
+    assert "evil\\n\\x1" in table  # escaped (and cut to the column's width)
+    lock.release()
+
+
 def test_a_new_primitive_plugs_in_its_view(tenure_client: redis.Redis) -> None:
     tenure_client.set("tenure:gizmo:{g1}", "x")
 

@@ -319,7 +319,9 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
         os.kill(busy.pid, signal.SIGCONT)
     fence = newcomer.fencing_token
     assert fence is not None
-    assert not select.select([busy.process.stdout], [], [], 2.0)[0], busy.read()
+    stdout = busy.process.stdout
+    assert stdout is not None
+    assert not select.select([stdout], [], [], 2.0)[0], busy.read()  # it waits on
     assert newcomer.owned()
     newcomer.release()
     got = busy.read()

@@ -259,12 +259,19 @@ def elide(text: str, width: int) -> str:
     return text[: width - 1 - tail] + "…" + (text[-tail:] if tail else "")
 
 
+def printable(text: str) -> str:
+    """``text`` with each character a terminal would act on (newline, tab, escape) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _who(entry: dict[str, Any]) -> str:
     """A holder's or waiter's owner name, else its token's (or connection id's) start."""
     owner = entry.get("owner")
     if owner:
-        return str(owner)
-    return str(entry.get("token", entry.get("id")))[:8]
+        return printable(str(owner))
+    return printable(str(entry.get("token", entry.get("id")))[:8])
 
 
 def _seconds(ms: int | None) -> str:
@@ -310,7 +317,7 @@ def render_table(rows: list[Primitive], *, wide: bool = False) -> str:
         cells.append(
             [
                 row.kind,
-                row.name,
+                printable(row.name),
                 row.state,
                 "-" if row.fencing_token is None else str(row.fencing_token),
                 row,

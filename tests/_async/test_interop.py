@@ -7,6 +7,7 @@ Written once for asyncio and generated for threads; runs on the cluster too.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from tenure import (
     ArgumentError,
     AsyncClusterLock,
     AsyncLock,
+    AsyncReadWriteLock,
     AsyncReentrantLock,
     AsyncSemaphore,
     LockNotOwnedError,
@@ -137,6 +139,12 @@ async def test_the_family_that_takes_interop(tenure_async_client: redis.asyncio.
         AsyncLock(tenure_async_client, "orders", sleep=0, interop="redis-py")
     with pytest.raises(TypeError):
         AsyncSemaphore(tenure_async_client, "orders", limit=2, interop="redis-py")  # type: ignore[call-arg]
+    with pytest.raises(ArgumentError, match="^interop: redis-py has no read-write lock"):
+        AsyncReadWriteLock(tenure_async_client, "orders", interop="redis-py")
+    # redis-py's lock_class hook takes a class made with interop by functools.partial
+    interop_lock: Any = functools.partial(AsyncLock, interop="redis-py")
+    by_hook: Any = tenure_async_client.lock("orders", timeout=10, lock_class=interop_lock)
+    assert isinstance(by_hook, AsyncLock) and by_hook.interop == "redis-py"
 
 
 async def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
@@ -170,3 +178,23 @@ async def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     fences = [await join(handle) for handle in handles]
     assert order == [1, 2, 3, 4, 5]
     assert fences == sorted(fences)
+
+
+async def test_a_hold_whose_redis_py_key_was_taken_is_not_owned_and_not_entered_again(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    lock = AsyncReentrantLock(tenure_async_client, "orders", timeout=10, interop="redis-py")
+    assert await lock.acquire()
+    assert await lock.owned()
+    await tenure_async_client.delete("orders")  # from outside: then a redis-py process takes it
+    theirs = _redis_py_lock(other_client, "orders")
+    assert await theirs.acquire(blocking=False)  # type: ignore[attr-defined]
+    assert not await lock.owned()
+    with pytest.raises(LockNotOwnedError):
+        await lock.acquire(blocking=False)  # a re-entry: it finds the hold lost
+    assert await tenure_async_client.exists(lock.keys.owner) == 0  # tenure's side cleared
+    rival = AsyncLock(tenure_async_client, "orders", timeout=10, interop="redis-py")
+    assert await rival.acquire(blocking=False) is False  # redis-py's holder keeps it
+    await theirs.release()  # type: ignore[attr-defined]
+    assert await rival.acquire(blocking=False)
+    await rival.release()

@@ -8,6 +8,7 @@ Written once for asyncio and generated for threads; runs on the cluster too.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from tenure import (
     ClusterLock,
     Lock,
     LockNotOwnedError,
+    ReadWriteLock,
     ReentrantLock,
     Semaphore,
 )
@@ -136,6 +138,12 @@ def test_the_family_that_takes_interop(tenure_client: redis.Redis) -> None:
         Lock(tenure_client, "orders", sleep=0, interop="redis-py")
     with pytest.raises(TypeError):
         Semaphore(tenure_client, "orders", limit=2, interop="redis-py")  # type: ignore[call-arg]
+    with pytest.raises(ArgumentError, match="^interop: redis-py has no read-write lock"):
+        ReadWriteLock(tenure_client, "orders", interop="redis-py")
+    # redis-py's lock_class hook takes a class made with interop by functools.partial
+    interop_lock: Any = functools.partial(Lock, interop="redis-py")
+    by_hook: Any = tenure_client.lock("orders", timeout=10, lock_class=interop_lock)
+    assert isinstance(by_hook, Lock) and by_hook.interop == "redis-py"
 
 
 def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
@@ -169,3 +177,23 @@ def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     fences = [join(handle) for handle in handles]
     assert order == [1, 2, 3, 4, 5]
     assert fences == sorted(fences)
+
+
+def test_a_hold_whose_redis_py_key_was_taken_is_not_owned_and_not_entered_again(
+    tenure_client: redis.Redis, other_client: redis.Redis
+) -> None:
+    lock = ReentrantLock(tenure_client, "orders", timeout=10, interop="redis-py")
+    assert lock.acquire()
+    assert lock.owned()
+    tenure_client.delete("orders")  # from outside: then a redis-py process takes it
+    theirs = _redis_py_lock(other_client, "orders")
+    assert theirs.acquire(blocking=False)  # type: ignore[attr-defined]
+    assert not lock.owned()
+    with pytest.raises(LockNotOwnedError):
+        lock.acquire(blocking=False)  # a re-entry: it finds the hold lost
+    assert tenure_client.exists(lock.keys.owner) == 0  # tenure's side cleared
+    rival = Lock(tenure_client, "orders", timeout=10, interop="redis-py")
+    assert rival.acquire(blocking=False) is False  # redis-py's holder keeps it
+    theirs.release()  # type: ignore[attr-defined]
+    assert rival.acquire(blocking=False)
+    rival.release()

@@ -160,14 +160,26 @@ class AsyncLock(AsyncLeased):
         return bool(await exists("EXISTS", *keys, name=self.name, doing="checking"))
 
     async def owned(self) -> bool:
-        """True if this owner holds the lock, as the server sees it (one round trip)."""
+        """True if this owner holds the lock, as the server sees it (one round trip).
+
+        With ``interop="redis-py"``, redis-py's key must hold its token too (a
+        second round trip).
+        """
         hold = self._slot.get()
         if hold is None:
             return False
         current = await self._registry.command(
             "HGET", self._keys.owner, "token", name=self.name, doing="checking the lock"
         )
-        return current is not None and to_text(current) == hold.token
+        if current is None or to_text(current) != hold.token:
+            return False
+        for key in self._outer_keys:  # interop: redis-py's key must hold the token too
+            theirs = await self._registry.command(
+                "GET", key, name=self.name, doing="checking redis-py's key"
+            )
+            if theirs is None or to_text(theirs) != hold.token:
+                return False
+        return True
 
 
 class AsyncReentrantLock(AsyncLock):

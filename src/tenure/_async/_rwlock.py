@@ -159,6 +159,13 @@ class AsyncReadWriteLock:
     ) -> None:
         name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
+        if "interop" in options:
+            raise ArgumentError(
+                "interop",
+                "redis-py has no read-write lock to interoperate with; "
+                "Lock, ReentrantLock and ClusterLock take it",
+                name=name,
+            )
         options.update(
             timeout=timeout,
             blocking=blocking,

@@ -31,7 +31,7 @@ local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3]
 local token, lease, channel, idle_ms, name = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8]
 
 -- Fast path: free and nobody waiting.
-local owner = redis.call('HGET', owner_key, 'token')
+local owner = still_owner(owner_key, redis.call('HGET', owner_key, 'token'))
 if ARGV[4] == '1' and owner ~= token then
     return {0, redis.call('PTTL', owner_key), -1, 0, 0}  -- a re-entry that found it gone
 end

@@ -15,7 +15,7 @@
 --! include queue
 --! include lock
 mirror = KEYS[4] or false
-local owner = redis.call('HGET', KEYS[1], 'token')
+local owner = still_owner(KEYS[1], redis.call('HGET', KEYS[1], 'token'))
 if owner then
     if owner == ARGV[1] then
         return tonumber(redis.call('HGET', KEYS[1], 'fence'))

@@ -36,6 +36,18 @@ local function holder_ttl(owner_key)
     return left
 end
 
+-- The owner `owner` (its token, false: none), or false if redis-py's key no
+-- longer holds that token: the hold was taken from under it (the key was
+-- overwritten or deleted from outside), so it is lost, and tenure's side of it
+-- is cleared here.
+local function still_owner(owner_key, owner)
+    if owner and mirror and redis.call('GET', mirror) ~= owner then
+        redis.call('DEL', owner_key)
+        return false
+    end
+    return owner
+end
+
 -- redis-py's key follows the owner's lease, if it holds `token`.
 local function mirror_expire(token, ms)
     if mirror and redis.call('GET', mirror) == token then
