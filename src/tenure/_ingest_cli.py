@@ -154,12 +154,20 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    reset = False
     try:
-        with redis.Redis.from_url(url) as client:
-            job_from_settings(client, options).work()
+        try:
+            with redis.Redis.from_url(url) as client:
+                job_from_settings(client, options).work()
+        except PlanMismatchError:  # the job was reset under it: the parent says so, in one line
+            reset = True
     except KeyboardInterrupt:
         pass
-    except PlanMismatchError:  # the job was reset under it: the parent says so, in one line
+    finally:
+        # Done: a terminate() that comes now (the parent stopping every worker) has
+        # nothing to cut, and must not interrupt this process's exit with a traceback.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if reset:
         sys.exit(RESET_EXIT)
 
 
