@@ -42,7 +42,7 @@ async def test_closed_connection_frees_it_at_once(clients: list[redis.asyncio.Re
     await clients[2].client_kill_filter(_id=holder.owner_id)
     began = time.monotonic()
     assert await waiter.acquire(blocking_timeout=2)
-    assert time.monotonic() - began < 0.2
+    assert time.monotonic() - began < 0.5  # at once: its poll finds the owner gone
     await waiter.release()
     with pytest.raises(LockNotOwnedError):
         await holder.release()  # its booking went with its connection

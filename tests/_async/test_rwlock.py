@@ -110,7 +110,7 @@ async def test_downgrade_keeps_holding_and_lets_readers_in(
     await sleep(0.2)
     downgraded = time.monotonic()
     await owner.write.downgrade()
-    assert await join(handle) - downgraded < 0.05
+    assert await join(handle) - downgraded < 0.4  # woken by it, not a refresh (0.8 s away)
     assert not await other_writer.write.acquire(blocking=False)  # still held, as a reader
     assert await owner.readers() == 1
     with pytest.raises(LockNotOwnedError):

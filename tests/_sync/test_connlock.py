@@ -43,7 +43,7 @@ def test_closed_connection_frees_it_at_once(clients: list[redis.Redis]) -> None:
     clients[2].client_kill_filter(_id=holder.owner_id)
     began = time.monotonic()
     assert waiter.acquire(blocking_timeout=2)
-    assert time.monotonic() - began < 0.2
+    assert time.monotonic() - began < 0.5  # at once: its poll finds the owner gone
     waiter.release()
     with pytest.raises(LockNotOwnedError):
         holder.release()  # its booking went with its connection

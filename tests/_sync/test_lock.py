@@ -122,8 +122,9 @@ def test_release_wakes_the_waiter_without_polling(
     released = time.monotonic()
     holder.release()
     got = join(handle)
-    # A handoff, not a poll: the waiter has it within a few milliseconds.
-    assert got - released < 0.05
+    # A handoff, not a poll: the waiter has it within a few milliseconds here (a
+    # bound a busy 2-core machine meets; a refresh, which would find it, is 0.8 s away).
+    assert got - released < 0.4
     assert waiter.statistics().contended == 1
 
 

@@ -140,7 +140,7 @@ def test_a_waiter_is_woken_by_the_release(masters: list[Any], other_masters: lis
     lock.release()
     woken = join(waiter)
     # Woken by the release's message, not by a timer (the refresh is 0.8 s away).
-    assert woken - released < 0.15
+    assert woken - released < 0.4
     assert other.statistics().contended == 1
     other.release()
 
@@ -277,7 +277,7 @@ def test_a_slow_master_does_not_slow_acquisition(
     lock = Redlock(masters, "slow", timeout=5)
     assert lock.acquire()  # connections made before the fault
     lock.release()
-    proxies[2].set_latency(0.2)
+    proxies[2].set_latency(0.5)
     took = []
     for _ in range(5):
         started = time.monotonic()
@@ -285,7 +285,7 @@ def test_a_slow_master_does_not_slow_acquisition(
         took.append(time.monotonic() - started)
         lock.release()
     took.sort()
-    assert took[2] < 0.1  # the two fast masters' time, not the slow one's 200 ms
+    assert took[2] < 0.3  # the two fast masters' time, not the slow one's 500 ms
     proxies[2].set_latency(0)
     # The slow master's late grants were given back (or released): nobody holds it there.
     eventually(lambda: owner_of(redlock_servers[2], "slow") is None, 8, "the give-back")

@@ -111,7 +111,7 @@ def test_downgrade_keeps_holding_and_lets_readers_in(
     sleep(0.2)
     downgraded = time.monotonic()
     owner.write.downgrade()
-    assert join(handle) - downgraded < 0.05
+    assert join(handle) - downgraded < 0.4  # woken by it, not a refresh (0.8 s away)
     assert not other_writer.write.acquire(blocking=False)  # still held, as a reader
     assert owner.readers() == 1
     with pytest.raises(LockNotOwnedError):

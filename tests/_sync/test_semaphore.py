@@ -83,7 +83,7 @@ def test_release_wakes_the_first_waiter(clients: list[redis.Redis]) -> None:
     holder.release()
     times = [join(handle) for handle in handles]
     assert order == [1, 2, 3, 4]
-    assert times[0] - released < 0.05  # handed over, not polled
+    assert times[0] - released < 0.4  # handed over, not found at a refresh (0.8 s away)
 
 
 def test_expired_permit_returns_and_refresh_fails(
@@ -94,7 +94,7 @@ def test_expired_permit_returns_and_refresh_fails(
     assert stale.acquire()
     began = time.monotonic()
     assert fresh.acquire(blocking_timeout=2)
-    assert time.monotonic() - began < 0.2 + 0.1
+    assert time.monotonic() - began < 0.2 + 0.4  # at the lease's end, not a refresh (0.8 s)
     with pytest.raises(SemaphoreNotOwnedError):
         stale.refresh()
     with pytest.raises(SemaphoreNotOwnedError):
