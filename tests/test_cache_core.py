@@ -27,13 +27,12 @@ from tenure._cache_core import (
     Entry,
     ServerClock,
     Status,
-    check_duration,
     early_factor,
     entry_key,
     parse_fetch,
     split_entry,
-    to_ms,
 )
+from tenure._core.values import check_seconds, to_ms
 
 json_values = st.recursive(
     st.none()
@@ -175,8 +174,11 @@ def test_early_factor_is_non_negative_and_off_at_zero(rand: float) -> None:
 
 def test_durations() -> None:
     assert to_ms(None) == 0 and to_ms(0.0001) == 1 and to_ms(1.5) == 1500
-    assert check_duration("ttl", None, name="c") is None
-    assert check_duration("ttl", 0, name="c", allow_zero=True) == 0.0
+    assert to_ms(1.2341) == 1235  # rounded up: never shorter than asked
+    assert (
+        check_seconds("ttl", None, name="c", allow_none=True, longest=None, positive=True) is None
+    )
+    assert check_seconds("ttl", 0, name="c", allow_none=True, longest=None) == 0.0
     for bad in (-1, 0, float("inf"), float("nan"), "5", True):
         with pytest.raises(ArgumentError, match="ttl"):
-            check_duration("ttl", bad, name="c")  # type: ignore[arg-type]
+            check_seconds("ttl", bad, name="c", allow_none=True, longest=None, positive=True)  # type: ignore[arg-type]

@@ -11,10 +11,7 @@ import enum
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, overload
-
-from tenure._exceptions import ArgumentError
-from tenure._leased_core import check_seconds
+from typing import Any, NamedTuple
 
 __all__ = [
     "CacheKeys",
@@ -24,66 +21,15 @@ __all__ = [
     "Loaded",
     "ServerClock",
     "Status",
-    "check_duration",
     "early_factor",
     "entry_key",
     "new_counters",
     "parse_fetch",
     "split_entry",
-    "to_ms",
     "unwrap_loaded",
 ]
 
-
-@overload
-def check_duration(
-    argument: str,
-    value: float,
-    *,
-    name: str,
-    allow_none: Literal[False],
-    allow_zero: bool = False,
-) -> float: ...
-
-
-@overload
-def check_duration(
-    argument: str,
-    value: float | None,
-    *,
-    name: str,
-    allow_none: bool = True,
-    allow_zero: bool = False,
-) -> float | None: ...
-
-
-def check_duration(
-    argument: str,
-    value: float | None,
-    *,
-    name: str,
-    allow_none: bool = True,
-    allow_zero: bool = False,
-) -> float | None:
-    """``value`` in seconds, validated: a finite number > 0 (or 0, or None when allowed).
-
-    :func:`~tenure._leased_core.check_seconds` refuses what no duration can be;
-    a cache's durations must also be finite, and most of them non-zero.
-    """
-    check_seconds(argument, value, allow_none=allow_none, name=name, longest=None)
-    if value is None:
-        return None
-    if not math.isfinite(value) or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ArgumentError(argument, f"must be finite and {bound}, got {value!r}", name=name)
-    return float(value)
-
-
-def to_ms(seconds: float | None) -> int:
-    """Whole milliseconds of ``seconds``, at least 1 (``None`` or 0 give 0: no limit)."""
-    if not seconds:
-        return 0
-    return max(1, round(seconds * 1000))
+_RANDOM = random.SystemRandom()  # not the global one: its seed and state are the application's
 
 
 def entry_key(prefix: str, name: str, identity: str) -> str:
@@ -234,7 +180,7 @@ def early_factor(beta: float, rand: float | None = None) -> float:
     """
     if beta <= 0:
         return 0.0
-    u = 1.0 - (random.random() if rand is None else rand)
+    u = 1.0 - (_RANDOM.random() if rand is None else rand)
     return -beta * math.log(u) if u > 0 else 0.0
 
 

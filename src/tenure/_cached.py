@@ -21,7 +21,8 @@ from typing import Any, TypeVar, cast
 
 from tenure._async._cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, AsyncHerdCache
 from tenure._cache_codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
-from tenure._cache_core import Loaded, check_duration
+from tenure._cache_core import Loaded
+from tenure._core.values import check_seconds
 from tenure._exceptions import ArgumentError, ClientTypeError
 from tenure._sync._cache import HerdCache
 
@@ -80,7 +81,9 @@ def cached(
         isinstance(kind, type) and issubclass(kind, BaseException) for kind in cache_errors
     ):
         raise ArgumentError("cache_errors", "must be a tuple of exception classes")
-    error_seconds = check_duration("error_ttl", error_ttl, name="cached", allow_none=False)
+    error_seconds = check_seconds(
+        "error_ttl", error_ttl, name="cached", allow_none=False, longest=None, positive=True
+    )
     errors = _ErrorCodec(cache_errors, error_seconds)
 
     def decorate(func: F) -> F:

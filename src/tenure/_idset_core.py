@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
+from tenure._core.values import to_text
 from tenure._exceptions import ArgumentError, IdSetCorruptError
 from tenure._idset_base import NATIVE, Base, PlainBase, make_base
 from tenure._leased_core import check_name
@@ -419,7 +420,7 @@ class ReadReply:
             version, epoch, kind, start, elements, base, base_pos = reply
             parsed = cls(
                 int(version),
-                _text(epoch),
+                to_text(epoch),
                 int(kind),
                 int(start),
                 list(elements),
@@ -438,10 +439,6 @@ class ReadReply:
         """The bytes of ids and compact form this reply carried."""
         chunks = self.base[3] if self.kind == 2 else ()
         return sum(len(e) for e in self.elements) + sum(len(c) for c in chunks)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class LocalCopies:
@@ -522,7 +519,7 @@ class LocalCopies:
         Saves reading one's own write back; otherwise the next read fetches
         what is missing.
         """
-        version, end, epoch = int(reply[0]), int(reply[2]), _text(reply[3])
+        version, end, epoch = int(reply[0]), int(reply[2]), to_text(reply[3])
         slot = (id(client), key)
         with self._lock:
             copy = self._copies.get(slot)

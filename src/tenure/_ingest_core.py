@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from tenure._core.values import to_text
 from tenure._exceptions import ArgumentError
-from tenure._leased_core import to_text
 
 __all__ = [
     "ChunkHolder",

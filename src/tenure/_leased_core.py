@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._exceptions import ArgumentError
 
 __all__ = [
@@ -50,15 +51,12 @@ __all__ = [
     "call_id",
     "check_name",
     "check_owner_name",
-    "check_seconds",
     "default_owner_name",
     "grant_time",
     "lone_surrogate",
     "new_token",
     "parse_acquire",
     "parse_grant",
-    "to_ms",
-    "to_text",
 ]
 
 DEFAULT_LEASE = 30.0
@@ -104,61 +102,6 @@ RELEASED, NOT_OWNED = 1, 0
 
 KEPT = 1
 """``*_leave`` with ``keep``: the caller was handed it meanwhile and keeps it."""
-
-
-def to_text(value: Any) -> str:
-    """Decode a reply element that may be bytes (``decode_responses=False``)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    return str(value)
-
-
-def to_ms(seconds: float) -> int:
-    """Seconds to whole milliseconds, at least 1."""
-    return max(1, math.ceil(seconds * 1000))
-
-
-MAX_SECONDS = 10 * 365 * 86400
-"""The longest duration tenure sends to a server (about ten years, in whole ms a
-server's clock can add to its own without overflowing)."""
-
-
-def check_seconds(
-    argument: str,
-    value: float | None,
-    *,
-    allow_none: bool,
-    name: str | None,
-    forever: bool = False,
-    longest: float | None = MAX_SECONDS,
-) -> float | None:
-    """Refuse non-numeric, NaN, negative, infinite or too long durations, naming the argument.
-
-    Returns the value, with infinity as None when ``forever`` (a wait with no
-    deadline: ``blocking_timeout=math.inf`` means what None means). ``longest``
-    (None: no bound) is the longest the value may be: a lease or wait the
-    server counts in milliseconds.
-    """
-    if value is None:
-        if allow_none:
-            return None
-        raise ArgumentError(argument, "must be a number of seconds, not None", name=name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ArgumentError(
-            argument, f"must be a number of seconds, got {type(value).__name__}", name=name
-        )
-    if math.isnan(value) or value < 0:
-        raise ArgumentError(argument, f"must be >= 0 seconds, got {value!r}", name=name)
-    if math.isinf(value):
-        if forever:
-            return None
-        fix = " (None: held until released)" if allow_none and argument == "timeout" else ""
-        raise ArgumentError(argument, f"must be a finite number of seconds{fix}", name=name)
-    if longest is not None and value > longest:
-        raise ArgumentError(
-            argument, f"must be at most {longest} seconds (ten years), got {value!r}", name=name
-        )
-    return value
 
 
 def check_name(name: object) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenure._leased_core import Acquired, to_text
+from tenure._core.values import to_text
+from tenure._leased_core import Acquired
 
 __all__ = ["LINE_SCRIPTS", "RoundAnswer"]
 

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tenure._core.values import to_text
 from tenure._exceptions import ArgumentError, BackendError, ReplicationError
 
 __all__ = [
@@ -148,13 +149,9 @@ def parse_wait(reply: Any, required: int, *, aof: bool) -> Acknowledgement:
     return Acknowledgement(int(reply), required)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def parse_role(reply: Any) -> tuple[str, int]:
     """``ROLE``'s answer: the node's role and, for a primary, its replica count."""
-    role = _text(reply[0])
+    role = to_text(reply[0])
     if role != "master":
         return role, 0
     return role, len(reply[2]) if len(reply) > 2 and reply[2] else 0

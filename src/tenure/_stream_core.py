@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.crc import key_slot
 
-from tenure._leased_core import to_text
+from tenure._core.values import to_text
 
 __all__ = [
     "ConsumerStatistics",

@@ -19,7 +19,8 @@ from typing import Any
 import redis
 import redis.cluster
 
-from tenure._leased_core import base_key, name_from_key, to_text
+from tenure._core.values import to_text
+from tenure._leased_core import base_key, name_from_key
 
 __all__ = [
     "Primitive",

@@ -36,6 +36,7 @@ from redis import exceptions as redis_errors
 from tenure._async._scripting import registry_for
 from tenure._backend_asyncio import IS_ASYNC, shielded, sleep
 from tenure._clients import is_cluster, map_exceptions, require_client
+from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._exceptions import (
     AcquireTimeoutError,
     ArgumentError,
@@ -48,10 +49,7 @@ from tenure._leased_core import (
     check_lock_name,
     check_owner_name,
     check_prefix,
-    check_seconds,
     default_owner_name,
-    to_ms,
-    to_text,
 )
 from tenure._owners import generation
 

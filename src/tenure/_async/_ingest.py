@@ -36,6 +36,7 @@ import socket
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._backend_asyncio import IS_ASYNC, in_batches, shielded, sleep, source_call
 from tenure._clients import map_exceptions, require_client
+from tenure._core.values import to_text
 from tenure._exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
 from tenure._ingest_core import (
     HOLDERS_LISTED,
@@ -58,7 +59,6 @@ from tenure._ingest_sources import AsyncRowSource, KeyOrder, RowSource, encode_r
 # unasync: sync-only
 # from tenure._ingest_sources import KeyOrder, RowSource, encode_row
 # unasync: end
-from tenure._leased_core import to_text
 
 __all__ = ["AsyncIngestJob", "read_status"]
 

@@ -75,6 +75,7 @@ from tenure._backend_asyncio import (
     shielded,
 )
 from tenure._clients import require_client
+from tenure._core.values import check_seconds, to_ms
 from tenure._exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
@@ -110,12 +111,10 @@ from tenure._leased_core import (
     check_lock_name,
     check_owner_name,
     check_prefix,
-    check_seconds,
     default_owner_name,
     grant_time,
     new_token,
     parse_acquire,
-    to_ms,
 )
 
 __all__ = ["AsyncLeased", "LeasedScripts", "extended"]

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
+from tenure._core.values import check_seconds, to_text
 from tenure._exceptions import (
     ArgumentError,
     LockLostError,
@@ -21,13 +22,7 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
 )
-from tenure._leased_core import (
-    DEFAULT_HANDOFF_LEASE,
-    DEFAULT_WAITER_LEASE,
-    check_lock_name,
-    check_seconds,
-    to_text,
-)
+from tenure._leased_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
 
 __all__ = ["AsyncLock", "AsyncReentrantLock"]
 

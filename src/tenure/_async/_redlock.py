@@ -66,6 +66,7 @@ from tenure._backend_asyncio import (
     sleep,
     start_background,
 )
+from tenure._core.values import check_seconds, to_text
 from tenure._exceptions import (
     ArgumentError,
     BackendError,
@@ -86,8 +87,6 @@ from tenure._leased_core import (
     LeasedStatistics,
     LockSettings,
     check_lock_name,
-    check_seconds,
-    to_text,
 )
 from tenure._owners import generation
 from tenure._redlock_core import (
@@ -107,6 +106,8 @@ from tenure._redlock_core import (
 )
 
 __all__ = ["AsyncRedlock"]
+
+_RANDOM = random.SystemRandom()  # not the global one: its seed and state are the application's
 
 Call = tuple[tuple[str, ...], tuple[str | int, ...]]
 Send = Callable[[int], Any]
@@ -712,7 +713,7 @@ class AsyncRedlock(AsyncLeased):
                 if attempt.free_in is not None:
                     wake_at = min(wake_at, now + attempt.free_in + OWNER_EXPIRY_SLACK)
                 if attempt.split:  # another took the rest: try again soon, not in step
-                    wake_at = min(wake_at, now + random.uniform(0.0, self._masters.timeout / 4))
+                    wake_at = min(wake_at, now + _RANDOM.uniform(0.0, self._masters.timeout / 4))
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
                 await listener.wait(wake_at - now)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, cast
 
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import AsyncPermits
+from tenure._core.values import check_seconds, to_text
 from tenure._exceptions import (
     AlreadyHeldError,
     ArgumentError,
@@ -35,9 +36,7 @@ from tenure._leased_core import (
     LeasedStatistics,
     ReadWriteStatistics,
     check_lock_name,
-    check_seconds,
     new_token,
-    to_text,
 )
 
 __all__ = ["AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]

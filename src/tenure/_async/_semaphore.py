@@ -18,6 +18,7 @@ from typing import Any, ClassVar, cast
 
 from tenure._async._leased import AsyncLeased, Call, LeasedScripts, extended
 from tenure._async._scripting import AsyncClient
+from tenure._core.values import check_seconds
 from tenure._exceptions import (
     ArgumentError,
     LostError,
@@ -37,7 +38,6 @@ from tenure._leased_core import (
     SemaphoreStatistics,
     call_id,
     check_lock_name,
-    check_seconds,
     new_token,
 )
 

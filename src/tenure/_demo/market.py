@@ -29,8 +29,8 @@ from typing import Any
 import redis
 from redis.exceptions import WatchError
 
+from tenure._core.values import to_text
 from tenure._exceptions import ArgumentError
-from tenure._leased_core import to_text
 from tenure._scripts import load_script
 from tenure._sync._lock import Lock
 from tenure._sync._scripting import registry_for

@@ -47,13 +47,11 @@ from tenure._cache_core import (
     Fetched,
     ServerClock,
     Status,
-    check_duration,
     early_factor,
     entry_key,
     new_counters,
     parse_fetch,
     split_entry,
-    to_ms,
     unwrap_loaded,
 )
 from tenure._clients import (
@@ -62,6 +60,7 @@ from tenure._clients import (
     require_client,
     translate_error,
 )
+from tenure._core.values import check_seconds, to_ms
 from tenure._exceptions import (
     ArgumentError,
     CacheDecodeError,
@@ -136,7 +135,9 @@ class _AsyncCacheBase:
             )
         self.client = client
         self.name = name
-        self.default_ttl = check_duration("ttl", ttl, name=name)
+        self.default_ttl = check_seconds(
+            "ttl", ttl, name=name, allow_none=True, longest=None, positive=True
+        )
         self.identity_generator = identity_generator
         self.codec = Codec(serializer, compressor)
         self.prefix = self._default_prefix if prefix is None else prefix
@@ -184,7 +185,11 @@ class _AsyncCacheBase:
 
     def _ttl_ms(self, ttl: float | None) -> int:
         return to_ms(
-            self.default_ttl if ttl is None else check_duration("ttl", ttl, name=self.name)
+            self.default_ttl
+            if ttl is None
+            else check_seconds(
+                "ttl", ttl, name=self.name, allow_none=True, longest=None, positive=True
+            )
         )
 
     def _decode(self, data: bytes, key: str) -> Any:
@@ -411,11 +416,13 @@ class HerdCache(_AsyncCacheBase):
             compressor=compressor,
             prefix=prefix,
         )
-        self.herd_timeout = check_duration(
-            "herd_timeout", herd_timeout, name=name, allow_none=False, allow_zero=True
+        self.herd_timeout = check_seconds(
+            "herd_timeout", herd_timeout, name=name, allow_none=False, longest=None
         )
-        self.load_lease = check_duration("load_lease", load_lease, name=name, allow_none=False)
-        self.early = check_duration("early", early, name=name, allow_none=False, allow_zero=True)
+        self.load_lease = check_seconds(
+            "load_lease", load_lease, name=name, allow_none=False, longest=None, positive=True
+        )
+        self.early = check_seconds("early", early, name=name, allow_none=False, longest=None)
         self.fallback = bool(fallback)
         self._registry = registry_for(client)
         self._leases: dict[str, str] = {}  # entry key -> lease token handed out by get()
@@ -809,9 +816,7 @@ class HerdCache(_AsyncCacheBase):
         herd_s = (
             self.herd_timeout
             if herd is None
-            else check_duration(
-                "herd_timeout", herd, name=self.name, allow_none=False, allow_zero=True
-            )
+            else check_seconds("herd_timeout", herd, name=self.name, allow_none=False, longest=None)
         )
         keep_ms = fresh_ms + to_ms(herd_s) if fresh_ms else 0
         with map_exceptions(name=self.name, doing="writing a cache entry"):

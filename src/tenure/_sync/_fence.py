@@ -16,8 +16,8 @@ from typing import Any
 
 from tenure._backend_threads import IS_ASYNC
 from tenure._clients import map_exceptions, require_client
+from tenure._core.values import check_seconds, to_ms
 from tenure._exceptions import ArgumentError
-from tenure._leased_core import check_seconds, to_ms
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["FencedKey"]

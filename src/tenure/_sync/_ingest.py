@@ -36,6 +36,7 @@ import socket
 
 from tenure._backend_threads import IS_ASYNC, in_batches, shielded, sleep, source_call
 from tenure._clients import map_exceptions, require_client
+from tenure._core.values import to_text
 from tenure._exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
 from tenure._ingest_core import (
     HOLDERS_LISTED,
@@ -52,7 +53,6 @@ from tenure._ingest_core import (
     parse_status,
 )
 from tenure._ingest_sources import KeyOrder, RowSource, encode_row
-from tenure._leased_core import to_text
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["IngestJob", "read_status"]

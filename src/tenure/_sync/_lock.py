@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from tenure._core.values import check_seconds, to_text
 from tenure._exceptions import (
     ArgumentError,
     LockLostError,
@@ -20,13 +21,7 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
 )
-from tenure._leased_core import (
-    DEFAULT_HANDOFF_LEASE,
-    DEFAULT_WAITER_LEASE,
-    check_lock_name,
-    check_seconds,
-    to_text,
-)
+from tenure._leased_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
 from tenure._sync._leased import Leased, LeasedScripts
 from tenure._sync._scripting import Client
 

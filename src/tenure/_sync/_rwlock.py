@@ -21,6 +21,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, ClassVar, cast
 
+from tenure._core.values import check_seconds, to_text
 from tenure._exceptions import (
     AlreadyHeldError,
     ArgumentError,
@@ -34,9 +35,7 @@ from tenure._leased_core import (
     LeasedStatistics,
     ReadWriteStatistics,
     check_lock_name,
-    check_seconds,
     new_token,
-    to_text,
 )
 from tenure._sync._scripting import Client
 from tenure._sync._semaphore import Permits

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
+from tenure._core.values import check_seconds
 from tenure._exceptions import (
     ArgumentError,
     LostError,
@@ -36,7 +37,6 @@ from tenure._leased_core import (
     SemaphoreStatistics,
     call_id,
     check_lock_name,
-    check_seconds,
     new_token,
 )
 from tenure._sync._leased import Call, Leased, LeasedScripts, extended

@@ -18,6 +18,8 @@ from tenure.server._procfs import ephemeral_low
 
 __all__ = ["HOST", "release_port", "reserve_port"]
 
+_RANDOM = random.SystemRandom()  # not the global one: its seed and state are the application's
+
 #: The only address servers bind to.
 HOST = "127.0.0.1"
 
@@ -62,7 +64,7 @@ def reserve_port(cluster_bus: bool) -> int:
     span = _CLUSTER_BUS_OFFSET if cluster_bus else 0
     low, high = 10000, ephemeral_low() - span
     for _ in range(200):
-        port = random.randrange(low, high) if high - low >= 1000 else _os_port()
+        port = _RANDOM.randrange(low, high) if high - low >= 1000 else _os_port()
         if cluster_bus and port + _CLUSTER_BUS_OFFSET > 65535:
             continue
         with _PORTS_LOCK:
