@@ -26,7 +26,7 @@ from tenure import (
 from tests._backend_asyncio import join, sleep, spawn
 
 
-def _redis_py_lock(client: redis.asyncio.Redis, name: str, timeout: float | None = 10) -> object:
+def _redis_py_lock(client: redis.asyncio.Redis, name: str, timeout: float | None = 10) -> Any:
     return client.lock(name, timeout=timeout, sleep=0.01, thread_local=False)
 
 
@@ -39,20 +39,20 @@ async def test_a_hold_is_also_redis_pys_key(
     assert await tenure_async_client.get("orders") == token
     assert 9_000 < await tenure_async_client.pttl("orders") <= 10_000
     theirs = _redis_py_lock(other_client, "orders")
-    assert await theirs.acquire(blocking=False) is False  # type: ignore[attr-defined]
+    assert await theirs.acquire(blocking=False) is False
     assert await lock.extend(20)
     assert 29_000 < await tenure_async_client.pttl("orders") <= 30_000
     await lock.release()
     assert await tenure_async_client.exists("orders") == 0
-    assert await theirs.acquire(blocking=False)  # type: ignore[attr-defined]
-    await theirs.release()  # type: ignore[attr-defined]
+    assert await theirs.acquire(blocking=False)
+    await theirs.release()
 
 
 async def test_a_redis_py_holder_keeps_tenure_out_until_it_releases(
     tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
 ) -> None:
     theirs = _redis_py_lock(other_client, "orders", timeout=None)  # a key that never expires
-    assert await theirs.acquire()  # type: ignore[attr-defined]
+    assert await theirs.acquire()
     ours = AsyncLock(tenure_async_client, "orders", timeout=10, sleep=0.05, interop="redis-py")
     assert await ours.locked()
     assert await ours.acquire(blocking=False) is False
@@ -60,7 +60,7 @@ async def test_a_redis_py_holder_keeps_tenure_out_until_it_releases(
     waiting = spawn(lambda: ours.acquire(blocking_timeout=10))
     await sleep(0.2)
     released = time.monotonic()
-    await theirs.release()  # type: ignore[attr-defined]
+    await theirs.release()
     assert await join(waiting)
     assert time.monotonic() - released < 5  # it looks again every `sleep`, not at a refresh
     assert await tenure_async_client.get("orders") == ours.local.token
@@ -79,7 +79,7 @@ async def test_a_handoff_moves_redis_pys_key_to_the_next_holder(
     assert await join(waiting)
     assert await tenure_async_client.get("orders") == second.local.token
     theirs = _redis_py_lock(other_client, "orders")
-    assert await theirs.acquire(blocking=False) is False  # type: ignore[attr-defined]
+    assert await theirs.acquire(blocking=False) is False
     await second.release()
     assert await tenure_async_client.exists("orders") == 0
 
@@ -151,7 +151,7 @@ async def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     tenure_async_client: redis.asyncio.Redis, clients: list[redis.asyncio.Redis]
 ) -> None:
     theirs = _redis_py_lock(clients[0], "orders")
-    assert await theirs.acquire()  # type: ignore[attr-defined]
+    assert await theirs.acquire()
     order: list[int] = []
     queue = AsyncLock(tenure_async_client, "orders").keys.queue
 
@@ -174,7 +174,7 @@ async def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
         while await tenure_async_client.zcard(queue) < index:  # in line, in this order
             assert time.monotonic() < deadline, "a waiter never joined the line"
             await sleep(0.01)
-    await theirs.release()  # type: ignore[attr-defined]
+    await theirs.release()
     fences = [await join(handle) for handle in handles]
     assert order == [1, 2, 3, 4, 5]
     assert fences == sorted(fences)
@@ -188,13 +188,13 @@ async def test_a_hold_whose_redis_py_key_was_taken_is_not_owned_and_not_entered_
     assert await lock.owned()
     await tenure_async_client.delete("orders")  # from outside: then a redis-py process takes it
     theirs = _redis_py_lock(other_client, "orders")
-    assert await theirs.acquire(blocking=False)  # type: ignore[attr-defined]
+    assert await theirs.acquire(blocking=False)
     assert not await lock.owned()
     with pytest.raises(LockNotOwnedError):
         await lock.acquire(blocking=False)  # a re-entry: it finds the hold lost
     assert await tenure_async_client.exists(lock.keys.owner) == 0  # tenure's side cleared
     rival = AsyncLock(tenure_async_client, "orders", timeout=10, interop="redis-py")
     assert await rival.acquire(blocking=False) is False  # redis-py's holder keeps it
-    await theirs.release()  # type: ignore[attr-defined]
+    await theirs.release()
     assert await rival.acquire(blocking=False)
     await rival.release()

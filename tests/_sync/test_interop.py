@@ -27,7 +27,7 @@ from tenure import (
 from tests._backend_threads import join, sleep, spawn
 
 
-def _redis_py_lock(client: redis.Redis, name: str, timeout: float | None = 10) -> object:
+def _redis_py_lock(client: redis.Redis, name: str, timeout: float | None = 10) -> Any:
     return client.lock(name, timeout=timeout, sleep=0.01, thread_local=False)
 
 
@@ -40,20 +40,20 @@ def test_a_hold_is_also_redis_pys_key(
     assert tenure_client.get("orders") == token
     assert 9_000 < tenure_client.pttl("orders") <= 10_000
     theirs = _redis_py_lock(other_client, "orders")
-    assert theirs.acquire(blocking=False) is False  # type: ignore[attr-defined]
+    assert theirs.acquire(blocking=False) is False
     assert lock.extend(20)
     assert 29_000 < tenure_client.pttl("orders") <= 30_000
     lock.release()
     assert tenure_client.exists("orders") == 0
-    assert theirs.acquire(blocking=False)  # type: ignore[attr-defined]
-    theirs.release()  # type: ignore[attr-defined]
+    assert theirs.acquire(blocking=False)
+    theirs.release()
 
 
 def test_a_redis_py_holder_keeps_tenure_out_until_it_releases(
     tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
     theirs = _redis_py_lock(other_client, "orders", timeout=None)  # a key that never expires
-    assert theirs.acquire()  # type: ignore[attr-defined]
+    assert theirs.acquire()
     ours = Lock(tenure_client, "orders", timeout=10, sleep=0.05, interop="redis-py")
     assert ours.locked()
     assert ours.acquire(blocking=False) is False
@@ -61,7 +61,7 @@ def test_a_redis_py_holder_keeps_tenure_out_until_it_releases(
     waiting = spawn(lambda: ours.acquire(blocking_timeout=10))
     sleep(0.2)
     released = time.monotonic()
-    theirs.release()  # type: ignore[attr-defined]
+    theirs.release()
     assert join(waiting)
     assert time.monotonic() - released < 5  # it looks again every `sleep`, not at a refresh
     assert tenure_client.get("orders") == ours.local.token
@@ -80,7 +80,7 @@ def test_a_handoff_moves_redis_pys_key_to_the_next_holder(
     assert join(waiting)
     assert tenure_client.get("orders") == second.local.token
     theirs = _redis_py_lock(other_client, "orders")
-    assert theirs.acquire(blocking=False) is False  # type: ignore[attr-defined]
+    assert theirs.acquire(blocking=False) is False
     second.release()
     assert tenure_client.exists("orders") == 0
 
@@ -150,7 +150,7 @@ def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     tenure_client: redis.Redis, clients: list[redis.Redis]
 ) -> None:
     theirs = _redis_py_lock(clients[0], "orders")
-    assert theirs.acquire()  # type: ignore[attr-defined]
+    assert theirs.acquire()
     order: list[int] = []
     queue = Lock(tenure_client, "orders").keys.queue
 
@@ -173,7 +173,7 @@ def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
         while tenure_client.zcard(queue) < index:  # in line, in this order
             assert time.monotonic() < deadline, "a waiter never joined the line"
             sleep(0.01)
-    theirs.release()  # type: ignore[attr-defined]
+    theirs.release()
     fences = [join(handle) for handle in handles]
     assert order == [1, 2, 3, 4, 5]
     assert fences == sorted(fences)
@@ -187,13 +187,13 @@ def test_a_hold_whose_redis_py_key_was_taken_is_not_owned_and_not_entered_again(
     assert lock.owned()
     tenure_client.delete("orders")  # from outside: then a redis-py process takes it
     theirs = _redis_py_lock(other_client, "orders")
-    assert theirs.acquire(blocking=False)  # type: ignore[attr-defined]
+    assert theirs.acquire(blocking=False)
     assert not lock.owned()
     with pytest.raises(LockNotOwnedError):
         lock.acquire(blocking=False)  # a re-entry: it finds the hold lost
     assert tenure_client.exists(lock.keys.owner) == 0  # tenure's side cleared
     rival = Lock(tenure_client, "orders", timeout=10, interop="redis-py")
     assert rival.acquire(blocking=False) is False  # redis-py's holder keeps it
-    theirs.release()  # type: ignore[attr-defined]
+    theirs.release()
     assert rival.acquire(blocking=False)
     rival.release()

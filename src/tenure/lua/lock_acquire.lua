@@ -35,8 +35,8 @@ local owner = still_owner(owner_key, redis.call('HGET', owner_key, 'token'))
 if ARGV[4] == '1' and owner ~= token then
     return {0, redis.call('PTTL', owner_key), -1, 0, 0}  -- a re-entry that found it gone
 end
-local outsider = (not owner) and foreign(false)
-if (not owner) and (not outsider) and redis.call('EXISTS', queue) == 0 then
+local held_outside = (not owner) and outsider()
+if (not owner) and (not held_outside) and redis.call('EXISTS', queue) == 0 then
     return {1, take(owner_key, fence, token, lease, idle_ms, name), tonumber(lease)}
 end
 
@@ -53,7 +53,7 @@ if owner == token then
     return {1, tonumber(redis.call('HGET', owner_key, 'fence')), tonumber(lease)}
 end
 
-if not owner and not outsider then
+if not owner and not held_outside then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if (not head) or head == token then
         leave_queue(queue, waiters, wakes, token, names)
@@ -64,7 +64,7 @@ if not owner and not outsider then
     grant_next(owner_key, queue, waiters, wakes, fence, ARGV[5], now, idle_ms, names)
 end
 
-local outside = outsider and 1 or 0
+local outside = held_outside and 1 or 0
 if waiter_lease <= 0 then
     return {0, holder_ttl(owner_key), -1, now, outside}
 end

@@ -36,7 +36,7 @@ if owner == token then
     mirror_release(token)
     owner = false
 end
-if not owner and not foreign(false) then
+if not owner and not outsider() then
     grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[4], names)
 end
 return {0}

@@ -74,15 +74,15 @@ keep_alive(queue, waiter_lease * 2)
 keep_alive(wakes, waiter_lease * 2)
 keep_alive(names, waiter_lease * 2)
 
-local outsider = (not owner) and foreign(false)
-if not owner and not outsider then
+local held_outside = (not owner) and outsider()
+if not owner and not held_outside then
     owner = grant_next(owner_key, queue, waiters, wakes, fence, handoff, now, idle_ms, names)
 end
-local reply = {owner or '', 0, -2, alive and 1 or 0, now, missing, outsider and 1 or 0}
+local reply = {owner or '', 0, -2, alive and 1 or 0, now, missing, held_outside and 1 or 0}
 if owner then
     reply[2] = tonumber(redis.call('HGET', owner_key, 'fence'))
     reply[3] = redis.call('PTTL', owner_key)
-elseif outsider then
+elseif held_outside then
     reply[3] = redis.call('PTTL', mirror)
 end
 return reply

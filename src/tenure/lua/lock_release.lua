@@ -28,13 +28,13 @@ if redis.call('HGET', owner_key, 'token') ~= token then
     return tonumber(receipt(KEYS[7], KEYS[8], token) or '0')
 end
 local done = 1
-if mirror and redis.call('GET', mirror) ~= token then
+if not still_owner(owner_key, token) then
     done = 0  -- redis-py's key was taken from under the hold: it was lost, nothing to release
 else
     give_receipt(KEYS[7], KEYS[8], token, 1, ARGV[3])
     mirror_release(token)
 end
-if redis.call('EXISTS', queue) == 1 and not foreign(false) then
+if redis.call('EXISTS', queue) == 1 and not outsider() then
     local now = server_time()
     purge_waiters(queue, waiters, wakes, now, names)
     if grant_next(owner_key, queue, waiters, wakes, fence, ARGV[2], now, ARGV[3], names) then

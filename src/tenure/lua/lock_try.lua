@@ -22,7 +22,7 @@ if owner then
     end
     return 0
 end
-if redis.call('EXISTS', KEYS[2]) == 1 or foreign(false) then
+if redis.call('EXISTS', KEYS[2]) == 1 or outsider() then
     return 0
 end
 return take(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])

@@ -13,24 +13,19 @@
 -- (`SET name token NX PX`) and on tenure exclude each other.
 local mirror = false
 
--- The token in redis-py's key, if that key is held by a holder other than
--- tenure's owner `owner` (false: none): a process on redis-py's Lock holds.
-local function foreign(owner)
-    if not mirror then
-        return false
-    end
-    local held = redis.call('GET', mirror)
-    if held and held ~= owner then
-        return held
-    end
-    return false
+-- Whether redis-py's key is held while tenure's owner hash is empty (every
+-- caller asks only then): a process on redis-py's Lock holds. (A tenure hold
+-- sets and lets go of both keys in one script, so the key never holds a
+-- tenure token without the owner hash.)
+local function outsider()
+    return mirror and redis.call('EXISTS', mirror) == 1
 end
 
 -- The remaining lease in ms of whoever holds (tenure's owner, else a foreign
 -- holder of redis-py's key: -1 when that key never expires), -2 nobody.
 local function holder_ttl(owner_key)
     local left = redis.call('PTTL', owner_key)
-    if left == -2 and mirror and foreign(false) then
+    if left == -2 and outsider() then
         return redis.call('PTTL', mirror)
     end
     return left
