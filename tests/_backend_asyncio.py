@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -38,3 +39,12 @@ async def read_line() -> str:
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run a worker's main coroutine."""
     return asyncio.run(main)
+
+
+async def until(condition: Callable[[], Awaitable[object]], seconds: float, what: str) -> None:
+    """Wait until ``await condition()`` is true (polled every 10 ms), else fail naming ``what``."""
+    deadline = time.monotonic() + seconds
+    while not await condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} did not happen within {seconds}s")
+        await asyncio.sleep(0.01)

@@ -44,3 +44,12 @@ def read_line() -> str:
 def run(result: T) -> T:
     """The sync twin of ``asyncio.run``: the work already ran; pass its result on."""
     return result
+
+
+def until(condition: Callable[[], object], seconds: float, what: str) -> None:
+    """Wait until ``condition()`` is true (polled every 10 ms), else fail naming ``what``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} did not happen within {seconds}s")
+        time.sleep(0.01)

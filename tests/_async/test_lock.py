@@ -24,8 +24,13 @@ from tenure import (
 from tenure._async._watchdog import watchdog
 from tenure._backend_asyncio import IS_ASYNC, Event
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, join, sleep, spawn
+from tests._backend_asyncio import gather, join, sleep, spawn, until
 from tests.conftest import ServerFactory
+
+
+async def in_line(client: redis.asyncio.Redis, lock: AsyncLock, count: int) -> bool:
+    """Whether ``count`` waiters are in the lock's line on the server."""
+    return int(await client.zcard(lock.keys.queue)) >= count
 
 
 async def test_acquire_release_and_fencing(tenure_async_client: redis.asyncio.Redis) -> None:
@@ -119,7 +124,7 @@ async def test_release_wakes_the_waiter_without_polling(
         return got
 
     handle = spawn(wait_for_it)
-    await sleep(0.3)
+    await until(lambda: in_line(tenure_async_client, holder, 1), 5, "the waiter in line")
     released = time.monotonic()
     await holder.release()
     got = await join(handle)
@@ -386,7 +391,7 @@ async def test_decoded_responses(tenure_server: ServerProcess) -> None:
             return fence
 
         handle = spawn(wait)
-        await sleep(0.1)
+        await until(lambda: in_line(client, first, 1), 5, "the waiter in line")
         await first.release()
         assert await join(handle) == first_fence + 1
         assert await first.owned() is False

@@ -28,9 +28,14 @@ from tenure._async._wakeups import AsyncWakeups, wakeups_for
 from tenure._backend_asyncio import IS_ASYNC
 from tenure._leased_core import IDLE_TTL_MS
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, sleep
+from tests._backend_asyncio import gather, sleep, until
 
 _blocking_pool: Any = redis.asyncio.BlockingConnectionPool  # untyped in redis-py
+
+
+async def in_line(client: Any, primitive: Any, count: int) -> bool:
+    """Whether ``count`` waiters are in the primitive's line on the server."""
+    return int(await client.zcard(primitive.keys.queue)) >= count
 
 
 def _bounded_client(server: ServerProcess, connections: int) -> redis.asyncio.Redis:
@@ -90,7 +95,7 @@ async def test_a_single_connection_client_releases_without_delay(
         return time.monotonic()
 
     async def release_soon() -> float:
-        await sleep(0.3)
+        await until(lambda: in_line(holder_client, holder, 1), 5, "the waiter in line")
         await holder.release()
         return time.monotonic()
 
@@ -251,7 +256,7 @@ async def test_the_wakeup_connection_closes_when_idle(
     assert await holder.acquire()
 
     async def release_soon() -> None:
-        await sleep(0.2)
+        await until(lambda: in_line(tenure_async_client, holder, 1), 5, "the waiter in line")
         await holder.release()
 
     async def take() -> None:
@@ -350,7 +355,7 @@ async def test_a_larger_limit_lets_waiters_in(tenure_async_client: redis.asyncio
         return time.monotonic()
 
     async def grow() -> float:
-        await sleep(0.2)
+        await until(lambda: in_line(tenure_async_client, sem, 1), 5, "the waiter in line")
         await AsyncSemaphore(tenure_async_client, "grow", limit=1).set_limit(2)
         return time.monotonic()
 
@@ -409,7 +414,7 @@ async def test_waiters_are_woken_on_a_cluster(
         assert await waiter.acquire()
 
     async def release_soon() -> None:
-        await sleep(0.3)
+        await until(lambda: in_line(cluster, holder, 1), 5, "the waiter in line")
         await holder.release()
 
     await gather(take, release_soon)

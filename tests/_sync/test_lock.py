@@ -25,8 +25,13 @@ from tenure import (
 from tenure._backend_threads import IS_ASYNC, Event
 from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, join, sleep, spawn
+from tests._backend_threads import gather, join, sleep, spawn, until
 from tests.conftest import ServerFactory
+
+
+def in_line(client: redis.Redis, lock: Lock, count: int) -> bool:
+    """Whether ``count`` waiters are in the lock's line on the server."""
+    return int(client.zcard(lock.keys.queue)) >= count
 
 
 def test_acquire_release_and_fencing(tenure_client: redis.Redis) -> None:
@@ -118,7 +123,7 @@ def test_release_wakes_the_waiter_without_polling(
         return got
 
     handle = spawn(wait_for_it)
-    sleep(0.3)
+    until(lambda: in_line(tenure_client, holder, 1), 5, "the waiter in line")
     released = time.monotonic()
     holder.release()
     got = join(handle)
@@ -385,7 +390,7 @@ def test_decoded_responses(tenure_server: ServerProcess) -> None:
             return fence
 
         handle = spawn(wait)
-        sleep(0.1)
+        until(lambda: in_line(client, first, 1), 5, "the waiter in line")
         first.release()
         assert join(handle) == first_fence + 1
         assert first.owned() is False

@@ -28,9 +28,14 @@ from tenure._backend_threads import IS_ASYNC
 from tenure._leased_core import IDLE_TTL_MS
 from tenure._sync._wakeups import Wakeups, wakeups_for
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, sleep
+from tests._backend_threads import gather, sleep, until
 
 _blocking_pool: Any = redis.BlockingConnectionPool  # untyped in redis-py
+
+
+def in_line(client: Any, primitive: Any, count: int) -> bool:
+    """Whether ``count`` waiters are in the primitive's line on the server."""
+    return int(client.zcard(primitive.keys.queue)) >= count
 
 
 def _bounded_client(server: ServerProcess, connections: int) -> redis.Redis:
@@ -90,7 +95,7 @@ def test_a_single_connection_client_releases_without_delay(
         return time.monotonic()
 
     def release_soon() -> float:
-        sleep(0.3)
+        until(lambda: in_line(holder_client, holder, 1), 5, "the waiter in line")
         holder.release()
         return time.monotonic()
 
@@ -251,7 +256,7 @@ def test_the_wakeup_connection_closes_when_idle(
     assert holder.acquire()
 
     def release_soon() -> None:
-        sleep(0.2)
+        until(lambda: in_line(tenure_client, holder, 1), 5, "the waiter in line")
         holder.release()
 
     def take() -> None:
@@ -350,7 +355,7 @@ def test_a_larger_limit_lets_waiters_in(tenure_client: redis.Redis) -> None:
         return time.monotonic()
 
     def grow() -> float:
-        sleep(0.2)
+        until(lambda: in_line(tenure_client, sem, 1), 5, "the waiter in line")
         Semaphore(tenure_client, "grow", limit=1).set_limit(2)
         return time.monotonic()
 
@@ -409,7 +414,7 @@ def test_waiters_are_woken_on_a_cluster(
         assert waiter.acquire()
 
     def release_soon() -> None:
-        sleep(0.3)
+        until(lambda: in_line(cluster, holder, 1), 5, "the waiter in line")
         holder.release()
 
     gather(take, release_soon)
