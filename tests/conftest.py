@@ -17,7 +17,7 @@ import redis
 
 from tenure import Lock
 from tenure.server import Cluster, Engine, Replicated, ServerProcess
-from tenure.testing import ServerFactory
+from tenure.testing import ServerFactory, _engine_name
 
 __all__ = ["ServerFactory", "reporting_lock", "wait_for"]
 
@@ -46,6 +46,19 @@ def reporting_lock(client: redis.Redis, name: str, lease: float) -> tuple[Lock, 
         on_lost=lambda _lock: told.append(time.monotonic()),
     )
     return lock, told
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests marked ``engine_blind`` (tenure's tools: the CLI, the demos, the
+    benchmarks, the documentation's examples) on Valkey only: what they check is the
+    tools' own plumbing, and the library under them is tested on both engines."""
+    engine = _engine_name(config) or "valkey"
+    if engine == "valkey":
+        return
+    skip = pytest.mark.skip(reason="engine-blind (tenure's tools): checked once, on Valkey")
+    for item in items:
+        if item.get_closest_marker("engine_blind") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ import pytest
 
 import tenure
 
+pytestmark = pytest.mark.engine_blind
+
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 

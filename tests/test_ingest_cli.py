@@ -20,6 +20,8 @@ from tenure.cli import build_parser
 from tenure.server import ServerProcess
 from tests.test_ingest import make_table, stream_keys
 
+pytestmark = pytest.mark.engine_blind
+
 SINK = "tenure:ingest:{events}:rows"
 
 

@@ -796,7 +796,9 @@ def rw_downgrade(run: Run) -> tuple[object, object]:
 
 
 def redlock(run: Run) -> Redlock:
-    return Redlock([run.client], run.name, timeout=30)
+    # master_timeout: a resent call that a busy machine answers late is still
+    # the same attempt (a late attempt is given back and retried: another state)
+    return Redlock([run.client], run.name, timeout=30, master_timeout=3)
 
 
 @case("redlock_acquire")

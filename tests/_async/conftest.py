@@ -4,9 +4,11 @@ The primitives' contract tests run on two topologies: a standalone server
 and a real 3-master cluster (limits' storage matrix is the model). A test
 asks for ``tenure_async_client`` (and ``other_client`` / ``clients``) and
 gets, per run, a plain client or a cluster client; the test id says which
-(``[standalone]``, ``[cluster]``). Modules outside :data:`ON_CLUSTER`,
-tests that ask for one server process themselves (:data:`ONE_SERVER`: a
-proxy in front of it, a restart, an ACL user) and tests marked
+(``[standalone]``, ``[cluster]``). A test runs on the topologies its
+``topologies`` marker names (a module sets ``pytestmark =
+pytest.mark.topologies("standalone", "cluster")``; without one, standalone
+only); tests that ask for one server process themselves (:data:`ONE_SERVER`:
+a proxy in front of it, a restart, an ACL user) and tests marked
 ``standalone_only`` run on the standalone server only.
 """
 
@@ -20,22 +22,8 @@ import pytest
 from tenure.server import Cluster, ServerProcess
 from tenure.testing import _flush_cluster  # the plugin's own flush of every master
 
-ON_CLUSTER = frozenset(
-    {
-        "test_lock",
-        "test_semaphore",
-        "test_rwlock",
-        "test_waiting",
-        "test_scripting",
-        "test_cache",
-        "test_consumer",
-        "test_ingest",
-        "test_idset",
-        "test_names",
-        "test_interop",
-    }
-)
-"""The modules whose tests run on the cluster too."""
+TOPOLOGIES = ("standalone", "cluster")
+"""Every topology a test may name in its ``topologies`` marker."""
 
 ONE_SERVER = frozenset({"tenure_server", "tenure_server_factory", "tenure_proxy"})
 """Fixtures that tie a test to one standalone server process."""
@@ -45,14 +33,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run each test that uses a topology's client once per topology."""
     if "topology" not in metafunc.fixturenames:
         return
-    module = metafunc.module.__name__.rpartition(".")[2]
-    topologies = ["standalone"]
+    marker = metafunc.definition.get_closest_marker("topologies")
+    topologies = list(marker.args) if marker is not None else ["standalone"]
+    unknown = set(topologies) - set(TOPOLOGIES)
+    if unknown or not topologies:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: topologies {topologies!r}")
     if (
-        module in ON_CLUSTER
-        and ONE_SERVER.isdisjoint(metafunc.fixturenames)
-        and metafunc.definition.get_closest_marker("standalone_only") is None
+        not ONE_SERVER.isdisjoint(metafunc.fixturenames)
+        or metafunc.definition.get_closest_marker("standalone_only") is not None
     ):
-        topologies.append("cluster")
+        topologies = ["standalone"]
     metafunc.parametrize("topology", topologies, indirect=True)
 
 

@@ -15,6 +15,8 @@ from tenure import ArgumentError, AsyncStreamConsumer, StreamMessage
 from tenure._backend_asyncio import Event
 from tests._backend_asyncio import join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 async def add(client: redis.asyncio.Redis, stream: str, count: int) -> list[str]:
     ids = []

@@ -18,6 +18,8 @@ from tenure import ArgumentError, AsyncIdSet, ClientTypeError, IdSetCorruptError
 from tenure._idset_core import LOCAL_COPIES
 from tests._backend_asyncio import gather, sleep
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 MAX = 2**32 - 1
 
 

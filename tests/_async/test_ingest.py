@@ -34,6 +34,8 @@ from tenure.server import FaultProxy, ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn
 from tests.test_ingest import make_table
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 async def stream_keys(client: redis.asyncio.Redis, key: str) -> list[int]:
     entries: Any = await client.xrange(key)

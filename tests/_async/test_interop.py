@@ -25,6 +25,8 @@ from tenure import (
 )
 from tests._backend_asyncio import join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def _redis_py_lock(client: redis.asyncio.Redis, name: str, timeout: float | None = 10) -> Any:
     return client.lock(name, timeout=timeout, sleep=0.01, thread_local=False)

@@ -27,6 +27,8 @@ from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn, until
 from tests.conftest import ServerFactory
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 async def in_line(client: redis.asyncio.Redis, lock: AsyncLock, count: int) -> bool:
     """Whether ``count`` waiters are in the lock's line on the server."""

@@ -6,10 +6,13 @@ Written once for asyncio and generated for threads; runs on the cluster too.
 
 from __future__ import annotations
 
+import pytest
 import redis.asyncio
 from redis.crc import key_slot
 
 from tenure import AsyncLock, AsyncReadWriteLock, AsyncSemaphore
+
+pytestmark = pytest.mark.topologies("standalone", "cluster")
 
 
 async def _slots(client: redis.asyncio.Redis) -> set[int]:

@@ -11,6 +11,8 @@ import redis.asyncio
 from tenure import AsyncReadWriteLock, LockNotOwnedError
 from tests._backend_asyncio import gather, join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 async def test_readers_share_and_writers_exclude(clients: list[redis.asyncio.Redis]) -> None:
     first, second, writer = (AsyncReadWriteLock(c, "doc") for c in clients[:3])

@@ -14,6 +14,8 @@ from tenure._async._scripting import registry_for
 from tenure.server import Cluster, ServerProcess
 from tests.conftest import ServerFactory
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 async def _set_and_release(client: redis.asyncio.Redis, key: str, token: str) -> int:
     await client.set(key, token)

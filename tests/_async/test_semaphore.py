@@ -18,6 +18,8 @@ from tenure import (
 )
 from tests._backend_asyncio import gather, join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 async def test_at_most_limit_holders(clients: list[redis.asyncio.Redis]) -> None:
     permits = [AsyncSemaphore(client, "pool", limit=3) for client in clients[:4]]

@@ -30,6 +30,8 @@ from tenure._leased_core import IDLE_TTL_MS
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, sleep, until
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 _blocking_pool: Any = redis.asyncio.BlockingConnectionPool  # untyped in redis-py
 
 

@@ -25,6 +25,8 @@ from tenure import (
 )
 from tests._backend_threads import gather, join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 class Loader:
     """A loader that counts its calls and takes ``seconds`` (a slow database query)."""

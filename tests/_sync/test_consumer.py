@@ -16,6 +16,8 @@ from tenure import ArgumentError, StreamConsumer, StreamMessage
 from tenure._backend_threads import Event
 from tests._backend_threads import join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def add(client: redis.Redis, stream: str, count: int) -> list[str]:
     ids = []

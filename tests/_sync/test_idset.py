@@ -19,6 +19,8 @@ from tenure import ArgumentError, ClientTypeError, IdSet, IdSetCorruptError, Wro
 from tenure._idset_core import LOCAL_COPIES
 from tests._backend_threads import gather, sleep
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 MAX = 2**32 - 1
 
 

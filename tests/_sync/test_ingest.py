@@ -34,6 +34,8 @@ from tenure.server import FaultProxy, ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn
 from tests.test_ingest import make_table
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def stream_keys(client: redis.Redis, key: str) -> list[int]:
     entries: Any = client.xrange(key)

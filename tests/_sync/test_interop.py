@@ -26,6 +26,8 @@ from tenure import (
 )
 from tests._backend_threads import join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def _redis_py_lock(client: redis.Redis, name: str, timeout: float | None = 10) -> Any:
     return client.lock(name, timeout=timeout, sleep=0.01, thread_local=False)

@@ -28,6 +28,8 @@ from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn, until
 from tests.conftest import ServerFactory
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def in_line(client: redis.Redis, lock: Lock, count: int) -> bool:
     """Whether ``count`` waiters are in the lock's line on the server."""

@@ -7,10 +7,13 @@ Written once for asyncio and generated for threads; runs on the cluster too.
 
 from __future__ import annotations
 
+import pytest
 import redis
 from redis.crc import key_slot
 
 from tenure import Lock, ReadWriteLock, Semaphore
+
+pytestmark = pytest.mark.topologies("standalone", "cluster")
 
 
 def _slots(client: redis.Redis) -> set[int]:

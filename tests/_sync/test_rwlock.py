@@ -12,6 +12,8 @@ import redis
 from tenure import LockNotOwnedError, ReadWriteLock
 from tests._backend_threads import gather, join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def test_readers_share_and_writers_exclude(clients: list[redis.Redis]) -> None:
     first, second, writer = (ReadWriteLock(c, "doc") for c in clients[:3])

@@ -15,6 +15,8 @@ from tenure._sync._scripting import registry_for
 from tenure.server import Cluster, ServerProcess
 from tests.conftest import ServerFactory
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def _set_and_release(client: redis.Redis, key: str, token: str) -> int:
     client.set(key, token)

@@ -19,6 +19,8 @@ from tenure import (
 )
 from tests._backend_threads import gather, join, sleep, spawn
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 
 def test_at_most_limit_holders(clients: list[redis.Redis]) -> None:
     permits = [Semaphore(client, "pool", limit=3) for client in clients[:4]]

@@ -30,6 +30,8 @@ from tenure._sync._wakeups import Wakeups, wakeups_for
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, sleep, until
 
+pytestmark = pytest.mark.topologies("standalone", "cluster")
+
 _blocking_pool: Any = redis.BlockingConnectionPool  # untyped in redis-py
 
 
