@@ -95,8 +95,8 @@ GUIDES = {
 MODULE_TITLES = {
     "tenure.server": "Servers for tests and demos: ``tenure.server``",
     "tenure.testing": "The pytest plugin: ``tenure.testing``",
-    "tenure.inspect": "``tenure inspect`` as a library: ``tenure.inspect``",
-    "tenure.cli": "The ``tenure`` command: ``tenure.cli``",
+    "tenure.inspection": "``tenure inspect`` as a library: ``tenure.inspection``",
+    "tenure._tools.cli": "The ``tenure`` command: ``tenure._tools.cli``",
 }
 
 
@@ -109,7 +109,7 @@ def _topic(name: str, value: Any) -> str:
 
 
 def _stem(value: Any) -> str:
-    """``lock`` for ``tenure._sync._lock``, ``leased`` for ``tenure._leased_core``."""
+    """``lock`` for ``tenure._sync._lock``, ``leased`` for ``tenure._core.leased``."""
     return str(getattr(value, "__module__", "")).rsplit(".", 1)[-1].strip("_").removesuffix("_core")
 
 

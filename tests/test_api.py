@@ -11,12 +11,12 @@ import pytest
 import redis
 
 import tenure
-import tenure.inspect
+import tenure.inspection
 import tenure.server
 import tenure.testing
 
 
-@pytest.mark.parametrize("module", [tenure, tenure.inspect, tenure.server, tenure.testing])
+@pytest.mark.parametrize("module", [tenure, tenure.inspection, tenure.server, tenure.testing])
 def test_every_public_name_is_documented(module: object) -> None:
     names: list[str] = getattr(module, "__all__")  # noqa: B009
     assert names == sorted(names, key=str.lower) or names == sorted(names)
@@ -112,12 +112,12 @@ def test_error_tree_has_one_root() -> None:
         assert issubclass(error, tenure.TenureError)
     assert issubclass(tenure.ArgumentError, ValueError)
     assert issubclass(tenure.ClientTypeError, TypeError)
-    assert "TenureError" in (tenure._exceptions.__doc__ or "")
+    assert "TenureError" in (tenure._core.exceptions.__doc__ or "")
 
 
 def test_the_backend_pair_has_the_same_names_and_signatures() -> None:
-    from tenure import _backend_asyncio as on_asyncio
-    from tenure import _backend_threads as on_threads
+    from tenure._backends import for_asyncio as on_asyncio
+    from tenure._backends import for_threads as on_threads
 
     assert on_asyncio.__all__ == on_threads.__all__
     for name in on_asyncio.__all__:
@@ -245,7 +245,7 @@ def test_the_default_owner_name_follows_a_fork() -> None:
     import os
     import socket
 
-    from tenure._leased_core import default_owner_name
+    from tenure._core.leased import default_owner_name
 
     assert default_owner_name() == f"{socket.gethostname()}:{os.getpid()}"
     read, write = os.pipe()

@@ -21,8 +21,7 @@ from tenure import (
     ZlibCompressor,
     ZstdCompressor,
 )
-from tenure._cache_codec import Codec, canonical
-from tenure._cache_core import (
+from tenure._core.cache import (
     CacheKeys,
     Entry,
     ServerClock,
@@ -32,6 +31,7 @@ from tenure._cache_core import (
     parse_fetch,
     split_entry,
 )
+from tenure._core.codec import Codec, canonical
 from tenure._core.values import check_seconds, to_ms
 
 json_values = st.recursive(

@@ -111,7 +111,7 @@ def test_every_error_is_one_line(args: tuple[str, ...], code: int, says: str) ->
 
 
 def test_an_exhausted_pool_is_not_told_as_an_unreachable_server() -> None:
-    from tenure.cli import _failure
+    from tenure._tools.cli import _failure
 
     exhausted = tenure.ConnectionPoolExhaustedError("the client's connection pool is exhausted")
     assert _failure(exhausted) == (
@@ -161,7 +161,7 @@ def test_server_on_a_busy_port_says_why_in_one_line() -> None:
 
 
 def test_demo_wait_counts_only_completed_purchases() -> None:
-    from tenure._demo.run import DemoResult, _table
+    from tenure._tools.demo.run import DemoResult, _table
 
     none_bought = DemoResult(
         listers=5,

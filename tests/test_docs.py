@@ -65,7 +65,9 @@ def test_api_reference_documents_every_public_name() -> None:
     # build itself fails (-W) on a public name missing from its Python domain.
     pages = runpy.run_path(str(ROOT / "docs" / "conf.py"))["api_pages"]()
     text = "\n".join(pages.values())
-    assert {"tenure.server", "tenure.testing", "tenure.inspect"} <= {m for m, _ in public_names()}
+    assert {"tenure.server", "tenure.testing", "tenure.inspection"} <= {
+        m for m, _ in public_names()
+    }
     for module, name in public_names():
         documented = re.findall(
             rf"^\.\. auto\w+:: {re.escape(f'{module}.{name}')}$"

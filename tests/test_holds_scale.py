@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tenure._backend_threads import OwnerSlot
+from tenure._backends.for_threads import OwnerSlot
 from tenure._sync._watchdog import Job, Watchdog
 
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from tenure import ArgumentError, IdSetCorruptError
-from tenure._idset_base import NATIVE, PARALLEL_CONTAINERS, FrozenBase, PlainBase
-from tenure._idset_core import (
+from tenure._backends.local_copies import LocalCopies
+from tenure._core.frozen import NATIVE, PARALLEL_CONTAINERS, FrozenBase, PlainBase
+from tenure._core.idset import (
     ELEMENT_IDS,
-    LocalCopies,
     ReadReply,
     SetView,
     count_each,

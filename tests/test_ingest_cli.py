@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import redis
 
-from tenure._ingest_cli import job_from_settings
-from tenure.cli import build_parser
+from tenure._tools.cli import build_parser
+from tenure._tools.ingest_cli import job_from_settings
 from tenure.server import ServerProcess
 from tests.test_ingest import make_table, stream_keys
 
@@ -175,9 +175,11 @@ def test_a_forced_reset_stops_a_running_job_without_planning_it_again(
     assert "Traceback" not in err and "PlanMismatchError" in err
     assert "the job was reset while this run worked" in err
     assert "done," not in err
+    # the run ended on the reset (above), not at the table's end; on a busy machine
+    # its workers may have committed the last rows before the reset reached them
     written = tenure_client.xlen(SINK)
-    time.sleep(0.5)
-    assert tenure_client.xlen(SINK) == written < 150_000  # nothing ingested anew
+    time.sleep(0.5)  # a pause under test: nothing is written during it
+    assert tenure_client.xlen(SINK) == written <= 150_000  # nothing ingested anew
     assert tenure_client.exists("tenure:ingest:{events}:plan") == 0  # and not planned again
 
 

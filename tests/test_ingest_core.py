@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tenure import ArgumentError
-from tenure._ingest_core import REPLANNED, Claim, IngestKeys, Plan, chunk_range, parse_claim
-from tenure._stream_core import StreamMessage, parse_claimed, read_messages
+from tenure._core.ingest import REPLANNED, Claim, IngestKeys, Plan, chunk_range, parse_claim
+from tenure._core.stream import StreamMessage, parse_claimed, read_messages
 
 
 @given(

@@ -16,7 +16,7 @@ import redis
 import redis.cluster
 
 from tenure import ConnectionLock, IdSet, Lock, ReadWriteLock, Redlock, Semaphore
-from tenure.inspect import (
+from tenure.inspection import (
     TABLE_WIDTH,
     Primitive,
     View,
@@ -159,7 +159,7 @@ def test_a_new_primitive_plugs_in_its_view(tenure_client: redis.Redis) -> None:
     try:
         assert [(r.kind, r.name) for r in inspect(tenure_client)] == [("gizmo", "g1")]
     finally:
-        import tenure.inspect as module
+        import tenure.inspection as module
 
         module._VIEWS[:] = before
 
@@ -173,7 +173,7 @@ def test_free_primitives_only_with_all(tenure_client: redis.Redis) -> None:
     assert (row.name, row.state) == ("done-with", "free")
     kwargs = tenure_client.connection_pool.connection_kwargs
     url = f"redis://{kwargs['host']}:{kwargs['port']}"
-    command = [sys.executable, "-m", "tenure.cli", "inspect", "--url", url]
+    command = [sys.executable, "-m", "tenure._tools.cli", "inspect", "--url", url]
     quiet = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
     assert "done-with" not in quiet.stdout
     everything = subprocess.run(
@@ -359,7 +359,7 @@ def test_cli_refuses_options_that_do_nothing(
 
 
 def test_cli_help_names_what_it_shows() -> None:
-    from tenure.cli import build_parser
+    from tenure._tools.cli import build_parser
 
     parser = build_parser()
     [look] = [

@@ -16,7 +16,8 @@ from redis.crc import key_slot
 
 import tenure
 from tenure import ArgumentError
-from tenure._leased_core import (
+from tenure._backends.owners import BaseOwnerSlot
+from tenure._core.leased import (
     Acquired,
     LimitMismatch,
     LockKeys,
@@ -29,7 +30,6 @@ from tenure._leased_core import (
     parse_acquire,
     parse_grant,
 )
-from tenure._owners import BaseOwnerSlot
 
 T = TypeVar("T")
 
@@ -257,7 +257,7 @@ def test_shared_slot() -> None:
     ],
 )
 def test_an_exhausted_pool_is_told_apart_without_its_pool(raised: Exception) -> None:
-    from tenure._clients import map_exceptions
+    from tenure._core.clients import map_exceptions
 
     with (
         pytest.raises(tenure.ConnectionPoolExhaustedError) as caught,
@@ -271,7 +271,7 @@ def test_an_exhausted_pool_is_told_apart_without_its_pool(raised: Exception) -> 
 
 
 def test_a_pools_other_connection_errors_are_the_server_unavailable() -> None:
-    from tenure._clients import map_exceptions
+    from tenure._core.clients import map_exceptions
 
     for message in ["Connection not ready", "No connection available."]:
         with (
@@ -282,7 +282,7 @@ def test_a_pools_other_connection_errors_are_the_server_unavailable() -> None:
 
 
 def test_map_exceptions_translates_redis_errors_only() -> None:
-    from tenure._clients import map_exceptions
+    from tenure._core.clients import map_exceptions
 
     with (
         pytest.raises(tenure.ServerUnavailableError) as caught,

@@ -9,7 +9,15 @@ import pytest
 import redis
 
 from tenure import ArgumentError
-from tenure._demo.market import BUYER_FUNDS, MODES, Market, Trader, audit, close_market, open_market
+from tenure._tools.demo.market import (
+    BUYER_FUNDS,
+    MODES,
+    Market,
+    Trader,
+    audit,
+    close_market,
+    open_market,
+)
 
 
 @pytest.fixture

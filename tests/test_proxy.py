@@ -16,7 +16,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tenure._exceptions import ArgumentError, EmbeddedServerError
+from tenure._core.exceptions import ArgumentError, EmbeddedServerError
 from tenure.server import FaultProxy, ProxyFaults, ServerProcess
 from tenure.testing import ProxyFactory, ServerFactory
 

@@ -60,15 +60,15 @@ from tenure import (
     Semaphore,
     StreamConsumer,
 )
-from tenure._demo.market import Market, Trader, open_market
-from tenure._scripts import Script, load_script, script_names
+from tenure._core.scripts import Script, load_script, script_names
 from tenure._sync._scripting import registry_for
+from tenure._tools.demo.market import Market, Trader, open_market
 from tenure.server import FaultProxy
 
 pytestmark = pytest.mark.timeout(60)
 
 #: The packages whose scripts must be resend-safe.
-PACKAGES = ("tenure", "tenure._demo")
+PACKAGES = ("tenure", "tenure._tools.demo")
 
 #: State-changing scripts whose cases are still to be written. redlock_fence runs only
 #: when a quorum's masters answered different fences: several servers, one of them

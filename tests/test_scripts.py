@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tenure._exceptions import ArgumentError, ScriptError
-from tenure._scripts import Script, load_script, script_names
+from tenure._core.exceptions import ArgumentError, ScriptError
+from tenure._core.scripts import Script, load_script, script_names
 
 
-@pytest.mark.parametrize("package", ["tenure", "tenure._demo"])
+@pytest.mark.parametrize("package", ["tenure", "tenure._tools.demo"])
 def test_every_shipped_script_parses_with_its_own_name(package: str) -> None:
     names = script_names(package)
     assert names
@@ -21,7 +21,7 @@ def test_every_shipped_script_parses_with_its_own_name(package: str) -> None:
 
 def test_the_library_ships_no_demo_script() -> None:
     assert not [name for name in script_names() if name.startswith("market_")]
-    assert script_names("tenure._demo") == ["market_list", "market_purchase"]
+    assert script_names("tenure._tools.demo") == ["market_list", "market_purchase"]
     with pytest.raises(ArgumentError, match="no script named 'market_list' in tenure"):
         load_script("market_list")
 

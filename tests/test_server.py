@@ -24,7 +24,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 import tenure.server._process as process_module
-from tenure._exceptions import ArgumentError, ServerNotFoundError, ServerStartError
+from tenure._core.exceptions import ArgumentError, ServerNotFoundError, ServerStartError
 from tenure.server import (
     Cluster,
     Engine,

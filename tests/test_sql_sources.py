@@ -19,7 +19,7 @@ import redis
 import sqlalchemy as sa
 
 from tenure import ArgumentError, IngestJob, SqlSource
-from tenure._ingest_sources import encode_row
+from tenure._core.sources import encode_row
 from tenure.server import ServerProcess
 from tests._backend_threads import gather
 from tests.sql_databases import SqlServer, mariadb, postgresql

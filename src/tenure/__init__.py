@@ -12,7 +12,7 @@ sets of 32-bit ids intersected in memory (:class:`IdSet`, with the
 redis-py client you already have.
 
 Errors all derive from :class:`TenureError`; the tree is drawn in
-``tenure._exceptions``.
+``tenure._core.exceptions``.
 """
 
 import importlib
@@ -28,7 +28,9 @@ from tenure._async._lock import AsyncLock, AsyncReentrantLock
 from tenure._async._redlock import AsyncRedlock
 from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from tenure._async._semaphore import AsyncSemaphore
-from tenure._cache_codec import (
+from tenure._cached import cached
+from tenure._core.cache import CacheStatistics
+from tenure._core.codec import (
     IdentityGenerator,
     JsonSerializer,
     MsgpackSerializer,
@@ -36,9 +38,7 @@ from tenure._cache_codec import (
     ZlibCompressor,
     ZstdCompressor,
 )
-from tenure._cache_core import CacheStatistics
-from tenure._cached import cached
-from tenure._exceptions import (
+from tenure._core.exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
     ArgumentError,
@@ -71,17 +71,17 @@ from tenure._exceptions import (
     TenureError,
     WrongTypeError,
 )
-from tenure._ingest_core import ChunkHolder, IngestStatus, ResetReport, WorkerReport
-from tenure._ingest_sources import AsyncCallableSource, CallableSource, SqlSource
-from tenure._leased_core import (
+from tenure._core.ingest import ChunkHolder, IngestStatus, ResetReport, WorkerReport
+from tenure._core.leased import (
     ClusterLockStatistics,
     LeasedStatistics,
     LockStatistics,
     ReadWriteStatistics,
     SemaphoreStatistics,
 )
-from tenure._redlock_core import RedlockStatistics
-from tenure._stream_core import ConsumerStatistics, StreamMessage
+from tenure._core.redlock import RedlockStatistics
+from tenure._core.sources import AsyncCallableSource, CallableSource, SqlSource
+from tenure._core.stream import ConsumerStatistics, StreamMessage
 from tenure._sync._cache import Cache, HerdCache
 from tenure._sync._cluster_lock import ClusterLock
 from tenure._sync._connlock import ConnectionLock
@@ -96,13 +96,13 @@ from tenure._version import __version__
 
 if TYPE_CHECKING:  # imported on first use: they need numpy and pyroaring (tenure[idsets])
     from tenure._async._idset import AsyncIdSet
-    from tenure._idset_core import IdSetStatistics
+    from tenure._core.idset import IdSetStatistics
     from tenure._sync._idset import IdSet
 
 _NEEDS_NUMPY = {
     "AsyncIdSet": "tenure._async._idset",
     "IdSet": "tenure._sync._idset",
-    "IdSetStatistics": "tenure._idset_core",
+    "IdSetStatistics": "tenure._core.idset",
 }
 
 __all__ = [

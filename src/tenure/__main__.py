@@ -2,6 +2,6 @@
 
 import sys
 
-from tenure.cli import main
+from tenure._tools.cli import main
 
 sys.exit(main())

@@ -56,7 +56,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from tenure._exceptions import ArgumentError
+from tenure._core.exceptions import ArgumentError
 from tenure.server import (
     Cluster,
     Engine,

@@ -12,7 +12,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 
 from tenure import ArgumentError, AsyncStreamConsumer, StreamMessage
-from tenure._backend_asyncio import Event
+from tenure._backends.for_asyncio import Event
 from tests._backend_asyncio import join, sleep, spawn
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")

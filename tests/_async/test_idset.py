@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio
 
 from tenure import ArgumentError, AsyncIdSet, ClientTypeError, IdSetCorruptError, WrongTypeError
-from tenure._idset_core import LOCAL_COPIES
+from tenure._backends.local_copies import LOCAL_COPIES
 from tests._backend_asyncio import gather, sleep
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")

@@ -22,7 +22,7 @@ from tenure import (
     LockNotOwnedError,
 )
 from tenure._async._watchdog import watchdog
-from tenure._backend_asyncio import IS_ASYNC, Event
+from tenure._backends.for_asyncio import IS_ASYNC, Event
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, join, sleep, spawn, until
 from tests.conftest import ServerFactory

@@ -25,8 +25,8 @@ from tenure import (
     SemaphoreLimitError,
 )
 from tenure._async._wakeups import AsyncWakeups, wakeups_for
-from tenure._backend_asyncio import IS_ASYNC
-from tenure._leased_core import IDLE_TTL_MS
+from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._core.leased import IDLE_TTL_MS
 from tenure.server import ServerProcess
 from tests._backend_asyncio import gather, sleep, until
 

@@ -13,7 +13,7 @@ import redis
 import redis.cluster
 
 from tenure import ArgumentError, StreamConsumer, StreamMessage
-from tenure._backend_threads import Event
+from tenure._backends.for_threads import Event
 from tests._backend_threads import join, sleep, spawn
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from tenure import ArgumentError, ClientTypeError, IdSet, IdSetCorruptError, WrongTypeError
-from tenure._idset_core import LOCAL_COPIES
+from tenure._backends.local_copies import LOCAL_COPIES
 from tests._backend_threads import gather, sleep
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")

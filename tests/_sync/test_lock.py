@@ -22,7 +22,7 @@ from tenure import (
     LockNotOwnedError,
     ReentrantLock,
 )
-from tenure._backend_threads import IS_ASYNC, Event
+from tenure._backends.for_threads import IS_ASYNC, Event
 from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, sleep, spawn, until

@@ -24,8 +24,8 @@ from tenure import (
     Semaphore,
     SemaphoreLimitError,
 )
-from tenure._backend_threads import IS_ASYNC
-from tenure._leased_core import IDLE_TTL_MS
+from tenure._backends.for_threads import IS_ASYNC
+from tenure._core.leased import IDLE_TTL_MS
 from tenure._sync._wakeups import Wakeups, wakeups_for
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, sleep, until

@@ -2,7 +2,7 @@
 
 :class:`AsyncCache` is aredis's ``Cache``: a value per entry, written with
 an expiry (SET with PX) and read with GET, each stored value headed by its
-format (:mod:`tenure._cache_codec`).
+format (:mod:`tenure._core.codec`).
 
 :class:`AsyncHerdCache` keeps each entry for its freshness *plus*
 ``herd_timeout``, with the freshness deadline on the server's clock inside the
@@ -38,14 +38,8 @@ from tenure._async._outage import AsyncOutage, outage_found, outage_of
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._wakeups import listen
 from tenure._async._watchdog import Job, watchdog
-from tenure._backend_asyncio import IS_ASYNC, Event, Mutex, scope_key, start_background
-from tenure._cache_codec import (
-    DEFAULT_COMPRESSOR,
-    DEFAULT_SERIALIZER,
-    Codec,
-    IdentityGenerator,
-)
-from tenure._cache_core import (
+from tenure._backends.for_asyncio import IS_ASYNC, Event, Mutex, scope_key, start_background
+from tenure._core.cache import (
     CacheKeys,
     CacheStatistics,
     Fetched,
@@ -58,14 +52,19 @@ from tenure._cache_core import (
     split_entry,
     unwrap_loaded,
 )
-from tenure._clients import (
+from tenure._core.clients import (
     map_exceptions,
     require_bytes_replies,
     require_client,
     translate_error,
 )
-from tenure._core.values import check_seconds, to_ms
-from tenure._exceptions import (
+from tenure._core.codec import (
+    DEFAULT_COMPRESSOR,
+    DEFAULT_SERIALIZER,
+    Codec,
+    IdentityGenerator,
+)
+from tenure._core.exceptions import (
     ArgumentError,
     CacheDecodeError,
     CacheReentryError,
@@ -73,7 +72,8 @@ from tenure._exceptions import (
     ServerUnavailableError,
     TenureError,
 )
-from tenure._leased_core import check_name, lone_surrogate
+from tenure._core.leased import check_name, lone_surrogate
+from tenure._core.values import check_seconds, to_ms
 
 __all__ = ["AsyncCache", "AsyncHerdCache"]
 
@@ -647,7 +647,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         """The value if a plain GET finds it surely fresh (no script), else ``_MISS``.
 
         Freshness is judged on this process's estimate of the server's clock
-        (:class:`~tenure._cache_core.ServerClock`); an entry near its deadline,
+        (:class:`~tenure._core.cache.ServerClock`); an entry near its deadline,
         or any doubt, goes to the script, which decides on the server's clock.
         """
         try:

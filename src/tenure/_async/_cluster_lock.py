@@ -42,15 +42,15 @@ from tenure._async._lock import AsyncLock
 from tenure._async._replication import AsyncAcknowledger
 from tenure._async._scripting import AsyncClient
 from tenure._async._watchdog import Job, JobRunner
-from tenure._exceptions import ArgumentError
-from tenure._leased_core import (
+from tenure._core.exceptions import ArgumentError
+from tenure._core.leased import (
     DEFAULT_WAITER_LEASE,
     ClusterLockStatistics,
     Hold,
     LeasedStatistics,
     LockSettings,
 )
-from tenure._replication_core import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
+from tenure._core.replication import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
 
 __all__ = ["AsyncClusterLock"]
 

@@ -34,24 +34,24 @@ import redis.asyncio
 from redis import exceptions as redis_errors
 
 from tenure._async._scripting import registry_for
-from tenure._backend_asyncio import IS_ASYNC, shielded, sleep
-from tenure._clients import is_cluster, map_exceptions, require_client
-from tenure._core.values import check_seconds, to_ms, to_text
-from tenure._exceptions import (
+from tenure._backends.for_asyncio import IS_ASYNC, shielded, sleep
+from tenure._backends.owners import generation
+from tenure._core.clients import is_cluster, map_exceptions, require_client
+from tenure._core.exceptions import (
     AcquireTimeoutError,
     ArgumentError,
     ClientTypeError,
     LockNotOwnedError,
     PermissionDeniedError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     base_key,
     check_lock_name,
     check_owner_name,
     check_prefix,
     default_owner_name,
 )
-from tenure._owners import generation
+from tenure._core.values import check_seconds, to_ms, to_text
 
 __all__ = ["AsyncConnectionLock"]
 

@@ -28,10 +28,10 @@ from redis.crc import key_slot
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._watchdog import Job, watchdog
-from tenure._backend_asyncio import IS_ASYNC, on_signals
-from tenure._clients import is_cluster, map_exceptions, require_client
-from tenure._exceptions import ArgumentError
-from tenure._stream_core import (
+from tenure._backends.for_asyncio import IS_ASYNC, on_signals
+from tenure._core.clients import is_cluster, map_exceptions, require_client
+from tenure._core.exceptions import ArgumentError
+from tenure._core.stream import (
     ConsumerStatistics,
     StreamMessage,
     claim_record_key,

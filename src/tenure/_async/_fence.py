@@ -14,10 +14,10 @@ import secrets
 from typing import Any
 
 from tenure._async._scripting import AsyncClient, registry_for
-from tenure._backend_asyncio import IS_ASYNC
-from tenure._clients import map_exceptions, require_client
+from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._core.clients import map_exceptions, require_client
+from tenure._core.exceptions import ArgumentError
 from tenure._core.values import check_seconds, to_ms
-from tenure._exceptions import ArgumentError
 
 __all__ = ["AsyncFencedKey"]
 

@@ -8,7 +8,7 @@ needed), and answers intersections from a decoded copy in this process,
 revalidated against the server in one round trip per query (for any number
 of sets), so an answer is never older than the query.
 
-Writes append to a log (:mod:`tenure._idset_core` draws the layout); the
+Writes append to a log (:mod:`tenure._core.idset` draws the layout); the
 write that takes the log past ``delta_limit`` ids folds it into a new
 compact form, swapped in atomically.
 """
@@ -23,14 +23,14 @@ import numpy as np
 import numpy.typing as npt
 
 from tenure._async._scripting import AsyncClient, registry_for
-from tenure._backend_asyncio import IS_ASYNC
-from tenure._clients import map_exceptions, require_bytes_replies, require_client
-from tenure._exceptions import ArgumentError, IdSetCorruptError
-from tenure._idset_core import (
+from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._backends.local_copies import LOCAL_COPIES
+from tenure._core.clients import map_exceptions, require_bytes_replies, require_client
+from tenure._core.exceptions import ArgumentError, IdSetCorruptError
+from tenure._core.idset import (
     COMPACTION_LEASE_MS,
     DEFAULT_CHUNK_BYTES,
     DEFAULT_DELTA_LIMIT,
-    LOCAL_COPIES,
     STAGE_TTL_MS,
     IdSetKeys,
     IdSetStatistics,
@@ -46,7 +46,7 @@ from tenure._idset_core import (
     to_ids,
     top_counts,
 )
-from tenure._leased_core import default_owner_name
+from tenure._core.leased import default_owner_name
 
 __all__ = ["AsyncIdSet"]
 

@@ -34,11 +34,10 @@ import secrets
 import socket
 
 from tenure._async._scripting import AsyncClient, registry_for
-from tenure._backend_asyncio import IS_ASYNC, in_batches, shielded, sleep, source_call
-from tenure._clients import map_exceptions, require_client
-from tenure._core.values import to_text
-from tenure._exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
-from tenure._ingest_core import (
+from tenure._backends.for_asyncio import IS_ASYNC, in_batches, shielded, sleep, source_call
+from tenure._core.clients import map_exceptions, require_client
+from tenure._core.exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
+from tenure._core.ingest import (
     HOLDERS_LISTED,
     REPLANNED,
     Claim,
@@ -52,12 +51,14 @@ from tenure._ingest_core import (
     parse_sink,
     parse_status,
 )
+from tenure._core.values import to_text
 
+# isort: split
 # unasync: async-only
-from tenure._ingest_sources import AsyncRowSource, KeyOrder, RowSource, encode_row
+from tenure._core.sources import AsyncRowSource, KeyOrder, RowSource, encode_row
 
 # unasync: sync-only
-# from tenure._ingest_sources import KeyOrder, RowSource, encode_row
+# from tenure._core.sources import KeyOrder, RowSource, encode_row
 # unasync: end
 
 __all__ = ["AsyncIngestJob", "read_status"]

@@ -38,7 +38,7 @@ How it works (each step is one atomic Lua script, see ``tenure/lua``):
   given back before the cancellation goes on.
 * Renewals hold only a weak reference to the lock object: a hold whose lock
   object was garbage-collected (nobody can release it any more) is not
-  renewed and ends with its lease. Ownership rules: :mod:`tenure._owners`.
+  renewed and ends with its lease. Ownership rules: :mod:`tenure._backends.owners`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from tenure._async._line import (
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter, listen
 from tenure._async._watchdog import Job, JobRunner, watchdog
-from tenure._backend_asyncio import (
+from tenure._backends.for_asyncio import (
     CAN_CANCEL_HOLDER,
     IS_ASYNC,
     Mutex,
@@ -74,9 +74,8 @@ from tenure._backend_asyncio import (
     current_holder,
     shielded,
 )
-from tenure._clients import require_client
-from tenure._core.values import check_seconds, to_ms
-from tenure._exceptions import (
+from tenure._core.clients import require_client
+from tenure._core.exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
     ArgumentError,
@@ -86,7 +85,7 @@ from tenure._exceptions import (
     PrimitiveError,
     TenureError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
@@ -116,6 +115,7 @@ from tenure._leased_core import (
     new_token,
     parse_acquire,
 )
+from tenure._core.values import check_seconds, to_ms
 
 __all__ = ["AsyncLeased", "LeasedScripts", "extended"]
 

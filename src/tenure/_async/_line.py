@@ -46,10 +46,10 @@ from typing import Any
 
 from tenure._async._scripting import AsyncScriptRegistry
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter
-from tenure._backend_asyncio import Event, Mutex, scope_key, start_background
-from tenure._exceptions import TenureError
-from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
-from tenure._line_core import LINE_SCRIPTS
+from tenure._backends.for_asyncio import Event, Mutex, scope_key, start_background
+from tenure._core.exceptions import TenureError
+from tenure._core.leased import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
+from tenure._core.line import LINE_SCRIPTS
 
 __all__ = [
     "LINGER",

@@ -14,15 +14,15 @@ from typing import Any, ClassVar
 
 from tenure._async._leased import AsyncLeased, LeasedScripts
 from tenure._async._scripting import AsyncClient
-from tenure._core.values import check_seconds, to_text
-from tenure._exceptions import (
+from tenure._core.exceptions import (
     ArgumentError,
     LockLostError,
     LockNotOwnedError,
     LostError,
     NotOwnedError,
 )
-from tenure._leased_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
+from tenure._core.leased import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
+from tenure._core.values import check_seconds, to_text
 
 __all__ = ["AsyncLock", "AsyncReentrantLock"]
 
@@ -39,7 +39,7 @@ class AsyncLock(AsyncLeased):
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
     * ``thread_local`` — the token belongs to the acquiring task, with the
-      rules of ``tenure._owners`` (a task started from the owner, or the
+      rules of ``tenure._backends.owners`` (a task started from the owner, or the
       next user of a hold whose owner finished, may release it); ``False``
       lets any task release.
     * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tenure._async._wakeups import own_settings, server_target
-from tenure._backend_asyncio import Mutex, scope_key, sleep, start_background
+from tenure._backends.for_asyncio import Mutex, scope_key, sleep, start_background
 
 __all__ = ["PROBE_EVERY", "PROBE_TIMEOUT", "AsyncOutage", "outage_found", "outage_of"]
 

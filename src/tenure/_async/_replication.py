@@ -1,6 +1,6 @@
 """AsyncAcknowledger: run a script, then WAIT for replicas, on one connection.
 
-The rules (policy, commands, verdicts) are in :mod:`tenure._replication_core`;
+The rules (policy, commands, verdicts) are in :mod:`tenure._core.replication`;
 this module does the I/O. A script and its WAIT travel in one pipeline, so
 they share a connection (WAIT counts only its own connection's writes) and
 cost one round trip plus the replicas' acknowledgement:
@@ -15,7 +15,7 @@ cost one round trip plus the replicas' acknowledgement:
 A script missing from the node (NOSCRIPT) is sent again as EVAL, with its
 WAIT. The replica count behind the default policy (a majority) is read with
 ``ROLE`` from the node that will be asked to WAIT, and read again after
-:data:`~tenure._replication_core.REPLICA_COUNT_TTL` seconds, after a
+:data:`~tenure._core.replication.REPLICA_COUNT_TTL` seconds, after a
 shortfall (a failover's new primary has fewer replicas; a replica was lost)
 and when the slot's primary changes.
 """
@@ -29,10 +29,10 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from tenure._async._scripting import AsyncClient, primary_node
-from tenure._backend_asyncio import node_pipeline
-from tenure._clients import is_cluster, map_exceptions, translate_error
-from tenure._exceptions import BackendError
-from tenure._replication_core import (
+from tenure._backends.for_asyncio import node_pipeline
+from tenure._core.clients import is_cluster, map_exceptions, translate_error
+from tenure._core.exceptions import BackendError
+from tenure._core.replication import (
     REPLICA_COUNT_TTL,
     Acknowledgement,
     ReplicationPolicy,
@@ -40,7 +40,7 @@ from tenure._replication_core import (
     parse_wait,
     unsupported_wait,
 )
-from tenure._scripts import load_script
+from tenure._core.scripts import load_script
 
 __all__ = ["AsyncAcknowledger"]
 

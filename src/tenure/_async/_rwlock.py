@@ -22,8 +22,7 @@ from typing import Any, ClassVar, cast
 
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import AsyncPermits
-from tenure._core.values import check_seconds, to_text
-from tenure._exceptions import (
+from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
     LockLostError,
@@ -31,13 +30,14 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     IDLE_TTL_MS,
     LeasedStatistics,
     ReadWriteStatistics,
     check_lock_name,
     new_token,
 )
+from tenure._core.values import check_seconds, to_text
 
 __all__ = ["AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]
 

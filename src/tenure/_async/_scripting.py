@@ -20,15 +20,15 @@ import redis.asyncio
 import redis.asyncio.cluster
 from redis import exceptions as redis_errors
 
-from tenure._backend_asyncio import node_pipeline
-from tenure._clients import (
+from tenure._backends.for_asyncio import node_pipeline
+from tenure._core.clients import (
     STALE_CONNECTION_RETRIES,
     is_cluster,
     map_exceptions,
     stale_connection,
 )
-from tenure._exceptions import BackendError
-from tenure._scripts import Script, ScriptStatistics, load_script
+from tenure._core.exceptions import BackendError
+from tenure._core.scripts import Script, ScriptStatistics, load_script
 
 __all__ = ["AsyncClient", "AsyncScriptRegistry", "primary_node", "registry_for"]
 

@@ -18,8 +18,7 @@ from typing import Any, ClassVar, cast
 
 from tenure._async._leased import AsyncLeased, Call, LeasedScripts, extended
 from tenure._async._scripting import AsyncClient
-from tenure._core.values import check_seconds
-from tenure._exceptions import (
+from tenure._core.exceptions import (
     ArgumentError,
     LostError,
     NotOwnedError,
@@ -28,7 +27,7 @@ from tenure._exceptions import (
     SemaphoreNotOwnedError,
     TenureError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
@@ -40,6 +39,7 @@ from tenure._leased_core import (
     check_lock_name,
     new_token,
 )
+from tenure._core.values import check_seconds
 
 __all__ = ["AsyncPermits", "AsyncSemaphore"]
 

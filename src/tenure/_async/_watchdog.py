@@ -31,9 +31,9 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from tenure._async._scripting import AsyncClient, registry_for
-from tenure._backend_asyncio import Event, Mutex, scope_key, start_background
-from tenure._clients import is_cluster, translate_error
-from tenure._scripts import load_script
+from tenure._backends.for_asyncio import Event, Mutex, scope_key, start_background
+from tenure._core.clients import is_cluster, translate_error
+from tenure._core.scripts import load_script
 
 __all__ = ["AsyncWatchdog", "Job", "JobRunner", "watchdog"]
 

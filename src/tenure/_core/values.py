@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, overload
 
-from tenure._exceptions import ArgumentError
+from tenure._core.exceptions import ArgumentError
 
 __all__ = ["MAX_SECONDS", "check_seconds", "to_ms", "to_text"]
 

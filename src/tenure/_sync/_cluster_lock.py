@@ -38,15 +38,15 @@ import math
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from tenure._exceptions import ArgumentError
-from tenure._leased_core import (
+from tenure._core.exceptions import ArgumentError
+from tenure._core.leased import (
     DEFAULT_WAITER_LEASE,
     ClusterLockStatistics,
     Hold,
     LeasedStatistics,
     LockSettings,
 )
-from tenure._replication_core import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
+from tenure._core.replication import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
 from tenure._sync._leased import extended
 from tenure._sync._lock import Lock
 from tenure._sync._replication import Acknowledger

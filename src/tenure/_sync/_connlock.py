@@ -34,24 +34,24 @@ from typing import Any
 import redis
 from redis import exceptions as redis_errors
 
-from tenure._backend_threads import IS_ASYNC, shielded, sleep
-from tenure._clients import is_cluster, map_exceptions, require_client
-from tenure._core.values import check_seconds, to_ms, to_text
-from tenure._exceptions import (
+from tenure._backends.for_threads import IS_ASYNC, shielded, sleep
+from tenure._backends.owners import generation
+from tenure._core.clients import is_cluster, map_exceptions, require_client
+from tenure._core.exceptions import (
     AcquireTimeoutError,
     ArgumentError,
     ClientTypeError,
     LockNotOwnedError,
     PermissionDeniedError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     base_key,
     check_lock_name,
     check_owner_name,
     check_prefix,
     default_owner_name,
 )
-from tenure._owners import generation
+from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._scripting import registry_for
 
 __all__ = ["ConnectionLock"]

@@ -27,10 +27,10 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.crc import key_slot
 
-from tenure._backend_threads import IS_ASYNC, on_signals
-from tenure._clients import is_cluster, map_exceptions, require_client
-from tenure._exceptions import ArgumentError
-from tenure._stream_core import (
+from tenure._backends.for_threads import IS_ASYNC, on_signals
+from tenure._core.clients import is_cluster, map_exceptions, require_client
+from tenure._core.exceptions import ArgumentError
+from tenure._core.stream import (
     ConsumerStatistics,
     StreamMessage,
     claim_record_key,

@@ -14,10 +14,10 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from tenure._backend_threads import IS_ASYNC
-from tenure._clients import map_exceptions, require_client
+from tenure._backends.for_threads import IS_ASYNC
+from tenure._core.clients import map_exceptions, require_client
+from tenure._core.exceptions import ArgumentError
 from tenure._core.values import check_seconds, to_ms
-from tenure._exceptions import ArgumentError
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["FencedKey"]

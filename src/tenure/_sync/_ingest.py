@@ -34,11 +34,10 @@ import os
 import secrets
 import socket
 
-from tenure._backend_threads import IS_ASYNC, in_batches, shielded, sleep, source_call
-from tenure._clients import map_exceptions, require_client
-from tenure._core.values import to_text
-from tenure._exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
-from tenure._ingest_core import (
+from tenure._backends.for_threads import IS_ASYNC, in_batches, shielded, sleep, source_call
+from tenure._core.clients import map_exceptions, require_client
+from tenure._core.exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
+from tenure._core.ingest import (
     HOLDERS_LISTED,
     REPLANNED,
     Claim,
@@ -52,8 +51,11 @@ from tenure._ingest_core import (
     parse_sink,
     parse_status,
 )
-from tenure._ingest_sources import KeyOrder, RowSource, encode_row
+from tenure._core.values import to_text
 from tenure._sync._scripting import Client, registry_for
+
+# isort: split
+from tenure._core.sources import KeyOrder, RowSource, encode_row
 
 __all__ = ["IngestJob", "read_status"]
 

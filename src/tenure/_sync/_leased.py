@@ -39,7 +39,7 @@ How it works (each step is one atomic Lua script, see ``tenure/lua``):
   given back before the cancellation goes on.
 * Renewals hold only a weak reference to the lock object: a hold whose lock
   object was garbage-collected (nobody can release it any more) is not
-  renewed and ends with its lease. Ownership rules: :mod:`tenure._owners`.
+  renewed and ends with its lease. Ownership rules: :mod:`tenure._backends.owners`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
-from tenure._backend_threads import (
+from tenure._backends.for_threads import (
     CAN_CANCEL_HOLDER,
     IS_ASYNC,
     Mutex,
@@ -64,9 +64,8 @@ from tenure._backend_threads import (
     current_holder,
     shielded,
 )
-from tenure._clients import require_client
-from tenure._core.values import check_seconds, to_ms
-from tenure._exceptions import (
+from tenure._core.clients import require_client
+from tenure._core.exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
     ArgumentError,
@@ -76,7 +75,7 @@ from tenure._exceptions import (
     PrimitiveError,
     TenureError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
@@ -106,6 +105,7 @@ from tenure._leased_core import (
     new_token,
     parse_acquire,
 )
+from tenure._core.values import check_seconds, to_ms
 from tenure._sync._line import (
     Line,
     begin_try,

@@ -45,10 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenure._backend_threads import Event, Mutex, scope_key, start_background
-from tenure._exceptions import TenureError
-from tenure._leased_core import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
-from tenure._line_core import LINE_SCRIPTS
+from tenure._backends.for_threads import Event, Mutex, scope_key, start_background
+from tenure._core.exceptions import TenureError
+from tenure._core.leased import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
+from tenure._core.line import LINE_SCRIPTS
 from tenure._sync._scripting import ScriptRegistry
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from tenure._core.values import check_seconds, to_text
-from tenure._exceptions import (
+from tenure._core.exceptions import (
     ArgumentError,
     LockLostError,
     LockNotOwnedError,
     LostError,
     NotOwnedError,
 )
-from tenure._leased_core import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
+from tenure._core.leased import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
+from tenure._core.values import check_seconds, to_text
 from tenure._sync._leased import Leased, LeasedScripts
 from tenure._sync._scripting import Client
 
@@ -40,7 +40,7 @@ class Lock(Leased):
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
     * ``thread_local`` — the token belongs to the acquiring thread, with the
-      rules of ``tenure._owners`` (a thread started from the owner, or the
+      rules of ``tenure._backends.owners`` (a thread started from the owner, or the
       next user of a hold whose owner finished, may release it); ``False``
       lets any thread release.
     * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from tenure._backend_threads import Mutex, scope_key, sleep, start_background
+from tenure._backends.for_threads import Mutex, scope_key, sleep, start_background
 from tenure._sync._wakeups import own_settings, server_target
 
 __all__ = ["PROBE_EVERY", "PROBE_TIMEOUT", "Outage", "outage_found", "outage_of"]

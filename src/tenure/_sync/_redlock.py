@@ -6,7 +6,7 @@ them and want a lock that survives losing a minority of them (the Redlock
 algorithm). Each master keeps its own copy of the lock's keys; an
 acquisition counts when a quorum (``n // 2 + 1``) granted it in time.
 
-How it works (the rules are in :mod:`tenure._redlock_core`, each master's
+How it works (the rules are in :mod:`tenure._core.redlock`, each master's
 part is one Lua script):
 
 * **acquire** — one attempt sends the acquire script to every master at
@@ -31,7 +31,7 @@ part is one Lua script):
   quorum, in two attempts in a row (one may be a passing stall), acquire
   raises :class:`~tenure.QuorumError` at once, naming each failed master and
   why. A master that accepts connections but never
-  answers is skipped after :data:`~tenure._redlock_core.MAX_OVERDUE` calls
+  answers is skipped after :data:`~tenure._core.redlock.MAX_OVERDUE` calls
   left hanging, until one of them ends.
 * **renewal, extend** — the watchdog renews on every master and needs a
   quorum; a hold whose renewals keep falling short is lost when its
@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
-from tenure._backend_threads import (
+from tenure._backends.for_threads import (
     IS_ASYNC,
     Event,
     Mutex,
@@ -63,8 +63,8 @@ from tenure._backend_threads import (
     sleep,
     start_background,
 )
-from tenure._core.values import check_seconds, to_text
-from tenure._exceptions import (
+from tenure._backends.owners import generation
+from tenure._core.exceptions import (
     ArgumentError,
     BackendError,
     LockLostError,
@@ -72,7 +72,7 @@ from tenure._exceptions import (
     PrimitiveError,
     QuorumError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
@@ -85,8 +85,7 @@ from tenure._leased_core import (
     LockSettings,
     check_lock_name,
 )
-from tenure._owners import generation
-from tenure._redlock_core import (
+from tenure._core.redlock import (
     ADAPTIVE_MARGIN,
     DEFAULT_MASTER_TIMEOUT,
     FENCE_LIFETIME_MS,
@@ -101,6 +100,7 @@ from tenure._redlock_core import (
     is_slow,
     quorum,
 )
+from tenure._core.values import check_seconds, to_text
 from tenure._sync._leased import Leased, LeasedScripts
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._wakeups import Waiter, listen

@@ -21,8 +21,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, ClassVar, cast
 
-from tenure._core.values import check_seconds, to_text
-from tenure._exceptions import (
+from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
     LockLostError,
@@ -30,13 +29,14 @@ from tenure._exceptions import (
     LostError,
     NotOwnedError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     IDLE_TTL_MS,
     LeasedStatistics,
     ReadWriteStatistics,
     check_lock_name,
     new_token,
 )
+from tenure._core.values import check_seconds, to_text
 from tenure._sync._scripting import Client
 from tenure._sync._semaphore import Permits
 

@@ -21,15 +21,15 @@ import redis
 import redis.cluster
 from redis import exceptions as redis_errors
 
-from tenure._backend_threads import node_pipeline
-from tenure._clients import (
+from tenure._backends.for_threads import node_pipeline
+from tenure._core.clients import (
     STALE_CONNECTION_RETRIES,
     is_cluster,
     map_exceptions,
     stale_connection,
 )
-from tenure._exceptions import BackendError
-from tenure._scripts import Script, ScriptStatistics, load_script
+from tenure._core.exceptions import BackendError
+from tenure._core.scripts import Script, ScriptStatistics, load_script
 
 __all__ = ["Client", "ScriptRegistry", "primary_node", "registry_for"]
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from tenure._core.values import check_seconds
-from tenure._exceptions import (
+from tenure._core.exceptions import (
     ArgumentError,
     LostError,
     NotOwnedError,
@@ -27,7 +26,7 @@ from tenure._exceptions import (
     SemaphoreNotOwnedError,
     TenureError,
 )
-from tenure._leased_core import (
+from tenure._core.leased import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
@@ -39,6 +38,7 @@ from tenure._leased_core import (
     check_lock_name,
     new_token,
 )
+from tenure._core.values import check_seconds
 from tenure._sync._leased import Call, Leased, LeasedScripts, extended
 from tenure._sync._scripting import Client
 

@@ -43,10 +43,10 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from tenure._backend_threads import Event, Mutex, scope_key, sleep, start_background
-from tenure._clients import is_cluster
+from tenure._backends.for_threads import Event, Mutex, scope_key, sleep, start_background
+from tenure._core.clients import is_cluster
+from tenure._core.leased import Acquired, parse_grant
 from tenure._core.values import to_text
-from tenure._leased_core import Acquired, parse_grant
 
 __all__ = [
     "CONFIRM_TIMEOUT",

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from tenure._exceptions import ArgumentError, ServerNotFoundError
+from tenure._core.exceptions import ArgumentError, ServerNotFoundError
 
 __all__ = ["ENGINES", "Engine", "find_engine"]
 

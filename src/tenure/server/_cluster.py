@@ -18,7 +18,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.crc import key_slot
 
-from tenure._exceptions import ArgumentError, EmbeddedServerError
+from tenure._core.exceptions import ArgumentError, EmbeddedServerError
 from tenure.server._binaries import Engine
 from tenure.server._commands import execute, parse_info
 from tenure.server._ports import HOST

@@ -13,7 +13,7 @@ import random
 import socket
 import threading
 
-from tenure._exceptions import ServerStartError
+from tenure._core.exceptions import ServerStartError
 from tenure.server._procfs import ephemeral_low
 
 __all__ = ["HOST", "release_port", "reserve_port"]

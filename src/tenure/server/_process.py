@@ -34,7 +34,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from tenure._exceptions import ArgumentError, EmbeddedServerError, ServerStartError
+from tenure._core.exceptions import ArgumentError, EmbeddedServerError, ServerStartError
 from tenure.server._binaries import Engine, find_engine
 from tenure.server._command_line import server_command
 from tenure.server._commands import (

@@ -52,7 +52,7 @@ from typing import Any, Literal, TypeVar
 import redis
 import redis.asyncio
 
-from tenure._exceptions import ArgumentError, EmbeddedServerError, ServerStartError
+from tenure._core.exceptions import ArgumentError, EmbeddedServerError, ServerStartError
 from tenure.server._lifecycle import Lifecycle
 from tenure.server._ports import release_port, reserve_port
 from tenure.server._registry import register, unregister

@@ -11,7 +11,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from tenure._exceptions import ArgumentError, EmbeddedServerError
+from tenure._core.exceptions import ArgumentError, EmbeddedServerError
 from tenure.server._binaries import Engine
 from tenure.server._commands import execute
 from tenure.server._ports import HOST

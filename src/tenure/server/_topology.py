@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import redis
 
-from tenure._exceptions import ArgumentError, ServerStartError
+from tenure._core.exceptions import ArgumentError, ServerStartError
 from tenure.server._binaries import Engine, find_engine
 from tenure.server._lifecycle import Lifecycle
 from tenure.server._process import ServerProcess

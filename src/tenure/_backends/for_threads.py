@@ -1,0 +1,316 @@
+"""What threads do differently from asyncio: the hand-written half of a pair.
+
+Same names and meanings as ``tenure._backends.for_asyncio``; the generated sync
+code imports this module wherever the async source imports that one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from tenure._backends.owners import BaseOwnerSlot, generation
+
+__all__ = [
+    "CAN_CANCEL_HOLDER",
+    "IS_ASYNC",
+    "Event",
+    "Mutex",
+    "OwnerSlot",
+    "absorb_guard_cancel",
+    "cancel_holder",
+    "current_holder",
+    "guarded",
+    "in_batches",
+    "node_pipeline",
+    "on_signals",
+    "race",
+    "scope_key",
+    "shielded",
+    "sleep",
+    "source_call",
+    "start_background",
+]
+
+IS_ASYNC = False
+CAN_CANCEL_HOLDER = False
+
+T = TypeVar("T")
+
+
+def sleep(seconds: float) -> None:
+    """Sleep the calling thread."""
+    time.sleep(seconds)
+
+
+class Event:
+    """An event a background thread waits on with a timeout."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        """Wake the waiter."""
+        self._event.set()
+
+    def clear(self) -> None:
+        """Reset, so the next wait blocks."""
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        """Whether the event is set."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until set or ``timeout`` seconds pass (None: no limit); True if it was set."""
+        return self._event.wait(timeout)
+
+
+class Mutex:
+    """A re-entrant lock guarding state shared between user threads and the watchdog.
+
+    A fork's child gets every one afresh (on its first use there): one held
+    by a thread of the parent at the fork would otherwise be held for ever
+    in the child.
+    """
+
+    __slots__ = ("_generation", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._generation = generation()
+
+    def __enter__(self) -> None:
+        if self._generation != generation():
+            self._renew()
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+    def _renew(self) -> None:
+        with _renewing:
+            if self._generation != generation():
+                self._lock = threading.RLock()
+                self._generation = generation()
+
+
+_renewing = threading.Lock()
+
+
+def start_background(job: Callable[[], None], name: str) -> Any:
+    """Run ``job`` in a daemon thread; return the thread."""
+    thread = threading.Thread(target=job, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def scope_key() -> object:
+    """What a background service is shared by: this process (a fork's child gets its own)."""
+    return ("process", generation())
+
+
+def shielded(call: T) -> T:
+    """Threads cannot be cancelled half-way, so there is nothing to shield."""
+    return call
+
+
+def current_holder() -> object:
+    """Who owns a token taken now: the current thread."""
+    return threading.current_thread()
+
+
+def cancel_holder(holder: object) -> None:
+    """Threads cannot be cancelled; sync primitives report loss by flag and error."""
+    return
+
+
+def absorb_guard_cancel(holder: object, exc: BaseException | None) -> bool:
+    """Threads are never cancelled by the guard: always False."""
+    return False
+
+
+def _thread_finished(thread: object) -> bool:
+    return isinstance(thread, threading.Thread) and not thread.is_alive()
+
+
+class OwnerSlot(BaseOwnerSlot[T]):
+    """Per-thread storage of a primitive's holds (see :mod:`tenure._backends.owners`).
+
+    With ``per_owner=False`` every thread shares one slot: acquire in one
+    thread, release in another.
+    """
+
+    def __init__(self, per_owner: bool) -> None:
+        super().__init__(per_owner, threading.current_thread, _thread_finished)
+
+
+def guarded(call: T, undo: Callable[[T], object]) -> T:
+    """Threads are not cancelled between a call and its reply: nothing to undo."""
+    return call
+
+
+@contextlib.contextmanager
+def on_signals(signals: tuple[int, ...], callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` on each of ``signals`` while the block runs; then the old handlers.
+
+    Python runs signal handlers in the main thread only, so ``signals`` must
+    be empty anywhere else (:class:`~tenure.ArgumentError`).
+    """
+    if signals and threading.current_thread() is not threading.main_thread():
+        from tenure._core.exceptions import ArgumentError
+
+        raise ArgumentError("stop_signals", "signal handlers can only be set in the main thread")
+    previous = {number: signal.signal(number, lambda *_: callback()) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def source_call(call: Callable[[], Any]) -> Any:
+    """A source's call, made in the calling thread."""
+    return call()
+
+
+def in_batches(rows: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``rows`` as lists of up to ``size``."""
+    iterator = iter(rows)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def node_pipeline(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` to one cluster node on one connection; replies or errors, in order.
+
+    A sync cluster node carries a ``redis.Redis`` of its own; its pipeline
+    takes one connection for the whole batch.
+    """
+    with node.redis_connection.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(pipe.execute(raise_on_error=False))
+
+
+class _Workers:
+    """Daemon threads that run the calls of :func:`race`, started on demand up to a limit.
+
+    Daemon threads, not a ``ThreadPoolExecutor``: a call stuck on a server
+    that never answers must not keep the interpreter from exiting.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
+        self._mutex: threading.Lock
+        self._reset()
+
+    def _reset(self) -> None:
+        self._mutex = threading.Lock()  # in a fork's child: a thread of the parent may hold it
+        self._jobs = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = 0  # threads waiting for a job
+        self._queued = 0  # jobs no thread took yet
+
+    def submit(self, call: Callable[[], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._mutex:
+            self._queued += 1
+            start = self._queued > self._idle and self._threads < self._limit
+            if start:
+                self._threads += 1
+                self._idle += 1
+        self._jobs.put((call, future))
+        if start:
+            threading.Thread(target=self._work, name="tenure-race", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            call, future = self._jobs.get()
+            with self._mutex:
+                self._idle -= 1
+                self._queued -= 1
+            if not future.set_running_or_notify_cancel():
+                with self._mutex:
+                    self._idle += 1
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as exc:
+                future.set_exception(exc)
+            finally:
+                with self._mutex:
+                    self._idle += 1
+
+
+_workers = _Workers(limit=64)
+
+
+def _after_fork_in_child() -> None:
+    """A fork's child has none of the parent's threads: no worker, no lock held."""
+    global _renewing
+    _workers._reset()
+    _renewing = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _outcome(future: concurrent.futures.Future[Any]) -> Any:
+    error = future.exception()
+    return future.result() if error is None else error
+
+
+def race(
+    calls: Sequence[Callable[[], T]],
+    timeout: float,
+    settled: Callable[[dict[int, T | BaseException]], bool | float],
+    late: Callable[[int, T | BaseException], None],
+) -> dict[int, T | BaseException]:
+    """Start every call at once (worker threads); return the outcomes in by settled/timeout.
+
+    Outcomes (a result or the exception raised) are keyed by the call's
+    index. The race ends as soon as ``settled(outcomes)`` is true (a number
+    instead: wait at most that many seconds more) or ``timeout`` seconds
+    passed; each call still running goes on, and its
+    outcome goes to ``late(index, outcome)`` when it comes.
+    """
+    deadline = time.monotonic() + timeout
+    futures = {_workers.submit(call): index for index, call in enumerate(calls)}
+    outcomes: dict[int, T | BaseException] = {}
+    pending = set(futures)
+    try:
+        while pending:
+            verdict = settled(outcomes)
+            if verdict is True:
+                break
+            if verdict is not False:  # a number: wait at most that much longer
+                deadline = min(deadline, time.monotonic() + verdict)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, pending = concurrent.futures.wait(
+                pending, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for future in done:
+                outcomes[futures[future]] = _outcome(future)
+    finally:
+        for future in pending:
+            index = futures[future]
+
+            def finished(future: concurrent.futures.Future[T], index: int = index) -> None:
+                late(index, _outcome(future))
+
+            future.add_done_callback(finished)
+    return outcomes

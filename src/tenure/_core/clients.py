@@ -1,0 +1,261 @@
+"""What tenure accepts as a client, and how redis-py's errors are translated.
+
+Pure functions, no I/O: the async source and its generated sync twin both
+call them, so the rules live in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis import exceptions as redis_errors
+
+from tenure._core.exceptions import (
+    BackendError,
+    ClientTypeError,
+    ConnectionPoolExhaustedError,
+    PermissionDeniedError,
+    ScriptError,
+    ServerUnavailableError,
+    TenureError,
+    WrongTypeError,
+)
+
+__all__ = [
+    "ASYNC_CLIENT_TYPES",
+    "STALE_CONNECTION_RETRIES",
+    "SYNC_CLIENT_TYPES",
+    "is_cluster",
+    "map_exceptions",
+    "require_client",
+    "stale_connection",
+    "translate_error",
+]
+
+SYNC_CLIENT_TYPES: tuple[type, ...] = (redis.Redis, redis.cluster.RedisCluster)
+ASYNC_CLIENT_TYPES: tuple[type, ...] = (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
+
+
+def _describe_type(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def require_client(client: object, *, is_async: bool, owner: str, name: str | None = None) -> None:
+    """Raise :class:`ClientTypeError` unless ``client`` suits a sync/async ``owner``."""
+    wanted = ASYNC_CLIENT_TYPES if is_async else SYNC_CLIENT_TYPES
+    if isinstance(client, wanted):
+        return
+    other = SYNC_CLIENT_TYPES if is_async else ASYNC_CLIENT_TYPES
+    if isinstance(client, other):
+        hint = (
+            "it is a synchronous client; pass a redis.asyncio client, or use the sync twin"
+            if is_async
+            else "it is an asyncio client; pass a redis.Redis, or use the Async twin"
+        )
+    else:
+        hint = "expected " + " or ".join(_describe_type(t) for t in wanted)
+    raise ClientTypeError(
+        "client", f"{owner} cannot use a {_describe_type(type(client))}: {hint}", name=name
+    )
+
+
+def require_bytes_replies(client: object, *, owner: str, stores: str, name: str) -> None:
+    """Raise :class:`ClientTypeError` for a client made with ``decode_responses=True``.
+
+    For primitives that store binary values (``stores`` says which): decoding
+    them as text would fail, or alter them, on every read.
+    """
+    settings: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
+    if settings.get("decode_responses"):
+        raise ClientTypeError(
+            "client",
+            f"{owner} stores {stores}: use a client with decode_responses=False, "
+            "redis-py's default",
+            name=name,
+        )
+
+
+STALE_CONNECTION_RETRIES = 32
+"""How many connections of an event loop that ended one call may find and drop."""
+
+
+def stale_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a pooled asyncio connection made on an event loop that ended.
+
+    A client used under one ``asyncio.run()`` and then another keeps the first
+    loop's connections; redis-py fails a call on each once (and drops it), so
+    the call is worth sending again.
+    """
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "Event loop is closed" in text or "attached to a different loop" in text
+    )
+
+
+def is_cluster(client: object) -> bool:
+    """True for redis-py's sync or asyncio ``RedisCluster``."""
+    kind = type(client)
+    known = _cluster_kinds.get(kind)
+    if known is None:
+        # Cached per class: the isinstance check goes through typing's
+        # protocol machinery (3 us), on every waiter of a busy process.
+        known = _cluster_kinds[kind] = issubclass(
+            kind, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+        )
+    return known
+
+
+_cluster_kinds: dict[type, bool] = {}
+
+
+def translate_error(
+    exc: BaseException, *, name: str | None = None, doing: str = ""
+) -> BaseException:
+    """Map a redis-py exception to tenure's tree; anything else passes through.
+
+    The caller raises the result ``from exc`` so the original stays attached.
+    """
+    if isinstance(exc, TenureError):
+        return exc  # translated already (tenure's errors are redis-py's too)
+    where = f" while {doing}" if doing else ""
+    if isinstance(exc, redis_errors.NoPermissionError) or (
+        isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("NOPERM")
+    ):
+        return PermissionDeniedError(f"the server's ACL refused a command{where}: {exc}", name=name)
+    exhausted = _pool_exhausted(exc, name=name, where=where)
+    if exhausted is not None:
+        return exhausted
+    if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
+        return ServerUnavailableError(f"server unavailable{where}: {exc}", name=name)
+    if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("WRONGTYPE"):
+        return WrongTypeError(f"a key holds another type{where}: {exc}", name=name)
+    if isinstance(exc, redis_errors.ResponseError) and _is_script_failure(str(exc)):
+        return ScriptError(f"script failed{where}: {exc}", name=name)
+    if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):
+        return BackendError(f"server error{where}: {exc}", name=name)
+    return exc
+
+
+class map_exceptions:  # lower case: used as a function, ``with map_exceptions(...)``
+    """Translate redis-py's errors raised in the block into tenure's (httpcore's way).
+
+    The one place where a redis-py error becomes a :class:`BackendError`
+    subclass, with the original as ``__cause__``; tenure's own errors and
+    anything else pass through untouched. ``refine(translated, original)``
+    may replace the translated error (say which commands an ACL refused).
+    A plain class rather than a generator: it wraps every call, hits included.
+    """
+
+    __slots__ = ("doing", "name", "refine")
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        doing: str = "",
+        refine: Callable[[BaseException, BaseException], BaseException] | None = None,
+    ) -> None:
+        self.name = name
+        self.doing = doing
+        self.refine = refine
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if exc is None or isinstance(exc, TenureError):
+            return
+        if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):
+            error = translate_error(exc, name=self.name, doing=self.doing)
+            if self.refine is not None:
+                error = self.refine(error, exc)
+            raise error from exc
+
+
+def _is_script_failure(message: str) -> bool:
+    lowered = message.lower()
+    return "script" in lowered or "user_script" in lowered or lowered.startswith("err error")
+
+
+_TOO_MANY = "Too many connections"
+"""What redis-py's ``ConnectionPool`` says when ``max_connections`` are in use (5.x to 8.x)."""
+
+_NONE_CAME_FREE = "No connection available."
+"""What redis-py's ``BlockingConnectionPool`` says when none came free within its timeout."""
+
+
+def _raising_pool(exc: BaseException) -> Any:
+    """The pool (or asyncio cluster node) whose own method raised ``exc``, else None.
+
+    The frame that raised is the last of the traceback; its ``self`` is the
+    pool when the pool refused the call itself (not a connection beneath it).
+    """
+    traceback = exc.__traceback__
+    if traceback is None:
+        return None
+    while traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    owner = traceback.tb_frame.f_locals.get("self")
+    return owner if isinstance(getattr(owner, "max_connections", None), int) else None
+
+
+def _through_cluster(exc: BaseException) -> bool:
+    """Whether a cluster client's method is on ``exc``'s traceback."""
+    traceback = exc.__traceback__
+    while traceback is not None:
+        if is_cluster(traceback.tb_frame.f_locals.get("self")):
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def _pool_exhausted(
+    exc: BaseException, *, name: str | None, where: str
+) -> ConnectionPoolExhaustedError | None:
+    """A :class:`ConnectionPoolExhaustedError` if ``exc`` says the client's pool ran out.
+
+    Recognised by redis-py's own class (``MaxConnectionsError``: raised by
+    the sync pool since redis-py 6.4, the asyncio pool since 7.x and the
+    asyncio cluster's nodes), or by a plain ``ConnectionError`` that the pool
+    raised itself with the words redis-py 5 to 8 use.
+    """
+    if not isinstance(exc, redis_errors.ConnectionError):
+        return None
+    pool = _raising_pool(exc)
+    text = str(exc)
+    blocking = pool is not None and text == _NONE_CAME_FREE
+    if not (isinstance(exc, redis_errors.MaxConnectionsError) or text == _TOO_MANY or blocking):
+        return None
+    limit: int | None = getattr(pool, "max_connections", None)
+    setting = "max_connections" if limit is None else f"max_connections={limit}"
+    if isinstance(pool, redis.asyncio.ConnectionPool):
+        waiting = "redis.asyncio.BlockingConnectionPool"
+    elif isinstance(pool, redis.ConnectionPool):
+        waiting = "redis.BlockingConnectionPool"
+    else:
+        waiting = "redis.BlockingConnectionPool (redis.asyncio.BlockingConnectionPool)"
+    if blocking:
+        timeout = getattr(pool, "timeout", None)
+        message = (
+            f"the client's connection pool is exhausted{where}: none of its connections "
+            f"({setting}) came free within its timeout={timeout!r} (the server is fine): "
+            "raise max_connections or the pool's timeout"
+        )
+    elif isinstance(pool, redis.asyncio.cluster.ClusterNode) or _through_cluster(exc):
+        message = (  # a RedisCluster makes its nodes' pools itself: no waiting pool to give it
+            f"the cluster client's connections to a node are exhausted{where}: all are in "
+            f"use ({setting}, per node; the server is fine): raise the RedisCluster's "
+            "max_connections"
+        )
+    else:
+        message = (
+            f"the client's connection pool is exhausted{where}: all its connections are in "
+            f"use ({setting}; the server is fine): give the client a {waiting}, which "
+            "waits for a free connection, or raise max_connections"
+        )
+    return ConnectionPoolExhaustedError(message, max_connections=limit, name=name)

@@ -1,0 +1,688 @@
+"""The sans-IO half of every leased primitive: settings, keys, replies, timing.
+
+Nothing here talks to a server. ``tenure._async._leased`` (and its generated
+sync twin) call these functions around each script call, so the rules of the
+locks, semaphores and read-write locks are written once and tested without a
+server (tests/test_leased_core.py). The scripts' reply codes and the waiting
+and renewal timings are named here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from tenure._core.exceptions import ArgumentError
+from tenure._core.values import check_seconds, to_ms, to_text
+
+__all__ = [
+    "ACQUIRED",
+    "DEFAULT_LEASE",
+    "IDLE_TTL",
+    "IDLE_TTL_MS",
+    "KEPT",
+    "LIMIT_MISMATCH",
+    "MAX_OWNER_NAME",
+    "NOT_OWNED",
+    "OWNER_EXPIRY_SLACK",
+    "QUEUED",
+    "RELEASED",
+    "RENEW_AT",
+    "RENEW_RETRY",
+    "RENEW_RETRY_MIN",
+    "WAITER_REFRESH",
+    "Acquired",
+    "ClusterLockStatistics",
+    "Hold",
+    "LeasedStatistics",
+    "LimitMismatch",
+    "LockKeys",
+    "LockSettings",
+    "LockStatistics",
+    "Queued",
+    "ReadWriteStatistics",
+    "SemaphoreStatistics",
+    "TokenLocal",
+    "call_id",
+    "check_name",
+    "check_owner_name",
+    "default_owner_name",
+    "grant_time",
+    "lone_surrogate",
+    "new_token",
+    "parse_acquire",
+    "parse_grant",
+]
+
+DEFAULT_LEASE = 30.0
+"""Lease of a lock taken with ``timeout=None``, renewed by the watchdog at a third."""
+
+DEFAULT_WAITER_LEASE = 2.0
+"""A waiter refreshes its place every half of this; a dead one is dropped after it."""
+
+DEFAULT_HANDOFF_LEASE = 1.0
+"""Lease a waiter is handed the lock with, until it confirms its full lease."""
+
+IDLE_TTL = 60.0
+"""Seconds after its last use (acquisition or renewal) that a released primitive leaves no key.
+
+The fencing counter (and a semaphore's stored limit) expire then; the next
+acquisition goes on from the server's clock in microseconds, so fencing
+tokens still only grow for a name.
+"""
+
+IDLE_TTL_MS = int(IDLE_TTL * 1000)
+
+WAITER_REFRESH = 0.4
+"""A waiter re-checks (and refreshes its place in line) every this share of its waiter lease."""
+
+OWNER_EXPIRY_SLACK = 0.002
+"""A waiter re-checks this long after the owner's lease should have run out (a crashed owner)."""
+
+RENEW_AT = 1 / 3
+"""A lease is renewed (or a handed-over lease confirmed) when this share of it has passed."""
+
+RENEW_RETRY = 0.1
+"""A renewal that failed on the network is retried after this share of the lease ..."""
+
+RENEW_RETRY_MIN = 0.05
+"""... but no sooner than this many seconds."""
+
+# Reply codes of the scripts (see each script's header in tenure/lua).
+ACQUIRED, QUEUED, LIMIT_MISMATCH = 1, 0, 2
+"""``*_acquire``: the caller holds it / waits in line / the stored limit differs."""
+
+RELEASED, NOT_OWNED = 1, 0
+"""``lock_release``: released (and handed on) / not the owner."""
+
+KEPT = 1
+"""``*_leave`` with ``keep``: the caller was handed it meanwhile and keeps it."""
+
+
+def check_name(name: object) -> str:
+    """A cache's or id set's name: a non-empty string without ``{`` or ``}``, encodable as UTF-8.
+
+    Braces are refused because the name becomes the keys' hash tag; a brace
+    in it would split one primitive's keys across cluster slots.
+    """
+    if not isinstance(name, str):
+        raise ArgumentError("name", f"must be a str, got {type(name).__name__}")
+    if not name:
+        raise ArgumentError("name", "must not be empty")
+    if "{" in name or "}" in name:
+        raise ArgumentError("name", f"must not contain '{{' or '}}' (it is the hash tag): {name!r}")
+    _check_utf8(name)
+    return name
+
+
+def _check_utf8(name: str) -> None:
+    at = lone_surrogate(name)
+    if at is not None:
+        raise ArgumentError("name", f"must be UTF-8 text: a lone surrogate at {at} in {name!r}")
+
+
+def hash_tag(name: str) -> str | None:
+    """The hash tag Redis Cluster finds in key ``name``, or None: the whole key is hashed.
+
+    Redis takes the text between the first ``{`` and the first ``}`` after
+    it, when that text is not empty.
+    """
+    start = name.find("{")
+    if start < 0:
+        return None
+    end = name.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return name[start + 1 : end]
+
+
+def check_lock_name(name: object) -> str:
+    """A lock-family name as text: a non-empty str, or bytes that are UTF-8 (as redis-py takes).
+
+    A name may carry its own hash tag (``lock:{user42}``): the lock's keys
+    then all live in the tag's slot, beside the user's data and beside
+    redis-py's key of that name. Braces that form no hash tag (``a}b``,
+    ``a{b``, ``x{}``) are refused: Redis would hash such a key whole, and
+    no set of keys can both share one slot and contain it.
+    """
+    if isinstance(name, (bytes, bytearray, memoryview)):
+        raw = bytes(name)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ArgumentError(
+                "name", f"bytes must be UTF-8 text: byte {exc.start} of {raw!r} is not"
+            ) from None
+    elif isinstance(name, str):
+        text = name
+    else:
+        raise ArgumentError("name", f"must be a str or bytes, got {type(name).__name__}")
+    if not text:
+        raise ArgumentError("name", "must not be empty")
+    if ("{" in text or "}" in text) and hash_tag(text) is None:
+        raise ArgumentError(
+            "name",
+            f"has braces but no hash tag ('{{tag}}', a non-empty tag between the first '{{' "
+            f"and the next '}}'): {text!r}; Redis would hash such a key whole, so tenure "
+            "could not keep the lock's keys in one cluster slot",
+        )
+    _check_utf8(text)
+    return text
+
+
+def base_key(prefix: str, name: str) -> str:
+    """The key every other key of lock-family primitive ``name`` starts with.
+
+    A plain name becomes the hash tag: ``{prefix}{{{name}}}``. A name with its
+    own hash tag keeps it, in parentheses: ``{prefix}({name})`` (so the keys
+    land in the tag's slot, and no two names share keys).
+    """
+    if "{" in name:
+        return f"{prefix}({name})"
+    return f"{prefix}{{{name}}}"
+
+
+def name_from_key(key: str, prefix: str) -> str | None:
+    """The name :func:`base_key` made ``key`` from (its suffix cut off), or None: not one."""
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix) :]
+    if rest.startswith("{"):
+        end = rest.find("}")
+        return rest[1:end] if end > 1 else None
+    if rest.startswith("("):
+        end = rest.rfind(")")
+        name = rest[1:end] if end > 1 else ""
+        return name if hash_tag(name) is not None else None
+    return None
+
+
+def check_prefix(prefix: object, name: str) -> str:
+    """A key prefix: a str without braces (they would take the hash tag from the name)."""
+    if not isinstance(prefix, str):
+        raise ArgumentError("prefix", f"must be a str, got {type(prefix).__name__}", name=name)
+    if "{" in prefix or "}" in prefix:
+        raise ArgumentError(
+            "prefix",
+            f"must not contain '{{' or '}}' (the name gives the hash tag): {prefix!r}",
+            name=name,
+        )
+    return prefix
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` cannot be UTF-8 (a lone surrogate), or None: it can."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+MAX_OWNER_NAME = 200
+"""The longest ``owner_name`` a primitive accepts, in characters."""
+
+_default_owner: tuple[int, str] | None = None
+
+
+def default_owner_name() -> str:
+    """``host:pid`` of this process, the owner name of a hold unless one is given.
+
+    Recomputed in a forked child (its pid differs), so a child's holds name it.
+    """
+    global _default_owner
+    pid = os.getpid()
+    cached = _default_owner
+    if cached is None or cached[0] != pid:
+        cached = _default_owner = (pid, f"{socket.gethostname()}:{pid}")
+    return cached[1]
+
+
+def check_owner_name(owner_name: object, name: str | None = None) -> str | None:
+    """An ``owner_name`` argument: None (``host:pid``), or a printable, non-empty str.
+
+    At most :data:`MAX_OWNER_NAME` characters; it is stored beside each hold
+    and waiter and shown by ``tenure inspect``.
+    """
+    if owner_name is None:
+        return None
+    if not isinstance(owner_name, str):
+        raise ArgumentError(
+            "owner_name", f"must be a str, got {type(owner_name).__name__}", name=name
+        )
+    if not owner_name:
+        raise ArgumentError("owner_name", "must not be empty", name=name)
+    if len(owner_name) > MAX_OWNER_NAME:
+        raise ArgumentError(
+            "owner_name",
+            f"must be at most {MAX_OWNER_NAME} characters, got {len(owner_name)}",
+            name=name,
+        )
+    if not owner_name.isprintable():
+        raise ArgumentError(
+            "owner_name", f"must be printable (no control characters): {owner_name!r}", name=name
+        )
+    return owner_name
+
+
+def new_token() -> str:
+    """A fresh random token for one acquisition."""
+    return secrets.token_hex(16)
+
+
+def call_id(mode: str) -> str:
+    """The id of an extend call: a fresh one for ``add`` (its receipt), none for ``set``.
+
+    Setting a lease twice sets the same lease; adding twice would add twice,
+    so an ``add`` leaves a receipt under this id (``lua/lib/receipt.lua``).
+    """
+    return secrets.token_hex(8) if mode == "add" else ""
+
+
+class LockKeys(NamedTuple):
+    """The Redis keys of one primitive; all share the ``{name}`` hash tag (one slot).
+
+    ``grants``, ``limit`` and ``owners`` are a semaphore's only. ``wakes``
+    maps each waiter to the pub/sub channel of its process, where its grant
+    is announced; ``names`` maps each waiter to its owner name. A lock keeps
+    its holder's owner name in the owner hash (field ``owner``), a
+    semaphore in ``owners`` (token -> owner name) and each permit's fence in
+    ``grants``. ``done`` and ``done_old`` keep the receipts by which a resent
+    release (or extend by an amount) is recognised (``lua/lib/receipt.lua``).
+    """
+
+    owner: str
+    queue: str
+    waiters: str
+    wakes: str
+    fence: str
+    grants: str
+    limit: str
+    names: str
+    owners: str
+    done: str
+    done_old: str
+
+    @classmethod
+    def for_name(cls, prefix: str, name: str) -> LockKeys:
+        """Keys for primitive ``name`` under ``prefix``."""
+        owner = base_key(prefix, name)
+        return cls(
+            owner,
+            owner + ":queue",
+            owner + ":waiters",
+            owner + ":wakes",
+            owner + ":fence",
+            owner + ":grants",
+            owner + ":limit",
+            owner + ":names",
+            owner + ":owners",
+            owner + ":done",
+            owner + ":done:old",
+        )
+
+    @property
+    def queued(self) -> tuple[str, str, str, str, str]:
+        """The keys of a queue: owner, queue, waiters, wakes, fence (a Redlock's KEYS)."""
+        return (self.owner, self.queue, self.waiters, self.wakes, self.fence)
+
+    @property
+    def lock(self) -> tuple[str, str, str, str, str, str]:
+        """The KEYS of the lock scripts that queue: :attr:`queued`, then ``names``."""
+        return (*self.queued, self.names)
+
+    @property
+    def receipts(self) -> tuple[str, str]:
+        """The receipts of calls that end a hold or change it by an amount (``lua/lib/receipt``)."""
+        return (self.done, self.done_old)
+
+    @property
+    def all(self) -> tuple[str, str, str, str, str, str, str, str, str]:
+        """Every key, in the order of the semaphore scripts' KEYS."""
+        return (*self.queued, self.grants, self.limit, self.names, self.owners)
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    """A lock's validated configuration (the constructor's arguments).
+
+    The ``*_ms`` fields are the leases in whole milliseconds, as the scripts
+    take them; the handoff lease is never longer than the lease.
+    """
+
+    lease: float
+    auto_renew: bool
+    blocking: bool
+    blocking_timeout: float | None
+    reentrant: bool
+    max_hold: float | None
+    waiter_lease: float
+    handoff_lease: float
+
+    lease_ms: int
+    handoff_ms: int
+    waiter_lease_ms: int
+
+    @classmethod
+    def build(
+        cls,
+        name: object,
+        *,
+        timeout: float | None,
+        blocking: bool,
+        blocking_timeout: float | None,
+        auto_renew: bool | None,
+        reentrant: bool,
+        max_hold: float | None,
+        waiter_lease: float,
+        handoff_lease: float,
+    ) -> LockSettings:
+        """Validate the constructor's arguments; raise ArgumentError naming the bad one.
+
+        Settings are immutable and shared: the same arguments (of the same
+        types) give the same object, validated once.
+        """
+        checked = check_lock_name(name)
+        key: tuple[object, ...] = (
+            timeout,
+            type(timeout),
+            blocking,
+            type(blocking),
+            blocking_timeout,
+            type(blocking_timeout),
+            auto_renew,
+            reentrant,
+            type(reentrant),
+            max_hold,
+            type(max_hold),
+            waiter_lease,
+            type(waiter_lease),
+            handoff_lease,
+            type(handoff_lease),
+        )
+        try:
+            found = _SETTINGS.get(key)
+        except TypeError:  # an unhashable argument: validation names it
+            found, key = None, ()
+        if found is not None:
+            return found
+        check_seconds("timeout", timeout, allow_none=True, name=checked)
+        blocking_timeout = check_seconds(
+            "blocking_timeout", blocking_timeout, allow_none=True, name=checked, forever=True
+        )
+        check_seconds("max_hold", max_hold, allow_none=True, name=checked)
+        check_seconds("waiter_lease", waiter_lease, allow_none=False, name=checked)
+        check_seconds("handoff_lease", handoff_lease, allow_none=False, name=checked)
+        if timeout is not None and timeout <= 0:
+            raise ArgumentError("timeout", f"must be > 0 seconds, got {timeout!r}", name=checked)
+        if waiter_lease < 0.2:
+            raise ArgumentError("waiter_lease", "must be at least 0.2 seconds", name=checked)
+        if handoff_lease < 0.05:
+            raise ArgumentError("handoff_lease", "must be at least 0.05 seconds", name=checked)
+        if max_hold is not None and max_hold <= 0:
+            raise ArgumentError("max_hold", f"must be > 0 seconds, got {max_hold!r}", name=checked)
+        lease = DEFAULT_LEASE if timeout is None else float(timeout)
+        renew = (timeout is None) if auto_renew is None else bool(auto_renew)
+        lease_ms = to_ms(lease)
+        settings = cls(
+            lease=lease,
+            auto_renew=renew,
+            blocking=bool(blocking),
+            blocking_timeout=blocking_timeout,
+            reentrant=bool(reentrant),
+            max_hold=max_hold,
+            waiter_lease=float(waiter_lease),
+            handoff_lease=float(handoff_lease),
+            lease_ms=lease_ms,
+            handoff_ms=min(to_ms(handoff_lease), lease_ms),
+            waiter_lease_ms=to_ms(waiter_lease),
+        )
+        if key:
+            if len(_SETTINGS) >= SETTINGS_CACHED:
+                _SETTINGS.clear()
+            _SETTINGS[key] = settings
+        return settings
+
+
+SETTINGS_CACHED = 256
+"""How many distinct argument sets :meth:`LockSettings.build` keeps validated."""
+
+_SETTINGS: dict[tuple[object, ...], LockSettings] = {}
+
+
+class TokenLocal:
+    """``lock.local`` as redis-py has it: the current owner's ``token``, to read or to set.
+
+    ``token`` is the token of the current owner's hold (bytes, as redis-py
+    gives it; None when it holds nothing). Setting it makes the current owner
+    act on the hold with that token, taken by another object or process:
+    ``release()``, ``extend()``, ``reacquire()`` and ``owned()`` then apply to
+    it (the server checks the token). Setting None forgets the hold here.
+    """
+
+    __slots__ = ("_primitive",)
+
+    def __init__(self, primitive: Any) -> None:
+        self._primitive = primitive
+
+    @property
+    def token(self) -> bytes | None:
+        """The current owner's token, or None."""
+        token: str | None = self._primitive._current_token()
+        return None if token is None else token.encode("utf-8")
+
+    @token.setter
+    def token(self, value: bytes | str | None) -> None:
+        self._primitive._take_token(value)
+
+
+@dataclass(slots=True)
+class Hold:
+    """One acquisition, as its owner sees it.
+
+    ``expires_at`` is a conservative estimate on the client's monotonic
+    clock: measured from *before* the request that set the lease was sent.
+    """
+
+    token: str
+    fence: int
+    acquired_at: float
+    expires_at: float
+    count: int = 1
+    lost: bool = False
+    guarded: bool = False
+    holder: object = None
+    renewal: Any = None
+    waited: float = 0.0
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """The script's answer: the caller holds the lock.
+
+    ``server_ms`` is the server's clock when a waiter was handed the lock
+    (``None`` when the caller's own call took it).
+    """
+
+    fence: int
+    lease_ms: int
+    server_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Queued:
+    """The script's answer: someone else holds it (``owner_ttl_ms`` < 0: nobody).
+
+    ``server_ms`` is the server's clock when the script ran. ``outsider`` is
+    True when a holder outside tenure holds redis-py's key of a lock in
+    interop mode (``owner_ttl_ms`` is then that key's; -1: it never expires):
+    its release is announced to nobody, so waiters look again every ``sleep``.
+    """
+
+    owner_ttl_ms: int
+    position: int
+    server_ms: int
+    outsider: bool = False
+
+
+@dataclass(frozen=True)
+class LimitMismatch:
+    """The script's answer: the semaphore's stored limit is ``stored``, not the caller's."""
+
+    stored: int
+
+
+def parse_acquire(reply: Any) -> Acquired | Queued | LimitMismatch:
+    """Interpret the reply of an acquire script (``lock_acquire``, ``semaphore_acquire``)."""
+    kind = int(reply[0])
+    if kind == ACQUIRED:
+        return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
+    if kind == LIMIT_MISMATCH:
+        return LimitMismatch(stored=int(reply[1]))
+    outsider = len(reply) > 4 and int(reply[4]) == 1
+    return Queued(
+        owner_ttl_ms=int(reply[1]),
+        position=int(reply[2]),
+        server_ms=int(reply[3]),
+        outsider=outsider,
+    )
+
+
+def parse_grant(message: Any) -> tuple[str, Acquired | None]:
+    """Interpret a grant announced on a primitive's channel: ``(token, grant)``.
+
+    The message is ``token:fence:handoff_ms:server_ms``; the token itself may
+    contain colons (a caller's own token), so it is split from the right. A
+    message that does not parse yields ``(text, None)``: nobody's grant.
+    """
+    text = to_text(message)
+    parts = text.rsplit(":", 3)
+    if len(parts) != 4:
+        return text, None
+    token, fence, lease, server_ms = parts
+    try:
+        return token, Acquired(fence=int(fence), lease_ms=int(lease), server_ms=int(server_ms))
+    except ValueError:
+        return text, None
+
+
+def grant_time(sent: float, queued: Queued, granted: Acquired) -> float:
+    """When a handoff happened, on the client's monotonic clock (never too late).
+
+    ``queued`` is the reply of the acquire call sent at ``sent``; the server
+    ran it after ``sent``, so the grant, ``granted.server_ms - queued.server_ms``
+    later by the server's clock, happened at or after the returned time.
+
+    A grant made *before* that call ran is one the call found gone (a call by
+    a token that holds answers "acquired", not "queued"): its waiter read it
+    late, after asking again (its process was stopped, or busy, meanwhile).
+    Minus infinity then: whoever reads it must confirm it with the server.
+    """
+    if granted.server_ms is None:
+        return sent
+    if granted.server_ms < queued.server_ms:
+        return -math.inf
+    return sent + (granted.server_ms - queued.server_ms) / 1000
+
+
+@dataclass(kw_only=True)
+class Counters:
+    """What one lock object has counted (this process only); times in seconds.
+
+    ``contended`` counts acquisitions that had to wait; ``timeouts`` counts
+    acquire calls that gave up; ``lost`` counts holds that were lost while
+    held; ``waiters`` is how many of this object's acquisitions wait now.
+    """
+
+    acquisitions: int = 0
+    contended: int = 0
+    timeouts: int = 0
+    releases: int = 0
+    lost: int = 0
+    renewals: int = 0
+    wait_total: float = 0.0
+    wait_max: float = 0.0
+    hold_total: float = 0.0
+    hold_max: float = 0.0
+    waiters: int = 0
+
+    def record_acquired(self, waited: float, contended: bool) -> None:
+        """Count one acquisition that waited ``waited`` seconds."""
+        self.acquisitions += 1
+        self.contended += int(contended)
+        self.wait_total += waited
+        self.wait_max = max(self.wait_max, waited)
+
+    def record_released(self, hold: Hold) -> None:
+        """Count one release of ``hold``."""
+        held_for = time.monotonic() - hold.acquired_at
+        self.releases += 1
+        self.hold_total += held_for
+        self.hold_max = max(self.hold_max, held_for)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeasedStatistics:
+    """A snapshot of one primitive object's counters (this process only), immutable.
+
+    Times are in seconds. ``contended`` counts acquisitions that had to wait;
+    ``timeouts`` counts acquire calls that gave up; ``lost`` counts holds that
+    were lost while held; ``waiters`` is how many of this object's
+    acquisitions wait now. ``held`` and ``fencing_token`` describe the calling
+    thread's (or task's) hold.
+    """
+
+    name: str
+    held: bool
+    fencing_token: int | None
+    acquisitions: int
+    contended: int
+    timeouts: int
+    releases: int
+    lost: int
+    renewals: int
+    wait_total: float
+    wait_max: float
+    hold_total: float
+    hold_max: float
+    waiters: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockStatistics(LeasedStatistics):
+    """A lock's statistics (:meth:`tenure.Lock.statistics`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterLockStatistics(LockStatistics):
+    """A :class:`~tenure.ClusterLock`'s statistics, with its last acknowledgement.
+
+    ``required_replicas`` / ``acknowledged_replicas`` describe the last write
+    that waited (None before the first); ``shortfalls`` counts the writes
+    whose acknowledgements fell short (refused acquisitions, retried renewals).
+    """
+
+    required_replicas: int | None
+    acknowledged_replicas: int | None
+    shortfalls: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SemaphoreStatistics(LeasedStatistics):
+    """A semaphore's statistics, with the limit this object knows."""
+
+    limit: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadWriteStatistics(LeasedStatistics):
+    """One side of a read-write lock: ``mode`` is ``"read"`` or ``"write"``."""
+
+    mode: str

@@ -1,0 +1,82 @@
+"""What a line's round answers: the readers of the line scripts' replies.
+
+Shared by the asyncio and threaded lines (:mod:`tenure._async._line`); a
+line script's ARGV: channel, waiter lease, handoff lease, idle ms, J, L, the
+waiter to check, K, the primitive's own arguments (a semaphore's limit), J
+(token, owner name) pairs joining, L tokens leaving (what was handed to them
+is passed on), K tokens giving up (what was handed to them is kept, and
+named in the reply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenure._core.leased import Acquired
+from tenure._core.values import to_text
+
+__all__ = ["LINE_SCRIPTS", "RoundAnswer"]
+
+
+@dataclass
+class RoundAnswer:
+    """What a round's call answered, whichever the primitive's line script."""
+
+    alive: bool  # the process's waiter lease was alive before the round
+    server_ms: int  # the server's clock when the round ran
+    missing: bool  # the waiter checked neither waits nor holds
+    ttl_ms: int  # ms until the owner's lease (the first permit's) runs out; -2 none
+    holds: dict[str, Acquired] = field(default_factory=dict)  # members' grants it names
+    stored_limit: int | None = None  # a semaphore's stored limit, if it refused ours
+    outsider: bool = False  # a holder outside tenure holds redis-py's key (interop)
+
+
+def _lock_round(reply: Any) -> RoundAnswer:
+    """``lock_line``'s reply: {owner, fence, its lease ms, alive, server ms, missing, outsider}."""
+    owner, fence, ttl = to_text(reply[0]), int(reply[1]), int(reply[2])
+    outsider = len(reply) > 6 and int(reply[6]) == 1
+    server_ms = int(reply[4])
+    holds = {}
+    if owner and ttl > 0:
+        holds[owner] = Acquired(fence=fence, lease_ms=ttl, server_ms=server_ms)
+    return RoundAnswer(
+        alive=bool(int(reply[3])),
+        server_ms=server_ms,
+        missing=bool(int(reply[5])),
+        ttl_ms=ttl if owner or outsider else -2,
+        holds=holds,
+        outsider=outsider,
+    )
+
+
+def _semaphore_round(reply: Any) -> RoundAnswer:
+    """``semaphore_line``'s reply, or its refusal of the limit.
+
+    {0, first permit's ms, alive, server ms, missing, then (token, fence, ms)
+    of each member holding}, or {2, stored limit}.
+    """
+    if int(reply[0]) == 2:
+        return RoundAnswer(False, 0, False, -2, stored_limit=int(reply[1]))
+    server_ms = int(reply[3])
+    holds = {
+        to_text(reply[i]): Acquired(
+            fence=int(reply[i + 1]), lease_ms=int(reply[i + 2]), server_ms=server_ms
+        )
+        for i in range(5, len(reply) - 2, 3)
+    }
+    return RoundAnswer(
+        alive=bool(int(reply[2])),
+        server_ms=server_ms,
+        missing=bool(int(reply[4])),
+        ttl_ms=int(reply[1]),
+        holds=holds,
+    )
+
+
+LINE_SCRIPTS: dict[str, Callable[[Any], RoundAnswer]] = {
+    "lock_line": _lock_round,
+    "semaphore_line": _semaphore_round,
+}
+"""The line scripts, each with the reader of its reply."""

@@ -1,0 +1,240 @@
+"""Lua scripts shipped as package data, and the sans-IO half of running them.
+
+Every tenure operation on the server is one atomic Lua script. Scripts live
+in ``tenure/lua/<name>.lua`` (the demo's in ``tenure/_tools/demo/lua``: a package
+keeps its scripts in its own ``lua`` folder) and open with a header that declares each key
+and argument::
+
+    -- tenure script: compare_and_delete
+    -- Delete KEYS[1] only if it holds ARGV[1].
+    -- on resend: the key is gone: answered 0, nothing deleted (its one caller
+    --   ignores the answer)
+    -- KEYS[1] the key to delete
+    -- ARGV[1] the value it must hold
+    -- returns 1 if deleted, 0 otherwise
+
+The header is the contract: :func:`load_script` parses it, and
+:meth:`Script.check_call` refuses a call whose number of keys or arguments
+differs from it, so a caller cannot pass a key through ARGV (which would
+break cluster routing) or forget one. A trailing ``ARGV[n...]`` line declares
+a variable number of arguments from ``n`` on.
+
+Every header also says what happens when the same call runs twice, as it
+does when a client library resends a command whose reply was lost to a
+dropped connection (redis-py's default retry does): a line ``-- read only``
+(the script changes nothing), or a line ``-- on resend: <how>`` telling how
+a resent call is recognised, or why running it again changes nothing more,
+so that the caller sees the outcome of the first run. Lines right below it
+that start with ``--`` and two spaces continue it. :func:`load_script`
+refuses a header with neither or both (``Script.changes_state`` and
+``Script.on_resend`` carry the declaration), and ``tests/test_resend.py``
+runs every script that changes state with its reply lost once.
+
+Below the header, a line ``--! include <lib>`` is replaced by the text of
+``tenure/lua/lib/<lib>.lua``, so helpers shared by several scripts (grant a
+lock to the next waiter, purge dead waiters) are written once. The SHA1 is
+that of the expanded source, which is what the server sees.
+
+The I/O half (EVALSHA, reload on NOSCRIPT, error translation) is in
+``tenure._async._scripting`` and its generated sync twin.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from tenure._core.exceptions import ArgumentError, ScriptError
+
+__all__ = ["Script", "ScriptStatistics", "load_script", "script_names"]
+
+_HEADER_NAME = re.compile(r"^--\s*tenure script:\s*(?P<name>[a-z0-9_]+)\s*$")
+_INCLUDE = re.compile(r"^--!\s*include\s+(?P<lib>[a-z0-9_]+)\s*$", re.MULTILINE)
+_READ_ONLY = re.compile(r"^--\s*read only\s*$")
+_ON_RESEND = re.compile(r"^--\s*on resend:\s*(?P<how>.*)$")
+_CONTINUED = re.compile(r"^--\s{2,}(?P<more>\S.*)$")
+_DECL = re.compile(r"^--\s*(?P<kind>KEYS|ARGV)\[(?P<index>\d+)(?P<more>\.\.\.)?\]\s+(?P<doc>.+)$")
+
+
+@dataclass(frozen=True)
+class Script:
+    """One Lua script with its SHA1 and its declared keys and arguments.
+
+    ``keys`` and ``args`` hold the header's description of each position;
+    ``variadic_from`` is the 1-based ARGV index from which any number of
+    further arguments may follow (``None`` when the count is fixed).
+    ``optional_keys`` counts the last keys a call may leave out (declared
+    ``-- KEYS[n] optional: ...``, e.g. redis-py's key of a lock in interop mode).
+    ``changes_state`` is ``False`` for a script declared ``-- read only``;
+    ``on_resend`` is the ``-- on resend:`` text of one that changes state
+    (how a resent call changes nothing more), ``""`` for a read-only one.
+    """
+
+    name: str
+    source: str
+    sha: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+    variadic_from: int | None = None
+    changes_state: bool = True
+    on_resend: str = ""
+    optional_keys: int = 0
+
+    @classmethod
+    def from_source(cls, source: str, *, name: str | None = None) -> Script:
+        """Parse a script's header and compute its SHA1."""
+        lines = source.splitlines()
+        header_name: str | None = None
+        keys: dict[int, str] = {}
+        args: dict[int, str] = {}
+        variadic_from: int | None = None
+        read_only = False
+        on_resend: list[str] | None = None
+        continuing = False
+        for line in lines:
+            stripped = line.strip()
+            if not stripped.startswith("--"):
+                break
+            if continuing and (match := _CONTINUED.match(stripped)):
+                assert on_resend is not None
+                on_resend.append(match["more"].strip())
+                continue
+            continuing = False
+            if match := _HEADER_NAME.match(stripped):
+                header_name = match["name"]
+            elif _READ_ONLY.match(stripped):
+                read_only = True
+            elif match := _ON_RESEND.match(stripped):
+                if on_resend is not None:
+                    raise ScriptError("script header has two '-- on resend:' lines")
+                on_resend = [match["how"].strip()]
+                continuing = True
+            elif match := _DECL.match(stripped):
+                index = int(match["index"])
+                table = keys if match["kind"] == "KEYS" else args
+                if index in table:
+                    raise ScriptError(f"script header declares {match['kind']}[{index}] twice")
+                table[index] = match["doc"].strip()
+                if match["more"]:
+                    if match["kind"] == "KEYS":
+                        raise ScriptError("scripts take a fixed number of KEYS")
+                    variadic_from = index
+        script_name = name or header_name
+        if script_name is None:
+            raise ScriptError("script header lacks a '-- tenure script: <name>' line")
+        if header_name is not None and name is not None and header_name != name:
+            raise ScriptError(f"script file {name!r} names itself {header_name!r}")
+        for kind, table in (("KEYS", keys), ("ARGV", args)):
+            if sorted(table) != list(range(1, len(table) + 1)):
+                raise ScriptError(
+                    f"script {script_name!r} declares {kind} {sorted(table)}, not 1..n in order"
+                )
+        optional = [i for i, doc in keys.items() if doc.startswith("optional:")]
+        if optional and sorted(optional) != list(
+            range(len(keys) - len(optional) + 1, len(keys) + 1)
+        ):
+            raise ScriptError(f"script {script_name!r}: only the last KEYS may be optional")
+        if variadic_from is not None and variadic_from != len(args):
+            raise ScriptError(f"script {script_name!r}: only the last ARGV may be variadic")
+        how = " ".join(part for part in on_resend or () if part)
+        if read_only and on_resend is not None:
+            raise ScriptError(
+                f"script {script_name!r} is declared both '-- read only' and '-- on resend:'"
+            )
+        if not read_only and not how:
+            raise ScriptError(
+                f"script {script_name!r}: its header must say '-- read only', or "
+                "'-- on resend: <why running it twice changes nothing more>'"
+            )
+        sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+        return cls(
+            name=script_name,
+            source=source,
+            sha=sha,
+            keys=tuple(keys[i] for i in sorted(keys)),
+            args=tuple(args[i] for i in sorted(args)),
+            variadic_from=variadic_from,
+            changes_state=not read_only,
+            on_resend=how,
+            optional_keys=len(optional),
+        )
+
+    def check_call(self, keys: tuple[str, ...], args: tuple[object, ...]) -> None:
+        """Raise :class:`ArgumentError` unless the call matches the header."""
+        if not len(self.keys) - self.optional_keys <= len(keys) <= len(self.keys):
+            wanted = (
+                f"{len(self.keys) - self.optional_keys} to {len(self.keys)}"
+                if self.optional_keys
+                else str(len(self.keys))
+            )
+            raise ArgumentError(
+                "keys", f"script {self.name!r} takes {wanted} keys, got {len(keys)}"
+            )
+        if self.variadic_from is None:
+            if len(args) != len(self.args):
+                raise ArgumentError(
+                    "args",
+                    f"script {self.name!r} takes {len(self.args)} arguments, got {len(args)}",
+                )
+        elif len(args) < self.variadic_from - 1:
+            raise ArgumentError(
+                "args",
+                f"script {self.name!r} takes at least {self.variadic_from - 1} arguments, "
+                f"got {len(args)}",
+            )
+
+
+@dataclass
+class ScriptStatistics:
+    """Counters of one client's script registry.
+
+    ``calls`` counts script calls made; ``reloads`` counts the calls the
+    server answered with NOSCRIPT (cache flushed, restart, failover) that
+    were re-sent with the script's source.
+    """
+
+    calls: int = 0
+    reloads: int = 0
+
+
+def script_names(package: str = "tenure") -> list[str]:
+    """Names of every script shipped in ``package``'s ``lua`` folder."""
+    folder = resources.files(package).joinpath("lua")
+    return sorted(
+        entry.name.removesuffix(".lua") for entry in folder.iterdir() if entry.name.endswith(".lua")
+    )
+
+
+@functools.cache
+def load_script(name: str, package: str = "tenure") -> Script:
+    """Load ``<package>/lua/<name>.lua`` (cached; the files never change at run time).
+
+    ``--! include`` lines always take the library's own ``tenure/lua/lib``.
+    """
+    if not re.fullmatch(r"[a-z0-9_]+", name):
+        raise ArgumentError("name", f"not a script name: {name!r}")
+    resource = resources.files(package).joinpath("lua").joinpath(f"{name}.lua")
+    try:
+        source = resource.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ArgumentError("name", f"no script named {name!r} in {package}") from None
+    return Script.from_source(_expand_includes(source), name=name)
+
+
+def _expand_includes(source: str) -> str:
+    def include(match: re.Match[str]) -> str:
+        lib = (
+            resources.files("tenure")
+            .joinpath("lua")
+            .joinpath("lib")
+            .joinpath(f"{match['lib']}.lua")
+        )
+        try:
+            return lib.read_text(encoding="utf-8").rstrip("\n")
+        except FileNotFoundError:
+            raise ScriptError(f"script includes unknown library {match['lib']!r}") from None
+
+    return _INCLUDE.sub(include, source)

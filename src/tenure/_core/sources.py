@@ -1,0 +1,373 @@
+"""Where an ingestion job reads its rows: a SQL table, or any callable.
+
+A source describes itself (the plan's fingerprint hashes the description),
+finds its key range, and yields the rows of a key range in ascending key
+order, a bounded page at a time (memory stays flat in the table's size).
+Keys are integers, unique, and never read with OFFSET.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from tenure._core.exceptions import ArgumentError, MissingDependencyError, SourceUnavailableError
+
+__all__ = [
+    "MAX_KEY",
+    "AsyncCallableSource",
+    "AsyncRowSource",
+    "CallableSource",
+    "KeyOrder",
+    "RowSource",
+    "SqlSource",
+    "encode_row",
+]
+
+Row = tuple[int, dict[str, Any]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RowSource(Protocol):
+    """What an ingestion job reads."""
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description that names this source (no secrets)."""
+        ...
+
+    def key_range(self) -> tuple[int, int]:
+        """The smallest and largest key; :class:`ArgumentError` if there are none."""
+        ...
+
+    def rows(self, first: int, last: int) -> Iterator[Row]:
+        """``(key, row)`` for every key in ``first..last`` (both included), ascending."""
+        ...
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    raise TypeError(f"cannot store a {type(value).__name__} in a row")
+
+
+def encode_row(row: dict[str, Any]) -> str:
+    """A row as compact JSON (dates ISO, decimals and UUIDs as strings, bytes as hex)."""
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+MAX_KEY = 2**53 - 1
+"""The largest key magnitude: the server's scripts count keys as doubles, exact up to it."""
+
+
+class SqlSource:
+    """A table read through SQLAlchemy Core, by ranges of an integer primary key.
+
+    ``url`` is a SQLAlchemy URL (``sqlite:///path.db``,
+    ``postgresql+psycopg://...``, ``mysql+pymysql://...``) or an ``Engine``.
+    ``page`` rows are read per query: ``WHERE key > last_seen AND key <=
+    chunk_end ORDER BY key LIMIT page``.
+    """
+
+    def __init__(self, url: Any, table: str, key: str, *, page: int = 1000) -> None:
+        try:
+            import sqlalchemy  # optional dependency: pip install "tenure[sql]"
+        except ImportError:
+            raise MissingDependencyError(
+                'SqlSource needs SQLAlchemy: pip install "tenure[sql]"'
+            ) from None
+        self._sa = sqlalchemy
+        if not isinstance(page, int) or page < 1:
+            raise ArgumentError("page", f"must be a positive int, got {page!r}")
+        self.page = page
+        self.engine = _engine(sqlalchemy, url) if isinstance(url, str) else url
+        try:
+            with self.engine.connect():
+                pass
+        except sqlalchemy.exc.DBAPIError as exc:
+            raise SourceUnavailableError(_unreachable(self.engine.url, exc)) from exc
+        try:
+            self.table = sqlalchemy.Table(table, sqlalchemy.MetaData(), autoload_with=self.engine)
+        except sqlalchemy.exc.NoSuchTableError:
+            raise ArgumentError("table", f"no table {table!r} in {self._where()}") from None
+        for column in self.table.columns:  # MySQL's DOUBLE and FLOAT reflect as decimals
+            if isinstance(column.type, sqlalchemy.Float) and column.type.asdecimal:
+                column.type.asdecimal = False
+        if key not in self.table.c:
+            columns = ", ".join(self.table.c.keys())
+            raise ArgumentError("key", f"table {table!r} has no column {key!r} ({columns})")
+        self.key = self.table.c[key]
+
+    def _where(self) -> str:
+        return str(self.engine.url.render_as_string(hide_password=True))
+
+    def describe(self) -> dict[str, Any]:
+        """Kind, database (password hidden), table and key column."""
+        return {
+            "kind": "sql",
+            "database": self._where(),
+            "table": self.table.name,
+            "key": self.key.name,
+        }
+
+    def key_range(self) -> tuple[int, int]:
+        """MIN and MAX of the key, after checking it is an integer and unique."""
+        sa = self._sa
+        query = sa.select(
+            sa.func.min(self.key),
+            sa.func.max(self.key),
+            sa.func.count(),
+            sa.func.count(sa.distinct(self.key)),
+        ).select_from(self.table)
+        with self.engine.connect() as conn:
+            low, high, rows, distinct = conn.execute(query).one()
+            stray = self._first_non_integer(conn)  # checked first: MIN may be an integer
+        name = f"{self.table.name}.{self.key.name}"
+        if rows == 0:
+            raise ArgumentError("table", f"{self.table.name!r} is empty: nothing to ingest")
+        for value in (low, high) if stray is None else (stray,):
+            if type(value) is not int:
+                raise ArgumentError(
+                    "key",
+                    f"{name} must be an integer column ({self.key.type}); it holds "
+                    f"{value!r}: nothing was read",
+                )
+            if not -MAX_KEY <= value <= MAX_KEY:
+                raise ArgumentError(
+                    "key",
+                    f"{name} holds {value}, outside +-{MAX_KEY:,} (2**53 - 1): the range "
+                    "the server's scripts count exactly",
+                )
+        if distinct != rows:
+            raise ArgumentError(
+                "key", f"{name} is not unique ({rows - distinct} duplicate or NULL keys)"
+            )
+        return int(low), int(high)
+
+    def _first_non_integer(self, conn: Any) -> Any:
+        """A key value that is not an integer, if one is found (else None).
+
+        SQLite stores what it is given whatever the column's type (2.5, or
+        'x', in an INTEGER column); other databases enforce an integer
+        column's type, and a column of another type is refused by its
+        MIN/MAX (or here, for a numeric one: 2.5 in a NUMERIC column).
+        """
+        sa = self._sa
+        if self.engine.dialect.name == "sqlite":
+            stray = sa.func.typeof(self.key) != "integer"
+        elif isinstance(self.key.type, sa.Integer):
+            return None
+        elif isinstance(self.key.type, sa.Numeric):
+            stray = self.key != sa.func.floor(self.key)
+        else:
+            return None  # text and the like: MIN/MAX are not integers
+        query = sa.select(self.key).where(self.key.is_not(None), stray).limit(1)
+        found = conn.execute(query).first()
+        return None if found is None else found[0]
+
+    def rows(self, first: int, last: int) -> Iterator[Row]:
+        """The rows of ``first..last``, a page per query."""
+        sa = self._sa
+        after = first - 1
+        while True:
+            query = (
+                sa.select(self.table)
+                .where(self.key > after, self.key <= last)
+                .order_by(self.key)
+                .limit(self.page)
+            )
+            with self.engine.connect() as conn:
+                page = [dict(row._mapping) for row in conn.execute(query)]
+            for row in page:
+                key = row[self.key.name]
+                if type(key) is not int:  # written since key_range() checked
+                    raise ArgumentError(
+                        "key", f"{self.table.name}.{self.key.name} holds {key!r}: not an integer"
+                    )
+                yield key, row
+            if len(page) < self.page:
+                return
+            after = int(page[-1][self.key.name])
+
+
+_KINDS = {"postgresql": "PostgreSQL", "mysql": "MySQL", "mariadb": "MariaDB", "sqlite": "SQLite",
+          "mssql": "SQL Server", "oracle": "Oracle"}  # fmt: skip
+_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521}
+_REASONS = (  # what a driver's message says -> what we say
+    ("connection refused", "connection refused"),
+    ("timed out", "timed out"),
+    ("timeout expired", "timed out"),
+    ("could not translate host name", "unknown host"),
+    ("name or service not known", "unknown host"),
+    ("unknown mysql server host", "unknown host"),
+    ("password authentication failed", "authentication failed"),
+    ("access denied", "access denied"),
+    ("does not exist", "the database does not exist"),
+    ("unknown database", "the database does not exist"),
+    ("no route to host", "no route to host"),
+    ("unable to open database file", "unable to open the database file"),
+)
+
+
+def _engine(sa: Any, url: str) -> Any:
+    """An engine for ``url``, checked before any connection: a URL, a known kind, a file."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        if url and "://" not in url:  # a plain path
+            hint = f"did you mean sqlite:///{url}?"
+            raise ArgumentError("url", f"not a database URL: {hint}") from None
+        raise ArgumentError(
+            "url",
+            f"not a database URL: {url!r} (e.g. sqlite:///data.db, "
+            "postgresql+psycopg://user@host/db)",
+        ) from None
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        uri = database.startswith("file:") or parsed.query.get("uri") == "true"
+        if database not in ("", ":memory:") and not uri and not Path(database).is_file():
+            raise SourceUnavailableError(
+                f"no SQLite database at {database}: the file does not exist"
+                + (" (it is a folder)" if Path(database).is_dir() else "")
+            )
+    try:
+        return sa.create_engine(parsed)
+    except sa.exc.NoSuchModuleError:
+        raise ArgumentError(
+            "url", f"unknown database kind {parsed.drivername!r} (got {url!r})"
+        ) from None
+    except ImportError as exc:
+        driver = exc.name or str(exc)
+        package = _DRIVER_PACKAGES.get(driver, driver)
+        raise MissingDependencyError(
+            f"{parsed.drivername} URLs need the {driver} driver: pip install {package}"
+            + (
+                " (or write mysql+pymysql://, pure Python: pip install pymysql)"
+                if driver == "MySQLdb"
+                else ""
+            )
+        ) from None
+
+
+# Drivers whose import name is not their package's name on PyPI.
+_DRIVER_PACKAGES = {
+    "MySQLdb": "mysqlclient",
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "'psycopg[binary]'",
+}
+
+
+def _unreachable(url: Any, exc: BaseException) -> str:
+    """One line: which database could not be reached, and why (from the driver's message)."""
+    backend = url.get_backend_name()
+    kind = _KINDS.get(backend, backend)
+    if backend == "sqlite":
+        where = url.database or ":memory:"
+    else:
+        where = f"{url.host or 'localhost'}:{url.port or _PORTS.get(backend, '?')}"
+    said = str(getattr(exc, "orig", None) or exc)
+    lowered = said.lower()
+    reason = next((ours for theirs, ours in _REASONS if theirs in lowered), None)
+    if reason is None:
+        reason = said.strip().splitlines()[0] if said.strip() else type(exc).__name__
+    return f"cannot connect to {kind} at {where}: {reason}"
+
+
+class _FetchSource(Generic[F]):
+    """What the callable sources share: the callable, the key range and the name."""
+
+    def __init__(self, fetch: F, *, low: int, high: int, name: str) -> None:
+        if not callable(fetch):
+            raise ArgumentError("fetch", "must be callable")
+        self._fetch = fetch
+        self.low, self.high, self.name = low, high, name
+
+    def describe(self) -> dict[str, Any]:
+        """Kind and name (a callable and an async callable of one name are one source)."""
+        return {"kind": "callable", "name": self.name}
+
+
+class CallableSource(_FetchSource[Callable[[int, int], Iterable[Row]]]):
+    """Any callable that yields ``(key, row)`` for a key range, in ascending key order.
+
+    ``fetch(first, last)`` is called with a chunk's remaining range;
+    ``low``/``high`` are the keys the job covers and ``name`` names the
+    source in the plan (a different name is a different plan).
+    """
+
+    def key_range(self) -> tuple[int, int]:
+        """The range given."""
+        return self.low, self.high
+
+    def rows(self, first: int, last: int) -> Iterator[Row]:
+        """What ``fetch`` yields, checked to ascend within the range."""
+        order = KeyOrder(first, last)
+        for key, row in self._fetch(first, last):
+            order.check(key)
+            yield key, row
+
+
+class KeyOrder:
+    """Checks that a source's keys are integers ascending within ``first..last``."""
+
+    def __init__(self, first: int, last: int, *, argument: str = "fetch") -> None:
+        self.previous, self.last = first - 1, last
+        self.argument = argument  # what the error names
+
+    def check(self, key: int) -> None:
+        """Accept ``key`` or raise :class:`ArgumentError` naming it and the range."""
+        if type(key) is not int:
+            raise ArgumentError(
+                self.argument, f"yielded key {key!r}, not an int (refused before it was written)"
+            )
+        if not self.previous < key <= self.last:
+            raise ArgumentError(
+                self.argument,
+                f"yielded key {key} outside {self.previous + 1}..{self.last} or out of "
+                "order (keys must be unique and ascending; refused before it was written)",
+            )
+        self.previous = key
+
+
+class AsyncRowSource(Protocol):
+    """What an :class:`~tenure.AsyncIngestJob` reads without a thread: async key range and rows."""
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description that names this source (no secrets)."""
+        ...
+
+    async def key_range(self) -> tuple[int, int]:
+        """The smallest and largest key."""
+        ...
+
+    def rows(self, first: int, last: int) -> AsyncIterator[Row]:
+        """``(key, row)`` for every key in ``first..last`` (both included), ascending."""
+        ...
+
+
+class AsyncCallableSource(_FetchSource[Callable[[int, int], AsyncIterable[Row]]]):
+    """An async generator function that yields ``(key, row)`` for a key range, ascending.
+
+    :class:`CallableSource` for :class:`~tenure.AsyncIngestJob`, when the rows
+    come from an asyncio driver (asyncpg, aiomysql, an HTTP API):
+    ``fetch(first, last)`` is called with a chunk's remaining range.
+    """
+
+    async def key_range(self) -> tuple[int, int]:
+        """The range given."""
+        return self.low, self.high
+
+    async def rows(self, first: int, last: int) -> AsyncIterator[Row]:
+        """What ``fetch`` yields, checked to ascend within the range."""
+        order = KeyOrder(first, last)
+        async for key, row in self._fetch(first, last):
+            order.check(key)
+            yield key, row

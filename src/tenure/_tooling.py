@@ -1,0 +1,38 @@
+"""The one seam between tenure's tools and what the library does not make public.
+
+The CLI, ``tenure inspect``, the demos and the benchmarks (:mod:`tenure._tools`)
+use the library through ``tenure``'s public names and, for the few things a
+tool needs that a user does not, through this module only: they never import
+``tenure._async``, ``tenure._sync`` or ``tenure._core`` themselves. A name here
+is kept working for the tools when the internals behind it move.
+"""
+
+from __future__ import annotations
+
+from tenure._async._wakeups import LINGER
+from tenure._backends.local_copies import LOCAL_COPIES
+from tenure._core.idset import bitmap_of
+from tenure._core.ingest import IngestKeys, Plan, parse_sink
+from tenure._core.leased import IDLE_TTL, base_key, name_from_key
+from tenure._core.scripts import load_script
+from tenure._core.sources import encode_row
+from tenure._core.values import to_text
+from tenure._sync._ingest import read_status
+from tenure._sync._scripting import registry_for
+
+__all__ = [
+    "IDLE_TTL",
+    "LINGER",
+    "LOCAL_COPIES",
+    "IngestKeys",
+    "Plan",
+    "base_key",
+    "bitmap_of",
+    "encode_row",
+    "load_script",
+    "name_from_key",
+    "parse_sink",
+    "read_status",
+    "registry_for",
+    "to_text",
+]

@@ -1,0 +1,169 @@
+"""Side-by-side benchmarks of tenure and its peers: ``tenure bench <name>``.
+
+Each benchmark is a module with ``add_arguments(parser)`` and
+``run_command(args, command) -> int``, listed in :data:`BENCHMARKS`; the
+``tenure bench`` command builds one subcommand per entry, so a later
+primitive adds its benchmark here and touches nothing else. The peers and
+matplotlib come with the ``bench`` extra (``pip install "tenure[bench]"``).
+In the repository, ``--output docs/benchmarks.md`` updates that page (each
+benchmark rewrites only its own section).
+
+Numbers are measured by running these, never asserted in timed tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from types import ModuleType
+
+import redis
+
+from tenure import TenureError
+
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkError",
+    "add_output_arguments",
+    "check_empty",
+    "load_benchmark",
+    "package_versions",
+    "progress",
+    "ratio",
+    "require_peer",
+    "round_trip_us",
+    "server_version",
+    "standalone_main",
+]
+
+# subcommand -> (module under tenure._tools.bench, one line of help)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "locks": ("locks", "tenure.Lock beside redis-py, python-redis-lock and pottery"),
+    "semaphores": ("semaphores", "tenure.Semaphore beside Redis in Action's fair semaphore"),
+    "caches": ("caches", "tenure's HerdCache beside dogpile.cache, cashews and aiocache"),
+    "ingest": ("ingest", "tenure's IngestJob beside the CLIENT SETNAME chunk booking"),
+    "redlock": ("redlock", "tenure's Redlock beside pottery's and aioredlock over three masters"),
+    "idsets": ("idsets", "tenure's IdSet beside Redis SINTERCARD, numpy and pyroaring"),
+}
+
+
+class BenchmarkError(TenureError):
+    """A benchmark could not run or complete (a peer missing, a worker failed or hung)."""
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """The module of benchmark ``name`` (a key of :data:`BENCHMARKS`)."""
+    module, _ = BENCHMARKS[name]
+    return importlib.import_module(f"tenure._tools.bench.{module}")
+
+
+def require_peer(module: str, package: str) -> ModuleType:
+    """Import a peer library, or say which package to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise BenchmarkError(f'the benchmark needs {package}: pip install "tenure[bench]"') from exc
+
+
+def check_empty(url: str, allow_flush: bool) -> None:
+    """Refuse to empty a server's database that holds data, unless told it may.
+
+    The benchmarks reset their state with FLUSHDB between measurements; on a
+    private server that costs nothing, on a server given by ``--url`` it
+    would delete the user's data.
+    """
+    with redis.Redis.from_url(url) as client:
+        keys = int(client.dbsize())
+    if keys and not allow_flush:
+        raise BenchmarkError(
+            f"the database at {url} holds {keys:,} keys, and the benchmark empties it "
+            "(FLUSHDB) between measurements: point --url at an empty database, or pass "
+            "--allow-flush"
+        )
+
+
+def progress(message: str) -> None:
+    """One line of progress on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def package_versions(names: Sequence[str]) -> dict[str, str]:
+    """The installed version of each package in ``names`` (those installed)."""
+    versions: dict[str, str] = {}
+    for name in names:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    return versions
+
+
+def server_version(client: redis.Redis) -> str:
+    """``valkey 8.1.x`` or ``redis 7.x`` from ``INFO server``."""
+    info = client.info("server")
+    if "valkey_version" in info:
+        return f"valkey {info['valkey_version']}"
+    return f"redis {info.get('redis_version', '?')}"
+
+
+def round_trip_us(client: redis.Redis, count: int = 500) -> float:
+    """Median ``PING`` round trip in microseconds: the floor of every operation."""
+    samples = []
+    for _ in range(count):
+        sent = time.perf_counter()
+        client.ping()
+        samples.append(time.perf_counter() - sent)
+    return statistics.median(samples) * 1e6
+
+
+def add_output_arguments(
+    parser: argparse.ArgumentParser, output: str | None, plotted: str | None
+) -> None:
+    """The options every benchmark shares: where it runs and what it writes.
+
+    ``plotted`` names what ``--plot`` draws (None: no ``--plot``).
+    """
+    parser.add_argument("--url", help="use this server instead of starting one")
+    parser.add_argument(
+        "--allow-flush",
+        action="store_true",
+        help="let the benchmark empty (FLUSHDB) a --url database that holds keys",
+    )
+    parser.add_argument(
+        "--output", default=output, help=f"write the Markdown report section here ({output})"
+    )
+    if plotted is not None:
+        parser.add_argument("--plot", help=f"draw the {plotted} distributions to this PNG")
+
+
+def standalone_main(
+    name: str, argv: Sequence[str] | None, *, prog: str | None, output: str | None
+) -> int:
+    """Benchmark ``name`` as its own program (``python -m benchmarks.<name>``).
+
+    Parses ``argv`` with the benchmark's options (``output`` is where the
+    report goes by default), runs it and returns the exit status; arguments
+    it cannot run with end the program with one line and status 2.
+    """
+    module = load_benchmark(name)
+    prog = prog or f"tenure bench {name}"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    doc = module.__doc__ or ""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    module.add_arguments(parser, output=output)
+    args = parser.parse_args(argv)
+    try:
+        return int(module.run_command(args, [*prog.split(), *argv]))
+    except BenchmarkError as exc:
+        parser.error(str(exc))
+
+
+def ratio(mine: float | None, theirs: float) -> str:
+    """``mine / theirs`` to two decimals for a report, or "—" when it has no meaning."""
+    if mine is None or theirs <= 0:
+        return "—"
+    return f"{mine / theirs:.2f}"

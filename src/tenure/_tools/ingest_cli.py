@@ -1,0 +1,435 @@
+"""``tenure ingest run``, ``status`` and ``reset``: the ingestion job from the command line.
+
+``run`` freezes the plan, starts ``--workers`` worker processes and draws a
+progress line (rows, rows/s, chunks, ETA) until the job is done. Ctrl-C (or
+SIGTERM) stops the workers, which give their claims back as they stop, so
+the same command resumes at once where the job stood (a finished job is a
+no-op). ``status`` reads a job's counters without its source; ``reset``
+removes a job (and its sink with ``--sink``) so it can start over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from multiprocessing.process import BaseProcess
+from typing import Any, TextIO
+
+import redis
+
+from tenure import (
+    ArgumentError,
+    IngestJob,
+    IngestStatus,
+    JobBusyError,
+    PlanMismatchError,
+    SqlSource,
+)
+from tenure._tooling import IngestKeys, Plan, parse_sink, read_status
+from tenure._tools.children import die_with_parent, ignore_sigint, sigint_blocked
+
+__all__ = [
+    "ProgressWriter",
+    "add_ingest",
+    "job_from_settings",
+    "progress_line",
+    "run_ingest",
+    "start_worker",
+]
+
+PREFIX = "tenure:ingest:"
+
+
+def add_ingest(commands: Any, positive_int: Any, positive_float: Any) -> None:
+    """The ``ingest`` command and its ``run``, ``status`` and ``reset`` subcommands."""
+    ingest = commands.add_parser(
+        "ingest",
+        help="feed a SQL table into a Redis stream in chunks, every row once",
+        description="Chunked, crash-safe ingestion of a SQL table into a Redis stream.",
+    )
+    actions = ingest.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = actions.add_parser(
+        "run",
+        help="ingest a table (resumable: run it again after Ctrl-C or a crash)",
+        description="Ingest TABLE of SOURCE_URL (a SQLAlchemy URL, e.g. sqlite:///data.db) "
+        "into a stream with --workers processes. Ctrl-C or SIGTERM stops them, and they give "
+        "their chunks back: the same command resumes at once.",
+    )
+    run.add_argument(
+        "source_url", metavar="SOURCE_URL", help="SQLAlchemy URL of the database, e.g. "
+        "sqlite:///shop.db or postgresql+psycopg://user@host/db"
+    )  # fmt: skip
+    run.add_argument("--table", required=True, help="the table to read (required)")
+    run.add_argument("--key", required=True, help="its integer, unique key column (required)")
+    run.add_argument(
+        "--chunk-size", type=positive_int, default=10_000,
+        help="keys per chunk (default: 10,000); a job keeps the size it was planned with",
+    )  # fmt: skip
+    run.add_argument(
+        "--workers", type=positive_int, default=4, help="worker processes (default: 4)"
+    )
+    run.add_argument(
+        "--sink", help="stream:KEY or list:KEY (default: the job's own stream, "
+        "tenure:ingest:{JOB}:rows)"
+    )  # fmt: skip
+    run.add_argument("--name", help="the job's name (default: the table's name)")
+    run.add_argument(
+        "--lease", type=positive_float, default=30.0,
+        help="seconds a claim lasts without progress: a killed worker's chunk waits this long "
+        "(default: 30)",
+    )  # fmt: skip
+    run.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
+    status = actions.add_parser(
+        "status", help="a job's progress", description="A job's progress, without its source."
+    )
+    status.add_argument("name", metavar="JOB", help="the job's name")
+    status.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
+    status.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    reset = actions.add_parser(
+        "reset",
+        help="remove a job so it can start over (its rows stay unless --sink)",
+        description="Remove job JOB: its plan, chunks, cursors, claims and counters. The "
+        "rows it wrote stay in its sink unless --sink. Refused while its workers hold "
+        "claims (stop them first, or --force). Asks for --yes.",
+    )
+    reset.add_argument("name", metavar="JOB", help="the job's name")
+    reset.add_argument(
+        "--sink", action="store_true",
+        help="delete the sink too: the stream or list the job wrote to (default: keep it)",
+    )  # fmt: skip
+    reset.add_argument(
+        "--force", action="store_true",
+        help="reset even while claims are running; their workers stop (default: refuse)",
+    )  # fmt: skip
+    reset.add_argument("--yes", action="store_true", help="do it (default: say what would go)")
+    reset.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
+
+
+def _redis_url(given: str | None) -> str:
+    url = given or os.environ.get("REDIS_URL")
+    if not url:
+        raise ArgumentError("--url", "give --url or set REDIS_URL (the job lives on that server)")
+    return url
+
+
+def _redis(url: str) -> redis.Redis:
+    try:
+        return redis.Redis.from_url(url)
+    except ValueError as exc:
+        raise ArgumentError("--url", f"{exc} (got {url!r})") from exc
+
+
+def job_from_settings(client: redis.Redis, settings: dict[str, Any]) -> IngestJob:
+    """The job ``settings`` describe (``run``'s options; see :func:`start_worker`)."""
+    try:
+        source = SqlSource(settings["source_url"], settings["table"], settings["key"])
+    except ArgumentError as exc:
+        if exc.argument != "url":
+            raise
+        raise ArgumentError("SOURCE_URL", str(exc).removeprefix("url: ")) from None
+    return IngestJob(
+        client,
+        settings.get("name") or settings["table"],
+        source,
+        chunk_size=settings["chunk_size"],
+        sink=settings.get("sink"),
+        lease=settings["lease"],
+        prefix=settings.get("prefix", PREFIX),
+    )
+
+
+def _work(url: str, options: dict[str, Any], parent: int) -> None:
+    """One worker process: work the job to its end (Ctrl-C is the parent's to handle).
+
+    It dies with its parent: a killed ``tenure ingest run`` leaves no worker.
+    SIGTERM (the parent's ``terminate()``) interrupts it, and it gives its
+    claim back before it exits.
+    """
+    die_with_parent(parent)
+    ignore_sigint()
+
+    def interrupt(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the give-back must not be cut
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    reset = False
+    try:
+        try:
+            with redis.Redis.from_url(url) as client:
+                job_from_settings(client, options).work()
+        except PlanMismatchError:  # the job was reset under it: the parent says so, in one line
+            reset = True
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # Done: a terminate() that comes now (the parent stopping every worker) has
+        # nothing to cut, and must not interrupt this process's exit with a traceback.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if reset:
+        sys.exit(RESET_EXIT)
+
+
+def start_worker(url: str, settings: dict[str, Any]) -> BaseProcess:
+    """Start one worker process of the job ``settings`` describe (``run``'s options).
+
+    ``settings``: ``source_url``, ``table``, ``key``, ``chunk_size``, ``sink``,
+    ``name``, ``lease`` and optionally ``prefix``. The worker ignores Ctrl-C; stop it with
+    ``terminate()`` (it gives its claim back first), or kill it: the job loses nothing, but
+    the worker's chunk waits for its lease to run out.
+    """
+    worker = multiprocessing.get_context("spawn").Process(
+        target=_work, args=(url, settings, os.getpid()), daemon=True
+    )
+    with sigint_blocked():
+        worker.start()
+    return worker
+
+
+def _figures(status: IngestStatus) -> str:
+    return f"{status.rows:,} rows  chunks {status.done}/{status.chunks} ({status.claimed} in work)"
+
+
+class ProgressWriter:
+    """One progress line: redrawn in place on a terminal, else printed every ``every`` s."""
+
+    def __init__(self, stream: TextIO, *, every: float = 5.0) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.every = every
+        self._last = 0.0
+        self._drawn = False
+
+    def show(self, line: str) -> None:
+        """Draw ``line`` (on a terminal at once; elsewhere when ``every`` s have passed)."""
+        if self.tty:
+            print(f"\r{line}\033[K", end="", file=self.stream, flush=True)
+            self._drawn = True
+        elif time.monotonic() - self._last >= self.every:
+            print(line, file=self.stream, flush=True)
+            self._last = time.monotonic()
+
+    def end(self) -> None:
+        """Leave the line drawn in place, so what follows starts on a new one."""
+        if self._drawn:
+            print(file=self.stream, flush=True)
+            self._drawn = False
+
+
+def _as_json(status: IngestStatus) -> dict[str, Any]:
+    extra = {"finished": status.finished, "rate": round(status.rate, 1), "elapsed": status.elapsed}
+    return {**dataclasses.asdict(status), **extra}
+
+
+def _status_text(name: str, status: IngestStatus) -> str:
+    lines = [f"{name}: {_figures(status)}"]
+    if status.elapsed:
+        lines[0] += f"  {status.rate:,.0f} rows/s over {status.elapsed:,.1f} s"
+    if status.finished:
+        lines[0] += "  finished"
+    for holder in status.holders:
+        cursor = "nothing committed" if holder.cursor is None else f"cursor {holder.cursor:,}"
+        lease = f"lease {holder.lease_left:.1f} s left"
+        lines.append(f"  chunk {holder.chunk}: {holder.worker}, {cursor}, {lease}")
+    if status.claimed > len(status.holders):
+        lines.append(f"  ... and {status.claimed - len(status.holders)} more claims")
+    return "\n".join(lines)
+
+
+def progress_line(
+    status: IngestStatus, started: float, rows_before: int, *, width: int = 20
+) -> str:
+    """A bar of the chunks done, then rows, rows/s since ``started`` and the ETA."""
+    elapsed = max(time.monotonic() - started, 1e-6)
+    rate = (status.rows - rows_before) / elapsed
+    done_share = status.done / status.chunks if status.chunks else 1.0
+    filled = round(done_share * width)
+    bar = "#" * filled + "." * (width - filled)
+    if 0 < done_share < 1 and status.rows > rows_before:
+        eta = f"{elapsed / done_share - elapsed:,.0f} s"
+    else:  # nothing done by this run yet: no basis for a figure
+        eta = "0 s" if status.finished else "-"
+    return f"[{bar}] {_figures(status)}  {rate:,.0f} rows/s  ETA {eta}"
+
+
+def _chunks(count: int) -> str:
+    """``1 chunk``, ``12,000 chunks``."""
+    return "1 chunk" if count == 1 else f"{count:,} chunks"
+
+
+def run_ingest(options: argparse.Namespace) -> int:
+    """Run ``tenure ingest run``, ``status`` or ``reset``."""
+    url = _redis_url(options.url)
+    client = _redis(url)
+    try:
+        if options.action == "status":
+            status = _existing(client, options.name)
+            if options.json:
+                print(json.dumps(_as_json(status)))
+            else:
+                print(_status_text(options.name, status))
+            return 0
+        if options.action == "reset":
+            return _reset(client, options)
+        return _run(client, url, options)
+    finally:
+        client.close()
+
+
+def _existing(client: redis.Redis, name: str) -> IngestStatus:
+    status = read_status(client, IngestKeys.for_job(PREFIX, name), name=name)
+    if status.chunks == 0:
+        raise ArgumentError("JOB", f"no ingestion job named {name!r} on this server")
+    return status
+
+
+def _reset(client: redis.Redis, options: argparse.Namespace) -> int:
+    name = options.name
+    status = _existing(client, name)
+    keys = IngestKeys.for_job(PREFIX, name)
+    stored: Any = client.hget(keys.plan, "sink")
+    sink = stored.decode() if stored else None  # older plans kept no sink: the default
+    kind, sink_key = parse_sink(sink, keys.default_sink(), name)
+    what = f"job {name!r} ({status.chunks:,} chunks, {status.done:,} done, {status.rows:,} rows)"
+    size = client.xlen(sink_key) if kind == "stream" else client.llen(sink_key)
+    if options.sink:
+        what += f" and its sink {kind}:{sink_key} ({size:,} entries)"
+    kept = (
+        f"; its sink {kind}:{sink_key} ({size:,} entries) is kept, and a rerun writes every "
+        "row to it again (add --sink to delete it too)"
+        if size and not options.sink
+        else ""
+    )
+    if not options.yes:
+        raise ArgumentError("--yes", f"this would delete {what}{kept}; add --yes to do it")
+    source: Any = None  # reset needs no source
+    job = IngestJob(client, name, source, sink=f"{kind}:{sink_key}", prefix=PREFIX)
+    try:
+        report = job.reset(sink=options.sink, force=options.force)
+    except JobBusyError as exc:
+        raise JobBusyError(
+            f"job {name!r} has {exc.claimed} chunk(s) in work: stop its `tenure ingest run` "
+            "(its workers give their claims back), wait for a killed one's lease to run out, "
+            "or add --force",
+            claimed=exc.claimed,
+        ) from None
+    dropped = f"; {report.released} running claim(s) dropped" if report.released else ""
+    print(f"deleted {what}{dropped}{kept}")
+    return 0
+
+
+def _few_chunks(plan: Plan, left: int, workers: int) -> str | None:
+    """The line saying that some workers will have no work, or None."""
+    if left >= workers:
+        return None
+    if left < plan.chunks:
+        return f"only {left} chunk(s) left: only {left} of {workers} workers will have work"
+    keys = plan.high - plan.low + 1
+    suggested = max(1, -(-keys // workers))
+    chunks = _chunks(plan.chunks)
+    return (
+        f"keys {plan.low:,}..{plan.high:,} make {chunks} of {plan.chunk_size:,}: only "
+        f"{plan.chunks} of {workers} workers will have work; use --chunk-size {suggested} "
+        "(with another --name, or after tenure ingest reset)"
+    )
+
+
+class _Stopped(Exception):
+    """SIGTERM reached ``tenure ingest run``."""
+
+
+RESET_EXIT = 3
+"""A worker's exit status when the job was reset (or planned anew) while it worked."""
+
+
+def _reset_under_us(status: IngestStatus, workers: list[BaseProcess]) -> bool:
+    """Whether the job was reset while this run worked: its plan gone, or a worker told so."""
+    return status.chunks == 0 or any(worker.exitcode == RESET_EXIT for worker in workers)
+
+
+def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> int:
+    job = job_from_settings(client, vars(options))
+    try:
+        plan = job.plan()  # checks the source and freezes (or matches) the plan
+    except PlanMismatchError as exc:
+        planned = str(exc.message).partition(": use another job name")[0]
+        raise PlanMismatchError(
+            f"{planned}: use another --name, or start it over with "
+            f"tenure ingest reset {job.name} --yes (add --sink to drop the rows it wrote)"
+        ) from None
+    before = job.status()
+    if before.finished:
+        print(f"{job.name}: already done ({before.rows:,} rows in {_chunks(plan.chunks)})")
+        return 0
+    left = before.chunks - before.done
+    if few := _few_chunks(plan, left, options.workers):
+        print(f"{job.name}: {few}", file=sys.stderr)
+    if before.claimed:
+        longest = max((holder.lease_left for holder in before.holders), default=0.0)
+        print(
+            f"{job.name}: {before.claimed} chunk(s) are claimed by other workers (still "
+            f"running, or killed): they wait up to {longest:,.1f} s for their lease to run out",
+            file=sys.stderr,
+        )
+    settings = {k: getattr(options, k) for k in
+                ("source_url", "table", "key", "chunk_size", "sink", "name", "lease")}  # fmt: skip
+    started = time.monotonic()
+    progress = ProgressWriter(sys.stderr)
+    workers: list[BaseProcess] = []
+    count = min(options.workers, left)
+
+    def stop(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        workers += [start_worker(redis_url, settings) for _ in range(count)]
+        while True:
+            status = job.status()
+            progress.show(progress_line(status, started, before.rows))
+            if status.finished:
+                break
+            if _reset_under_us(status, workers):
+                # never plan it again from here: the rows written so far stay in the sink
+                for worker in workers:
+                    worker.terminate()
+                progress.end()
+                raise PlanMismatchError(
+                    "the job was reset while this run worked (tenure ingest reset --force): "
+                    "stopped, and not planned anew",
+                    name=job.name,
+                )
+            if not any(worker.is_alive() for worker in workers):
+                # they ended (an error, a lost server): start them again
+                workers = [start_worker(redis_url, settings) for _ in range(count)]
+            time.sleep(0.25)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        for worker in workers:
+            worker.terminate()  # each gives its claim back, then exits
+        for worker in workers:
+            worker.join(timeout=10)
+        progress.end()
+        status = job.status()
+        held = f"; {status.claimed} chunk(s) still claimed" if status.claimed else ""
+        print(
+            f"{job.name}: stopped at {status.rows:,} rows{held}; run the same command again "
+            "to resume",
+            file=sys.stderr,
+        )
+        return 143 if isinstance(exc, _Stopped) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for worker in workers:
+            worker.join(timeout=10)
+    progress.end()
+    status = job.status()
+    took = time.monotonic() - started
+    print(f"{job.name}: done, {status.rows:,} rows in {_chunks(plan.chunks)}, {took:,.1f} s")
+    return 0
