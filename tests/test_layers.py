@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,3 +96,20 @@ def test_the_floors_exist_and_nothing_else_sits_at_the_top() -> None:
         "server",
         "testing.py",
     ]
+
+
+def test_the_command_starts_without_the_optional_extras() -> None:
+    # The wheel installed alone (no numpy, pyroaring, SQLAlchemy, ...) still answers
+    # `tenure --version`: nothing on the command's import path needs an extra.
+    blocked = ["numpy", "pyroaring", "sqlalchemy", "msgpack", "zstandard", "matplotlib"]
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "from tenure._tools.cli import main\n"
+        "sys.exit(main(['--version']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("tenure ")

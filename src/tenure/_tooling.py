@@ -9,9 +9,9 @@ is kept working for the tools when the internals behind it move.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tenure._async._wakeups import LINGER
-from tenure._backends.local_copies import LOCAL_COPIES
-from tenure._core.idset import bitmap_of
 from tenure._core.ingest import IngestKeys, Plan, parse_sink
 from tenure._core.leased import IDLE_TTL, base_key, name_from_key
 from tenure._core.scripts import load_script
@@ -19,6 +19,10 @@ from tenure._core.sources import encode_row
 from tenure._core.values import to_text
 from tenure._sync._ingest import read_status
 from tenure._sync._scripting import registry_for
+
+if TYPE_CHECKING:  # the id sets need numpy and pyroaring (the idsets extra): loaded on use
+    from tenure._backends.local_copies import LOCAL_COPIES
+    from tenure._core.idset import bitmap_of
 
 __all__ = [
     "IDLE_TTL",
@@ -36,3 +40,16 @@ __all__ = [
     "registry_for",
     "to_text",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load the id sets' names on first use, so a tool without the extra still starts."""
+    if name == "LOCAL_COPIES":
+        from tenure._backends.local_copies import LOCAL_COPIES
+
+        return LOCAL_COPIES
+    if name == "bitmap_of":
+        from tenure._core.idset import bitmap_of
+
+        return bitmap_of
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
