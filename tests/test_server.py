@@ -31,11 +31,8 @@ from tenure.server import (
     Replicated,
     Sentinel,
     ServerProcess,
-    cluster,
+    Standalone,
     find_engine,
-    replicated,
-    sentinel,
-    standalone,
     sweep_stale_folders,
 )
 from tenure.server._ports import reserve_port
@@ -139,7 +136,7 @@ def test_server_bin_overrides_engine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_standalone_tcp() -> None:
-    with standalone() as server:
+    with Standalone() as server:
         process = server.server
         assert process.running
         assert process.pid is not None
@@ -384,7 +381,7 @@ def test_atexit_stops_and_cleans_up() -> None:
 
 @pytest.fixture(scope="module")
 def replicas2() -> Iterator[Replicated]:
-    with replicated(replicas=2) as topology:
+    with Replicated(replicas=2) as topology:
         yield topology
 
 
@@ -410,7 +407,7 @@ async def test_replicated_async_clients(replicas2: Replicated) -> None:
 
 async def test_first_wait_after_start_is_prompt() -> None:
     # start() returns only once WAIT works at once (no first-acknowledgement lag).
-    async with replicated(replicas=1) as topology, topology.async_client() as client:
+    async with Replicated(replicas=1) as topology, topology.async_client() as client:
         await client.set("k", "v")
         started = time.monotonic()
         assert await client.wait(1, 2000) == 1
@@ -419,7 +416,7 @@ async def test_first_wait_after_start_is_prompt() -> None:
 
 @pytest.mark.slow
 def test_replicated_promote() -> None:
-    with replicated(replicas=2, appendonly=False) as topology:
+    with Replicated(replicas=2, appendonly=False) as topology:
         old = topology.primary
         new = topology.promote(0)
         assert topology.primary is new
@@ -438,7 +435,7 @@ def test_replicated_promote() -> None:
 
 @pytest.fixture(scope="module")
 def cluster3() -> Iterator[Cluster]:
-    with cluster(masters=3) as topology:
+    with Cluster(masters=3) as topology:
         yield topology
 
 
@@ -485,7 +482,7 @@ def test_cluster_slots_split_evenly(cluster3: Cluster) -> None:
 
 @pytest.mark.slow
 def test_cluster_with_replicas() -> None:
-    with cluster(masters=3, replicas_per_master=1) as topology:
+    with Cluster(masters=3, replicas_per_master=1) as topology:
         assert len(topology.nodes) == 6
         with topology.client(decode_responses=True) as rc:
             for key in KEYS[:10]:
@@ -516,7 +513,7 @@ def test_cluster_failed_start_leaves_nothing_running() -> None:
 
 @pytest.fixture(scope="module")
 def sentinel1() -> Iterator[Sentinel]:
-    with sentinel(replicas=1, sentinels=1, service_name="svc") as topology:
+    with Sentinel(replicas=1, sentinels=1, service_name="svc") as topology:
         yield topology
 
 
@@ -564,7 +561,7 @@ def test_sentinel_three_sentinels_know_each_other() -> None:
 
 
 def test_topology_repr_and_state() -> None:
-    topology = replicated(replicas=1)
+    topology = Replicated(replicas=1)
     assert "stopped" in repr(topology)
     with topology:
         assert "running" in repr(topology)

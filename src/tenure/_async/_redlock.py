@@ -143,14 +143,14 @@ class AsyncMasters:
         self,
         clients: Sequence[AsyncClient],
         described: tuple[str, ...],
-        timeout: float,
+        call_timeout: float,
         name: str,
         longest: float,
     ) -> None:
         self.clients = tuple(clients)
         self.described = described
         self.quorum = quorum(len(clients))
-        self.timeout = timeout
+        self.call_timeout = call_timeout  # master_timeout: one call's limit, not a lease
         self.longest = longest  # the longest an attempt may wait, however slow the answers
         self.name = name
         self._slowest = 0.0  # the slowest recent answer, decaying with every answer
@@ -170,12 +170,12 @@ class AsyncMasters:
         master that is down leaves the others' answers fast, so it still
         fails in ``master_timeout``.
         """
-        return min(max(self.timeout, ADAPTIVE_MARGIN * self._slowest), self.longest)
+        return min(max(self.call_timeout, ADAPTIVE_MARGIN * self._slowest), self.longest)
 
     @property
     def settle_timeout(self) -> float:
         """How long a release or give-back waits, at most, for a quorum."""
-        return max(self.timeout, SETTLE_TIMEOUT)
+        return max(self.call_timeout, SETTLE_TIMEOUT)
 
     def _hanging(self, index: int, now: float) -> int:
         """Calls to a master still running, if one of them outlived its timeout (else 0).
@@ -321,7 +321,7 @@ class AsyncMasters:
                 send,
                 good,
                 only=sorted(tally.failed),
-                timeout=max(self.timeout, min(self.settle_timeout, left)),
+                timeout=max(self.call_timeout, min(self.settle_timeout, left)),
             )
             tally.merge(again)
         return tally
@@ -554,10 +554,11 @@ class AsyncRedlock(AsyncLeased):
 
     def _check_settings(self, settings: LockSettings) -> None:
         masters = self._masters
-        if masters.timeout > settings.lease / 10:
+        if masters.call_timeout > settings.lease / 10:
             raise ArgumentError(
                 "timeout",
-                f"{settings.lease:g}s is less than ten times master_timeout ({masters.timeout:g}s)",
+                f"{settings.lease:g}s is less than ten times master_timeout "
+                f"({masters.call_timeout:g}s)",
                 name=self.name,
             )
         masters.longest = settings.lease / 10
@@ -575,7 +576,7 @@ class AsyncRedlock(AsyncLeased):
     @property
     def master_timeout(self) -> float:
         """Seconds an attempt waits for the masters."""
-        return self._masters.timeout
+        return self._masters.call_timeout
 
     def statistics(self) -> RedlockStatistics:
         """An immutable snapshot of the counters, with the masters' figures."""
@@ -713,7 +714,8 @@ class AsyncRedlock(AsyncLeased):
                 if attempt.free_in is not None:
                     wake_at = min(wake_at, now + attempt.free_in + OWNER_EXPIRY_SLACK)
                 if attempt.split:  # another took the rest: try again soon, not in step
-                    wake_at = min(wake_at, now + _RANDOM.uniform(0.0, self._masters.timeout / 4))
+                    jitter = _RANDOM.uniform(0.0, self._masters.call_timeout / 4)
+                    wake_at = min(wake_at, now + jitter)
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
                 await listener.wait(wake_at - now)
@@ -741,7 +743,7 @@ class AsyncRedlock(AsyncLeased):
         for client in self._masters.clients:
             waiter = await listen(client, token, 0.0, None, listener.event)
             listener.waiters.append(waiter)
-        deadline = time.monotonic() + self._masters.timeout
+        deadline = time.monotonic() + self._masters.call_timeout
         up = 0
         for waiter in sorted(listener.waiters, key=lambda w: not w.up):
             if up >= self.quorum:
@@ -892,7 +894,7 @@ class AsyncRedlock(AsyncLeased):
                 masters.script("redlock_release", keys, args),
                 _positive,
                 only=only,
-                timeout=masters.timeout,
+                timeout=masters.call_timeout,
             )
         return not tally.failed
 

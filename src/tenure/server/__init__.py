@@ -10,15 +10,15 @@ files in a private temporary folder, and dies with its parent even on
 
 Example::
 
-    from tenure.server import cluster, standalone
+    from tenure.server import Cluster, Standalone
 
-    with standalone() as server:
+    with Standalone() as server:
         client = server.client(decode_responses=True)
         client.set("greeting", "hello")
         assert client.get("greeting") == "hello"
         client.close()
 
-    with cluster(masters=3) as nodes:
+    with Cluster(masters=3) as nodes:
         rc = nodes.client(decode_responses=True)
         rc.set("{user:1}:name", "ada")
         owner = nodes.node_for_key("{user:1}:name")
@@ -27,9 +27,8 @@ Example::
 
 Every topology (:class:`Standalone`, :class:`Replicated`, :class:`Cluster`,
 :class:`Sentinel`) and :class:`ServerProcess` itself is a context manager
-(``with`` and ``async with``) with ``start()`` / ``stop()``; the factories
-:func:`standalone`, :func:`replicated`, :func:`cluster` and :func:`sentinel`
-return them not yet started.
+(``with`` and ``async with``) with ``start()`` / ``stop()``; constructing
+one starts nothing.
 
 :class:`FaultProxy` is a TCP proxy on loopback in front of any server, with
 faults set at any time while it runs: latency and blackholes (partitions) per
@@ -64,18 +63,6 @@ __all__ = [
     "Sentinel",
     "ServerProcess",
     "Standalone",
-    "cluster",
     "find_engine",
-    "replicated",
-    "sentinel",
-    "standalone",
     "sweep_stale_folders",
 ]
-
-
-# Lower-case spellings, for ``with cluster(masters=3) as nodes:``; each returns
-# the topology not yet started.
-standalone = Standalone
-replicated = Replicated
-cluster = Cluster
-sentinel = Sentinel
