@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -51,10 +52,16 @@ def test_exclusion_holds_over_thousands_of_cycles_with_a_master_cut_off(
     records = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
     holds = sorted((r for r in records if "start" in r), key=lambda r: r["start"])
     problems = [r for r in records if "start" not in r]
-    # Liveness: an attempt may fail on a machine so busy that two masters do not
-    # answer in master_timeout (a timeout, a QuorumError: never a failed release),
-    # but rarely; a worker may stop at its 45 s before its 800th hold.
-    assert all("timeout" in r or "QuorumError" in r.get("error", "") for r in problems), problems
+
+    # Liveness: a call may fail on a machine so busy that two masters do not answer
+    # in master_timeout (an acquire's QuorumError or timeout; a release's QuorumError,
+    # whose hold then ends with its lease), but rarely; a worker may stop at its 45 s
+    # before its 800th hold. Safety (below) holds whatever the load.
+    def under_load(record: dict[str, Any]) -> bool:
+        error = record.get("error", record.get("release_error", ""))
+        return "timeout" in record or str(error).startswith("QuorumError")
+
+    assert all(under_load(r) for r in problems), problems
     assert len(problems) <= len(holds) // 50, problems[:5]
     assert len(holds) >= 1000, len(holds)
     for before, after in itertools.pairwise(holds):

@@ -145,7 +145,8 @@ async def test_fifo_order_of_queued_waiters(
 
     def waiter(index: int) -> object:
         async def job() -> None:
-            await sleep(0.05 * index)  # arrive in index order
+            # arrive in index order: each once those before it are in line
+            await until(lambda: in_line(clients[index], holder, index), 10, f"{index} in line")
             lock = AsyncLock(clients[index], "fifo")
             assert await lock.acquire(blocking_timeout=10)
             order.append(index)
@@ -155,8 +156,7 @@ async def test_fifo_order_of_queued_waiters(
         return job
 
     async def release_later() -> None:
-        await sleep(0.05 * 8 + 0.2)
-        assert await tenure_async_client.zcard(holder.keys.queue) == 8
+        await until(lambda: in_line(tenure_async_client, holder, 8), 10, "8 waiters in line")
         await holder.release()
 
     await gather(release_later, *(waiter(i) for i in range(8)))  # type: ignore[arg-type]
@@ -233,8 +233,11 @@ async def test_lost_lock_is_reported(tenure_async_client: redis.asyncio.Redis) -
     with pytest.raises(LockLostError):
         async with lock:
             await tenure_async_client.delete(lock.keys.owner)  # someone breaks it
-            await sleep(0.3)  # the next renewal (every 0.1 s) finds out
-            assert lock.lost
+
+            async def found_out() -> bool:  # by the next renewal (every 0.1 s)
+                return lock.lost
+
+            await until(found_out, 5, "the renewal finding the hold gone")
             assert lost == ["stolen"]
     assert lock.statistics().lost == 1
     assert not lock.lost  # forgotten after the block
@@ -243,10 +246,13 @@ async def test_lost_lock_is_reported(tenure_async_client: redis.asyncio.Redis) -
 async def test_max_hold_stops_renewing(tenure_async_client: redis.asyncio.Redis) -> None:
     lock = AsyncLock(tenure_async_client, "bounded", timeout=0.2, auto_renew=True, max_hold=0.5)
     await lock.acquire()
-    await sleep(0.3)
+    await sleep(0.3)  # a hold longer than its 0.2 s lease
     assert await lock.owned()  # renewed past its first lease
-    await sleep(0.5)
-    assert not await lock.locked()  # but not past max_hold
+
+    async def ended() -> bool:  # but not past max_hold: the hold ends within a lease of it
+        return not await lock.locked()
+
+    await until(ended, 5, "the hold's end after max_hold")
     with pytest.raises(LockNotOwnedError):
         await lock.release()
 

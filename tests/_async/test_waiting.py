@@ -125,7 +125,7 @@ async def test_many_waiters_share_one_connection(
         await lock.release()
 
     async def watch() -> None:
-        await sleep(1.0)
+        await until(lambda: in_line(tenure_async_client, holder, waiters), 20, "every waiter")
         seen.append(await _client_count(tenure_async_client))
         await holder.release()
 
@@ -174,10 +174,7 @@ async def test_waiters_of_one_process_keep_their_places_with_one_call(
             await lock.release()
 
         async def watch(count: int = count, holder: Any = holder) -> None:
-            deadline = time.monotonic() + 10
-            while await admin.zcard(holder.keys.queue) < count:
-                assert time.monotonic() < deadline, "the waiters never all queued"
-                await sleep(0.01)
+            await until(lambda: in_line(admin, holder, count), 10, "every waiter in line")
             before = await _script_calls(admin)
             await sleep(1.5)  # three waiter leases: refreshes only
             calls[count] = await _script_calls(admin) - before
@@ -213,7 +210,7 @@ async def test_the_first_to_call_acquire_stays_first_in_its_process(
         await lock.release()
 
     async def release_later() -> None:
-        await sleep(0.5 + 30 * apart)
+        await until(lambda: in_line(other_client, holder, 30), 10, "every waiter in line")
         await holder.release()
 
     await gather(release_later, *[lambda i=i: take(i) for i in range(30)])
@@ -268,11 +265,11 @@ async def test_the_wakeup_connection_closes_when_idle(
     await gather(release_soon, take)
     wakeups = wakeups_for(other_client, waiter.keys.owner)
     assert not _closed(wakeups)
-    for _ in range(40):
-        await sleep(0.1)
-        if _closed(wakeups):
-            break
-    assert _closed(wakeups)
+
+    async def closed() -> bool:
+        return _closed(wakeups)
+
+    await until(closed, 4, "the idle wake-up connection's close")
 
 
 async def test_lock_class_hook_and_redis_py_signature(
@@ -441,11 +438,11 @@ async def test_a_lost_wakeup_costs_at_most_a_recheck(
         # moment to subscribe), its subscriber connection goes (a proxy
         # restart, a network blip): the grant published meanwhile is heard by
         # nobody.
-        give_up = time.monotonic() + 5
-        while not await tenure_async_client.client_list(_type="pubsub"):
-            assert time.monotonic() < give_up, "the waiter never subscribed"
-            await sleep(0.05)
-        await sleep(0.1)
+        async def subscribed() -> bool:
+            return bool(await tenure_async_client.client_list(_type="pubsub"))
+
+        await until(subscribed, 5, "the waiter's subscription")
+        await until(lambda: in_line(tenure_async_client, holder, 1), 5, "the waiter in line")
         killed = await tenure_async_client.client_kill_filter(_type="pubsub")
         assert killed >= 1
         await holder.release()
@@ -482,7 +479,7 @@ async def test_an_acl_without_channels_still_hands_over(
             return time.monotonic()
 
         async def release_soon() -> float:
-            await sleep(0.3)
+            await until(lambda: in_line(client, holder, 1), 5, "the waiter in line")
             await holder.release()  # its PUBLISH is refused: the release still works
             return time.monotonic()
 

@@ -144,7 +144,8 @@ def test_fifo_order_of_queued_waiters(
 
     def waiter(index: int) -> object:
         def job() -> None:
-            sleep(0.05 * index)  # arrive in index order
+            # arrive in index order: each once those before it are in line
+            until(lambda: in_line(clients[index], holder, index), 10, f"{index} in line")
             lock = Lock(clients[index], "fifo")
             assert lock.acquire(blocking_timeout=10)
             order.append(index)
@@ -154,8 +155,7 @@ def test_fifo_order_of_queued_waiters(
         return job
 
     def release_later() -> None:
-        sleep(0.05 * 8 + 0.2)
-        assert tenure_client.zcard(holder.keys.queue) == 8
+        until(lambda: in_line(tenure_client, holder, 8), 10, "8 waiters in line")
         holder.release()
 
     gather(release_later, *(waiter(i) for i in range(8)))  # type: ignore[arg-type]
@@ -232,8 +232,11 @@ def test_lost_lock_is_reported(tenure_client: redis.Redis) -> None:
     with pytest.raises(LockLostError):
         with lock:
             tenure_client.delete(lock.keys.owner)  # someone breaks it
-            sleep(0.3)  # the next renewal (every 0.1 s) finds out
-            assert lock.lost
+
+            def found_out() -> bool:  # by the next renewal (every 0.1 s)
+                return lock.lost
+
+            until(found_out, 5, "the renewal finding the hold gone")
             assert lost == ["stolen"]
     assert lock.statistics().lost == 1
     assert not lock.lost  # forgotten after the block
@@ -242,10 +245,13 @@ def test_lost_lock_is_reported(tenure_client: redis.Redis) -> None:
 def test_max_hold_stops_renewing(tenure_client: redis.Redis) -> None:
     lock = Lock(tenure_client, "bounded", timeout=0.2, auto_renew=True, max_hold=0.5)
     lock.acquire()
-    sleep(0.3)
+    sleep(0.3)  # a hold longer than its 0.2 s lease
     assert lock.owned()  # renewed past its first lease
-    sleep(0.5)
-    assert not lock.locked()  # but not past max_hold
+
+    def ended() -> bool:  # but not past max_hold: the hold ends within a lease of it
+        return not lock.locked()
+
+    until(ended, 5, "the hold's end after max_hold")
     with pytest.raises(LockNotOwnedError):
         lock.release()
 

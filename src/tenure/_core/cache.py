@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 __all__ = [
+    "WAIT_RECHECK",
     "CacheKeys",
     "CacheStatistics",
     "Entry",
@@ -30,6 +31,15 @@ __all__ = [
 ]
 
 _RANDOM = random.SystemRandom()  # not the global one: its seed and state are the application's
+
+WAIT_RECHECK = 1.0
+"""A fetch waiting for another caller's load asks again at least this often (seconds).
+
+It is woken when the value lands; asking again bounds what a wake-up lost on
+the way costs (a dropped connection, a starved reader) to this, not to the
+loader's whole lease. One call per waiting entry and process: callers of one
+entry share a request.
+"""
 
 
 def entry_key(prefix: str, name: str, identity: str) -> str:

@@ -14,7 +14,8 @@ entry, and decides who loads in one script call (``cache_fetch``):
   a short expiry); everyone else keeps being served the stale value;
 * missing: the lease to one caller; the others wait to be woken (on tenure's
   one wake-up connection per process, :mod:`tenure._sync._wakeups`) when
-  the value lands, never polling.
+  the value lands; a waiter asks again after at most ``WAIT_RECHECK`` (1 s),
+  so a wake-up lost on the way costs no more than that.
 
 The write-back (``cache_commit``) is accepted only from the lease's current
 holder, so a refresher whose lease ran out cannot overwrite newer data; a
@@ -36,6 +37,7 @@ from redis import exceptions as redis_errors
 
 from tenure._backends.for_threads import IS_ASYNC, Event, Mutex, scope_key, start_background
 from tenure._core.cache import (
+    WAIT_RECHECK,
     CacheKeys,
     CacheStatistics,
     Fetched,
@@ -675,14 +677,16 @@ class HerdCache(_AsyncCacheBase):
         try:
             fetched = self._fetch(keys, token, "", early_factor(self.early))
             waiter = None
+            if fetched.status == Status.WAIT:
+                self._counts["waits"] += 1
             try:
                 while fetched.status == Status.WAIT:
-                    self._counts["waits"] += 1
                     if waiter is None:  # listen first, then ask again with the channel
                         waiter = listen(self.client, token, fetched.ms / 1000 + 0.1, keys.entry)
                         fetched = self._fetch(keys, token, waiter.channel, 0.0)
                         continue
-                    waiter.wait(fetched.ms / 1000 + 0.05)
+                    # woken when the value lands; asks again at least every WAIT_RECHECK
+                    waiter.wait(min(fetched.ms / 1000 + 0.05, WAIT_RECHECK))
                     fetched = self._fetch(keys, token, waiter.channel, 0.0)
             finally:
                 if waiter is not None:
