@@ -48,3 +48,8 @@ async def until(condition: Callable[[], Awaitable[object]], seconds: float, what
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} did not happen within {seconds}s")
         await asyncio.sleep(0.01)
+
+
+async def in_line(client: Any, primitive: Any, count: int) -> bool:
+    """Whether at least ``count`` waiters are in ``primitive``'s line on the server."""
+    return int(await client.zcard(primitive.keys.queue)) >= count

@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -53,3 +53,8 @@ def until(condition: Callable[[], object], seconds: float, what: str) -> None:
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} did not happen within {seconds}s")
         time.sleep(0.01)
+
+
+def in_line(client: Any, primitive: Any, count: int) -> bool:
+    """Whether at least ``count`` waiters are in ``primitive``'s line on the server."""
+    return int(client.zcard(primitive.keys.queue)) >= count

@@ -27,13 +27,8 @@ from tenure import (
 from tenure._async._line import _lines
 from tenure._async._watchdog import watchdog
 from tenure.server import FaultProxy, ServerProcess
-from tests._backend_asyncio import until
+from tests._backend_asyncio import in_line, until
 from tests.conftest import ServerFactory
-
-
-async def in_line(client: redis.asyncio.Redis, lock: AsyncLock, count: int) -> bool:
-    """Whether ``count`` waiters are in the lock's line on the server."""
-    return int(await client.zcard(lock.keys.queue)) >= count
 
 
 async def test_cancelled_waiter_leaves_the_queue(tenure_async_client: redis.asyncio.Redis) -> None:

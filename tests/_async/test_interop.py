@@ -23,7 +23,7 @@ from tenure import (
     AsyncSemaphore,
     LockNotOwnedError,
 )
-from tests._backend_asyncio import join, sleep, spawn
+from tests._backend_asyncio import in_line, join, sleep, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -60,7 +60,7 @@ async def test_a_redis_py_holder_keeps_tenure_out_until_it_releases(
     assert await ours.acquire(blocking=False) is False
     assert await ours.acquire(blocking_timeout=0.3) is False
     waiting = spawn(lambda: ours.acquire(blocking_timeout=10))
-    await sleep(0.2)
+    await until(lambda: in_line(tenure_async_client, ours, 1), 5, "the waiter in line")
     released = time.monotonic()
     await theirs.release()
     assert await join(waiting)
@@ -76,7 +76,7 @@ async def test_a_handoff_moves_redis_pys_key_to_the_next_holder(
     second = AsyncLock(other_client, "orders", timeout=10, interop="redis-py")
     assert await first.acquire()
     waiting = spawn(lambda: second.acquire(blocking_timeout=10))
-    await sleep(0.2)
+    await until(lambda: in_line(tenure_async_client, first, 1), 5, "the waiter in line")
     await first.release()
     assert await join(waiting)
     assert await tenure_async_client.get("orders") == second.local.token

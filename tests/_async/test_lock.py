@@ -24,15 +24,10 @@ from tenure import (
 from tenure._async._watchdog import watchdog
 from tenure._backends.for_asyncio import IS_ASYNC, Event
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, join, sleep, spawn, until
+from tests._backend_asyncio import gather, in_line, join, sleep, spawn, until
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
-
-
-async def in_line(client: redis.asyncio.Redis, lock: AsyncLock, count: int) -> bool:
-    """Whether ``count`` waiters are in the lock's line on the server."""
-    return int(await client.zcard(lock.keys.queue)) >= count
 
 
 async def test_acquire_release_and_fencing(tenure_async_client: redis.asyncio.Redis) -> None:

@@ -16,7 +16,7 @@ from tenure import (
     SemaphoreLostError,
     SemaphoreNotOwnedError,
 )
-from tests._backend_asyncio import gather, join, sleep, spawn
+from tests._backend_asyncio import gather, in_line, join, sleep, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -67,7 +67,8 @@ async def test_release_wakes_the_first_waiter(clients: list[redis.asyncio.Redis]
 
     def waiter(index: int) -> Any:
         async def job() -> float:
-            await sleep(0.05 * index)
+            # arrive in index order: each once those before it are in line
+            await until(lambda: in_line(clients[0], holder, index - 1), 10, f"{index} in line")
             permit = AsyncSemaphore(clients[index], "wake", limit=1)
             assert await permit.acquire(blocking_timeout=10)
             got = time.monotonic()
@@ -79,7 +80,7 @@ async def test_release_wakes_the_first_waiter(clients: list[redis.asyncio.Redis]
         return job
 
     handles = [spawn(waiter(i)) for i in range(1, 5)]
-    await sleep(0.4)
+    await until(lambda: in_line(clients[0], holder, 4), 10, "every waiter in line")
     released = time.monotonic()
     await holder.release()
     times = [await join(handle) for handle in handles]

@@ -28,16 +28,11 @@ from tenure._async._wakeups import AsyncWakeups, wakeups_for
 from tenure._backends.for_asyncio import IS_ASYNC
 from tenure._core.leased import IDLE_TTL_MS
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, sleep, until
+from tests._backend_asyncio import gather, in_line, sleep, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
 _blocking_pool: Any = redis.asyncio.BlockingConnectionPool  # untyped in redis-py
-
-
-async def in_line(client: Any, primitive: Any, count: int) -> bool:
-    """Whether ``count`` waiters are in the primitive's line on the server."""
-    return int(await client.zcard(primitive.keys.queue)) >= count
 
 
 def _bounded_client(server: ServerProcess, connections: int) -> redis.asyncio.Redis:

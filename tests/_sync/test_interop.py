@@ -24,7 +24,7 @@ from tenure import (
     ReentrantLock,
     Semaphore,
 )
-from tests._backend_threads import join, sleep, spawn
+from tests._backend_threads import in_line, join, sleep, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -61,7 +61,7 @@ def test_a_redis_py_holder_keeps_tenure_out_until_it_releases(
     assert ours.acquire(blocking=False) is False
     assert ours.acquire(blocking_timeout=0.3) is False
     waiting = spawn(lambda: ours.acquire(blocking_timeout=10))
-    sleep(0.2)
+    until(lambda: in_line(tenure_client, ours, 1), 5, "the waiter in line")
     released = time.monotonic()
     theirs.release()
     assert join(waiting)
@@ -77,7 +77,7 @@ def test_a_handoff_moves_redis_pys_key_to_the_next_holder(
     second = Lock(other_client, "orders", timeout=10, interop="redis-py")
     assert first.acquire()
     waiting = spawn(lambda: second.acquire(blocking_timeout=10))
-    sleep(0.2)
+    until(lambda: in_line(tenure_client, first, 1), 5, "the waiter in line")
     first.release()
     assert join(waiting)
     assert tenure_client.get("orders") == second.local.token

@@ -25,15 +25,10 @@ from tenure import (
 from tenure._backends.for_threads import IS_ASYNC, Event
 from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, join, sleep, spawn, until
+from tests._backend_threads import gather, in_line, join, sleep, spawn, until
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
-
-
-def in_line(client: redis.Redis, lock: Lock, count: int) -> bool:
-    """Whether ``count`` waiters are in the lock's line on the server."""
-    return int(client.zcard(lock.keys.queue)) >= count
 
 
 def test_acquire_release_and_fencing(tenure_client: redis.Redis) -> None:

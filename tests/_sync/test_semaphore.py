@@ -17,7 +17,7 @@ from tenure import (
     SemaphoreLostError,
     SemaphoreNotOwnedError,
 )
-from tests._backend_threads import gather, join, sleep, spawn
+from tests._backend_threads import gather, in_line, join, sleep, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -68,7 +68,8 @@ def test_release_wakes_the_first_waiter(clients: list[redis.Redis]) -> None:
 
     def waiter(index: int) -> Any:
         def job() -> float:
-            sleep(0.05 * index)
+            # arrive in index order: each once those before it are in line
+            until(lambda: in_line(clients[0], holder, index - 1), 10, f"{index} in line")
             permit = Semaphore(clients[index], "wake", limit=1)
             assert permit.acquire(blocking_timeout=10)
             got = time.monotonic()
@@ -80,7 +81,7 @@ def test_release_wakes_the_first_waiter(clients: list[redis.Redis]) -> None:
         return job
 
     handles = [spawn(waiter(i)) for i in range(1, 5)]
-    sleep(0.4)
+    until(lambda: in_line(clients[0], holder, 4), 10, "every waiter in line")
     released = time.monotonic()
     holder.release()
     times = [join(handle) for handle in handles]

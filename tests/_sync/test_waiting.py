@@ -28,16 +28,11 @@ from tenure._backends.for_threads import IS_ASYNC
 from tenure._core.leased import IDLE_TTL_MS
 from tenure._sync._wakeups import Wakeups, wakeups_for
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, sleep, until
+from tests._backend_threads import gather, in_line, sleep, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
 _blocking_pool: Any = redis.BlockingConnectionPool  # untyped in redis-py
-
-
-def in_line(client: Any, primitive: Any, count: int) -> bool:
-    """Whether ``count`` waiters are in the primitive's line on the server."""
-    return int(client.zcard(primitive.keys.queue)) >= count
 
 
 def _bounded_client(server: ServerProcess, connections: int) -> redis.Redis:
