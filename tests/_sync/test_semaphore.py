@@ -143,7 +143,8 @@ def test_blocking_timeout_and_queue_cleanup(clients: list[redis.Redis]) -> None:
     holder.acquire()
     began = time.monotonic()
     assert not waiter.acquire(blocking_timeout=0.2)
-    assert 0.2 <= time.monotonic() - began <= 0.25
+    # never early; late by no more than a busy 2-core machine delays a timer
+    assert 0.2 <= time.monotonic() - began < 0.2 + 1.0
     assert clients[0].exists(holder.keys.queue) == 0
     holder.release()
     assert waiter.acquire(blocking=False)
