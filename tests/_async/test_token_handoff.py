@@ -88,7 +88,8 @@ async def test_a_bad_token_is_refused(tenure_async_client: redis.asyncio.Redis) 
 async def test_a_token_released_in_another_process(
     tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis
 ) -> None:
-    lock = AsyncLock(tenure_async_client, "travel-process", timeout=10)
+    # a lease the other process's start-up (seconds on a busy machine) cannot outlast
+    lock = AsyncLock(tenure_async_client, "travel-process", timeout=60)
     assert await lock.acquire()
     token = lock.local.token
     assert token is not None
@@ -97,7 +98,7 @@ async def test_a_token_released_in_another_process(
         import redis
         from tenure import Lock
         lock = Lock(redis.Redis(host={tenure_server.host!r}, port={tenure_server.port}),
-                    "travel-process", timeout=10)
+                    "travel-process", timeout=60)
         lock.local.token = {token!r}
         assert lock.owned()
         lock.release()

@@ -89,7 +89,8 @@ def test_a_bad_token_is_refused(tenure_client: redis.Redis) -> None:
 def test_a_token_released_in_another_process(
     tenure_server: ServerProcess, tenure_client: redis.Redis
 ) -> None:
-    lock = Lock(tenure_client, "travel-process", timeout=10)
+    # a lease the other process's start-up (seconds on a busy machine) cannot outlast
+    lock = Lock(tenure_client, "travel-process", timeout=60)
     assert lock.acquire()
     token = lock.local.token
     assert token is not None
@@ -98,7 +99,7 @@ def test_a_token_released_in_another_process(
         import redis
         from tenure import Lock
         lock = Lock(redis.Redis(host={tenure_server.host!r}, port={tenure_server.port}),
-                    "travel-process", timeout=10)
+                    "travel-process", timeout=60)
         lock.local.token = {token!r}
         assert lock.owned()
         lock.release()
