@@ -53,3 +53,8 @@ async def until(condition: Callable[[], Awaitable[object]], seconds: float, what
 async def in_line(client: Any, primitive: Any, count: int) -> bool:
     """Whether at least ``count`` waiters are in ``primitive``'s line on the server."""
     return int(await client.zcard(primitive.keys.queue)) >= count
+
+
+async def subscribed(client: Any) -> bool:
+    """Whether the server has a client subscribed to channels (a waiter listening)."""
+    return bool(await client.client_list(_type="pubsub"))

@@ -58,3 +58,8 @@ def until(condition: Callable[[], object], seconds: float, what: str) -> None:
 def in_line(client: Any, primitive: Any, count: int) -> bool:
     """Whether at least ``count`` waiters are in ``primitive``'s line on the server."""
     return int(client.zcard(primitive.keys.queue)) >= count
+
+
+def subscribed(client: Any) -> bool:
+    """Whether the server has a client subscribed to channels (a waiter listening)."""
+    return bool(client.client_list(_type="pubsub"))

@@ -110,3 +110,22 @@ async def clients(topology: str, request: pytest.FixtureRequest) -> AsyncIterato
     yield made
     for client in made:
         await client.aclose()
+
+
+@pytest.fixture
+async def no_channels_client(tenure_server: ServerProcess) -> AsyncIterator[Any]:
+    """A client of the standalone server whose ACL user may not PUBLISH or SUBSCRIBE."""
+    admin = tenure_server.async_client()
+    await admin.acl_setuser(
+        "nochannels",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        commands=["+@all"],
+        reset_channels=True,
+    )
+    client = tenure_server.async_client(username="nochannels", password="pw")
+    yield client
+    await client.aclose()
+    await admin.acl_deluser("nochannels")
+    await admin.aclose()

@@ -23,8 +23,7 @@ from tenure import (
     ZstdCompressor,
 )
 from tenure._core.cache import WAIT_RECHECK
-from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, join, sleep, spawn, until
+from tests._backend_asyncio import gather, join, sleep, spawn, subscribed, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -402,49 +401,31 @@ async def test_early_refresh_renews_a_hot_entry_before_it_goes_stale(
 
 
 async def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
-    tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis
+    no_channels_client: redis.asyncio.Redis, tenure_async_client: redis.asyncio.Redis
 ) -> None:
     # The loader's client may not PUBLISH (an ACL without channels): its commit
     # stores the value, but nobody hears of it. The waiter asks again within
     # WAIT_RECHECK (1 s), long before the loader's 5 s lease would run out.
-    await tenure_async_client.acl_setuser(
-        "nowake",
-        enabled=True,
-        passwords=["+pw"],
-        keys=["*"],
-        commands=["+@all"],
-        reset_channels=True,
-    )
-    muted = redis.asyncio.Redis(
-        host=tenure_server.host, port=tenure_server.port, username="nowake", password="pw"
-    )
-    try:
-        loading = AsyncHerdCache(muted, "muted", ttl=60)
-        waiting = AsyncHerdCache(tenure_async_client, "muted", ttl=60)
-        gate = GatedLoader("value")
-        load = spawn(lambda: loading.fetch("k", gate))
-        await until(lambda: _leased(tenure_async_client, waiting), 5, "the load's lease")
+    loading = AsyncHerdCache(no_channels_client, "muted", ttl=60)
+    waiting = AsyncHerdCache(tenure_async_client, "muted", ttl=60)
+    gate = GatedLoader("value")
+    load = spawn(lambda: loading.fetch("k", gate))
+    await until(lambda: _leased(tenure_async_client, waiting), 5, "the load's lease")
 
-        async def wait() -> tuple[Any, float]:
-            value = await waiting.fetch("k", Loader("never"))
-            return value, time.monotonic()
+    async def wait() -> tuple[Any, float]:
+        value = await waiting.fetch("k", Loader("never"))
+        return value, time.monotonic()
 
-        waiter = spawn(wait)
-        await until(lambda: _subscribed(tenure_async_client), 5, "the waiter listening")
-        gate.opened = True  # the load returns; its commit's PUBLISH is refused
-        assert await join(load) == "value"
-        stored = time.monotonic()
-        value, got = await join(waiter)
-        assert value == "value"
-        assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
-        assert waiting.statistics().waits == 1
-    finally:
-        await muted.aclose()
+    waiter = spawn(wait)
+    await until(lambda: subscribed(tenure_async_client), 5, "the waiter listening")
+    gate.opened = True  # the load returns; its commit's PUBLISH is refused
+    assert await join(load) == "value"
+    stored = time.monotonic()
+    value, got = await join(waiter)
+    assert value == "value"
+    assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
+    assert waiting.statistics().waits == 1
 
 
 async def _leased(client: redis.asyncio.Redis, cache: AsyncHerdCache) -> bool:
     return bool(await client.keys(f"{cache.prefix}*"))
-
-
-async def _subscribed(client: redis.asyncio.Redis) -> bool:
-    return bool(await client.client_list(_type="pubsub"))

@@ -28,7 +28,7 @@ from tenure._async._wakeups import AsyncWakeups, wakeups_for
 from tenure._backends.for_asyncio import IS_ASYNC
 from tenure._core.leased import IDLE_TTL_MS
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, in_line, sleep, until
+from tests._backend_asyncio import gather, in_line, sleep, subscribed, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -433,10 +433,7 @@ async def test_a_lost_wakeup_costs_at_most_a_recheck(
         # moment to subscribe), its subscriber connection goes (a proxy
         # restart, a network blip): the grant published meanwhile is heard by
         # nobody.
-        async def subscribed() -> bool:
-            return bool(await tenure_async_client.client_list(_type="pubsub"))
-
-        await until(subscribed, 5, "the waiter's subscription")
+        await until(lambda: subscribed(tenure_async_client), 5, "the waiter's subscription")
         await until(lambda: in_line(tenure_async_client, holder, 1), 5, "the waiter in line")
         killed = await tenure_async_client.client_kill_filter(_type="pubsub")
         assert killed >= 1
@@ -449,43 +446,26 @@ async def test_a_lost_wakeup_costs_at_most_a_recheck(
 
 
 async def test_an_acl_without_channels_still_hands_over(
-    tenure_server: ServerProcess,
-    tenure_async_client: redis.asyncio.Redis,
-    caplog: pytest.LogCaptureFixture,
+    no_channels_client: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await tenure_async_client.acl_setuser(
-        "nochannels",
-        enabled=True,
-        passwords=["+pw"],
-        keys=["*"],
-        commands=["+@all"],
-        reset_channels=True,
-    )
-    client = redis.asyncio.Redis(
-        host=tenure_server.host, port=tenure_server.port, username="nochannels", password="pw"
-    )
-    try:
-        holder = AsyncLock(client, "acl", thread_local=False)
-        waiter = AsyncLock(client, "acl", blocking_timeout=5)
-        assert await holder.acquire()
+    holder = AsyncLock(no_channels_client, "acl", thread_local=False)
+    waiter = AsyncLock(no_channels_client, "acl", blocking_timeout=5)
+    assert await holder.acquire()
 
-        async def take() -> float:
-            assert await waiter.acquire()
-            return time.monotonic()
+    async def take() -> float:
+        assert await waiter.acquire()
+        return time.monotonic()
 
-        async def release_soon() -> float:
-            await until(lambda: in_line(client, holder, 1), 5, "the waiter in line")
-            await holder.release()  # its PUBLISH is refused: the release still works
-            return time.monotonic()
+    async def release_soon() -> float:
+        await until(lambda: in_line(no_channels_client, holder, 1), 5, "the waiter in line")
+        await holder.release()  # its PUBLISH is refused: the release still works
+        return time.monotonic()
 
-        with caplog.at_level(logging.WARNING, logger="tenure.wakeups"):
-            got, released = await gather(take, release_soon)
-        assert got - released < 1.5  # by a re-check
-        assert "refused the wake-up channel" in caplog.text
-        await waiter.release()
-    finally:
-        await client.aclose()
-        await tenure_async_client.acl_deluser("nochannels")
+    with caplog.at_level(logging.WARNING, logger="tenure.wakeups"):
+        got, released = await gather(take, release_soon)
+    assert got - released < 1.5  # by a re-check
+    assert "refused the wake-up channel" in caplog.text
+    await waiter.release()
 
 
 async def test_acquire_takes_redis_pys_positional_order(

@@ -109,3 +109,22 @@ def clients(topology: str, request: pytest.FixtureRequest) -> Iterator[list[Any]
     yield made
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def no_channels_client(tenure_server: ServerProcess) -> Iterator[Any]:
+    """A client of the standalone server whose ACL user may not PUBLISH or SUBSCRIBE."""
+    admin = tenure_server.client()
+    admin.acl_setuser(
+        "nochannels",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        commands=["+@all"],
+        reset_channels=True,
+    )
+    client = tenure_server.client(username="nochannels", password="pw")
+    yield client
+    client.close()
+    admin.acl_deluser("nochannels")
+    admin.close()

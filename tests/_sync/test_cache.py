@@ -24,8 +24,7 @@ from tenure import (
     ZstdCompressor,
 )
 from tenure._core.cache import WAIT_RECHECK
-from tenure.server import ServerProcess
-from tests._backend_threads import gather, join, sleep, spawn, until
+from tests._backend_threads import gather, join, sleep, spawn, subscribed, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -393,49 +392,31 @@ def test_early_refresh_renews_a_hot_entry_before_it_goes_stale(
 
 
 def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
-    tenure_server: ServerProcess, tenure_client: redis.Redis
+    no_channels_client: redis.Redis, tenure_client: redis.Redis
 ) -> None:
     # The loader's client may not PUBLISH (an ACL without channels): its commit
     # stores the value, but nobody hears of it. The waiter asks again within
     # WAIT_RECHECK (1 s), long before the loader's 5 s lease would run out.
-    tenure_client.acl_setuser(
-        "nowake",
-        enabled=True,
-        passwords=["+pw"],
-        keys=["*"],
-        commands=["+@all"],
-        reset_channels=True,
-    )
-    muted = redis.Redis(
-        host=tenure_server.host, port=tenure_server.port, username="nowake", password="pw"
-    )
-    try:
-        loading = HerdCache(muted, "muted", ttl=60)
-        waiting = HerdCache(tenure_client, "muted", ttl=60)
-        gate = GatedLoader("value")
-        load = spawn(lambda: loading.fetch("k", gate))
-        until(lambda: _leased(tenure_client, waiting), 5, "the load's lease")
+    loading = HerdCache(no_channels_client, "muted", ttl=60)
+    waiting = HerdCache(tenure_client, "muted", ttl=60)
+    gate = GatedLoader("value")
+    load = spawn(lambda: loading.fetch("k", gate))
+    until(lambda: _leased(tenure_client, waiting), 5, "the load's lease")
 
-        def wait() -> tuple[Any, float]:
-            value = waiting.fetch("k", Loader("never"))
-            return value, time.monotonic()
+    def wait() -> tuple[Any, float]:
+        value = waiting.fetch("k", Loader("never"))
+        return value, time.monotonic()
 
-        waiter = spawn(wait)
-        until(lambda: _subscribed(tenure_client), 5, "the waiter listening")
-        gate.opened = True  # the load returns; its commit's PUBLISH is refused
-        assert join(load) == "value"
-        stored = time.monotonic()
-        value, got = join(waiter)
-        assert value == "value"
-        assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
-        assert waiting.statistics().waits == 1
-    finally:
-        muted.close()
+    waiter = spawn(wait)
+    until(lambda: subscribed(tenure_client), 5, "the waiter listening")
+    gate.opened = True  # the load returns; its commit's PUBLISH is refused
+    assert join(load) == "value"
+    stored = time.monotonic()
+    value, got = join(waiter)
+    assert value == "value"
+    assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
+    assert waiting.statistics().waits == 1
 
 
 def _leased(client: redis.Redis, cache: HerdCache) -> bool:
     return bool(client.keys(f"{cache.prefix}*"))
-
-
-def _subscribed(client: redis.Redis) -> bool:
-    return bool(client.client_list(_type="pubsub"))

@@ -28,7 +28,7 @@ from tenure._backends.for_threads import IS_ASYNC
 from tenure._core.leased import IDLE_TTL_MS
 from tenure._sync._wakeups import Wakeups, wakeups_for
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, in_line, sleep, until
+from tests._backend_threads import gather, in_line, sleep, subscribed, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -433,10 +433,7 @@ def test_a_lost_wakeup_costs_at_most_a_recheck(
         # moment to subscribe), its subscriber connection goes (a proxy
         # restart, a network blip): the grant published meanwhile is heard by
         # nobody.
-        def subscribed() -> bool:
-            return bool(tenure_client.client_list(_type="pubsub"))
-
-        until(subscribed, 5, "the waiter's subscription")
+        until(lambda: subscribed(tenure_client), 5, "the waiter's subscription")
         until(lambda: in_line(tenure_client, holder, 1), 5, "the waiter in line")
         killed = tenure_client.client_kill_filter(_type="pubsub")
         assert killed >= 1
@@ -449,43 +446,26 @@ def test_a_lost_wakeup_costs_at_most_a_recheck(
 
 
 def test_an_acl_without_channels_still_hands_over(
-    tenure_server: ServerProcess,
-    tenure_client: redis.Redis,
-    caplog: pytest.LogCaptureFixture,
+    no_channels_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tenure_client.acl_setuser(
-        "nochannels",
-        enabled=True,
-        passwords=["+pw"],
-        keys=["*"],
-        commands=["+@all"],
-        reset_channels=True,
-    )
-    client = redis.Redis(
-        host=tenure_server.host, port=tenure_server.port, username="nochannels", password="pw"
-    )
-    try:
-        holder = Lock(client, "acl", thread_local=False)
-        waiter = Lock(client, "acl", blocking_timeout=5)
-        assert holder.acquire()
+    holder = Lock(no_channels_client, "acl", thread_local=False)
+    waiter = Lock(no_channels_client, "acl", blocking_timeout=5)
+    assert holder.acquire()
 
-        def take() -> float:
-            assert waiter.acquire()
-            return time.monotonic()
+    def take() -> float:
+        assert waiter.acquire()
+        return time.monotonic()
 
-        def release_soon() -> float:
-            until(lambda: in_line(client, holder, 1), 5, "the waiter in line")
-            holder.release()  # its PUBLISH is refused: the release still works
-            return time.monotonic()
+    def release_soon() -> float:
+        until(lambda: in_line(no_channels_client, holder, 1), 5, "the waiter in line")
+        holder.release()  # its PUBLISH is refused: the release still works
+        return time.monotonic()
 
-        with caplog.at_level(logging.WARNING, logger="tenure.wakeups"):
-            got, released = gather(take, release_soon)
-        assert got - released < 1.5  # by a re-check
-        assert "refused the wake-up channel" in caplog.text
-        waiter.release()
-    finally:
-        client.close()
-        tenure_client.acl_deluser("nochannels")
+    with caplog.at_level(logging.WARNING, logger="tenure.wakeups"):
+        got, released = gather(take, release_soon)
+    assert got - released < 1.5  # by a re-check
+    assert "refused the wake-up channel" in caplog.text
+    waiter.release()
 
 
 def test_acquire_takes_redis_pys_positional_order(
