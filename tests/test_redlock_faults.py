@@ -135,7 +135,9 @@ def test_a_restart_without_persistence_can_give_a_second_holder_with_a_larger_fe
     assert second.fencing_token is not None and second.fencing_token > first_fence
     # The first holder's next renewal finds a quorum refusing it: it is told.
     wait_for(lambda: bool(told), lease, "the first holder being told")
-    assert told[0] - both < lease / 3 + 0.5
+    # Renewals run every lease / 3; a busy machine may make one of them late,
+    # never two (told before the lease it believed it had could run out).
+    assert told[0] - both < 2 * lease / 3 + 0.5
     assert first.statistics().lost == 1
     second.release()
 
