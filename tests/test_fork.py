@@ -273,7 +273,7 @@ def test_a_lock_taken_in_another_thread_at_the_fork_does_not_block_the_child(
     inside, leave = threading.Event(), threading.Event()
 
     def hold_the_mutex() -> None:  # as the watchdog does for a moment at each renewal
-        with lock._mutex:
+        with lock._holds.mutex:
             inside.set()
             leave.wait(CHILD_TIMEOUT)
 

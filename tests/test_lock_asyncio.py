@@ -270,9 +270,9 @@ async def test_a_renewal_in_flight_during_downgrade_does_not_lose_the_hold(
             pass
     await asyncio.gather(*(client.ping() for _ in range(3)))  # pooled connections are open
     lost: list[object] = []
-    rw.write._on_lost = lost.append
+    rw.write._holds.on_lost = lost.append
     assert await rw.write.acquire()
-    renewal = rw.write._slot.get().renewal  # type: ignore[union-attr]
+    renewal = rw.write._holds.peek().renewal  # type: ignore[union-attr]
     tenure_proxy.set_latency(0.2, direction="upstream")
     downgrade = asyncio.create_task(rw.write.downgrade())
     await asyncio.sleep(0.05)

@@ -586,13 +586,13 @@ def handed_over(run: Run, make: Callable[[], Any]) -> tuple[object, object]:
     thread = threading.Thread(target=lambda: got.append(waiter.acquire(blocking_timeout=5)))
     thread.start()
     deadline = time.monotonic() + 5
-    while not run.direct.zcard(holder._keys.queue):  # in line
+    while not run.direct.zcard(holder.keys.queue):  # in line
         assert time.monotonic() < deadline, "the waiter never joined the line"
         time.sleep(0.01)
     holder.release()
     thread.join(10)
     deadline = time.monotonic() + 3  # the handoff's short lease confirmed (by the watchdog)
-    while run.direct.pttl(holder._keys.owner) < 2000 and time.monotonic() < deadline:
+    while run.direct.pttl(holder.keys.owner) < 2000 and time.monotonic() < deadline:
         time.sleep(0.01)
     snapshot = run.snapshot()
     return got, snapshot

@@ -72,15 +72,15 @@ from tenure._core.exceptions import (
     WrongTypeError,
 )
 from tenure._core.ingest import ChunkHolder, IngestStatus, ResetReport, WorkerReport
-from tenure._core.leased import (
+from tenure._core.redlock import RedlockStatistics
+from tenure._core.sources import AsyncCallableSource, CallableSource, SqlSource
+from tenure._core.statistics import (
     ClusterLockStatistics,
     LeasedStatistics,
     LockStatistics,
     ReadWriteStatistics,
     SemaphoreStatistics,
 )
-from tenure._core.redlock import RedlockStatistics
-from tenure._core.sources import AsyncCallableSource, CallableSource, SqlSource
 from tenure._core.stream import ConsumerStatistics, StreamMessage
 from tenure._sync._cache import Cache, HerdCache
 from tenure._sync._cluster_lock import ClusterLock

@@ -265,7 +265,7 @@ async def test_bad_policy_arguments_are_named(primary: redis.asyncio.Redis) -> N
         AsyncClusterLock(primary, "x", replica_timeout=1.0, waiter_lease=2.0)
     # An option the user did not set adapts to the one they did.
     derived = AsyncClusterLock(primary, "x", replica_timeout=1.0)
-    assert derived._settings.waiter_lease == 4.0
+    assert derived._rules.settings.waiter_lease == 4.0
     with pytest.raises(ArgumentError, match="^replica_timeout.*lease"):
         derived.timeout = 0.5  # a lease shorter than the acknowledgement wait
     assert derived.timeout is None

@@ -264,7 +264,7 @@ def test_bad_policy_arguments_are_named(primary: redis.Redis) -> None:
         ClusterLock(primary, "x", replica_timeout=1.0, waiter_lease=2.0)
     # An option the user did not set adapts to the one they did.
     derived = ClusterLock(primary, "x", replica_timeout=1.0)
-    assert derived._settings.waiter_lease == 4.0
+    assert derived._rules.settings.waiter_lease == 4.0
     with pytest.raises(ArgumentError, match="^replica_timeout.*lease"):
         derived.timeout = 0.5  # a lease shorter than the acknowledgement wait
     assert derived.timeout is None

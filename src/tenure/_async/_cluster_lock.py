@@ -37,20 +37,22 @@ import math
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from tenure._async._leased import extended
-from tenure._async._lock import AsyncLock
+from tenure._async._lock import AsyncLock, AsyncLockRules
 from tenure._async._replication import AsyncAcknowledger
+from tenure._async._rules import extended
 from tenure._async._scripting import AsyncClient
 from tenure._async._watchdog import Job, JobRunner
 from tenure._core.exceptions import ArgumentError
 from tenure._core.leased import (
     DEFAULT_WAITER_LEASE,
-    ClusterLockStatistics,
     Hold,
-    LeasedStatistics,
     LockSettings,
 )
 from tenure._core.replication import DEFAULT_REPLICA_TIMEOUT, ReplicationPolicy
+from tenure._core.statistics import (
+    ClusterLockStatistics,
+    LeasedStatistics,
+)
 
 __all__ = ["AsyncClusterLock"]
 
@@ -58,6 +60,50 @@ __all__ = ["AsyncClusterLock"]
 def _seconds(value: object) -> bool:
     """Whether ``value`` is a finite number (it is checked in full elsewhere)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class AsyncClusterLockRules(AsyncLockRules):
+    """The lock's rules, each taking call acknowledged by replicas before it counts."""
+
+    statistics_type: ClassVar[type[LeasedStatistics]] = ClusterLockStatistics
+    confirm_every_grant = True  # a grant is acknowledged by the replicas before it counts
+    reentry_hint = "make it with reentrant=True to re-enter"
+    acks: AsyncAcknowledger
+    """Set by :class:`AsyncClusterLock` once its policy is checked."""
+
+    def check_settings(self, settings: LockSettings) -> None:
+        replica_timeout = self.acks.policy.replica_timeout
+        if replica_timeout >= settings.lease:
+            raise ArgumentError(
+                "replica_timeout",
+                f"{replica_timeout:g}s is not below the lease ({settings.lease:g}s)",
+                name=self.name,
+            )
+
+    def statistics_extra(self) -> dict[str, Any]:
+        last = self.acks.last
+        return {
+            "required_replicas": None if last is None else last.required,
+            "acknowledged_replicas": None if last is None else last.acknowledged,
+            "shortfalls": self.acks.shortfalls,
+        }
+
+    async def run_taking(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        args: tuple[str | int, ...],
+        took: Callable[[Any], bool],
+    ) -> Any:
+        return await self.acks.run_checked(script, keys, args, took)
+
+    def renewal_runner(self, hold: Hold) -> JobRunner | None:
+        acks = self.acks
+
+        async def renew(job: Job) -> Any:
+            return await acks.run_checked(job.script, job.keys, job.args, extended)
+
+        return renew
 
 
 class AsyncClusterLock(AsyncLock):
@@ -84,9 +130,8 @@ class AsyncClusterLock(AsyncLock):
     primary of the key's slot is asked).
     """
 
-    _statistics_type: ClassVar[type[LeasedStatistics]] = ClusterLockStatistics
-    _confirm_every_grant = True  # a grant is acknowledged by the replicas before it counts
-    _reentry_hint = "make it with reentrant=True to re-enter"
+    _rules_type = AsyncClusterLockRules
+    _rules: AsyncClusterLockRules
 
     def __init__(
         self,
@@ -124,7 +169,7 @@ class AsyncClusterLock(AsyncLock):
         policy = ReplicationPolicy.build(
             min_replicas=min_replicas, replica_timeout=replica_timeout, aof=aof, name=name
         )
-        settings = self._settings
+        settings = self._rules.settings
         if policy.replica_timeout > settings.waiter_lease / 4:
             raise ArgumentError(
                 "replica_timeout",
@@ -133,17 +178,8 @@ class AsyncClusterLock(AsyncLock):
                 "outlive it; raise waiter_lease or lower replica_timeout",
                 name=name,
             )
-        self._acks = AsyncAcknowledger(self.client, policy, name)
-        self._check_settings(settings)
-
-    def _check_settings(self, settings: LockSettings) -> None:
-        replica_timeout = self._acks.policy.replica_timeout
-        if replica_timeout >= settings.lease:
-            raise ArgumentError(
-                "replica_timeout",
-                f"{replica_timeout:g}s is not below the lease ({settings.lease:g}s)",
-                name=self.name,
-            )
+        self._acks = self._rules.acks = AsyncAcknowledger(self.client, policy, name)
+        self._rules.check_settings(settings)
 
     @property
     def min_replicas(self) -> int | None:
@@ -163,28 +199,3 @@ class AsyncClusterLock(AsyncLock):
     def statistics(self) -> ClusterLockStatistics:
         """An immutable snapshot of the counters, with the last acknowledgement."""
         return cast(ClusterLockStatistics, super().statistics())
-
-    def _statistics_extra(self) -> dict[str, Any]:
-        last = self._acks.last
-        return {
-            "required_replicas": None if last is None else last.required,
-            "acknowledged_replicas": None if last is None else last.acknowledged,
-            "shortfalls": self._acks.shortfalls,
-        }
-
-    async def _run_taking(
-        self,
-        script: str,
-        keys: tuple[str, ...],
-        args: tuple[str | int, ...],
-        took: Callable[[Any], bool],
-    ) -> Any:
-        return await self._acks.run_checked(script, keys, args, took)
-
-    def _renewal_runner(self, hold: Hold) -> JobRunner | None:
-        acks = self._acks  # not the lock: renewals must not keep it alive
-
-        async def renew(job: Job) -> Any:
-            return await acks.run_checked(job.script, job.keys, job.args, extended)
-
-        return renew

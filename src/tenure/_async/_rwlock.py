@@ -21,7 +21,7 @@ import weakref
 from typing import Any, ClassVar, cast
 
 from tenure._async._scripting import AsyncClient
-from tenure._async._semaphore import AsyncPermits
+from tenure._async._semaphore import AsyncPermitRules, AsyncPermits
 from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
@@ -32,10 +32,12 @@ from tenure._core.exceptions import (
 )
 from tenure._core.leased import (
     IDLE_TTL_MS,
-    LeasedStatistics,
-    ReadWriteStatistics,
     check_lock_name,
     new_token,
+)
+from tenure._core.statistics import (
+    LeasedStatistics,
+    ReadWriteStatistics,
 )
 from tenure._core.values import check_seconds, to_text
 
@@ -46,14 +48,53 @@ RW_LIMIT = 2**31 - 1
 """A read-write lock is a semaphore with no limit whose tokens carry a mode."""
 
 
+class _AsyncSideRules(AsyncPermitRules):
+    """One side's rules: the semaphore's scripts, the lock's errors, tokens carrying the mode."""
+
+    not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
+    lost_error: ClassVar[type[LostError]] = LockLostError
+    statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
+    reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
+
+    def __init__(self, client: AsyncClient, name: str, mode: str, **options: Any) -> None:
+        super().__init__(client, name, RW_LIMIT, **options)
+        self.mode = mode
+        self.noun = "write lock" if mode == "w" else "read lock"
+        self.other: weakref.ReferenceType[_AsyncSide] | None = None
+        """The other side of the same read-write lock (weak: no cycle keeps a side alive)."""
+
+    def statistics_extra(self) -> dict[str, Any]:
+        return {"mode": "write" if self.mode == "w" else "read"}
+
+    def new_token(self) -> str:
+        return self.mode + new_token()
+
+    def check_owner_free(self) -> None:
+        other = None if self.other is None else self.other()
+        if other is None or not other._holding():
+            return
+        if self.mode == "w":
+            hint = (
+                "a read hold is not upgraded (two upgrading readers would wait on each "
+                "other): release it first, or take the write lock and downgrade()"
+            )
+        else:
+            hint = "it would wait on its own write hold: use write.downgrade()"
+        raise AlreadyHeldError(
+            f"this owner holds the {other._rules.noun} of this read-write lock; {hint}",
+            name=self.name,
+        )
+
+
+_FRONT_OPTIONS = ("thread_local", "raise_on_release_error", "on_lost", "cancel_on_lost")
+"""The options a side's front takes; its rules take the rest."""
+
+
 class _AsyncSide(AsyncPermits):
     """One side of a read-write lock: the semaphore's scripts, the lock's API and errors."""
 
-    _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
-    _lost_error: ClassVar[type[LostError]] = LockLostError
     _mode: ClassVar[str] = "r"
-    _statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
-    _reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
+    _rules: _AsyncSideRules
 
     def __init__(self, client: AsyncClient, name: str | bytes, **options: Any) -> None:
         name = check_lock_name(name)
@@ -61,53 +102,27 @@ class _AsyncSide(AsyncPermits):
             raise ArgumentError(
                 "reentrant", "a read-write lock is not re-entrant; leave it out", name=name
             )
+        options.pop("reentrant", None)
         options.setdefault("prefix", "tenure:rwlock:")
-        self._setup_permits(client, name, RW_LIMIT, **options)
+        front = {key: options.pop(key) for key in _FRONT_OPTIONS if key in options}
+        rules = _AsyncSideRules(client, name, self._mode, kind=type(self).__name__, **options)
+        super().__init__(rules, **front)
 
     def statistics(self) -> ReadWriteStatistics:
         """An immutable snapshot of this side's counters; ``mode`` says which side."""
         return cast(ReadWriteStatistics, super().statistics())
-
-    def _statistics_extra(self) -> dict[str, Any]:
-        return {"mode": "write" if self._mode == "w" else "read"}
-
-    def _new_token(self) -> str:
-        return self._mode + new_token()
-
-    _other: weakref.ReferenceType[_AsyncSide] | None = None
-    """The other side of the same read-write lock (weak: no cycle keeps a side alive)."""
-
-    def _check_owner_free(self) -> None:
-        other = None if self._other is None else self._other()
-        if other is None:
-            return
-        hold = other._slot.get(adopt=False)
-        if hold is not None and not hold.lost and not other._ran_out(hold):
-            if self._mode == "w":
-                hint = (
-                    "a read hold is not upgraded (two upgrading readers would wait on each "
-                    "other): release it first, or take the write lock and downgrade()"
-                )
-            else:
-                hint = "it would wait on its own write hold: use write.downgrade()"
-            raise AlreadyHeldError(
-                f"this owner holds the {other._noun} of this read-write lock; {hint}",
-                name=self.name,
-            )
 
 
 class AsyncReadLock(_AsyncSide):
     """The shared side of an :class:`AsyncReadWriteLock`: many readers at once."""
 
     _mode = "r"
-    _noun = "read lock"
 
 
 class AsyncWriteLock(_AsyncSide):
     """The exclusive side of an :class:`AsyncReadWriteLock`: one writer, no readers."""
 
     _mode = "w"
-    _noun = "write lock"
 
     async def downgrade(self) -> None:
         """Keep holding, as a reader: other readers may now join; writers still wait.
@@ -116,18 +131,19 @@ class AsyncWriteLock(_AsyncSide):
         :class:`~tenure.LockNotOwnedError` if this owner holds no write lock.
         """
         hold = self._require_hold("downgrade")
+        rules = self._rules
         if not hold.token.startswith("w"):
-            raise self._not_owned("already downgraded to a read lock", name=self.name)
+            raise rules.refused("already downgraded to a read lock")
         read_token = "r" + hold.token[1:]
-        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
-        keys = (*self._keys.all, *self._keys.receipts)
-        if int(await self._run("rw_downgrade", keys, args)) == 0:
-            self._mark_lost(hold)
-            raise self._not_owned("the write lock is no longer held", name=self.name)
-        with self._mutex:
+        args = (hold.token, read_token, rules.settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
+        keys = (*rules.keys.all, *rules.keys.receipts)
+        if int(await rules.run("rw_downgrade", keys, args)) == 0:
+            self._holds.mark_lost(hold)
+            raise rules.refused("the write lock is no longer held")
+        with self._holds.mutex:
             # The next renewal (or one in flight) still carries the write
             # token: its reply sees the change and it renews again under the
-            # read token (see _renewed), so it never marks the hold lost.
+            # read token (see AsyncLease), so it never marks the hold lost.
             hold.token = read_token
 
 
@@ -176,11 +192,12 @@ class AsyncReadWriteLock:
         self.read = AsyncReadLock(client, name, **options)
         self.write = AsyncWriteLock(client, name, **options)
         self.name: str = self.read.name
-        self.read._other, self.write._other = weakref.ref(self.write), weakref.ref(self.read)
+        self.read._rules.other = weakref.ref(self.write)
+        self.write._rules.other = weakref.ref(self.read)
 
     async def readers(self) -> int:
         """How many read holds there are now (0 while a writer holds)."""
-        holders = await self.read._registry.command(
+        holders = await self.read._rules.registry.command(
             "ZRANGE", self.read.keys.owner, 0, -1, name=self.name, doing="counting readers"
         )
         return sum(1 for token in holders if to_text(token).startswith("r"))

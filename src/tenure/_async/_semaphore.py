@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from tenure._async._leased import AsyncLeased, Call, LeasedScripts, extended
+from tenure._async._leased import AsyncLeased
+from tenure._async._rules import AsyncRules, Call, LeasedScripts, extended
 from tenure._async._scripting import AsyncClient
 from tenure._core.exceptions import (
     ArgumentError,
@@ -32,87 +33,131 @@ from tenure._core.leased import (
     DEFAULT_WAITER_LEASE,
     IDLE_TTL_MS,
     Acquired,
-    LeasedStatistics,
     LimitMismatch,
-    SemaphoreStatistics,
     call_id,
     check_lock_name,
     new_token,
 )
+from tenure._core.statistics import (
+    LeasedStatistics,
+    SemaphoreStatistics,
+)
 from tenure._core.values import check_seconds
 
-__all__ = ["AsyncPermits", "AsyncSemaphore"]
+__all__ = ["AsyncPermitRules", "AsyncPermits", "AsyncSemaphore", "AsyncSemaphoreRules"]
 
 
-class AsyncPermits(AsyncLeased):
-    """Permits on the semaphore's scripts: the base of AsyncSemaphore and the read-write sides.
+class AsyncPermitRules(AsyncRules):
+    """Permits on the semaphore's scripts: the rules AsyncSemaphore and the read-write sides share.
 
-    It holds what those share (the scripts' calls, the stored limit); the
-    semaphore-only API (``limit``, ``set_limit``, ``refresh``, ``holders``)
-    is :class:`AsyncSemaphore`'s.
+    A sorted set of holders in place of the lock's single owner, and the
+    limit stored with them; each kind adds its nouns and errors.
     """
 
-    _scripts = LeasedScripts.of("semaphore")
-    _line_script = "semaphore_line"
-    _limit: int
+    scripts = LeasedScripts.of("semaphore")
+    line_script: ClassVar[str | None] = "semaphore_line"
 
-    def _setup_permits(
-        self, client: AsyncClient, name: str | bytes, limit: int, **options: Any
-    ) -> None:
-        """Check ``limit``, then set up as every leased primitive does (``_setup``)."""
+    def __init__(self, client: AsyncClient, name: str | bytes, limit: int, **options: Any) -> None:
         name = check_lock_name(name)
         _check_limit(limit, name)
-        self._setup(client, name, **options)
-        self._limit = limit
+        super().__init__(client, name, **options)
+        self.limit = limit
 
-    def _try_call(self, token: str) -> Call:
-        k = self._keys
+    def try_call(self, token: str) -> Call:
+        k = self.keys
         keys = (k.owner, k.queue, k.fence, k.limit, k.owners, k.grants)
-        args = (token, self._settings.lease_ms, self._limit, IDLE_TTL_MS, self.owner_name)
+        args = (token, self.settings.lease_ms, self.limit, IDLE_TTL_MS, self.owner_name)
         return keys, args
 
-    def _acquire_argv4(self, reenter: bool) -> int:
-        return self._limit  # the semaphore scripts' ARGV[4]: the limit
+    def acquire_call(
+        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
+    ) -> Call:
+        settings = self.settings
+        args = (
+            token,
+            settings.lease_ms,
+            waiter_lease_ms,
+            self.limit,  # the semaphore scripts' ARGV[4]: the limit
+            settings.handoff_ms,
+            channel,
+            IDLE_TTL_MS,
+            self.owner_name,
+        )
+        return self.keys.all, args
 
-    def _acquire_keys(self) -> tuple[str, ...]:
-        return self._keys.all
+    def line_call(self) -> Call:
+        return self.keys.all, (self.limit,)
 
-    def _line_call(self) -> tuple[tuple[str, ...], tuple[str | int, ...]]:
-        return self._keys.all, (self._limit,)
+    def release_call(self, token: str) -> Call:
+        keys = (*self.keys.all, *self.keys.receipts)
+        return keys, (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS)
 
-    def _release_call(self, token: str) -> Call:
-        keys = (*self._keys.all, *self._keys.receipts)
-        return keys, (token, self._settings.handoff_ms, self._limit, IDLE_TTL_MS)
+    def leave_call(self, token: str, mode: str) -> Call:
+        args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS)
+        return self.keys.all, args
 
-    def _leave_call(self, token: str, mode: str) -> Call:
-        args = (token, self._settings.handoff_ms, mode, self._limit, IDLE_TTL_MS)
-        return self._keys.all, args
-
-    def _extend_call(self, token: str, ms: int, mode: str) -> Call:
-        k = self._keys
+    def extend_call(self, token: str, ms: int, mode: str) -> Call:
+        k = self.keys
         keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
         return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode))
 
-    async def _confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
-        # A permit's fence is its grant's: the permit's lease is set anew.
-        keys, args = self._extend_call(token, self._settings.lease_ms, "set")
-        reply = int(await self._run_taking(self._scripts.extend, keys, args, extended))
+    async def confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
+        """A permit's fence is its grant's: the permit's lease is set anew."""
+        keys, args = self.extend_call(token, self.settings.lease_ms, "set")
+        reply = int(await self.run_taking(self.scripts.extend, keys, args, extended))
         return None if reply <= 0 else Acquired(fence=granted.fence, lease_ms=reply)
 
-    def _parse_try(self, reply: Any) -> int:
+    def parse_try(self, reply: Any) -> int:
         fence = int(reply)
         if fence < 0:
-            raise self._limit_mismatch(LimitMismatch(stored=-fence))
+            raise self.limit_mismatch(LimitMismatch(stored=-fence))
         return fence
 
-    def _limit_mismatch(self, answer: LimitMismatch) -> TenureError:
+    def limit_mismatch(self, answer: LimitMismatch) -> TenureError:
         return SemaphoreLimitError(
-            f"the semaphore is in use with limit {answer.stored}, not {self._limit} "
+            f"the semaphore is in use with limit {answer.stored}, not {self.limit} "
             "(set_limit() changes it for everyone)",
             name=self.name,
             stored=answer.stored,
-            given=self._limit,
+            given=self.limit,
         )
+
+
+class AsyncSemaphoreRules(AsyncPermitRules):
+    """The semaphore's nouns and errors, and its limit in its statistics."""
+
+    not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
+    lost_error: ClassVar[type[LostError]] = SemaphoreLostError
+    statistics_type: ClassVar[type[LeasedStatistics]] = SemaphoreStatistics
+    noun = "permit"
+    reentry_hint = (
+        "a semaphore is not re-entrant: for a second permit, acquire a second "
+        "AsyncSemaphore object of the same name"
+    )
+
+    def statistics_extra(self) -> dict[str, Any]:
+        return {"limit": self.limit}
+
+
+class AsyncPermits(AsyncLeased):
+    """A leased primitive on permit rules: AsyncSemaphore and the read-write sides."""
+
+    _rules: AsyncPermitRules
+
+    async def owned(self) -> bool:
+        """True if this owner holds it, as the server sees it (one round trip)."""
+        hold = self._holds.current()
+        if hold is None:
+            return False
+        rules = self._rules
+        score = await rules.registry.command(
+            "ZSCORE",
+            rules.keys.owner,
+            hold.token,
+            name=self.name,
+            doing=f"checking the {rules.noun}",
+        )
+        return score is not None
 
 
 class AsyncSemaphore(AsyncPermits):
@@ -141,21 +186,11 @@ class AsyncSemaphore(AsyncPermits):
     once the permit is gone. A holder's permit carries a fencing token.
     """
 
-    _not_owned: ClassVar[type[NotOwnedError]] = SemaphoreNotOwnedError
-    _lost_error: ClassVar[type[LostError]] = SemaphoreLostError
-    _noun = "permit"
-    _reentry_hint = (
-        "a semaphore is not re-entrant: for a second permit, acquire a second "
-        "AsyncSemaphore object of the same name"
-    )
-    _statistics_type: ClassVar[type[LeasedStatistics]] = SemaphoreStatistics
+    _rules: AsyncSemaphoreRules
 
     def statistics(self) -> SemaphoreStatistics:
         """An immutable snapshot of this semaphore object's counters, with its limit."""
         return cast(SemaphoreStatistics, super().statistics())
-
-    def _statistics_extra(self) -> dict[str, Any]:
-        return {"limit": self._limit}
 
     def __init__(
         self,
@@ -183,33 +218,37 @@ class AsyncSemaphore(AsyncPermits):
     ) -> None:
         name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
-        self._setup_permits(
+        rules = AsyncSemaphoreRules(
             client,
             name,
             limit,
+            kind=type(self).__name__,
             timeout=timeout,
             blocking=blocking,
             blocking_timeout=blocking_timeout,
-            thread_local=thread_local,
             auto_renew=auto_renew,
+            max_hold=max_hold,
+            prefix=prefix,
+            waiter_lease=waiter_lease,
+            handoff_lease=handoff_lease,
+            owner_name=owner_name,
+        )
+        super().__init__(
+            rules,
+            thread_local=thread_local,
+            raise_on_release_error=raise_on_release_error,
             on_lost=on_lost,
             # unasync: async-only
             cancel_on_lost=cancel_on_lost,
             # unasync: sync-only
             # unasync: end
-            max_hold=max_hold,
-            prefix=prefix,
-            waiter_lease=waiter_lease,
-            handoff_lease=handoff_lease,
-            raise_on_release_error=raise_on_release_error,
-            owner_name=owner_name,
         )
         self.sleep = sleep
 
     @property
     def limit(self) -> int:
         """How many permits exist (as this object knows it; :meth:`set_limit` changes it)."""
-        return self._limit
+        return self._rules.limit
 
     async def set_limit(self, limit: int) -> int:
         """Change the limit stored with the semaphore, for every user; return the previous one.
@@ -220,10 +259,11 @@ class AsyncSemaphore(AsyncPermits):
         until they are made with the new one (or call ``set_limit``).
         """
         _check_limit(limit, self.name)
-        args = (limit, self._settings.handoff_ms, IDLE_TTL_MS, new_token())
-        keys = (*self._keys.all, *self._keys.receipts)
-        previous = int(await self._run("semaphore_set_limit", keys, args))
-        self._limit = limit
+        rules = self._rules
+        args = (limit, rules.settings.handoff_ms, IDLE_TTL_MS, new_token())
+        keys = (*rules.keys.all, *rules.keys.receipts)
+        previous = int(await rules.run("semaphore_set_limit", keys, args))
+        rules.limit = limit
         return previous
 
     async def refresh(self) -> bool:
@@ -236,7 +276,8 @@ class AsyncSemaphore(AsyncPermits):
 
     async def holders(self) -> int:
         """How many permits are held now, counting only live leases (one round trip)."""
-        return int(await self._run("semaphore_holders", (self._keys.owner,), ()))
+        rules = self._rules
+        return int(await rules.run("semaphore_holders", (rules.keys.owner,), ()))
 
 
 def _check_limit(limit: object, name: str) -> None:

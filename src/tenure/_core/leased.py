@@ -13,7 +13,6 @@ import math
 import os
 import secrets
 import socket
-import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -37,16 +36,11 @@ __all__ = [
     "RENEW_RETRY_MIN",
     "WAITER_REFRESH",
     "Acquired",
-    "ClusterLockStatistics",
     "Hold",
-    "LeasedStatistics",
     "LimitMismatch",
     "LockKeys",
     "LockSettings",
-    "LockStatistics",
     "Queued",
-    "ReadWriteStatistics",
-    "SemaphoreStatistics",
     "TokenLocal",
     "call_id",
     "check_name",
@@ -467,20 +461,20 @@ class TokenLocal:
     it (the server checks the token). Setting None forgets the hold here.
     """
 
-    __slots__ = ("_primitive",)
+    __slots__ = ("_holds",)
 
-    def __init__(self, primitive: Any) -> None:
-        self._primitive = primitive
+    def __init__(self, holds: Any) -> None:
+        self._holds = holds  # a primitive's holds: current_token() and take_token()
 
     @property
     def token(self) -> bytes | None:
         """The current owner's token, or None."""
-        token: str | None = self._primitive._current_token()
+        token: str | None = self._holds.current_token()
         return None if token is None else token.encode("utf-8")
 
     @token.setter
     def token(self, value: bytes | str | None) -> None:
-        self._primitive._take_token(value)
+        self._holds.take_token(value)
 
 
 @dataclass(slots=True)
@@ -590,99 +584,3 @@ def grant_time(sent: float, queued: Queued, granted: Acquired) -> float:
     if granted.server_ms < queued.server_ms:
         return -math.inf
     return sent + (granted.server_ms - queued.server_ms) / 1000
-
-
-@dataclass(kw_only=True)
-class Counters:
-    """What one lock object has counted (this process only); times in seconds.
-
-    ``contended`` counts acquisitions that had to wait; ``timeouts`` counts
-    acquire calls that gave up; ``lost`` counts holds that were lost while
-    held; ``waiters`` is how many of this object's acquisitions wait now.
-    """
-
-    acquisitions: int = 0
-    contended: int = 0
-    timeouts: int = 0
-    releases: int = 0
-    lost: int = 0
-    renewals: int = 0
-    wait_total: float = 0.0
-    wait_max: float = 0.0
-    hold_total: float = 0.0
-    hold_max: float = 0.0
-    waiters: int = 0
-
-    def record_acquired(self, waited: float, contended: bool) -> None:
-        """Count one acquisition that waited ``waited`` seconds."""
-        self.acquisitions += 1
-        self.contended += int(contended)
-        self.wait_total += waited
-        self.wait_max = max(self.wait_max, waited)
-
-    def record_released(self, hold: Hold) -> None:
-        """Count one release of ``hold``."""
-        held_for = time.monotonic() - hold.acquired_at
-        self.releases += 1
-        self.hold_total += held_for
-        self.hold_max = max(self.hold_max, held_for)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeasedStatistics:
-    """A snapshot of one primitive object's counters (this process only), immutable.
-
-    Times are in seconds. ``contended`` counts acquisitions that had to wait;
-    ``timeouts`` counts acquire calls that gave up; ``lost`` counts holds that
-    were lost while held; ``waiters`` is how many of this object's
-    acquisitions wait now. ``held`` and ``fencing_token`` describe the calling
-    thread's (or task's) hold.
-    """
-
-    name: str
-    held: bool
-    fencing_token: int | None
-    acquisitions: int
-    contended: int
-    timeouts: int
-    releases: int
-    lost: int
-    renewals: int
-    wait_total: float
-    wait_max: float
-    hold_total: float
-    hold_max: float
-    waiters: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class LockStatistics(LeasedStatistics):
-    """A lock's statistics (:meth:`tenure.Lock.statistics`)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClusterLockStatistics(LockStatistics):
-    """A :class:`~tenure.ClusterLock`'s statistics, with its last acknowledgement.
-
-    ``required_replicas`` / ``acknowledged_replicas`` describe the last write
-    that waited (None before the first); ``shortfalls`` counts the writes
-    whose acknowledgements fell short (refused acquisitions, retried renewals).
-    """
-
-    required_replicas: int | None
-    acknowledged_replicas: int | None
-    shortfalls: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class SemaphoreStatistics(LeasedStatistics):
-    """A semaphore's statistics, with the limit this object knows."""
-
-    limit: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReadWriteStatistics(LeasedStatistics):
-    """One side of a read-write lock: ``mode`` is ``"read"`` or ``"write"``."""
-
-    mode: str

@@ -23,7 +23,9 @@ from tenure._core.exceptions import (
     ClientTypeError,
     QuorumError,
 )
-from tenure._core.leased import LockStatistics
+from tenure._core.statistics import (
+    LockStatistics,
+)
 
 __all__ = [
     "ADAPTIVE_MARGIN",

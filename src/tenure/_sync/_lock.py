@@ -19,13 +19,92 @@ from tenure._core.exceptions import (
     LockNotOwnedError,
     LostError,
     NotOwnedError,
+    PrimitiveError,
+    TenureError,
 )
-from tenure._core.leased import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
+from tenure._core.leased import (
+    DEFAULT_HANDOFF_LEASE,
+    DEFAULT_WAITER_LEASE,
+    IDLE_TTL_MS,
+    Acquired,
+    LimitMismatch,
+    call_id,
+    check_lock_name,
+)
+from tenure._core.statistics import (
+    LeasedStatistics,
+    LockStatistics,
+)
 from tenure._core.values import check_seconds, to_text
-from tenure._sync._leased import Leased, LeasedScripts
+from tenure._sync._leased import Leased
+from tenure._sync._rules import Call, LeasedScripts, Rules, took_lock
 from tenure._sync._scripting import Client
 
-__all__ = ["Lock", "ReentrantLock"]
+__all__ = ["Lock", "LockRules", "ReentrantLock"]
+
+
+class LockRules(Rules):
+    """The lock's rules: one owner (a hash), re-entry counted by its owner, the lock's errors."""
+
+    scripts = LeasedScripts.of("lock")
+    line_script: ClassVar[str | None] = "lock_line"
+    not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
+    lost_error: ClassVar[type[LostError]] = LockLostError
+    statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics
+    reentry_hint = "make it with reentrant=True (or use ReentrantLock) to re-enter"
+
+    def try_call(self, token: str) -> Call:
+        k = self.keys
+        args = (token, self.settings.lease_ms, IDLE_TTL_MS, self.owner_name)
+        return (k.owner, k.queue, k.fence, *self.outer_keys), args
+
+    def acquire_call(
+        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
+    ) -> Call:
+        settings = self.settings
+        args = (
+            token,
+            settings.lease_ms,
+            waiter_lease_ms,
+            int(reenter),
+            settings.handoff_ms,
+            channel,
+            IDLE_TTL_MS,
+            self.owner_name,
+        )
+        return (*self.keys.lock, *self.outer_keys), args
+
+    def release_call(self, token: str) -> Call:
+        keys = (*self.keys.lock, *self.keys.receipts, *self.outer_keys)
+        return keys, (token, self.settings.handoff_ms, IDLE_TTL_MS)
+
+    def leave_call(self, token: str, mode: str) -> Call:
+        keys = (*self.keys.lock, *self.outer_keys)
+        return keys, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS)
+
+    def extend_call(self, token: str, ms: int, mode: str) -> Call:
+        keys = (self.keys.owner, *self.keys.receipts, *self.outer_keys)
+        return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS)
+
+    def line_call(self) -> Call:
+        return (*self.keys.lock, *self.outer_keys), ()
+
+    def parse_try(self, reply: Any) -> int:
+        return int(reply)
+
+    def limit_mismatch(self, answer: LimitMismatch) -> TenureError:
+        return PrimitiveError(f"unexpected reply {answer!r}", name=self.name)
+
+    def confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
+        """The lock's: its acquire script, re-entering, checks that the token holds.
+
+        It sets the lease and answers the hold's fence as the server has it --
+        newer than ``granted``'s if the token was handed the lock again since
+        (its line joined it again).
+        """
+        keys, args = self.acquire_call(token, 0, reenter=True)
+        answer = self.answer(self.run_taking(self.scripts.acquire, keys, args, took_lock))
+        return answer if isinstance(answer, Acquired) else None
 
 
 class Lock(Leased):
@@ -72,12 +151,7 @@ class Lock(Leased):
       docs/redis-py.md.
     """
 
-    _scripts = LeasedScripts.of("lock")
-    _line_script = "lock_line"
-    _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
-    _lost_error: ClassVar[type[LostError]] = LockLostError
-    _noun = "lock"
-    _reentry_hint = "make it with reentrant=True (or use ReentrantLock) to re-enter"
+    _rules_type: ClassVar[type[LockRules]] = LockRules
 
     def __init__(
         self,
@@ -106,9 +180,10 @@ class Lock(Leased):
             raise ArgumentError(
                 "interop", f"must be None or 'redis-py', got {interop!r}", name=name
             )
-        self._setup(
+        rules = self._rules_type(
             client,
             name,
+            kind=type(self).__name__,
             timeout=timeout,
             blocking=blocking,
             blocking_timeout=blocking_timeout,
@@ -117,11 +192,14 @@ class Lock(Leased):
             max_hold=max_hold,
             waiter_lease=waiter_lease,
             handoff_lease=handoff_lease,
-            thread_local=thread_local,
-            on_lost=on_lost,
             prefix=prefix,
-            raise_on_release_error=raise_on_release_error,
             owner_name=owner_name,
+        )
+        super().__init__(
+            rules,
+            thread_local=thread_local,
+            raise_on_release_error=raise_on_release_error,
+            on_lost=on_lost,
         )
         self.sleep = sleep
         self.interop = interop
@@ -133,16 +211,16 @@ class Lock(Leased):
                     name=name,
                 )
             # redis-py's key of the lock: its name, as redis-py's Lock encodes it.
-            self._outer_keys = (name,)
-            self._outsider_poll = float(sleep)
+            rules.outer_keys = (name,)
+            rules.outsider_poll = float(sleep)
 
     def locked(self) -> bool:
         """True if anyone holds the lock (one round trip).
 
         With ``interop="redis-py"``, a holder of redis-py's key counts too.
         """
-        exists = self._registry.command
-        keys = (self._keys.owner, *self._outer_keys)
+        exists = self._rules.registry.command
+        keys = (self._rules.keys.owner, *self._rules.outer_keys)
         return bool(exists("EXISTS", *keys, name=self.name, doing="checking"))
 
     def owned(self) -> bool:
@@ -151,18 +229,17 @@ class Lock(Leased):
         With ``interop="redis-py"``, redis-py's key must hold its token too (a
         second round trip).
         """
-        hold = self._slot.get()
+        hold = self._holds.current()
         if hold is None:
             return False
-        current = self._registry.command(
-            "HGET", self._keys.owner, "token", name=self.name, doing="checking the lock"
+        command = self._rules.registry.command
+        current = command(
+            "HGET", self._rules.keys.owner, "token", name=self.name, doing="checking the lock"
         )
         if current is None or to_text(current) != hold.token:
             return False
-        for key in self._outer_keys:  # interop: redis-py's key must hold the token too
-            theirs = self._registry.command(
-                "GET", key, name=self.name, doing="checking redis-py's key"
-            )
+        for key in self._rules.outer_keys:  # interop: redis-py's key must hold the token too
+            theirs = command("GET", key, name=self.name, doing="checking redis-py's key")
             if theirs is None or to_text(theirs) != hold.token:
                 return False
         return True

@@ -31,14 +31,16 @@ from tenure._core.exceptions import (
 )
 from tenure._core.leased import (
     IDLE_TTL_MS,
-    LeasedStatistics,
-    ReadWriteStatistics,
     check_lock_name,
     new_token,
 )
+from tenure._core.statistics import (
+    LeasedStatistics,
+    ReadWriteStatistics,
+)
 from tenure._core.values import check_seconds, to_text
 from tenure._sync._scripting import Client
-from tenure._sync._semaphore import Permits
+from tenure._sync._semaphore import PermitRules, Permits
 
 __all__ = ["ReadLock", "ReadWriteLock", "WriteLock"]
 
@@ -47,14 +49,53 @@ RW_LIMIT = 2**31 - 1
 """A read-write lock is a semaphore with no limit whose tokens carry a mode."""
 
 
+class _AsyncSideRules(PermitRules):
+    """One side's rules: the semaphore's scripts, the lock's errors, tokens carrying the mode."""
+
+    not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
+    lost_error: ClassVar[type[LostError]] = LockLostError
+    statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
+    reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
+
+    def __init__(self, client: Client, name: str, mode: str, **options: Any) -> None:
+        super().__init__(client, name, RW_LIMIT, **options)
+        self.mode = mode
+        self.noun = "write lock" if mode == "w" else "read lock"
+        self.other: weakref.ReferenceType[_AsyncSide] | None = None
+        """The other side of the same read-write lock (weak: no cycle keeps a side alive)."""
+
+    def statistics_extra(self) -> dict[str, Any]:
+        return {"mode": "write" if self.mode == "w" else "read"}
+
+    def new_token(self) -> str:
+        return self.mode + new_token()
+
+    def check_owner_free(self) -> None:
+        other = None if self.other is None else self.other()
+        if other is None or not other._holding():
+            return
+        if self.mode == "w":
+            hint = (
+                "a read hold is not upgraded (two upgrading readers would wait on each "
+                "other): release it first, or take the write lock and downgrade()"
+            )
+        else:
+            hint = "it would wait on its own write hold: use write.downgrade()"
+        raise AlreadyHeldError(
+            f"this owner holds the {other._rules.noun} of this read-write lock; {hint}",
+            name=self.name,
+        )
+
+
+_FRONT_OPTIONS = ("thread_local", "raise_on_release_error", "on_lost", "cancel_on_lost")
+"""The options a side's front takes; its rules take the rest."""
+
+
 class _AsyncSide(Permits):
     """One side of a read-write lock: the semaphore's scripts, the lock's API and errors."""
 
-    _not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
-    _lost_error: ClassVar[type[LostError]] = LockLostError
     _mode: ClassVar[str] = "r"
-    _statistics_type: ClassVar[type[LeasedStatistics]] = ReadWriteStatistics
-    _reentry_hint = "a read-write lock is not re-entrant: release it before acquiring again"
+    _rules: _AsyncSideRules
 
     def __init__(self, client: Client, name: str | bytes, **options: Any) -> None:
         name = check_lock_name(name)
@@ -62,53 +103,27 @@ class _AsyncSide(Permits):
             raise ArgumentError(
                 "reentrant", "a read-write lock is not re-entrant; leave it out", name=name
             )
+        options.pop("reentrant", None)
         options.setdefault("prefix", "tenure:rwlock:")
-        self._setup_permits(client, name, RW_LIMIT, **options)
+        front = {key: options.pop(key) for key in _FRONT_OPTIONS if key in options}
+        rules = _AsyncSideRules(client, name, self._mode, kind=type(self).__name__, **options)
+        super().__init__(rules, **front)
 
     def statistics(self) -> ReadWriteStatistics:
         """An immutable snapshot of this side's counters; ``mode`` says which side."""
         return cast(ReadWriteStatistics, super().statistics())
-
-    def _statistics_extra(self) -> dict[str, Any]:
-        return {"mode": "write" if self._mode == "w" else "read"}
-
-    def _new_token(self) -> str:
-        return self._mode + new_token()
-
-    _other: weakref.ReferenceType[_AsyncSide] | None = None
-    """The other side of the same read-write lock (weak: no cycle keeps a side alive)."""
-
-    def _check_owner_free(self) -> None:
-        other = None if self._other is None else self._other()
-        if other is None:
-            return
-        hold = other._slot.get(adopt=False)
-        if hold is not None and not hold.lost and not other._ran_out(hold):
-            if self._mode == "w":
-                hint = (
-                    "a read hold is not upgraded (two upgrading readers would wait on each "
-                    "other): release it first, or take the write lock and downgrade()"
-                )
-            else:
-                hint = "it would wait on its own write hold: use write.downgrade()"
-            raise AlreadyHeldError(
-                f"this owner holds the {other._noun} of this read-write lock; {hint}",
-                name=self.name,
-            )
 
 
 class ReadLock(_AsyncSide):
     """The shared side of an :class:`ReadWriteLock`: many readers at once."""
 
     _mode = "r"
-    _noun = "read lock"
 
 
 class WriteLock(_AsyncSide):
     """The exclusive side of an :class:`ReadWriteLock`: one writer, no readers."""
 
     _mode = "w"
-    _noun = "write lock"
 
     def downgrade(self) -> None:
         """Keep holding, as a reader: other readers may now join; writers still wait.
@@ -117,18 +132,19 @@ class WriteLock(_AsyncSide):
         :class:`~tenure.LockNotOwnedError` if this owner holds no write lock.
         """
         hold = self._require_hold("downgrade")
+        rules = self._rules
         if not hold.token.startswith("w"):
-            raise self._not_owned("already downgraded to a read lock", name=self.name)
+            raise rules.refused("already downgraded to a read lock")
         read_token = "r" + hold.token[1:]
-        args = (hold.token, read_token, self._settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
-        keys = (*self._keys.all, *self._keys.receipts)
-        if int(self._run("rw_downgrade", keys, args)) == 0:
-            self._mark_lost(hold)
-            raise self._not_owned("the write lock is no longer held", name=self.name)
-        with self._mutex:
+        args = (hold.token, read_token, rules.settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
+        keys = (*rules.keys.all, *rules.keys.receipts)
+        if int(rules.run("rw_downgrade", keys, args)) == 0:
+            self._holds.mark_lost(hold)
+            raise rules.refused("the write lock is no longer held")
+        with self._holds.mutex:
             # The next renewal (or one in flight) still carries the write
             # token: its reply sees the change and it renews again under the
-            # read token (see _renewed), so it never marks the hold lost.
+            # read token (see Lease), so it never marks the hold lost.
             hold.token = read_token
 
 
@@ -177,11 +193,12 @@ class ReadWriteLock:
         self.read = ReadLock(client, name, **options)
         self.write = WriteLock(client, name, **options)
         self.name: str = self.read.name
-        self.read._other, self.write._other = weakref.ref(self.write), weakref.ref(self.read)
+        self.read._rules.other = weakref.ref(self.write)
+        self.write._rules.other = weakref.ref(self.read)
 
     def readers(self) -> int:
         """How many read holds there are now (0 while a writer holds)."""
-        holders = self.read._registry.command(
+        holders = self.read._rules.registry.command(
             "ZRANGE", self.read.keys.owner, 0, -1, name=self.name, doing="counting readers"
         )
         return sum(1 for token in holders if to_text(token).startswith("r"))

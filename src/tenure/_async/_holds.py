@@ -1,0 +1,191 @@
+"""AsyncHolds: the ownership part of a leased primitive.
+
+Who holds what in this process (one hold per owner, by the rules of
+:mod:`tenure._backends.owners`), the counters the statistics report, and
+the notice of a hold found lost: ``lost``, ``on_lost``, and the
+cancellation of an ``async with`` body that asked for it. The other parts
+(:mod:`tenure._async._lease`, :mod:`tenure._async._queue`) record here what
+they took and learned; the watchdog's renewals and the owners' threads
+share this state under one mutex.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from tenure._async._rules import AsyncRules
+from tenure._async._watchdog import watchdog
+from tenure._backends.for_asyncio import Mutex, OwnerSlot, cancel_holder, current_holder
+from tenure._core.leased import (
+    Hold,
+)
+from tenure._core.statistics import (
+    Counters,
+    LeasedStatistics,
+)
+
+__all__ = ["AsyncHolds"]
+
+logger = logging.getLogger("tenure.lock")
+
+
+class AsyncHolds:
+    """The holds of one primitive object in this process, and its counters."""
+
+    def __init__(
+        self,
+        rules: AsyncRules,
+        primitive: object,
+        *,
+        per_owner: bool,
+        on_lost: Callable[[Any], None] | None,
+        cancel_on_lost: bool,
+    ) -> None:
+        self._rules = rules
+        # Weak: renewals reach the holds, and must not keep the object alive.
+        self._primitive = weakref.ref(primitive)
+        self.slot: OwnerSlot[Hold] = OwnerSlot(per_owner=per_owner)
+        self.counters = Counters()
+        self.mutex = Mutex()  # the watchdog and the owners' threads share holds and counters
+        self.on_lost = on_lost
+        self.cancel_on_lost = cancel_on_lost
+        self.forgetting: Callable[[Hold], None] | None = None
+        """Told of each hold forgotten (Redlock stops keeping its late grants)."""
+
+    def current(self) -> Hold | None:
+        """The current owner's hold (adopting one its finished owner left), or None."""
+        return self.slot.get()
+
+    def peek(self) -> Hold | None:
+        """The current owner's hold, without adopting one; or None."""
+        return self.slot.get(adopt=False)
+
+    def holds(self, hold: Hold) -> bool:
+        """Whether ``hold`` is still one this object tracks."""
+        return self.slot.holds(hold)
+
+    def record(self, hold: Hold, contended: bool) -> None:
+        """Make ``hold``, just taken, the current owner's (the mutex held)."""
+        self.slot.set(hold)
+        self.counters.record_acquired(hold.waited, contended=contended)
+
+    def add_waiter(self, count: int) -> None:
+        """Count a waiter in line (``count`` 1) or out of it (-1)."""
+        with self.mutex:
+            self.counters.waiters += count
+
+    def timed_out(self) -> bool:
+        """Count a waiter that gave up at its deadline; False, what ``acquire()`` returns."""
+        with self.mutex:
+            self.counters.timeouts += 1
+        return False
+
+    # -- redis-py's local.token -----------------------------------------------------
+
+    def current_token(self) -> str | None:
+        """The current owner's token, or None."""
+        hold = self.slot.get()
+        return None if hold is None else hold.token
+
+    def take_token(self, value: bytes | str | None) -> None:
+        """Make the current owner's hold the one with token ``value`` (None: none)."""
+        held = self.slot.get(adopt=False)
+        if value is None:
+            if held is not None:
+                self.forget(held)
+            return
+        token = self._rules.checked_token(value)
+        if held is not None:
+            if held.token == token:
+                return
+            self.forget(held)  # this object no longer tracks it (nor renews it)
+        now = time.monotonic()
+        hold = Hold(
+            token=token, fence=0, acquired_at=now, expires_at=math.inf, holder=current_holder()
+        )
+        with self.mutex:
+            self.slot.set(hold)
+
+    # -- ending holds -------------------------------------------------------------
+
+    def mark_lost(self, hold: Hold, why: str = "it was lost while held") -> None:
+        """Record that ``hold`` was lost while held (only a live hold, once), and tell."""
+        with self.mutex:
+            if hold.lost or not self.slot.holds(hold):
+                return
+            hold.lost = True
+            self.counters.lost += 1
+        rules = self._rules
+        logger.warning("tenure: %s %r: %s (fence %s)", rules.noun, rules.name, why, hold.fence)
+        if self.cancel_on_lost and hold.guarded:
+            cancel_holder(hold.holder)
+        primitive = self._primitive()
+        if self.on_lost is not None and primitive is not None:
+            self.on_lost(primitive)
+
+    def found_gone(self, hold: Hold) -> None:
+        """A release found ``hold`` gone: count it lost (without telling: the caller raises)."""
+        with self.mutex:
+            if not hold.lost:
+                hold.lost = True
+                self.counters.lost += 1
+
+    def forget(self, hold: Hold) -> None:
+        """Stop tracking (and renewing) ``hold``."""
+        if self.forgetting is not None:
+            self.forgetting(hold)
+        with self.mutex:
+            if hold.renewal is not None:
+                watchdog().cancel(hold.renewal)
+                hold.renewal = None
+            self.slot.clear(hold)
+
+    def leave_inner(self, hold: Hold) -> bool:
+        """An inner release of a re-entered hold: count it down; whether it was one."""
+        with self.mutex:
+            inner = hold.count > 1 and not hold.lost
+            if inner:
+                hold.count -= 1  # the outer hold goes on
+        return inner
+
+    def released(self, hold: Hold) -> None:
+        """Count ``hold``'s release."""
+        with self.mutex:
+            self.counters.record_released(hold)
+
+    # -- reporting --------------------------------------------------------------
+
+    def statistics(self) -> LeasedStatistics:
+        """An immutable snapshot of the counters and the current hold."""
+        hold = self.slot.get(adopt=False)
+        with self.mutex:
+            counters = asdict(self.counters)
+        rules = self._rules
+        return rules.statistics_type(
+            name=rules.name,
+            held=hold is not None and not hold.lost,
+            fencing_token=None if hold is None or not hold.fence else hold.fence,
+            **counters,
+            **rules.statistics_extra(),
+        )
+
+    def describe(self) -> str:
+        """The current hold, as ``repr()`` shows it."""
+        hold = self.slot.get(adopt=False)
+        if hold is None:
+            return "not held"
+        if hold.lost:
+            return f"LOST fence={hold.fence}"
+        if not hold.fence:
+            return "held by a token taken over (local.token)"
+        left = max(0.0, hold.expires_at - time.monotonic())
+        state = f"held fence={hold.fence} lease~{left:.1f}s"
+        if hold.count > 1:
+            state += f" count={hold.count}"
+        return state

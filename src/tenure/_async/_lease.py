@@ -1,0 +1,244 @@
+"""AsyncLease: the lease part of a leased primitive — taking, renewing, extending holds.
+
+A hold is a lease on the server's clock. This part turns a script's grant
+into a hold (with a conservative local expiry, measured from before the
+call was sent), schedules its renewals on the watchdog
+(:mod:`tenure._async._watchdog`), reads their outcome (renewed, failed and
+retried, or lost), and sets or extends the lease on request (``extend``,
+``reacquire``, re-entry, the confirmation of a handed-over hold).
+
+* ``timeout=None`` means "held until released": a 30 s lease renewed every
+  10 s, so a crashed holder frees it within 30 s. A hold handed over on the
+  short handoff lease is confirmed at a third of it, as a renewal.
+* Renewals hold only weak references to the primitive object: a hold whose
+  object was garbage-collected (nobody can release it any more) is not
+  renewed and ends with its lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import Any
+
+from tenure._async._holds import AsyncHolds
+from tenure._async._rules import AsyncRules, extended, took_lock
+from tenure._async._watchdog import Job, watchdog
+from tenure._backends.for_asyncio import shielded
+from tenure._core.leased import (
+    RENEW_AT,
+    RENEW_RETRY,
+    RENEW_RETRY_MIN,
+    Acquired,
+    Hold,
+)
+from tenure._core.values import to_ms
+
+__all__ = ["AsyncLease"]
+
+logger = logging.getLogger("tenure.lock")
+
+
+class AsyncLease:
+    """Takes, renews and extends the holds of one primitive object."""
+
+    def __init__(self, rules: AsyncRules, holds: AsyncHolds, primitive: object) -> None:
+        self._rules = rules
+        self._holds = holds
+        self._primitive = weakref.ref(primitive)  # a collected object's holds are not renewed
+        self._kind = type(primitive).__name__
+
+    def took(
+        self,
+        token: str,
+        answer: Acquired,
+        sent: float,
+        started: float,
+        holder: object,
+        queued: bool,
+    ) -> None:
+        """Record a hold taken for ``token`` (its lease set by a call sent at ``sent``)."""
+        now = time.monotonic()
+        hold = Hold(
+            token=token,
+            fence=answer.fence,
+            acquired_at=now,
+            expires_at=sent + answer.lease_ms / 1000,
+            holder=holder,
+            waited=now - started,
+        )
+        settings = self._rules.settings
+        with self._holds.mutex:
+            self._holds.record(hold, contended=queued)
+            if answer.lease_ms < settings.lease_ms:
+                # Handed over on a short lease: confirm the full lease at a third
+                # of it. A short hold is released before then and never pays.
+                self._schedule(hold, sent + answer.lease_ms / 1000 * RENEW_AT)
+            elif settings.auto_renew or settings.max_hold is not None:
+                self._schedule(hold, sent + settings.lease * RENEW_AT)
+
+    def ran_out(self, hold: Hold) -> bool:
+        """Whether ``hold``'s lease ran out: a fixed lease (or one past ``max_hold``) ended.
+
+        A lease the watchdog renews for ever is not judged here: its renewal
+        tells when it is lost.
+        """
+        settings = self._rules.settings
+        if settings.auto_renew and settings.max_hold is None:
+            return False
+        return time.monotonic() >= hold.expires_at
+
+    # -- setting the lease on request ---------------------------------------------
+
+    async def set(self, hold: Hold, ms: int, mode: str) -> bool:
+        """Set (``mode`` "set") or add ``ms`` to ("add") the lease of ``hold``; raise if lost."""
+        rules = self._rules
+        sent = time.monotonic()
+        keys, args = rules.extend_call(hold.token, ms, mode)
+        reply = int(await rules.run_taking(rules.scripts.extend, keys, args, extended))
+        if reply <= 0:
+            self._holds.mark_lost(hold)
+            raise rules.refused(f"the {rules.noun} is no longer held by this owner")
+        with self._holds.mutex:
+            hold.expires_at = sent + reply / 1000
+        return True
+
+    async def reenter(self, hold: Hold) -> bool:
+        """Enter a hold again: the count is kept here; the server checks the hold, resets its lease.
+
+        Nothing is counted on the server, so a resent call, a cancelled one or
+        one whose replicas fell short leaves nothing to take back.
+        """
+        rules = self._rules
+        sent = time.monotonic()
+        keys, args = rules.acquire_call(hold.token, 0, reenter=True)
+        answer = rules.answer(
+            await shielded(rules.run_taking(rules.scripts.acquire, keys, args, took_lock))
+        )
+        if not isinstance(answer, Acquired):
+            self._holds.mark_lost(hold)
+            raise rules.refused(f"re-entry found the {rules.noun} lost")
+        with self._holds.mutex:
+            hold.count += 1
+            hold.expires_at = sent + answer.lease_ms / 1000
+        return True
+
+    async def confirm_grant(
+        self, token: str, granted: Acquired, at: float
+    ) -> tuple[Acquired, float] | None:
+        """Make a hold handed over by another's release (at ``at``) this owner's own.
+
+        Returns the hold's answer and when its lease started, or None if it
+        lapsed first. A fresh grant is taken as granted: the watchdog confirms
+        the full lease at a third of the handoff lease, as it would renew,
+        and a hold found gone then is reported lost. A grant this owner saw
+        late (its process or event loop was busy, or stopped) is confirmed
+        now, before ``acquire()`` returns: its short lease may have run out
+        and the lock gone to the next waiter. Replica-acknowledged kinds
+        confirm every grant now.
+        """
+        seen_after = time.monotonic() - at
+        rules = self._rules
+        if not rules.confirm_every_grant and seen_after < granted.lease_ms / 1000 * RENEW_AT:
+            return granted, at
+        sent = time.monotonic()
+        confirmed = await rules.confirm_now(token, granted)
+        return None if confirmed is None else (confirmed, sent)
+
+    # -- renewal -----------------------------------------------------------------
+
+    def _schedule(self, hold: Hold, due: float) -> None:
+        ms = self._renewal_ms(hold)
+        if ms is None:
+            return
+        primitive = self._primitive  # the object nobody holds any more is not renewed
+        kind = self._kind
+        lease = self
+
+        def wanted() -> bool:
+            if primitive() is not None:
+                return True
+            logger.warning(
+                "tenure: a %s of %r was garbage-collected while held; it ends with its lease",
+                kind,
+                job.name,
+            )
+            return False
+
+        def on_result(reply: Any, error: BaseException | None) -> float | None:
+            if primitive() is None:
+                return None
+            return lease._renewed(hold, job, reply, error)
+
+        rules = self._rules
+        keys, args = rules.extend_call(hold.token, ms, "set")
+        job = Job(
+            due=due,
+            client=rules.client,
+            script=rules.scripts.extend,
+            keys=keys,
+            args=args,
+            on_result=on_result,
+            name=rules.name,
+            slack=(due - time.monotonic()) / 2,
+            runner=rules.renewal_runner(hold),
+            wanted=wanted,
+        )
+        hold.renewal = watchdog().schedule(job)
+
+    def _renewal_ms(self, hold: Hold) -> int | None:
+        """The lease the next renewal sets, or None once ``max_hold`` is used up."""
+        lease_ms = self._rules.settings.lease_ms
+        max_hold = self._rules.settings.max_hold
+        if max_hold is None:
+            return lease_ms
+        left = hold.acquired_at + max_hold - time.monotonic()
+        if left <= 0:
+            return None
+        return min(lease_ms, to_ms(left))
+
+    def _renewed(
+        self, hold: Hold, job: Job, reply: Any, error: BaseException | None
+    ) -> float | None:
+        """Handle a renewal's outcome; return when the next one is due (or None)."""
+        holds = self._holds
+        with holds.mutex:
+            if not holds.holds(hold) or hold.renewal is not job:
+                return None  # released (or replaced) while the renewal was in flight
+            if job.args[0] != hold.token:
+                # The hold changed its token while the renewal was in flight (a
+                # write lock downgraded): renew under the new token now.
+                job.args = self._rules.extend_call(hold.token, int(job.args[1]), "set")[1]
+                return time.monotonic()
+            next_due, lost = self._next_renewal(hold, job, reply, error)
+        if lost:
+            holds.mark_lost(hold)
+        return next_due
+
+    def _next_renewal(
+        self, hold: Hold, job: Job, reply: Any, error: BaseException | None
+    ) -> tuple[float | None, bool]:
+        """When the next renewal is due (None: no more), and whether the hold was lost."""
+        now = time.monotonic()
+        rules = self._rules
+        settings = rules.settings
+        if error is not None:
+            if now >= hold.expires_at:
+                return None, True
+            logger.warning("tenure: renewing %r failed, retrying: %s", rules.name, error)
+            retry = max(RENEW_RETRY_MIN, settings.lease * RENEW_RETRY)
+            return min(hold.expires_at, now + retry), False
+        granted_ms = int(reply)
+        if granted_ms <= 0:
+            return None, True
+        self._holds.counters.renewals += 1
+        # The job was sent no earlier than it was due: a conservative expiry.
+        hold.expires_at = job.due + granted_ms / 1000
+        if not settings.auto_renew and settings.max_hold is None:
+            return None, False
+        ms = self._renewal_ms(hold)
+        if ms is None:
+            return None, False
+        job.args = rules.extend_call(hold.token, ms, "set")[1]
+        return now + ms / 1000 * RENEW_AT, False

@@ -1,0 +1,317 @@
+"""AsyncQueue: the waiting part of a leased primitive — the fast path and the FIFO line.
+
+How it works (each step is one atomic Lua script, see ``tenure/lua``):
+
+* **acquire** takes the primitive when it is free and nobody waits, in one
+  round trip, and returns a fencing token (a counter that only grows).
+  Otherwise the caller joins a FIFO queue with a short waiter lease and
+  waits in memory: no sleep loop, and none of the user's connections is
+  taken.
+* **release** hands it straight to the first live waiter inside the script
+  (so no newcomer can barge in) and publishes the grant on the channel of
+  that waiter's process; its one subscriber connection per server
+  (:mod:`tenure._async._wakeups`) hands it to the waiting thread or task,
+  so the next waiter learns of the release within about one round trip.
+  The handed-over lease is short (``handoff_lease``, 1 s) until the new
+  owner confirms its full lease (:mod:`tenure._async._lease`), so a waiter
+  that died just before its turn delays the queue by at most that.
+* A waiter refreshes its place every ``waiter_lease / 2`` (1 s); a waiter
+  that died is dropped from the queue within ``waiter_lease`` (2 s). The
+  waiters of one process for one name share a line
+  (:mod:`tenure._async._line`) that joins, refreshes and re-checks for all
+  of them at once. A waiter that gives up (timeout, cancellation, error)
+  leaves the queue at once and passes on what was handed to it meanwhile.
+* Waiters also wake on their own timers: at their deadline, when the
+  owner's lease runs out (a crashed owner), and to refresh their place,
+  when they re-check with the server (so a lost wake-up message costs at
+  most that interval, never the lock).
+* Cancelling or interrupting ``acquire`` at any point leaves no hold
+  without a local owner: each script call runs to its reply, and whatever
+  it took is given back before the cancellation goes on.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tenure._async._holds import AsyncHolds
+from tenure._async._lease import AsyncLease
+from tenure._async._line import (
+    AsyncLine,
+    begin_try,
+    end_try,
+    line_for,
+    start_waiting,
+    stop_waiting,
+)
+from tenure._async._rules import AsyncRules
+from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter, listen
+from tenure._backends.for_asyncio import current_holder, shielded
+from tenure._core.exceptions import BackendError, PrimitiveError
+from tenure._core.leased import (
+    KEPT,
+    OWNER_EXPIRY_SLACK,
+    WAITER_REFRESH,
+    Acquired,
+    grant_time,
+)
+
+__all__ = ["AsyncQueue"]
+
+GIVE_UP_PATIENCE = 10.0
+"""Seconds a waiter giving up waits for its line's answer before leaving on its own."""
+
+
+class AsyncQueue:
+    """Acquires for one primitive object: the fast path, then the line."""
+
+    def __init__(self, rules: AsyncRules, holds: AsyncHolds, lease: AsyncLease) -> None:
+        self._rules = rules
+        self._holds = holds
+        self._lease = lease
+        self.seen_busy = False  # the last acquire had to wait: skip the fast path
+
+    async def acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
+        """Take it for ``token``: at once if free, else in line until ``blocking_timeout``."""
+        started = time.monotonic()
+        deadline = None if blocking_timeout is None else started + blocking_timeout
+        holder = current_holder()
+        trying = self._may_try(wait)
+        # An acquirer allowed to try is counted as this process's first waiter
+        # (begin_try); the joins of those who came after it wait until it is
+        # in line (end_try), so it stays ahead of them.
+        tried = trying if isinstance(trying, tuple) else None
+        counted = tried
+        in_line = False  # the process's line takes the token out of line if this fails
+        try:
+            if trying is not False:
+                # Free and nobody waiting: one round trip. Skipped while this
+                # object keeps finding it busy, or this process's waiters for
+                # it are in line (or one of them is trying), where it would be
+                # wasted.
+                sent = time.monotonic()
+                keys, args = self._rules.try_call(token)
+                reply = await shielded(
+                    self._rules.run_taking(
+                        self._rules.scripts.try_, keys, args, self._rules.took_on_try
+                    )
+                )
+                fence = self._rules.parse_try(reply)
+                if fence > 0:
+                    taken = Acquired(fence=fence, lease_ms=self._rules.settings.lease_ms)
+                    self._lease.took(token, taken, sent, started, holder, queued=False)
+                    self.seen_busy = False
+                    return True
+                if not wait:
+                    return False
+            if self._rules.line_script is None:
+                return await self._wait_in_line(token, started, deadline, holder)
+            alone = True
+            if counted is None:
+                counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)
+            if alone:
+                return await self._wait_in_line(token, started, deadline, holder, tried)
+            in_line = True
+            return await self._wait_in_process_line(token, started, deadline, holder)
+        except BaseException as exc:
+            # Cancelled, interrupted or failed after a script may have taken it
+            # (or queued us) for this token: give back whatever it did.
+            if not isinstance(exc, PrimitiveError) and not in_line:
+                await shielded(
+                    self._rules.leave_quietly(token, quiet=isinstance(exc, BackendError))
+                )
+            raise
+        finally:
+            if tried is not None:
+                end_try(tried)
+            if counted is not None:
+                stop_waiting(counted)
+
+    async def _wait_in_line(
+        self,
+        token: str,
+        started: float,
+        deadline: float | None,
+        holder: object,
+        tried: tuple[object, ...] | None = None,
+    ) -> bool:
+        settings = self._rules.settings
+        room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
+        waiter = await listen(self._rules.client, token, room, self._rules.keys.owner)
+        keys, args = self._rules.acquire_call(
+            token, settings.waiter_lease_ms, False, waiter.channel
+        )
+        queued = False
+        try:
+            while True:
+                sent = time.monotonic()
+                # Plain: a call that queues needs no acknowledgement, and one that
+                # takes the lock is confirmed like a handoff (replicated kinds).
+                answer = self._rules.answer(
+                    await shielded(self._rules.run(self._rules.scripts.acquire, keys, args))
+                )
+                if tried is not None:
+                    end_try(tried)  # in line (or holding): the joins behind may go
+                    tried = None
+                if isinstance(answer, Acquired):
+                    confirmed = await self._lease.confirm_grant(token, answer, sent)
+                    if confirmed is None:
+                        continue  # lapsed before it was confirmed: ask again
+                    self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
+                    self.seen_busy = queued
+                    return True
+                if not queued:
+                    queued = True
+                    self.seen_busy = True
+                    self._holds.add_waiter(1)
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return await self._give_up(token, started, holder)
+                # Wake at the first of: a grant, our deadline, the owner's lease
+                # running out (a crashed owner), the time to refresh our place.
+                wake_at = now + settings.waiter_lease * WAITER_REFRESH
+                if answer.owner_ttl_ms >= 0:
+                    wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
+                if answer.outsider:  # its release is announced to nobody: look again
+                    wake_at = min(wake_at, now + self._rules.outsider_poll)
+                if deadline is not None:
+                    wake_at = min(wake_at, deadline)
+                granted = await waiter.wait(wake_at - now)
+                if granted is not None:
+                    at = grant_time(sent, answer, granted)
+                    confirmed = await self._lease.confirm_grant(token, granted, at)
+                    if confirmed is None:
+                        continue  # the handoff lapsed before it was confirmed: wait on
+                    self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
+                    return True
+        finally:
+            waiter.stop()
+            if queued:
+                self._holds.add_waiter(-1)
+
+    async def _wait_in_process_line(
+        self, token: str, started: float, deadline: float | None, holder: object
+    ) -> bool:
+        """Wait in this process's line for the lock (:mod:`tenure._async._line`).
+
+        The line joins, refreshes and re-checks for every waiter of the process
+        at once; this waiter only waits for its grant (on the wake-up channel,
+        or named by a round's answer), or its deadline.
+        """
+        # The line waits for the wake-up subscription before it joins anyone.
+        waiter = await listen(self._rules.client, token, 0.0, self._rules.keys.owner, confirm=False)
+        line = self._line(waiter.channel)
+        while not line.join(waiter, self._rules.owner_name):
+            line = self._line(waiter.channel)  # it closed just now: a new one
+        self.seen_busy = True
+        self._holds.add_waiter(1)
+        left = True
+        try:
+            while True:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return await self._give_up_in_line(line, waiter, started, holder)
+                granted = await waiter.wait(None if deadline is None else deadline - now)
+                if granted is None:
+                    if waiter.recheck:
+                        # Woken to re-check (the wake-up connection came back: a
+                        # grant may have gone out unheard, and lapsed): join again,
+                        # which keeps the place of a waiter still in line.
+                        waiter.recheck = False
+                        line.join(waiter, self._rules.owner_name)
+                    continue
+                confirmed = await self._lease.confirm_grant(
+                    token, granted, line.local_time(granted)
+                )
+                if confirmed is None:
+                    line.join(waiter, self._rules.owner_name)  # the handoff lapsed: in line again
+                    continue
+                self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
+                return True
+        except BaseException:
+            # Out of line through the line itself: after its join (which may
+            # still be on its way), passing on what was handed to it.
+            left = False
+            raise
+        finally:
+            waiter.stop()
+            line.done(token, left=left)
+            self._holds.add_waiter(-1)
+
+    async def _give_up_in_line(
+        self, line: AsyncLine, waiter: AsyncWaiter, started: float, holder: object
+    ) -> bool:
+        """The deadline passed: leave the line with the others giving up (one call).
+
+        A lock (or permit) handed over meanwhile is kept and confirmed, as
+        :meth:`_give_up` does for a lone waiter.
+        """
+        line.give_up(waiter)
+        patience = time.monotonic() + GIVE_UP_PATIENCE
+        while True:
+            # The line's round answers (a grant kept, then dismissed), or fails
+            # (raised here); a grant heard on the channel may come first.
+            granted = await waiter.wait(max(0.0, patience - time.monotonic()))
+            if granted is not None:
+                at = line.local_time(granted)
+                if await self._keep_handed(waiter.token, granted, at, started, holder):
+                    return True
+            if waiter.dismissed:
+                return self._holds.timed_out()
+            if time.monotonic() >= patience:
+                # The line never answered (its job ended): leave on our own.
+                return await self._give_up(waiter.token, started, holder)
+            waiter.recheck = False
+
+    def _may_try(self, wait: bool) -> tuple[object, ...] | bool | None:
+        """Whether to try before queueing.
+
+        False: queue at once; None: try; a key: try, then :func:`end_try` it
+        (other waiting acquirers of this process queue meanwhile).
+        """
+        if not wait:
+            return None
+        if self.seen_busy:
+            return False
+        if self._rules.line_script is None:
+            return None
+        key = begin_try(self._rules.registry, self._rules.keys.owner)
+        return False if key is None else key
+
+    def _line(self, channel: str) -> AsyncLine:
+        settings = self._rules.settings
+        assert self._rules.line_script is not None
+        keys, own_args = self._rules.line_call()
+        return line_for(
+            self._rules.registry,
+            self._rules.line_script,
+            keys,
+            own_args,
+            channel,
+            settings.waiter_lease_ms,
+            settings.handoff_ms,
+            self._rules.name,
+            self._rules.line_refusal,
+            self._rules.outsider_poll,
+        )
+
+    async def _give_up(self, token: str, started: float, holder: object) -> bool:
+        """The deadline passed: leave the queue, unless it was handed over meanwhile."""
+        sent = time.monotonic()
+        keys, args = self._rules.leave_call(token, "keep")
+        reply = await shielded(self._rules.run(self._rules.scripts.leave, keys, args))
+        if int(reply[0]) == KEPT:
+            granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
+            if await self._keep_handed(token, granted, sent, started, holder):
+                return True
+        return self._holds.timed_out()
+
+    async def _keep_handed(
+        self, token: str, granted: Acquired, at: float, started: float, holder: object
+    ) -> bool:
+        """A waiter giving up was handed the lock meanwhile: keep it if it is confirmed."""
+        confirmed = await self._lease.confirm_grant(token, granted, at)
+        if confirmed is None:
+            return False
+        self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
+        return True
