@@ -13,13 +13,20 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from tenure import ArgumentError, IdSetCorruptError
+from tenure._backends.counting import (
+    NATIVE,
+    PARALLEL_CONTAINERS,
+    FrozenBase,
+    count_each,
+    make_base,
+    top_counts,
+)
 from tenure._backends.local_copies import LocalCopies
-from tenure._core.frozen import NATIVE, PARALLEL_CONTAINERS, FrozenBase, PlainBase
+from tenure._core.bases import PlainBase
 from tenure._core.idset import (
     ELEMENT_IDS,
     ReadReply,
     SetView,
-    count_each,
     decode_base,
     encode_base,
     intersection_count,
@@ -27,7 +34,6 @@ from tenure._core.idset import (
     pack,
     pair_count,
     to_ids,
-    top_counts,
 )
 
 ids_lists = st.lists(st.integers(0, 2**32 - 1), max_size=60)
@@ -183,7 +189,11 @@ def test_local_copies_stay_within_their_bound_and_leave_with_their_client() -> N
 
 def _views(base: list[int], writes: list[tuple[bytes, list[int]]], native: bool) -> SetView:
     bitmap = BitMap(base)
-    view = SetView.of(bitmap) if native else SetView(PlainBase(bitmap), BitMap(), BitMap())
+    view = (
+        SetView.of(bitmap, make=make_base)
+        if native
+        else SetView(PlainBase(bitmap), BitMap(), BitMap())
+    )
     for sign, ids in writes:
         view = view.applied(pack(sign, to_ids(ids)), "test")
     return view
@@ -219,13 +229,15 @@ def test_large_bases_count_in_parallel_as_they_would_alone() -> None:
     rng = np.random.default_rng(5)
     first = BitMap(to_ids(rng.integers(0, 2**32, 400_000)))
     second = BitMap(to_ids(rng.integers(0, 2**32, 600_000)))
-    a, b = SetView.of(first.copy()), SetView.of(second.copy())
+    a, b = SetView.of(first.copy(), make=make_base), SetView.of(second.copy(), make=make_base)
     if NATIVE is not None:
         assert isinstance(a.base, FrozenBase) and a.base.containers >= PARALLEL_CONTAINERS
     expected = len(first & second)
     assert a.base.and_cardinality(b.base) == expected
     assert a.base.and_cardinality(b.base, parallel=False) == expected
-    others = [SetView.of(BitMap(to_ids(rng.integers(0, 2**32, 5000)))) for _ in range(100)]
+    others = [
+        SetView.of(BitMap(to_ids(rng.integers(0, 2**32, 5000))), make=make_base) for _ in range(100)
+    ]
     assert count_each(a, others) == [len(first & o.to_bitmap()) for o in others]
 
 

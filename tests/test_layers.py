@@ -21,10 +21,6 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "tenure"
 
-# The one module of the core still keeping per-process state: the thread pool that
-# counts compact forms without the GIL (created on first use, forgotten in a fork's
-# child). Listed here until it moves (issue 27); nothing may join it.
-CORE_WITH_STATE = {"tenure._core.frozen"}
 STATEFUL = {"threading", "asyncio", "concurrent.futures", "weakref"}
 
 
@@ -58,9 +54,8 @@ def test_each_module_imports_only_from_the_floors_below(module: str, path: Path)
     mine = of_tenure(used)
     if within(module, "tenure._core"):
         assert all(within(name, "tenure._core") for name in mine), mine
-        if module not in CORE_WITH_STATE:
-            held = {name for name in used if within(name, *STATEFUL)}
-            assert not held, f"{module} is sans-IO: no {sorted(held)}"
+        held = {name for name in used if within(name, *STATEFUL)}
+        assert not held, f"{module} is sans-IO: no {sorted(held)}"
     elif within(module, "tenure._backends"):
         assert all(within(name, "tenure._core", "tenure._backends") for name in mine), mine
     elif within(module, "tenure._async", "tenure._sync"):

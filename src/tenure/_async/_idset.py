@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tenure._async._scripting import AsyncClient, registry_for
+from tenure._backends.counting import top_counts
 from tenure._backends.for_asyncio import IS_ASYNC
 from tenure._backends.local_copies import LOCAL_COPIES
 from tenure._core.clients import map_exceptions, require_bytes_replies, require_client
@@ -44,7 +45,6 @@ from tenure._core.idset import (
     one_id,
     pack,
     to_ids,
-    top_counts,
 )
 from tenure._core.leased import default_owner_name
 

@@ -1,10 +1,12 @@
-"""The id sets' decoded copies held in this process: the one piece of process state.
+"""The id sets' decoded copies held in this process.
 
 Every :class:`~tenure.IdSet` and :class:`~tenure.AsyncIdSet` of the process
 shares :data:`LOCAL_COPIES`: a copy read once is brought up to date with
 only what was written after it (:mod:`tenure._core.idset` decodes; this
-module keeps). It lives here, beside the backends, and not in the sans-IO
-core: it holds a lock and survives a fork by forgetting what it held.
+module keeps, every view's base made by
+:func:`~tenure._backends.counting.make_base`). It lives here, beside the
+backends, and not in the sans-IO core: it holds a lock and survives a fork
+by forgetting what it held.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from tenure._backends.counting import make_base
 from tenure._core.idset import DEFAULT_LOCAL_BYTES, Copy, ReadReply, SetView, decode_base
 from tenure._core.values import to_text
 
@@ -65,7 +68,7 @@ class LocalCopies:
         slot = (id(client), key)
         if reply.kind == 2:
             bitmap, blob = decode_base(reply.base[:3], reply.base[3], where)
-            view = SetView.of(bitmap, blob).applied(reply.elements, where, reply.start)
+            view = SetView.of(bitmap, blob, make_base).applied(reply.elements, where, reply.start)
             end = reply.start + len(reply.elements)
             whole = Copy(reply.epoch, reply.version, end, view, reply.base_pos)
             with self._lock:
@@ -75,7 +78,9 @@ class LocalCopies:
             copy = self._copies.get(slot)
             if copy is None:
                 if reply.kind == 0 and sent == ("", 0):  # a set never written
-                    copy = Copy(reply.epoch, reply.version, 0, SetView.empty(), reply.base_pos)
+                    copy = Copy(
+                        reply.epoch, reply.version, 0, SetView.empty(make_base), reply.base_pos
+                    )
                     self._store(client, slot, copy)
                     return copy.view
                 return None

@@ -30,18 +30,17 @@ or the compact form and the log past it. Everything here is pure; the I/O is in
 from __future__ import annotations
 
 import array
-import heapq
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
+from tenure._core.bases import Base, BaseMaker, PlainBase, plain_base
 from tenure._core.exceptions import ArgumentError, IdSetCorruptError
-from tenure._core.frozen import NATIVE, Base, PlainBase, make_base
 from tenure._core.leased import check_name
 from tenure._core.values import to_text
 
@@ -57,7 +56,6 @@ __all__ = [
     "SetView",
     "bitmap_of",
     "check_settings",
-    "count_each",
     "decode_base",
     "encode_base",
     "intersection_count",
@@ -67,7 +65,6 @@ __all__ = [
     "pack",
     "pair_count",
     "to_ids",
-    "top_counts",
 ]
 
 MAX_ID = 2**32 - 1
@@ -308,27 +305,33 @@ class SetView:
 
     The set is ``(base - removes) | adds``, with ``adds`` disjoint from the
     base and ``removes`` inside it, so counts combine the base's (in C, in
-    parallel, see :mod:`tenure._core.frozen`) with small corrections. A view
-    never changes: writes make a new one, and one whose writes grew past
-    ``max(REBUILD_IDS, base/16)`` is rebuilt into a new compact form.
+    parallel, with the bases of :mod:`tenure._backends.counting`) with small
+    corrections. A view never changes: writes make a new one, and one whose
+    writes grew past ``max(REBUILD_IDS, base/16)`` is rebuilt into a new
+    compact form, its base made by ``make`` (the maker the view was made with).
     """
 
     base: Base
     adds: BitMap
     removes: BitMap
+    make: BaseMaker = field(default=plain_base, compare=False, repr=False)
 
     @classmethod
-    def empty(cls) -> SetView:
-        """The view of a set with no ids."""
-        return cls(PlainBase(BitMap()), BitMap(), BitMap())
+    def empty(cls, make: BaseMaker = plain_base) -> SetView:
+        """The view of a set with no ids (its rebuilds' bases made by ``make``)."""
+        return cls(PlainBase(BitMap()), BitMap(), BitMap(), make)
 
     @classmethod
-    def of(cls, bitmap: BitMap, blob: bytes | None = None) -> SetView:
-        """A view whose base is ``bitmap`` (serialized as ``blob``, made if not given)."""
+    def of(cls, bitmap: BitMap, blob: bytes | None = None, make: BaseMaker = plain_base) -> SetView:
+        """A view whose base is ``bitmap`` (serialized as ``blob``, made if not given).
+
+        The base is ``make(blob, bitmap)``: a plain one unless the caller
+        passes a faster maker (:func:`tenure._backends.counting.make_base`).
+        """
         if blob is None:
             bitmap.run_optimize()
             blob = bitmap.serialize()
-        return cls(make_base(blob, bitmap), BitMap(), BitMap())
+        return cls(make(blob, bitmap), BitMap(), BitMap(), make)
 
     def __len__(self) -> int:
         return self.base.count - len(self.removes) + len(self.adds)
@@ -360,9 +363,9 @@ class SetView:
             else:
                 adds -= written
                 removes |= in_base
-        view = SetView(self.base, adds, removes)
+        view = SetView(self.base, adds, removes, self.make)
         if len(adds) + len(removes) > max(REBUILD_IDS, self.base.count // 16):
-            return SetView.of(view.to_bitmap())
+            return SetView.of(view.to_bitmap(), make=self.make)
         return view
 
     @property
@@ -490,33 +493,6 @@ def jaccard_of(a: SetView, b: SetView) -> float:
     shared = pair_count(a, b)
     union = len(a) + len(b) - shared
     return shared / union if union else 0.0
-
-
-def top_counts(view: SetView, others: Sequence[SetView], k: int) -> list[tuple[int, int]]:
-    """The ``k`` largest overlaps of ``view`` with ``others``: (index, count), largest first.
-
-    Ties keep the order of ``others``. Many sets are counted on every core.
-    """
-    counts = count_each(view, others)
-    best = heapq.nsmallest(k, ((-count, index) for index, count in enumerate(counts)))
-    return [(index, -negative) for negative, index in best]
-
-
-def count_each(view: SetView, others: Sequence[SetView]) -> list[int]:
-    """|view & other| for each of ``others``, split over the cores when there are many."""
-    if NATIVE is None or NATIVE.workers == 1 or len(others) < 64:
-        return [pair_count(view, other) for other in others]
-    parts = NATIVE.workers
-    step = -(-len(others) // parts)
-
-    def part(start: int) -> list[int]:
-        return [pair_count(view, other, parallel=False) for other in others[start : start + step]]
-
-    futures = [NATIVE.pool().submit(part, start) for start in range(step, len(others), step)]
-    counts = part(0)
-    for future in futures:
-        counts += future.result()
-    return counts
 
 
 @dataclass

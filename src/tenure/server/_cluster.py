@@ -331,7 +331,7 @@ class Cluster(Topology):
         wait_until(problems, deadline, "cluster replicas", self.startup_timeout)
 
     def __repr__(self) -> str:
-        ports = [node._port for node in self.nodes]
+        ports = [node._ports.number for node in self.nodes]
         return (
             f"<Cluster {self.engine} masters={len(self._masters)} "
             f"replicas_per_master={self._replicas_per_master} ports={ports} {self._state()}>"

@@ -17,15 +17,16 @@ outlive their parent:
 
 Only the PIDs started here are ever signalled. The forking lives in
 ``_spawner``, the exit hook in ``_registry``, the ports in ``_ports``.
+:class:`ServerProcess` (here: the port, the start's retries, restart and
+stop) composes a server's settings and command line (``_process_config``),
+its folder (``_process_folder``) and its child process, launched, awaited
+until ready and signalled (``_process_child``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,35 +35,56 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from tenure._core.exceptions import ArgumentError, EmbeddedServerError, ServerStartError
-from tenure.server._binaries import Engine, find_engine
-from tenure.server._command_line import server_command
-from tenure.server._commands import (
-    answers_as,
-    execute,
-    no_retry,
-    parse_info,
-    raw_reply,
-    shutdown_now,
-)
-from tenure.server._folders import make_folder, note_server
+from tenure._core.exceptions import EmbeddedServerError, ServerStartError
+from tenure.server._binaries import Engine
+from tenure.server._commands import execute, no_retry, parse_info, raw_reply
 from tenure.server._lifecycle import Lifecycle
-from tenure.server._logs import LOG_NAME, OUT_NAME, TAIL_LINES, log_offsets, notable, tail_since
+from tenure.server._logs import TAIL_LINES, notable
 from tenure.server._ports import HOST, release_port, reserve_port
-from tenure.server._procfs import wait_state
+from tenure.server._process_child import AddressInUseError, ServerChild
+from tenure.server._process_config import ServerSettings
+from tenure.server._process_folder import ServerFolder
 from tenure.server._registry import register, unregister
-from tenure.server._spawner import spawn
 
 __all__ = ["ServerProcess", "given_or_private"]
 
-_SOCKET_NAME = "server.sock"
-_CONFIG_NAME = "server.conf"
-_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux
 _PORT_ATTEMPTS = 8
 
 
-class _AddressInUseError(Exception):
-    """The server exited early because its port was taken."""
+class _Port:
+    """A server's port: 0 on a unix socket, the one asked for, or one reserved (and freed) here.
+
+    Chosen at a start and kept across restarts until the stop releases it.
+    """
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self._settings = settings
+        self.number: int | None = None
+        self.auto = False  # reserved here: freed by release(), and another tried on a lost race
+
+    def attempts(self) -> int:
+        """How many ports a start may try: several when it picks them itself."""
+        auto = self.number is None and self._settings.requested_port is None
+        return _PORT_ATTEMPTS if auto else 1
+
+    def choose(self) -> None:
+        """Choose the port, unless it is chosen already."""
+        if self.number is not None:
+            return
+        if self._settings.unix:
+            self.number = 0
+        elif self._settings.requested_port is not None:
+            self.number = self._settings.requested_port
+        else:
+            self.number = reserve_port(self._settings.cluster_bus)
+            self.auto = True
+
+    def release(self) -> None:
+        """Forget the port, freeing it if it was reserved here."""
+        if self.auto:
+            release_port(self.number)
+            self.auto = False
+        self.number = None
 
 
 class ServerProcess(Lifecycle):
@@ -122,65 +144,43 @@ class ServerProcess(Lifecycle):
         config: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        if port is not None and not 0 < port < 65536:
-            raise ArgumentError("port", f"expected 1..65535 or None, got {port!r}")
-        if port is not None and unix_socket:
-            raise ArgumentError("port", "a unix_socket server listens on no TCP port")
-        if isinstance(extra_args, (str, bytes)):
-            raise ArgumentError("extra_args", "expected a sequence of strings, not one string")
-        if not startup_timeout > 0:
-            raise ArgumentError("startup_timeout", f"expected > 0, got {startup_timeout!r}")
-        self._engine = engine if isinstance(engine, Engine) else find_engine(engine)
-        self._requested_port = port
-        self._unix = unix_socket
-        self._requested_dir = os.path.abspath(os.fspath(directory)) if directory else None
-        self._appendonly = appendonly
-        self._extra_args = tuple(str(arg) for arg in extra_args)
-        self._name = name
-        self.startup_timeout = startup_timeout
-        self._replicaof = replicaof
-        self._config = config
-        if env is not None and not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
-            raise ArgumentError("env", "expected a mapping of str to str")
-        self._env = dict(env) if env else None
-        self._cluster_bus = any(
-            arg == "--cluster-enabled" and value.lower() == "yes"
-            for arg, value in zip(self._extra_args, self._extra_args[1:], strict=False)
+        self._settings = ServerSettings.checked(
+            engine,
+            port=port,
+            unix_socket=unix_socket,
+            directory=directory,
+            appendonly=appendonly,
+            extra_args=extra_args,
+            name=name,
+            startup_timeout=startup_timeout,
+            replicaof=replicaof,
+            config=config,
+            env=env,
         )
-
+        self.startup_timeout = startup_timeout
+        self._folder = ServerFolder(name, self._settings.requested_dir, unix_socket)
+        self._child = ServerChild(self)
         self._lock = threading.RLock()
-        self._popen: subprocess.Popen[bytes] | None = None
         self._owner_pid = os.getpid()
-        self._dir: str | None = None
-        self._owns_dir = False
-        self._socket_dir: str | None = None
-        self._port: int | None = None
-        self._auto_port = False
-        self._paused = False
+        self._ports = _Port(self._settings)
         self._stopped = False
-        self._log_offsets = (0, 0)
 
     # ------------------------------------------------------------------ properties
 
     @property
     def name(self) -> str:
         """The label given at construction (``"server"``, ``"primary"``, ...)."""
-        return self._name
+        return self._settings.name
 
     @property
     def engine(self) -> Engine:
         """The server binary this process runs."""
-        return self._engine
+        return self._settings.engine
 
     @property
     def pid(self) -> int | None:
         """PID of the server while it runs (also while paused), else ``None``."""
-        popen = self._popen
-        if popen is None or popen.poll() is not None:
-            return None
-        return popen.pid
+        return self._child.pid
 
     @property
     def running(self) -> bool:
@@ -190,7 +190,7 @@ class ServerProcess(Lifecycle):
     @property
     def paused(self) -> bool:
         """Whether the process is stopped by :meth:`pause` (SIGSTOP)."""
-        return self._paused and self.running
+        return self._child.paused and self.running
 
     @property
     def host(self) -> str:
@@ -203,7 +203,7 @@ class ServerProcess(Lifecycle):
 
         Raises :class:`~tenure.EmbeddedServerError` before the first start.
         """
-        port = self._port
+        port = self._ports.number
         if port is None:
             raise EmbeddedServerError(f"{self!r} has not been started: it has no port yet")
         return port
@@ -216,10 +216,7 @@ class ServerProcess(Lifecycle):
     @property
     def unix_socket_path(self) -> str | None:
         """Path of the unix socket (``unix_socket=True``), else ``None``."""
-        if not self._unix:
-            return None
-        folder = self._socket_dir or self._dir
-        return None if folder is None else os.path.join(folder, _SOCKET_NAME)
+        return self._folder.socket_path()
 
     @property
     def url(self) -> str:
@@ -232,17 +229,17 @@ class ServerProcess(Lifecycle):
     @property
     def directory(self) -> str | None:
         """The server's working folder (data, log, socket), once started."""
-        return self._dir
+        return self._folder.path
 
     @property
     def log_path(self) -> str | None:
         """The server's log file, once started."""
-        return None if self._dir is None else os.path.join(self._dir, LOG_NAME)
+        return self._folder.log_path()
 
     @property
     def replicaof(self) -> tuple[str, int] | None:
         """``(host, port)`` of the primary this server replicates at start, if any."""
-        return self._replicaof
+        return self._settings.replicaof
 
     # ------------------------------------------------------------------ clients
 
@@ -287,30 +284,26 @@ class ServerProcess(Lifecycle):
             self._check_owner()
             if self.running:
                 return
-            if self._popen is not None:
-                self._popen.wait()
-            fresh = self._dir is None
+            if self._child.popen is not None:
+                self._child.popen.wait()
+            fresh = self._folder.path is None
             self._stopped = False
-            self._prepare_directory()
+            self._folder.prepare(self._settings.config)
             deadline = time.monotonic() + self.startup_timeout
-            attempts = _PORT_ATTEMPTS if self._port is None and self._requested_port is None else 1
+            attempts = self._ports.attempts()
             try:
                 for attempt in range(attempts):
-                    self._choose_port()
+                    self._ports.choose()
                     try:
                         self._launch()
                         self._wait_ready(deadline)
                         break
-                    except _AddressInUseError as exc:
+                    except AddressInUseError as exc:
                         self._halt(1.0)
-                        if attempt + 1 < attempts and self._auto_port:
-                            release_port(self._port)
-                            self._port = None
+                        if attempt + 1 < attempts and self._ports.auto:
+                            self._ports.release()  # lost a race for it: another port
                             continue
-                        raise ServerStartError(
-                            f"{self!r}: port {self._port} is in use: {notable(str(exc))}\n"
-                            f"last lines of its log:\n{exc}"
-                        ) from None
+                        raise self._port_in_use(exc) from None
             except BaseException:
                 self._halt(1.0)
                 if fresh:
@@ -333,16 +326,13 @@ class ServerProcess(Lifecycle):
         Raises :class:`~tenure.ServerStartError` if the process exits or the
         time runs out; the message ends with the tail of the server's log.
         """
-        if self._popen is None:
+        if self._child.popen is None:
             raise EmbeddedServerError(f"{self!r} has not been started")
         limit = self.startup_timeout if timeout is None else timeout
         try:
             self._wait_ready(time.monotonic() + limit)
-        except _AddressInUseError as exc:
-            raise ServerStartError(
-                f"{self!r}: port {self._port} is in use: {notable(str(exc))}\n"
-                f"last lines of its log:\n{exc}"
-            ) from None
+        except AddressInUseError as exc:
+            raise self._port_in_use(exc) from None
 
     def restart(self, timeout: float = 5.0) -> ServerProcess:
         """Stop the server and start it again on the same port or socket and folder.
@@ -364,28 +354,24 @@ class ServerProcess(Lifecycle):
         """
         with self._lock:
             self._check_owner()
-            popen = self._popen
-            if popen is not None and popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(popen.pid, signal.SIGKILL)
-                popen.wait()
-            self._paused = False
+            self._child.kill()
 
     def pause(self) -> None:
         """Freeze the server with SIGSTOP: it keeps its connections but answers nothing."""
         with self._lock:
-            pid = self._require_pid()
-            os.kill(pid, signal.SIGSTOP)
-            self._paused = True
-            wait_state(pid, lambda state: state in ("T", "t"))
+            self._child.pause(self._require_pid())
 
     def resume(self) -> None:
         """Thaw a server frozen by :meth:`pause` (SIGCONT)."""
         with self._lock:
-            pid = self._require_pid()
-            os.kill(pid, signal.SIGCONT)
-            self._paused = False
-            wait_state(pid, lambda state: state not in ("T", "t"))
+            self._child.resume(self._require_pid())
+
+    def log_tail(self, lines: int = TAIL_LINES) -> str:
+        """The last ``lines`` lines the server wrote (console output, then log) this run."""
+        directory = self._folder.path
+        if directory is None:
+            return ""
+        return self._child.log_tail(directory, lines)
 
     # ------------------------------------------------------------------ internals
 
@@ -400,181 +386,48 @@ class ServerProcess(Lifecycle):
             raise EmbeddedServerError(f"{self!r} is not running")
         return pid
 
-    def _prepare_directory(self) -> None:
-        if self._dir is None:
-            if self._requested_dir is not None:
-                os.makedirs(self._requested_dir, exist_ok=True)
-                self._dir = self._requested_dir
-                self._owns_dir = False
-            else:
-                self._dir = make_folder(self._name)
-                self._owns_dir = True
-        if self._unix:
-            too_long = len(os.path.join(self._dir, _SOCKET_NAME)) > _MAX_SOCKET_PATH
-            if too_long and self._socket_dir is None:
-                self._socket_dir = make_folder("sock")
-            path = self.unix_socket_path
-            if path is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-        if self._config is not None:
-            config_path = os.path.join(self._dir, _CONFIG_NAME)
-            if not os.path.exists(config_path):
-                with open(config_path, "w", encoding="utf-8") as file:
-                    file.write(self._config)
-
-    def _choose_port(self) -> None:
-        if self._port is not None:
-            return
-        if self._unix:
-            self._port = 0
-        elif self._requested_port is not None:
-            self._port = self._requested_port
-        else:
-            self._port = reserve_port(self._cluster_bus)
-            self._auto_port = True
-
-    def _command(self) -> list[str]:
-        assert self._dir is not None
-        assert self._port is not None
-        config_path = None if self._config is None else os.path.join(self._dir, _CONFIG_NAME)
-        return server_command(
-            self._engine.server,
-            port=self._port,
-            directory=self._dir,
-            log_path=os.path.join(self._dir, LOG_NAME),
-            config_path=config_path,
-            socket_path=self.unix_socket_path,
-            appendonly=self._appendonly,
-            replicaof=self._replicaof,
-            extra_args=self._extra_args,
+    def _port_in_use(self, exc: AddressInUseError) -> ServerStartError:
+        return ServerStartError(
+            f"{self!r}: port {self._ports.number} is in use: {notable(str(exc))}\n"
+            f"last lines of its log:\n{exc}"
         )
 
     def _launch(self) -> None:
-        assert self._dir is not None
-        args = self._command()
-        directory = self._dir
-        self._log_offsets = log_offsets(directory)
-        with open(os.path.join(directory, OUT_NAME), "ab") as out:
-            try:
-                self._popen = spawn(args, stdout=out, cwd=directory, env=self._env)
-            except OSError as exc:
-                raise ServerStartError(f"{self!r}: cannot run {args[0]}: {exc}") from exc
-        if self._owns_dir:
-            note_server(directory, self._popen.pid)
+        directory, port = self._folder.path, self._ports.number
+        assert directory is not None and port is not None
+        args = self._settings.command(port, self._folder)
+        self._child.launch(args, directory, self._settings.env, mark=self._folder.owned)
         self._owner_pid = os.getpid()
-        self._paused = False
-
-    def log_tail(self, lines: int = TAIL_LINES) -> str:
-        """The last ``lines`` lines the server wrote (console output, then log) this run."""
-        if self._dir is None:
-            return ""
-        return tail_since(self._dir, self._log_offsets, lines)
 
     def _wait_ready(self, deadline: float) -> None:
-        popen = self._popen
-        assert popen is not None
         probe = self._admin_client(timeout=0.5)
-        try:
-            while True:
-                code = popen.poll()
-                if code is not None:
-                    tail = self.log_tail()
-                    if "Address already in use" in tail:
-                        raise _AddressInUseError(tail)
-                    raise ServerStartError(
-                        f"{self!r} exited with code {code} while starting: {notable(tail)}\n"
-                        f"last lines of its output:\n{tail}"
-                    )
-                # Another server may hold the port while ours fails to bind.
-                if answers_as(probe, popen.pid):
-                    return
-                if time.monotonic() >= deadline:
-                    tail = self.log_tail()
-                    raise ServerStartError(
-                        f"{self!r} did not answer PING within {self.startup_timeout:g} s: "
-                        f"{notable(tail)}\nlast lines of its output:\n{tail}"
-                    )
-                time.sleep(0.01)
-        finally:
-            probe.close()
-
-    def _shutdown_command(self, timeout: float) -> bool:
-        """Send SHUTDOWN NOSAVE NOW; ``True`` if the server took it."""
-        if self._port is None:
-            return False
-        try:
-            client = self._admin_client(timeout=timeout)
-        except Exception:
-            return False
-        try:
-            return shutdown_now(client)
-        finally:
-            client.close()
+        self._child.wait_ready(probe, deadline, self.log_tail, self.startup_timeout)
 
     def _halt(self, timeout: float) -> None:
         """Stop the process (graceful, then SIGKILL after ``timeout``) and reap it."""
-        popen = self._popen
-        if popen is None:
-            return
-        if popen.poll() is None:
-            if self._paused:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(popen.pid, signal.SIGCONT)
-                self._paused = False
-            if not self._shutdown_command(min(1.0, max(timeout, 0.1))):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(popen.pid, signal.SIGTERM)
-            try:
-                popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(popen.pid, signal.SIGKILL)
-                popen.wait()
-        else:
-            popen.wait()
-        self._paused = False
+        self._child.halt(timeout, None if self._ports.number is None else self._admin_client)
 
     def _cleanup(self) -> None:
-        if self._auto_port:
-            release_port(self._port)
-            self._auto_port = False
-        self._port = None
-        if self._dir is not None and self._owns_dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-        elif self._dir is not None and self._unix:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self._dir, _SOCKET_NAME))
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
-        self._dir = None
-        self._socket_dir = None
-        self._owns_dir = False
+        self._ports.release()
+        self._folder.remove()
 
     def _set_replicaof(self, primary: tuple[str, int] | None) -> None:
-        self._replicaof = primary
+        self._settings.replicaof = primary
 
     def _set_config(self, config: str | None) -> None:
-        self._config = config
+        self._settings.config = config
 
     def __repr__(self) -> str:
-        popen = self._popen
-        if self._port is None:
+        popen, port = self._child.popen, self._ports.number
+        if port is None:
             where = "no address"
-        elif self._unix:
+        elif self._settings.unix:
             where = self.unix_socket_path or "unix socket"
         else:
-            where = f"{HOST}:{self._port}"
-        if popen is None:
-            state = "not started"
-        elif self._stopped:
-            state = "stopped"
-        elif popen.poll() is None:
-            state = "paused" if self._paused else "running"
-        else:
-            state = f"exited ({popen.returncode})"
+            where = f"{HOST}:{port}"
+        state = self._child.state(self._stopped)
         pid = f" pid={popen.pid}" if popen is not None and state in ("running", "paused") else ""
-        return f"<ServerProcess {self._name!r} {self._engine} {where}{pid} {state}>"
+        return f"<ServerProcess {self.name!r} {self.engine} {where}{pid} {state}>"
 
 
 @contextlib.contextmanager

@@ -29,246 +29,41 @@ The proxy is pure Python: one asyncio event loop in a daemon thread, so it
 serves sync and asyncio code alike, and its own thread never blocks yours for
 more than a control round trip. :meth:`FaultProxy.stop` resets the remaining
 connections, closes every socket and joins the thread.
+
+The parts are composed by :class:`FaultProxy` (the control API, here): the
+faults and the lost-reply rule (``_proxy_faults``), the listening socket
+(``_proxy_listener``), the connections relayed both ways (``_proxy_relay``)
+and the event loop's thread (``_proxy_thread``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import errno
-import ipaddress
-import itertools
 import math
 import os
-import socket
-import struct
 import threading
 import time
-from collections.abc import Coroutine
-from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import redis
 import redis.asyncio
 
-from tenure._core.exceptions import ArgumentError, EmbeddedServerError, ServerStartError
+from tenure._core.exceptions import ArgumentError, EmbeddedServerError
 from tenure.server._lifecycle import Lifecycle
-from tenure.server._ports import release_port, reserve_port
+from tenure.server._proxy_faults import (
+    NO_FAULTS,
+    REFUSE_MODES,
+    Direction,
+    FaultRules,
+    ProxyFaults,
+    RefuseMode,
+    directed,
+)
+from tenure.server._proxy_listener import Listener, loopback_host
+from tenure.server._proxy_relay import ProxyConnection, Relay, resolve
+from tenure.server._proxy_thread import LoopThread
 from tenure.server._registry import register, unregister
 
 __all__ = ["Direction", "FaultProxy", "ProxyConnection", "ProxyFaults", "RefuseMode"]
-
-#: Which way a fault applies: client -> server, server -> client, or both.
-Direction = Literal["upstream", "downstream", "both"]
-#: How new connections are turned away (see :meth:`FaultProxy.refuse_connections`).
-RefuseMode = Literal["refuse", "reset", "close"]
-
-_T = TypeVar("_T")
-
-_CHUNK = 65536
-_QUEUE_CHUNKS = 64  # at most 4 MiB waiting per direction and connection
-_BACKLOG = 128
-_BIND_ATTEMPTS = 8
-_CONTROL_TIMEOUT = 10.0
-_LINGER_RST = struct.pack("ii", 1, 0)
-_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_ACCEPT_AGAIN = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN})
-_DIRECTIONS: dict[str, tuple[bool, bool]] = {
-    "upstream": (True, False),
-    "downstream": (False, True),
-    "both": (True, True),
-}
-_REFUSE_MODES = ("refuse", "reset", "close")
-_EOF = b""
-
-
-class _ReplyLost(ConnectionResetError):
-    """Raised in a connection's downstream reader to drop a reply and reset the pair."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ProxyFaults:
-    """The faults a :class:`FaultProxy` applies now (an immutable snapshot).
-
-    Latencies are in seconds; ``refusing`` is ``None`` when new connections
-    are accepted, else the :meth:`FaultProxy.refuse_connections` mode.
-    """
-
-    upstream_latency: float = 0.0
-    downstream_latency: float = 0.0
-    upstream_blackhole: bool = False
-    downstream_blackhole: bool = False
-    refusing: RefuseMode | None = None
-
-    @property
-    def active(self) -> bool:
-        """Whether any fault is set."""
-        return self != _NO_FAULTS
-
-    def _latency(self, upstream: bool) -> float:
-        return self.upstream_latency if upstream else self.downstream_latency
-
-    def _blackholed(self, upstream: bool) -> bool:
-        return self.upstream_blackhole if upstream else self.downstream_blackhole
-
-    def __str__(self) -> str:
-        parts = []
-        for label, upstream in (("up", True), ("down", False)):
-            if self._blackholed(upstream):
-                parts.append(f"{label}:blackhole")
-            if self._latency(upstream):
-                parts.append(f"{label}:+{self._latency(upstream):g}s")
-        if self.refusing is not None:
-            parts.append(f"new:{self.refusing}")
-        return " ".join(parts) or "none"
-
-
-_NO_FAULTS = ProxyFaults()
-
-
-@dataclasses.dataclass(frozen=True)
-class ProxyConnection:
-    """One connection through a :class:`FaultProxy` (a snapshot).
-
-    ``client_address`` is the client's end as the proxy sees it;
-    ``outbound_address`` is the proxy's end of its connection to the target,
-    as the server sees it (``addr=`` in ``CLIENT LIST``), or ``None`` while
-    the proxy is still connecting. The byte counts are what the proxy read
-    from each side, dropped bytes included.
-    """
-
-    id: int
-    client_address: tuple[str, int]
-    outbound_address: tuple[str, int] | None
-    upstream_bytes: int
-    downstream_bytes: int
-
-
-class _Connection:
-    """The proxy thread's record of one live connection."""
-
-    __slots__ = (
-        "client",
-        "client_address",
-        "downstream_bytes",
-        "id",
-        "lose_reply",
-        "outbound_address",
-        "rst",
-        "server",
-        "tail",
-        "task",
-        "upstream_bytes",
-    )
-
-    def __init__(self, ident: int, client: socket.socket, address: tuple[str, int]) -> None:
-        self.id = ident
-        self.client = client
-        self.client_address = address
-        self.server: socket.socket | None = None
-        self.outbound_address: tuple[str, int] | None = None
-        self.upstream_bytes = 0
-        self.downstream_bytes = 0
-        self.rst = False
-        self.task: asyncio.Task[None] | None = None
-        self.lose_reply = False  # a command matched: its reply is dropped, then RST
-        self.tail = b""  # the last bytes sent upstream, so a match may span two chunks
-
-    def snapshot(self) -> ProxyConnection:
-        return ProxyConnection(
-            id=self.id,
-            client_address=self.client_address,
-            outbound_address=self.outbound_address,
-            upstream_bytes=self.upstream_bytes,
-            downstream_bytes=self.downstream_bytes,
-        )
-
-
-def _address(raw: Any) -> tuple[str, int]:
-    return (str(raw[0]), int(raw[1]))
-
-
-def _close(sock: socket.socket, rst: bool) -> None:
-    """Close a socket; with ``rst`` the peer gets RST instead of FIN."""
-    if rst:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-    with contextlib.suppress(OSError):
-        sock.close()
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-async def _accept_one(
-    loop: asyncio.AbstractEventLoop, listener: socket.socket
-) -> tuple[socket.socket, Any]:
-    """Accept one connection; a cancellation never drops an accepted socket.
-
-    Not ``loop.sock_accept``: a cancellation that arrives as it completes
-    loses the new socket unclosed. Here the socket exists only once
-    ``accept()`` returned, after the last point of cancellation.
-    """
-    while True:
-        try:
-            return listener.accept()
-        except (BlockingIOError, InterruptedError):
-            pass
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(listener.fileno(), _wake, ready)
-        try:
-            await ready
-        finally:
-            loop.remove_reader(listener.fileno())
-
-
-def _nodelay(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def _quiet_exceptions(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Peers closing or resetting is the proxy's daily bread: never print it."""
-    if isinstance(context.get("exception"), (OSError, asyncio.CancelledError)):
-        return
-    loop.default_exception_handler(context)
-
-
-def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
-
-
-def _loopback_host(host: str) -> str:
-    if host == "localhost":
-        return "127.0.0.1"
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ArgumentError("host", f"the proxy listens on loopback only, not {host!r}")
-    return host
-
-
-def _check_direction(direction: str) -> tuple[bool, bool]:
-    try:
-        return _DIRECTIONS[direction]
-    except KeyError:
-        raise ArgumentError(
-            "direction", f"expected 'upstream', 'downstream' or 'both', not {direction!r}"
-        ) from None
 
 
 class FaultProxy(Lifecycle):
@@ -315,37 +110,21 @@ class FaultProxy(Lifecycle):
         if not (connect_timeout > 0 and math.isfinite(connect_timeout)):
             raise ArgumentError("connect_timeout", "must be a positive number of seconds")
         self._target = (target_host, target_port)
-        self._host = _loopback_host(host)
-        self._requested_port = port
-        self._connect_timeout = connect_timeout
+        self._host = loopback_host(host)
         self._name = name
         self._lock = threading.RLock()
-        self._faults = _NO_FAULTS
-        self._port: int | None = None
-        self._reserved_port: int | None = None
         self._owner_pid = os.getpid()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._target_address: tuple[int, Any] | None = None
-        # Touched by the proxy's thread only (the dict also under _conns_lock):
-        self._listener: socket.socket | None = None
-        self._listening = False
-        self._accept_task: asyncio.Task[None] | None = None
-        self._changed: asyncio.Event | None = None
-        self._conns: dict[int, _Connection] = {}
-        self._conns_lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._lose_match = b""
-        self._lose_left = 0
-        self._lost_replies = 0
+        self._rules = FaultRules()
+        self._relay = Relay(self._rules, connect_timeout)
+        self._listener = Listener(self._host, port, self._rules, self._relay.accept)
+        self._thread = LoopThread(self)
 
     # ------------------------------------------------------------------ addresses
 
     @property
     def running(self) -> bool:
         """Whether the proxy is started (and not stopped)."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
+        return self._thread.running
 
     @property
     def host(self) -> str:
@@ -358,7 +137,7 @@ class FaultProxy(Lifecycle):
 
         Raises :class:`~tenure.EmbeddedServerError` while not running.
         """
-        port = self._port
+        port = self._listener.port
         if port is None:
             raise EmbeddedServerError(f"{self!r} is not running: it has no port")
         return port
@@ -392,13 +171,7 @@ class FaultProxy(Lifecycle):
     @property
     def faults(self) -> ProxyFaults:
         """The faults applied now."""
-        return self._faults
-
-    def _set_directed(self, direction: Direction, fault: str, value: object) -> None:
-        """Set ``<direction>_<fault>`` to ``value`` for the direction(s) asked."""
-        upstream, downstream = _check_direction(direction)
-        sides = [side for side, on in (("upstream", upstream), ("downstream", downstream)) if on]
-        self._update({f"{side}_{fault}": value for side in sides})
+        return self._rules.now
 
     def set_latency(self, seconds: float, direction: Direction = "both") -> None:
         """Delay every chunk read from now on by ``seconds`` (0 removes the delay).
@@ -408,7 +181,7 @@ class FaultProxy(Lifecycle):
         """
         if not (seconds >= 0 and math.isfinite(seconds)):
             raise ArgumentError("seconds", f"must be a finite number >= 0, not {seconds!r}")
-        self._set_directed(direction, "latency", float(seconds))
+        self._update(directed(direction, "latency", float(seconds)))
 
     def blackhole(self, direction: Direction = "both", *, enabled: bool = True) -> None:
         """Drop every byte in ``direction`` (a partition); ``enabled=False`` stops dropping.
@@ -417,7 +190,7 @@ class FaultProxy(Lifecycle):
         reply until its own timeout. New connections are still accepted
         (the handshake is the kernel's), and then hear nothing either.
         """
-        self._set_directed(direction, "blackhole", bool(enabled))
+        self._update(directed(direction, "blackhole", bool(enabled)))
 
     def refuse_connections(self, mode: RefuseMode | None = "refuse") -> None:
         """Turn new connections away; ``None`` accepts them again.
@@ -429,7 +202,7 @@ class FaultProxy(Lifecycle):
         are not touched (see :meth:`reset_connections`). Takes effect before
         this method returns.
         """
-        if mode is not None and mode not in _REFUSE_MODES:
+        if mode is not None and mode not in REFUSE_MODES:
             raise ArgumentError("mode", f"expected 'refuse', 'reset', 'close' or None: {mode!r}")
         self._update({"refusing": mode})
 
@@ -458,20 +231,17 @@ class FaultProxy(Lifecycle):
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ArgumentError("count", f"must be an integer >= 0, not {count!r}")
         with self._lock:
-            if self.running:
-                self._call(self._arm_lose(match, count))
-            else:
-                self._lose_match, self._lose_left = match, count
+            self._arm_lose(match, count)
 
     @property
     def lost_replies(self) -> int:
         """How many replies :meth:`lose_reply` discarded since the proxy was created."""
-        return self._lost_replies
+        return self._rules.lost_replies.lost
 
     @property
     def replies_to_lose(self) -> int:
         """How many more matching commands :meth:`lose_reply` loses a reply of (0: disarmed)."""
-        return self._lose_left
+        return self._rules.lost_replies.left
 
     def clear(self) -> None:
         """Remove every fault: no latency, no blackhole, new connections accepted.
@@ -481,11 +251,8 @@ class FaultProxy(Lifecycle):
         connection that lost bytes is usually out of step and best replaced.
         """
         with self._lock:
-            self._faults = _NO_FAULTS
-            if self.running:
-                self._call(self._arm_lose(b"", 0))
-            else:
-                self._lose_match, self._lose_left = b"", 0
+            self._rules.now = NO_FAULTS
+            self._arm_lose(b"", 0)
             self._apply()
 
     def retarget(self, host: str, port: int, *, reset: bool = True) -> None:
@@ -501,9 +268,9 @@ class FaultProxy(Lifecycle):
         with self._lock:
             self._target = (host, port)
             if self.running:
-                self._resolve_target()
+                self._relay.target = resolve(host, port, self)
                 if reset:
-                    self._call(self._abort_all())
+                    self._thread.call(self._relay.abort_all())
 
     def reset_connections(self) -> int:
         """Reset every current connection (RST to both peers); return how many.
@@ -518,12 +285,11 @@ class FaultProxy(Lifecycle):
         with self._lock:
             if not self.running:
                 return 0
-            return self._call(self._abort_all())
+            return self._thread.call(self._relay.abort_all())
 
     def connections(self) -> list[ProxyConnection]:
         """The live connections, oldest first."""
-        with self._conns_lock:
-            return [conn.snapshot() for conn in self._conns.values()]
+        return self._relay.snapshots()
 
     def wait_connections(self, count: int, timeout: float = 5.0) -> None:
         """Wait until exactly ``count`` connections are live.
@@ -545,13 +311,20 @@ class FaultProxy(Lifecycle):
 
     def _update(self, changes: dict[str, Any]) -> None:
         with self._lock:
-            self._faults = dataclasses.replace(self._faults, **changes)
+            self._rules.update(changes)
             self._apply()
 
     def _apply(self) -> None:
         """Tell the proxy's thread the faults changed (and wait for listening to follow)."""
         if self.running:
-            self._call(self._faults_changed())
+            self._thread.call(self._faults_changed())
+
+    def _arm_lose(self, match: bytes, count: int) -> None:
+        """Set the lost-reply rule: on the proxy's loop while it runs (under the lock)."""
+        if self.running:
+            self._thread.call(self._rearm(match, count))
+        else:
+            self._rules.lost_replies.arm(match, count)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -561,17 +334,11 @@ class FaultProxy(Lifecycle):
                 raise EmbeddedServerError(f"{self!r} was created by another process (pid changed)")
             if self.running:
                 return
-            self._resolve_target()
-            listener = self._bind()
-            loop = asyncio.new_event_loop()
-            loop.set_exception_handler(_quiet_exceptions)
-            thread = threading.Thread(
-                target=_run_loop, args=(loop,), name=f"tenure-proxy-{self._port}", daemon=True
-            )
-            thread.start()
-            self._loop, self._thread = loop, thread
+            self._relay.target = resolve(*self._target, self)
+            self._listener.bind(self)
+            self._thread.start(f"tenure-proxy-{self._listener.port}")
             try:
-                self._call(self._open(listener))
+                self._thread.call(self._open())
             except BaseException:
                 self._halt(5.0)
                 raise
@@ -585,318 +352,33 @@ class FaultProxy(Lifecycle):
             unregister(self)
 
     def _halt(self, timeout: float) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is not None and thread is not None:
-            if thread.is_alive():
-                with contextlib.suppress(RuntimeError, FutureTimeoutError):
-                    self._call(self._close_all(), timeout=timeout)
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout)
-            if thread.is_alive():
-                raise EmbeddedServerError(
-                    f"{self!r}: the proxy thread did not stop in {timeout:g} s"
-                )
-        listener = self._listener
-        if listener is not None:  # normally closed by _close_all
-            _close(listener, rst=False)
-        self._loop = self._thread = None
-        self._listener = None
-        self._accept_task = None
-        self._changed = None
-        self._listening = False
-        self._port = None
-        release_port(self._reserved_port)
-        self._reserved_port = None
+        self._thread.stop(timeout, self._close_all)
+        self._listener.release()
+        self._rules.close()
 
-    def _resolve_target(self) -> None:
-        host, port = self._target
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise ServerStartError(
-                f"{self!r}: cannot resolve the target {host}:{port}: {exc}"
-            ) from None
-        family, _, _, _, sockaddr = infos[0]
-        self._target_address = (int(family), sockaddr)
+    # ------------------------------------------------------------------ on the proxy's loop
 
-    def _bind(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        attempts = 1 if self._requested_port else _BIND_ATTEMPTS
-        for attempt in range(attempts):
-            # An explicit port (never 0) keeps the port bound while the listener
-            # is shut down by refuse_connections("refuse").
-            reserved = None if self._requested_port else reserve_port(False)
-            port = self._requested_port or reserved
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((self._host, port))
-            except OSError as exc:
-                sock.close()
-                release_port(reserved)
-                if exc.errno == errno.EADDRINUSE and attempt + 1 < attempts:
-                    continue
-                raise ServerStartError(
-                    f"{self!r}: cannot listen on {self._host}:{port}: {exc}"
-                ) from None
-            sock.setblocking(False)
-            self._port = _address(sock.getsockname())[1]
-            self._reserved_port = reserved
-            return sock
-        raise AssertionError("unreachable")  # pragma: no cover
+    async def _open(self) -> None:
+        self._rules.open()
+        self._listener.open()
 
-    def _call(self, coro: Coroutine[Any, Any, _T], timeout: float = _CONTROL_TIMEOUT) -> _T:
-        """Run ``coro`` on the proxy's loop and wait for its result."""
-        loop = self._loop
-        if loop is None or threading.current_thread() is self._thread:
-            coro.close()
-            raise EmbeddedServerError(f"{self!r}: cannot control the proxy from here")
-        try:
-            future = asyncio.run_coroutine_threadsafe(coro, loop)
-        except RuntimeError:
-            coro.close()
-            raise
-        return future.result(timeout)
-
-    # ------------------------------------------------------------------ the proxy's thread
-
-    async def _open(self, listener: socket.socket) -> None:
-        self._listener = listener
-        self._changed = asyncio.Event()
-        self._set_listening(self._faults.refusing != "refuse")
-
-    async def _arm_lose(self, match: bytes, count: int) -> None:
-        self._lose_match, self._lose_left = match, count
-        with self._conns_lock:
-            conns = list(self._conns.values())
-        for conn in conns:
-            conn.tail = b""
+    async def _rearm(self, match: bytes, count: int) -> None:
+        self._rules.lost_replies.arm(match, count)
+        self._relay.restart_matches()
 
     async def _faults_changed(self) -> None:
-        changed = self._changed
-        if changed is not None:  # wake writers waiting for a partition to heal
-            changed.set()
-            self._changed = asyncio.Event()
-        await self._set_listening_async(self._faults.refusing != "refuse")
-
-    async def _set_listening_async(self, listening: bool) -> None:
-        task = self._accept_task
-        if not listening and task is not None:
-            task.cancel()
-            await asyncio.wait([task])
-            self._accept_task = None
-        self._set_listening(listening)
-
-    def _set_listening(self, listening: bool) -> None:
-        listener = self._listener
-        if listener is None or listening == self._listening:
-            return
-        if listening:
-            listener.listen(_BACKLOG)
-            self._accept_task = asyncio.get_running_loop().create_task(self._accept(listener))
-        else:
-            # Linux: a shut-down listener refuses connects but keeps its port.
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
-        self._listening = listening
+        self._rules.changed()
+        await self._listener.follow()
 
     async def _close_all(self) -> None:
-        task = self._accept_task
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task])
-            self._accept_task = None
-        listener = self._listener
-        if listener is not None:
-            _close(listener, rst=False)
-            self._listener = None
-        self._listening = False
-        await self._abort_all()
-
-    async def _abort_all(self) -> int:
-        with self._conns_lock:
-            conns = list(self._conns.values())
-        tasks = []
-        for conn in conns:
-            conn.rst = True
-            if conn.task is not None:
-                conn.task.cancel()
-                tasks.append(conn.task)
-        if tasks:
-            await asyncio.wait(tasks)
-        for conn in conns:
-            # A task cancelled before it first ran never reaches _serve's
-            # clean-up: its sockets are closed here (closing twice is harmless).
-            _close(conn.client, rst=True)
-            if conn.server is not None:
-                _close(conn.server, rst=True)
-            with self._conns_lock:
-                self._conns.pop(conn.id, None)
-        return len(conns)
-
-    async def _accept(self, listener: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                sock, peer = await _accept_one(loop, listener)
-            except OSError as exc:
-                if exc.errno in _OUT_OF_RESOURCES:
-                    await asyncio.sleep(0.05)
-                elif exc.errno not in _ACCEPT_AGAIN:
-                    return  # the listener itself is broken
-                continue
-            mode = self._faults.refusing
-            if mode is not None:
-                _close(sock, rst=mode != "close")
-                continue
-            sock.setblocking(False)
-            _nodelay(sock)
-            conn = _Connection(next(self._ids), sock, _address(peer))
-            with self._conns_lock:
-                self._conns[conn.id] = conn
-            conn.task = loop.create_task(self._serve(conn))
-
-    async def _serve(self, conn: _Connection) -> None:
-        loop = asyncio.get_running_loop()
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            server = await self._connect()
-            if server is None:
-                conn.rst = True
-                return
-            conn.server = server
-            conn.outbound_address = _address(server.getsockname())
-            up: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(_QUEUE_CHUNKS)
-            down: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(_QUEUE_CHUNKS)
-            tasks = [
-                loop.create_task(self._read(conn, conn.client, up, upstream=True)),
-                loop.create_task(self._write(server, up, upstream=True)),
-                loop.create_task(self._read(conn, server, down, upstream=False)),
-                loop.create_task(self._write(conn.client, down, upstream=False)),
-            ]
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            # All four end cleanly only after both sides closed; anything else breaks the pair.
-            if pending or any(task.cancelled() or task.exception() is not None for task in done):
-                conn.rst = True
-        finally:
-            await self._finish(tasks)
-            _close(conn.client, conn.rst)
-            if conn.server is not None:
-                _close(conn.server, conn.rst)
-            with self._conns_lock:
-                self._conns.pop(conn.id, None)
-
-    @staticmethod
-    async def _finish(tasks: list[asyncio.Task[None]]) -> None:
-        """Cancel ``tasks`` and wait until they are done, even if cancelled meanwhile.
-
-        Sockets are closed only after this: a task still waiting on a socket
-        would otherwise leave its file descriptor registered with the loop.
-        """
-        for task in tasks:
-            task.cancel()
-        while tasks:
-            try:
-                await asyncio.wait(tasks)
-                break
-            except asyncio.CancelledError:
-                continue
-        for task in tasks:
-            if not task.cancelled():
-                task.exception()  # retrieved: never "exception was never retrieved"
-
-    async def _connect(self) -> socket.socket | None:
-        assert self._target_address is not None
-        family, sockaddr = self._target_address
-        loop = asyncio.get_running_loop()
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation
-        # that comes as the connect completes, and abort_all would wait forever.
-        connect = loop.create_task(loop.sock_connect(sock, sockaddr))
-        try:
-            done, _ = await asyncio.wait({connect}, timeout=self._connect_timeout)
-        except BaseException:
-            await self._finish([connect])
-            _close(sock, rst=True)
-            raise
-        if not done or connect.cancelled() or connect.exception() is not None:
-            await self._finish([connect])
-            _close(sock, rst=True)
-            return None
-        _nodelay(sock)
-        return sock
-
-    async def _read(
-        self,
-        conn: _Connection,
-        source: socket.socket,
-        queue: asyncio.Queue[tuple[float, bytes]],
-        *,
-        upstream: bool,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            data = await loop.sock_recv(source, _CHUNK)
-            faults = self._faults
-            if not data:
-                await queue.put((loop.time() + faults._latency(upstream), _EOF))
-                return
-            if upstream:
-                conn.upstream_bytes += len(data)
-            else:
-                conn.downstream_bytes += len(data)
-            if faults._blackholed(upstream):
-                continue
-            if upstream:
-                self._match_lost_reply(conn, data)
-            elif conn.lose_reply:
-                conn.lose_reply = False
-                conn.rst = True
-                self._lost_replies += 1
-                raise _ReplyLost("reply discarded by lose_reply()")
-            await queue.put((loop.time() + faults._latency(upstream), data))
-
-    def _match_lost_reply(self, conn: _Connection, data: bytes) -> None:
-        """Mark ``conn`` to lose its next reply if ``data`` completes a match."""
-        match = self._lose_match
-        if self._lose_left <= 0 or not match:
-            return
-        window = conn.tail + data
-        if match in window:
-            self._lose_left -= 1
-            conn.lose_reply = True
-            conn.tail = b""
-        else:
-            conn.tail = window[max(0, len(window) - len(match) + 1) :]
-
-    async def _write(
-        self, target: socket.socket, queue: asyncio.Queue[tuple[float, bytes]], *, upstream: bool
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due, data = await queue.get()
-            while (wait := due - loop.time()) > 0:
-                await asyncio.sleep(wait)
-            if data:
-                if not self._faults._blackholed(upstream):
-                    await loop.sock_sendall(target, data)
-                continue
-            # EOF: a FIN is not lost in a partition, it waits for the partition to heal.
-            while True:
-                changed = self._changed
-                if changed is None or not self._faults._blackholed(upstream):
-                    break
-                await changed.wait()
-            with contextlib.suppress(OSError):
-                target.shutdown(socket.SHUT_WR)
-            return
+        await self._listener.close()
+        await self._relay.abort_all()
 
     def __repr__(self) -> str:
-        where = f"{self._host}:{self._port}" if self._port is not None else "no address"
+        port = self._listener.port
+        where = f"{self._host}:{port}" if port is not None else "no address"
         target = f"{self._target[0]}:{self._target[1]}"
         state = "running" if self.running else "stopped"
-        faults = self._faults
+        faults = self._rules.now
         extra = f" faults={faults}" if faults.active else ""
         return f"<FaultProxy {self._name!r} {where} -> {target} {state}{extra}>"

@@ -181,7 +181,7 @@ class Replicated(Topology):
         return [tuple(self._replicas), (self._primary,)]
 
     def __repr__(self) -> str:
-        ports = [process._port for process in self.processes]
+        ports = [process._ports.number for process in self.processes]
         return (
             f"<Replicated {self.engine} replicas={len(self._replicas)} "
             f"ports={ports} {self._state()}>"

@@ -231,7 +231,7 @@ class Sentinel(Topology):
                 self._replication._started = False
 
     def __repr__(self) -> str:
-        ports = [process._port for process in self.processes]
+        ports = [process._ports.number for process in self.processes]
         return (
             f"<Sentinel {self.engine} service={self._service_name!r} "
             f"replicas={len(self.replicas)} sentinels={len(self._sentinels)} "

@@ -1,4 +1,4 @@
-"""An id set's compact form held in this process, counted with the GIL released.
+"""Id sets counted in C with the GIL released, on this process's counting threads.
 
 A :class:`FrozenBase` is the compact form exactly as fetched: CRoaring (the
 library inside pyroaring, reached through pyroaring's own shared object
@@ -7,31 +7,84 @@ serialization in place (``roaring_bitmap_portable_deserialize_frozen``), so
 decoding copies nothing and every container sits in one contiguous buffer,
 which counts about twice as fast as containers scattered over the heap.
 Counts run in C with the GIL released and, for large sets, in parallel
-over disjoint ranges of containers, one per core. A base never changes
-once made; a newer one replaces it.
+over disjoint ranges of containers, one per core; :func:`count_each` shares
+many sets out the same way. A base never changes once made; a newer one
+replaces it.
 
 If the library cannot be reached this way (another pyroaring build), or
-its layout is not the one checked at import, :class:`PlainBase` does the
-same through pyroaring's Python API.
+its layout is not the one checked at import, :func:`make_base` makes the
+sans-IO :class:`~tenure._core.bases.PlainBase` instead, which does the same
+through pyroaring's Python API.
+
+This is process state, so it lives here and not in the sans-IO core: the
+library loaded and checked once, and :data:`THREADS`, the worker threads
+(made on first use, with a lock, and forgotten in a fork's child). The
+core's views get :func:`make_base` from the caller
+(:mod:`tenure._backends.local_copies` makes every view of the process).
 """
 
 from __future__ import annotations
 
 import ctypes
+import heapq
 import os
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyroaring
 from pyroaring import BitMap
 
-__all__ = ["NATIVE", "Base", "FrozenBase", "PlainBase", "make_base"]
+from tenure._core.bases import Base, PlainBase
+from tenure._core.idset import SetView, pair_count
+
+__all__ = [
+    "NATIVE",
+    "PARALLEL_CONTAINERS",
+    "THREADS",
+    "CountingThreads",
+    "FrozenBase",
+    "count_each",
+    "make_base",
+    "top_counts",
+]
 
 PARALLEL_CONTAINERS = 4096
 """Bases of at least this many containers each are counted in parallel."""
+
+_T = TypeVar("_T")
+
+
+class CountingThreads:
+    """The worker threads of parallel counts: one fewer than the cores used (at most 4)."""
+
+    def __init__(self) -> None:
+        self.workers = max(1, min(4, os.cpu_count() or 1))
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def submit(self, function: Callable[..., _T], *args: Any) -> Future[_T]:
+        """Run ``function(*args)`` on a worker thread (the threads made on first use)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers - 1, "tenure-idset-count")
+            pool = self._pool
+        return pool.submit(function, *args)
+
+    def after_fork(self) -> None:
+        """In a fork's child: the parent's threads are not there, nor its lock's holder."""
+        self._pool = None
+        self._pool_lock = threading.Lock()
+
+
+THREADS = CountingThreads()
+"""The counting threads of this process."""
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=THREADS.after_fork)
 
 
 class _RoaringArray(ctypes.Structure):
@@ -74,21 +127,6 @@ class _Native:
         self.serialize = lib.roaring_bitmap_portable_serialize
         self.serialize.argtypes = [pointer, pointer]
         self.serialize.restype = size
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self.workers = max(1, min(4, os.cpu_count() or 1))
-
-    def pool(self) -> ThreadPoolExecutor:
-        """The worker threads of parallel counts (made on first use, again after a fork)."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.workers - 1, "tenure-idset-count")
-            return self._pool
-
-    def forget_pool(self) -> None:
-        """After a fork: the parent's threads are not in the child."""
-        self._pool = None
-        self._pool_lock = threading.Lock()
 
     def bitmap_of(self, pointer: int) -> BitMap:
         """A pyroaring bitmap of the C bitmap at ``pointer`` (which is freed)."""
@@ -112,10 +150,10 @@ class _Native:
         ]
 
     def parallel_and_cardinality(self, first: int, second: int) -> int:
-        """|first & second|, the containers split over the cores."""
-        pairs = self.windows(first, second, self.workers)
+        """|first & second|, the containers split over the cores (:data:`THREADS`)."""
+        pairs = self.windows(first, second, THREADS.workers)
         futures: list[Future[int]] = [
-            self.pool().submit(self.and_cardinality, ctypes.addressof(x), ctypes.addressof(y))
+            THREADS.submit(self.and_cardinality, ctypes.addressof(x), ctypes.addressof(y))
             for x, y in pairs[1:]
         ]
         here = int(
@@ -142,61 +180,6 @@ def _window(array: _RoaringArray, start: int, end: int) -> _RoaringArray:
     )
 
 
-class Base:
-    """A compact form held locally: immutable, counted against others and small bitmaps."""
-
-    count: int
-    containers: int
-    nbytes: int
-
-    def and_cardinality(self, other: Base, *, parallel: bool = True) -> int:
-        """|self & other| (over every core for large bases, unless ``parallel`` is False)."""
-        raise NotImplementedError
-
-    def and_small_cardinality(self, small: BitMap) -> int:
-        """|self & small|, ``small`` a pyroaring bitmap."""
-        raise NotImplementedError
-
-    def and_small(self, small: BitMap) -> BitMap:
-        """The ids of ``small`` in this form, as a pyroaring bitmap."""
-        raise NotImplementedError
-
-    def contains(self, value: int) -> bool:
-        """True if ``value`` is in the form."""
-        raise NotImplementedError
-
-    def to_bitmap(self) -> BitMap:
-        """The form as a pyroaring bitmap of its own (a copy)."""
-        raise NotImplementedError
-
-
-class PlainBase(Base):
-    """A base kept as a pyroaring bitmap (the fallback, and the empty base)."""
-
-    def __init__(self, bitmap: BitMap, nbytes: int = 0) -> None:
-        self.bitmap = bitmap
-        self.count = len(bitmap)
-        self.containers = 0
-        self.nbytes = nbytes
-
-    def and_cardinality(self, other: Base, *, parallel: bool = True) -> int:
-        if isinstance(other, PlainBase):
-            return int(self.bitmap.intersection_cardinality(other.bitmap))
-        return other.and_small_cardinality(self.bitmap)
-
-    def and_small_cardinality(self, small: BitMap) -> int:
-        return int(self.bitmap.intersection_cardinality(small))
-
-    def and_small(self, small: BitMap) -> BitMap:
-        return self.bitmap & small
-
-    def contains(self, value: int) -> bool:
-        return value in self.bitmap
-
-    def to_bitmap(self) -> BitMap:
-        return self.bitmap.copy()
-
-
 class FrozenBase(Base):
     """A base read in place from its portable serialization, by CRoaring through ctypes."""
 
@@ -217,7 +200,7 @@ class FrozenBase(Base):
             return other.and_cardinality(self)
         native = self._native
         big = min(self.containers, other.containers) >= PARALLEL_CONTAINERS
-        if parallel and big and native.workers > 1:
+        if parallel and big and THREADS.workers > 1:
             return native.parallel_and_cardinality(self.pointer, other.pointer)
         return int(native.and_cardinality(self.pointer, other.pointer))
 
@@ -272,12 +255,36 @@ def _load() -> _Native | None:
 NATIVE = _load()
 """CRoaring through ctypes, or None where it could not be checked (then PlainBase)."""
 
-if NATIVE is not None and hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=NATIVE.forget_pool)
-
 
 def make_base(blob: bytes, bitmap: BitMap) -> Base:
     """The local base of a validated compact form: ``blob``, whose bitmap is ``bitmap``."""
     if NATIVE is None or not blob:
         return PlainBase(bitmap, len(blob))
     return FrozenBase(NATIVE, blob, len(bitmap))
+
+
+def count_each(view: SetView, others: Sequence[SetView]) -> list[int]:
+    """|view & other| for each of ``others``, split over the cores when there are many."""
+    if NATIVE is None or THREADS.workers == 1 or len(others) < 64:
+        return [pair_count(view, other) for other in others]
+    parts = THREADS.workers
+    step = -(-len(others) // parts)
+
+    def part(start: int) -> list[int]:
+        return [pair_count(view, other, parallel=False) for other in others[start : start + step]]
+
+    futures = [THREADS.submit(part, start) for start in range(step, len(others), step)]
+    counts = part(0)
+    for future in futures:
+        counts += future.result()
+    return counts
+
+
+def top_counts(view: SetView, others: Sequence[SetView], k: int) -> list[tuple[int, int]]:
+    """The ``k`` largest overlaps of ``view`` with ``others``: (index, count), largest first.
+
+    Ties keep the order of ``others``. Many sets are counted on every core.
+    """
+    counts = count_each(view, others)
+    best = heapq.nsmallest(k, ((-count, index) for index, count in enumerate(counts)))
+    return [(index, -negative) for negative, index in best]
