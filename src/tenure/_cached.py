@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from tenure._async._cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, AsyncHerdCache
-from tenure._core.cache import Loaded
+from tenure._async._cache import AsyncHerdCache
+from tenure._core.cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, Loaded
 from tenure._core.codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
 from tenure._core.exceptions import ArgumentError, ClientTypeError
 from tenure._core.values import check_seconds
