@@ -282,7 +282,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         gets ``default`` instead, and its next :meth:`set` of the entry is
         the refresh.
         """
-        stored = self.key_of(key, param)
+        stored = self._naming.key_of(key, param)
         token = secrets.token_hex(8)
         fetched = await self._scripts.fetch(CacheKeys.for_entry(stored), token, "", 0.0)
         if fetched.status in (Status.REFRESH, Status.LOAD):
@@ -319,7 +319,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         write goes through only if that lease is still its own (False if it
         passed on); otherwise it is an explicit write and always lands.
         """
-        return await self._store_key(self.key_of(key, param), value, ttl, herd_timeout)
+        return await self._store_key(self._naming.key_of(key, param), value, ttl, herd_timeout)
 
     async def _store_key(
         self, stored: str, value: Any, ttl: float | None, herd_timeout: float | None
@@ -366,7 +366,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         ``herd_timeout`` override the cache's for this entry's write.
         """
         return await self._fetch_key(
-            self.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
+            self._naming.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
         )
 
     async def _fetch_key(
@@ -393,14 +393,24 @@ class AsyncHerdCache(_AsyncCacheBase):
             finally:
                 reentry.leave(entered)
 
-        async def lead() -> Any:
-            entered = reentry.enter(loading, stored)  # what this call's loader runs under
-            try:
-                return await self._loading.fetched(stored, loader, ttl, herd_timeout)
-            finally:
-                reentry.leave(entered)
-
-        value = await self._flights.share(stored, lead)
+        value = await self._flights.share(
+            stored, self._lead, loading, stored, loader, ttl, herd_timeout
+        )
         if value is ABANDONED:  # its caller's cancellation is not this caller's
             return await self._fetch_key(stored, loader, ttl=ttl, herd_timeout=herd_timeout)
         return value
+
+    async def _lead(
+        self,
+        loading: frozenset[str],
+        stored: str,
+        loader: Callable[[], Any],
+        ttl: float | None,
+        herd_timeout: float | None,
+    ) -> Any:
+        """The request of this process for ``stored``, made by its first caller."""
+        entered = reentry.enter(loading, stored)  # what this call's loader runs under
+        try:
+            return await self._loading.fetched(stored, loader, ttl, herd_timeout)
+        finally:
+            reentry.leave(entered)

@@ -45,8 +45,8 @@ class AsyncFlights:
         self._flights: dict[tuple[object, str], _Flight] = {}
         self._mutex = Mutex()
 
-    async def share(self, stored: str, lead: Callable[[], Any]) -> Any:
-        """``lead()``'s value, run by the first caller of ``stored``, shared with the rest.
+    async def share(self, stored: str, lead: Callable[..., Any], *args: Any) -> Any:
+        """``lead(*args)``'s value, run by the first caller of ``stored``, shared with the rest.
 
         A caller that joins gets the leader's value or its error, or
         :data:`ABANDONED` if the leader was cancelled (that is not its own).
@@ -71,7 +71,7 @@ class AsyncFlights:
                 raise flight.error
             return flight.value
         try:
-            flight.value = await lead()
+            flight.value = await lead(*args)
         except Exception as exc:
             flight.error = exc
             raise

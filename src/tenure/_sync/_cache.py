@@ -281,7 +281,7 @@ class HerdCache(_AsyncCacheBase):
         gets ``default`` instead, and its next :meth:`set` of the entry is
         the refresh.
         """
-        stored = self.key_of(key, param)
+        stored = self._naming.key_of(key, param)
         token = secrets.token_hex(8)
         fetched = self._scripts.fetch(CacheKeys.for_entry(stored), token, "", 0.0)
         if fetched.status in (Status.REFRESH, Status.LOAD):
@@ -316,7 +316,7 @@ class HerdCache(_AsyncCacheBase):
         write goes through only if that lease is still its own (False if it
         passed on); otherwise it is an explicit write and always lands.
         """
-        return self._store_key(self.key_of(key, param), value, ttl, herd_timeout)
+        return self._store_key(self._naming.key_of(key, param), value, ttl, herd_timeout)
 
     def _store_key(
         self, stored: str, value: Any, ttl: float | None, herd_timeout: float | None
@@ -362,7 +362,9 @@ class HerdCache(_AsyncCacheBase):
         in another process takes the load over). ``ttl`` and
         ``herd_timeout`` override the cache's for this entry's write.
         """
-        return self._fetch_key(self.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout)
+        return self._fetch_key(
+            self._naming.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
+        )
 
     def _fetch_key(
         self,
@@ -388,14 +390,22 @@ class HerdCache(_AsyncCacheBase):
             finally:
                 reentry.leave(entered)
 
-        def lead() -> Any:
-            entered = reentry.enter(loading, stored)  # what this call's loader runs under
-            try:
-                return self._loading.fetched(stored, loader, ttl, herd_timeout)
-            finally:
-                reentry.leave(entered)
-
-        value = self._flights.share(stored, lead)
+        value = self._flights.share(stored, self._lead, loading, stored, loader, ttl, herd_timeout)
         if value is ABANDONED:  # its caller's cancellation is not this caller's
             return self._fetch_key(stored, loader, ttl=ttl, herd_timeout=herd_timeout)
         return value
+
+    def _lead(
+        self,
+        loading: frozenset[str],
+        stored: str,
+        loader: Callable[[], Any],
+        ttl: float | None,
+        herd_timeout: float | None,
+    ) -> Any:
+        """The request of this process for ``stored``, made by its first caller."""
+        entered = reentry.enter(loading, stored)  # what this call's loader runs under
+        try:
+            return self._loading.fetched(stored, loader, ttl, herd_timeout)
+        finally:
+            reentry.leave(entered)

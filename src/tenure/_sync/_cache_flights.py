@@ -46,8 +46,8 @@ class Flights:
         self._flights: dict[tuple[object, str], _Flight] = {}
         self._mutex = Mutex()
 
-    def share(self, stored: str, lead: Callable[[], Any]) -> Any:
-        """``lead()``'s value, run by the first caller of ``stored``, shared with the rest.
+    def share(self, stored: str, lead: Callable[..., Any], *args: Any) -> Any:
+        """``lead(*args)``'s value, run by the first caller of ``stored``, shared with the rest.
 
         A caller that joins gets the leader's value or its error, or
         :data:`ABANDONED` if the leader was cancelled (that is not its own).
@@ -72,7 +72,7 @@ class Flights:
                 raise flight.error
             return flight.value
         try:
-            flight.value = lead()
+            flight.value = lead(*args)
         except Exception as exc:
             flight.error = exc
             raise
