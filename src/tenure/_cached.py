@@ -7,20 +7,26 @@ encoded canonically), or by a ``cache_key`` hook. Every guarantee is
 stale values served at once while one caller refreshes, errors not cached
 unless asked (``cache_errors``), and the function still computed when the
 server is down.
+
+Here: the decorator, the wrappers it makes, and the names it gives functions
+(unique in this process). How a call names its entry, and how an error is
+stored and raised again, is sans-IO: :mod:`tenure._core.cached`. A wrapper
+reaches its entry by server key through the cache's ``_fetch_key``,
+``_store_key`` and ``_delete_key``; the cache's re-entry guard refuses a
+loader that asks for its own entry.
 """
 
 from __future__ import annotations
 
-import dis
 import functools
 import inspect
-import json
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from tenure._async._cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, AsyncHerdCache
-from tenure._core.cache import Loaded
+from tenure._async._cache import AsyncHerdCache
+from tenure._core.cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE
+from tenure._core.cached import UNKNOWN_ERROR, CallNaming, ErrorCodec
 from tenure._core.codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
 from tenure._core.exceptions import ArgumentError, ClientTypeError
 from tenure._core.values import check_seconds
@@ -29,8 +35,6 @@ from tenure._sync._cache import HerdCache
 __all__ = ["cached"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_KEY = "call"  # every entry of one function: "<prefix><name>:{call:<digest of the arguments>}"
 
 
 def cached(
@@ -84,7 +88,7 @@ def cached(
     error_seconds = check_seconds(
         "error_ttl", error_ttl, name="cached", allow_none=False, longest=None, positive=True
     )
-    errors = _ErrorCodec(cache_errors, error_seconds)
+    errors = ErrorCodec(cache_errors, error_seconds)
 
     def decorate(func: F) -> F:
         if not callable(func):
@@ -114,47 +118,7 @@ def cached(
                 f"@cached {what} {cache_name} needs {wanted}: {exc}",
                 name=cache_name,
             ) from None
-        signature = inspect.signature(func)
-        captured = _captured_values(func)
-
-        def param_of(args: tuple[Any, ...], kwargs: dict[str, Any], closure: dict[str, Any]) -> Any:
-            if cache_key is not None:
-                param = cache_key(*args, **kwargs)
-                return {"key": param, "closure": closure} if closure else param
-            try:
-                bound = signature.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise TypeError(f"{func.__qualname__}(): {exc}") from None
-            bound.apply_defaults()
-            if closure:
-                return {"args": dict(bound.arguments), "closure": closure}
-            return {"args": dict(bound.arguments)}
-
-        names: dict[tuple[Any, ...], str] = {}  # simple arguments -> entry key, bounded
-
-        def key_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-            closure = captured() if captured is not None else {}  # read once per call
-            memo = _memo_key(args, kwargs) if cache_key is None else None
-            if memo is not None and closure:
-                memo = (memo, tuple((k, type(v), v) for k, v in closure.items()))
-            if memo is not None:
-                found = names.get(memo)
-                if found is not None:
-                    return found
-            try:
-                stored = cast(str, cache.key_of(_KEY, param_of(args, kwargs, closure)))
-            except ArgumentError as exc:
-                raise ArgumentError(
-                    "cache_key",
-                    f"cannot name a call of {func.__qualname__} by its arguments ({exc}); "
-                    "pass cache_key=",
-                    name=cache_name,
-                ) from None
-            if memo is not None:
-                if len(names) >= _MEMO_SIZE:
-                    names.clear()
-                names[memo] = stored
-            return stored
+        key_of = CallNaming(func, cache.key_of, cache_key, cache_name).key_of
 
         if is_async:
 
@@ -217,47 +181,6 @@ def cached(
     return decorate
 
 
-_ERROR_TAG = "$tenure_error"
-UNKNOWN_ERROR = object()  # a cached error this wrapper does not know: call the function
-
-
-class _ErrorCodec:
-    """How ``@cached`` stores an error of ``cache_errors`` and raises it again."""
-
-    def __init__(self, kinds: tuple[type[BaseException], ...], ttl: float) -> None:
-        self.kinds = kinds
-        self.ttl = ttl
-        self._by_path = {_path_of(kind): kind for kind in kinds}
-
-    def stored(self, error: BaseException) -> Loaded:
-        """The entry that stands for ``error``, fresh for the error TTL."""
-        try:
-            args = json.loads(json.dumps(list(error.args)))
-        except (TypeError, ValueError):
-            args = [str(error)]
-        return Loaded({_ERROR_TAG: {"type": _path_of(type(error)), "args": args}}, self.ttl)
-
-    def result(self, value: Any) -> Any:
-        """``value``, or, for a stored error of a known class, raise that error."""
-        if isinstance(value, Loaded):
-            value = value.value
-        if not (isinstance(value, dict) and len(value) == 1 and _ERROR_TAG in value):
-            return value
-        error = value[_ERROR_TAG]
-        kind = self._by_path.get(str(error.get("type")))
-        if kind is None:  # stored by a deployment that cached other errors: a miss
-            return UNKNOWN_ERROR
-        raise kind(*error.get("args", []))
-
-
-def _path_of(kind: type) -> str:
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-_MEMO_SIZE = 4096
-_SIMPLE = frozenset({str, int, float, bool, bytes, type(None)})
-
-
 _names: dict[tuple[str, str], Any] = {}  # (prefix, derived cache name) -> the function's code
 _names_mutex = threading.Lock()
 
@@ -291,72 +214,3 @@ def _name_of(func: Any, prefix: str) -> str:
             "each its own name=",
         )
     return cache_name
-
-
-def _captured_values(func: Callable[..., Any]) -> Callable[[], dict[str, Any]] | None:
-    """What names a closure's entries besides its arguments: its captured plain values.
-
-    ``make_scaler(3)`` and ``make_scaler(5)`` return two functions of one
-    qualified name (one cache); the numbers they captured tell their calls
-    apart. Read at each call, as the function reads them. Only plain values
-    count (numbers, strings, bytes, None, tuples and frozensets of them):
-    captured objects (a client, a session, a list) are context, and a name
-    the function itself assigns (``nonlocal calls; calls += 1``) is state,
-    not what the result depends on. None: nothing captured that counts.
-    """
-    code = getattr(func, "__code__", None)
-    cells = getattr(func, "__closure__", None)
-    if code is None or not cells:
-        return None
-    assigned = {ins.argval for ins in dis.get_instructions(code) if ins.opname == "STORE_DEREF"}
-    pairs = [
-        (var, cell)
-        for var, cell in zip(code.co_freevars, cells, strict=False)
-        if var != "__class__" and var not in assigned
-    ]
-    if not pairs:
-        return None
-
-    def values() -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for var, cell in pairs:
-            try:
-                value = cell.cell_contents
-            except ValueError:  # not bound yet
-                continue
-            if _plain(value):
-                found[var] = value
-        return found
-
-    return values
-
-
-def _plain(value: Any) -> bool:
-    kind = type(value)
-    if kind in _PLAIN:
-        return True
-    return kind in (tuple, frozenset) and all(_plain(item) for item in value)
-
-
-_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
-
-
-def _memo_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-    """A hashable stand-in for a call whose arguments are all simple values, else None.
-
-    Types are part of it, so ``f(1)``, ``f(1.0)`` and ``f(True)`` (equal in
-    Python, named differently on the server) never share an entry by way of it.
-    """
-    if not kwargs:  # the common case, in one pass
-        kinds = tuple(map(type, args))
-        return (kinds, args) if _SIMPLE.issuperset(kinds) else None
-    memo: list[Any] = []
-    for value in args:
-        if type(value) not in _SIMPLE:
-            return None
-        memo += (type(value), value)
-    for name, value in kwargs.items():
-        if type(value) not in _SIMPLE:
-            return None
-        memo += (name, type(value), value)
-    return tuple(memo)

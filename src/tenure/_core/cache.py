@@ -1,8 +1,17 @@
 """The caches' sans-IO half: key naming, durations, the fetch script's replies, statistics.
 
 Every function here is pure and tested without a server
-(``tests/test_cache_core.py``); the I/O lives in :mod:`tenure._async._cache`
-and its generated sync twin.
+(``tests/test_cache_core.py``). The I/O lives in :mod:`tenure._async._cache`
+(the public classes) and the parts they compose, ``tenure._async._cache_*``
+(and their generated sync twins); the rules those parts share are here:
+
+* :class:`CacheNaming` — a cache's name, prefix, identity generator and
+  default ``ttl``, checked once; an entry's server key; a ttl in ms.
+* :class:`CacheCounters` — one cache object's counters (its
+  :class:`CacheStatistics`), outages and their ends counted once each.
+* :class:`CacheKeys`, :func:`parse_fetch`, :class:`ServerClock`,
+  :func:`early_factor` — the herd cache's scripts, their replies, and when
+  a plain GET may be trusted.
 """
 
 from __future__ import annotations
@@ -11,17 +20,31 @@ import enum
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
+
+from tenure._core.exceptions import (
+    ArgumentError,
+    ConnectionPoolExhaustedError,
+    ServerUnavailableError,
+)
+from tenure._core.leased import check_name, lone_surrogate
+from tenure._core.values import check_seconds, to_ms
 
 __all__ = [
+    "DEFAULT_HERD_TIMEOUT",
+    "DEFAULT_LOAD_LEASE",
+    "UNREACHABLE",
     "WAIT_RECHECK",
+    "CacheCounters",
     "CacheKeys",
+    "CacheNaming",
     "CacheStatistics",
     "Entry",
     "Fetched",
     "Loaded",
     "ServerClock",
     "Status",
+    "as_bytes",
     "early_factor",
     "entry_key",
     "new_counters",
@@ -41,6 +64,15 @@ loader's whole lease. One call per waiting entry and process: callers of one
 entry share a request.
 """
 
+DEFAULT_HERD_TIMEOUT = 60.0
+"""Seconds a herd-cache entry outlives its freshness, to be served stale meanwhile."""
+
+DEFAULT_LOAD_LEASE = 5.0
+"""Seconds a loader's lease lasts unless renewed (renewed every third of it)."""
+
+UNREACHABLE = (ServerUnavailableError, ConnectionPoolExhaustedError)
+"""The server cannot be asked now: the fallback's (and a lost commit's) cases."""
+
 
 def entry_key(prefix: str, name: str, identity: str) -> str:
     """The server key of one entry: ``{prefix}{name}:{{identity}}``.
@@ -49,6 +81,96 @@ def entry_key(prefix: str, name: str, identity: str) -> str:
     while entries spread over the cluster.
     """
     return f"{prefix}{name}:{{{identity}}}"
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class CacheNaming:
+    """How one cache names its entries: name, prefix, identity generator, default ``ttl``.
+
+    Each is checked once, when the cache is made; :meth:`key_of` names an
+    entry, :meth:`ttl_ms` gives a write's expiry.
+    """
+
+    __slots__ = ("default_ttl", "identity_generator", "name", "prefix")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float | None,
+        identity_generator: Any,
+        prefix: str | None,
+        default_prefix: str,
+    ) -> None:
+        # A lock's naming rules: a brace would also let one cache's clear()
+        # match another's keys ('users' and 'users:{eu').
+        check_name(name)
+        if identity_generator is not None and not callable(
+            getattr(identity_generator, "generate", None)
+        ):
+            raise ArgumentError(
+                "identity_generator", "needs a generate(key, param) method, or None"
+            )
+        self.name = name
+        self.default_ttl = check_seconds(
+            "ttl", ttl, name=name, allow_none=True, longest=None, positive=True
+        )
+        self.identity_generator = identity_generator
+        self.prefix: str = default_prefix if prefix is None else prefix
+        if not isinstance(self.prefix, str):
+            raise ArgumentError("prefix", "must be a str", name=name)
+        if "{" in self.prefix or "}" in self.prefix:
+            # the entries' hash tag comes after it: a brace would take its place
+            raise ArgumentError(
+                "prefix", f"must not contain '{{' or '}}': {self.prefix!r}", name=name
+            )
+
+    def key_of(self, key: str, param: Any = None) -> str:
+        """The server key of the entry named by ``key`` and ``param``."""
+        if not isinstance(key, str):
+            raise ArgumentError("key", f"must be a str, got {type(key).__name__}", name=self.name)
+        if self.identity_generator is None:
+            if param is not None:
+                raise ArgumentError(
+                    "param", "this cache has no identity_generator to name params", name=self.name
+                )
+            identity = key
+        else:
+            identity = self.identity_generator.generate(key, param)
+        if not identity:
+            # It would be no hash tag: on a cluster the entry's keys would
+            # land in different slots.
+            raise ArgumentError("key", "must not be empty (it names the entry)", name=self.name)
+        at = lone_surrogate(identity)
+        if at is not None:
+            raise ArgumentError(
+                "key", f"must be UTF-8 text: a lone surrogate at {at}", name=self.name
+            )
+        return entry_key(self.prefix, self.name, identity)
+
+    def ttl_ms(self, ttl: float | None) -> int:
+        """A write's expiry in ms: ``ttl`` checked, or the default (0: none)."""
+        return to_ms(
+            self.default_ttl
+            if ttl is None
+            else check_seconds(
+                "ttl", ttl, name=self.name, allow_none=True, longest=None, positive=True
+            )
+        )
+
+    def pattern(self) -> str:
+        """The SCAN pattern of every entry of this cache (and nothing else)."""
+        return _glob_escape(f"{self.prefix}{self.name}:") + "{*"
+
+
+def as_bytes(data: Any) -> bytes | None:
+    """A stored value as bytes (a client with decode_responses=True gives str)."""
+    if data is None or isinstance(data, bytes):
+        return data
+    return str(data).encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -251,3 +373,46 @@ def unwrap_loaded(result: Any, ttl: float | None) -> tuple[Any, float | None]:
 def new_counters() -> dict[str, int]:
     """Zeroed mutable counters, one per :class:`CacheStatistics` field."""
     return dict.fromkeys(CacheStatistics.__dataclass_fields__, 0)
+
+
+class Outage(Protocol):
+    """What the counters read of an outage (``tenure._async._outage.AsyncOutage``)."""
+
+    ended: bool
+
+
+class CacheCounters:
+    """One cache object's counters (this process only), shared by the parts of the cache.
+
+    :meth:`add` counts one event of a :class:`CacheStatistics` field;
+    :meth:`snapshot` is the statistics. An outage counts once however many
+    fetches go around it (:meth:`fell_back`), and its end once, when a
+    fetch sees it ended (:meth:`recovered`).
+    """
+
+    __slots__ = ("_outage", "counts")
+
+    def __init__(self) -> None:
+        self.counts = new_counters()
+        self._outage: Outage | None = None  # the last outage a fetch went through
+
+    def add(self, field: str) -> None:
+        """Count one event of ``field``."""
+        self.counts[field] += 1
+
+    def snapshot(self) -> CacheStatistics:
+        """An immutable snapshot of the counters."""
+        return CacheStatistics(**self.counts)
+
+    def fell_back(self, outage: Outage | None) -> None:
+        """A fetch computed without the cache, around ``outage`` (None: not an outage)."""
+        self.counts["fallbacks"] += 1
+        if outage is not None and self._outage is not outage:
+            self._outage = outage
+            self.counts["outages"] += 1
+
+    def recovered(self) -> None:
+        """A fetch asks the server again: the last outage, if it has ended, counts as over."""
+        if self._outage is not None and self._outage.ended:
+            self._outage = None
+            self.counts["recoveries"] += 1

@@ -1,0 +1,84 @@
+"""The herd cache's fallback: the loader alone, when the server cannot be asked.
+
+With ``fallback`` on, a fetch that finds the server out of reach (or the
+client's connection pool exhausted) returns its loader's value instead of
+raising. An outage found by one call sends every cache of that client
+straight to the loaders until a background probe finds the server again
+(:mod:`tenure._async._outage`); an exhausted pool is this process's own
+limit, not an outage, and is logged once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tenure._async._outage import AsyncOutage, outage_found, outage_of
+from tenure._core.cache import CacheCounters, unwrap_loaded
+from tenure._core.codec import Codec
+from tenure._core.exceptions import ServerUnavailableError, TenureError
+
+__all__ = ["AsyncCacheFallback", "call_loader"]
+
+logger = logging.getLogger("tenure.cache")
+
+
+class AsyncCacheFallback:
+    """What one herd cache does without the server (``enabled``: its ``fallback``)."""
+
+    def __init__(
+        self, client: Any, name: str, enabled: bool, codec: Codec, counters: CacheCounters
+    ) -> None:
+        self.enabled = enabled
+        self._client = client
+        self._name = name
+        self._codec = codec
+        self._counters = counters
+        self._exhaustion_logged = False  # the client's pool was exhausted (logged once)
+
+    def outage(self) -> AsyncOutage | None:
+        """The client's outage going on, if this cache falls back (None: ask the server)."""
+        return outage_of(self._client) if self.enabled else None
+
+    def unreachable(self, error: TenureError) -> AsyncOutage | None:
+        """A call found the server unreachable (``error``): the outage, if it is one.
+
+        An exhausted connection pool is this process's own limit, not an
+        outage: logged once, until a fetch gets through again.
+        """
+        if isinstance(error, ServerUnavailableError):
+            return outage_found(self._client, error)
+        if not self._exhaustion_logged:
+            self._exhaustion_logged = True
+            logger.warning("tenure cache %r: %s; computing without the cache", self._name, error)
+        return None
+
+    def reached(self) -> None:
+        """A fetch got through: an exhausted pool met again is logged again."""
+        self._exhaustion_logged = False
+
+    async def fall_back(self, loader: Callable[[], Any], outage: AsyncOutage | None) -> Any:
+        """The loader's value, computed without the cache (``fallback``).
+
+        A value the cache could not store is refused as it would be with the
+        server up: the outcome does not depend on the server.
+        """
+        if outage is not None:
+            outage.fallbacks += 1
+        self._counters.fell_back(outage)
+        value = unwrap_loaded(await call_loader(loader), None)[0]
+        self._codec.encode(value)
+        return value
+
+
+async def call_loader(loader: Callable[[], Any]) -> Any:
+    """Call ``loader`` and return its value (async loaders too, in the async twin)."""
+    value = loader()
+    # unasync: async-only
+    if inspect.isawaitable(value):
+        value = await value
+    # unasync: sync-only
+    # unasync: end
+    return value

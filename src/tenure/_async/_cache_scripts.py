@@ -1,0 +1,175 @@
+"""The herd cache's entry on the server: a plain GET, then its three scripts.
+
+* :meth:`AsyncHerdScripts.fresh_hit` — a plain GET, trusted when this
+  process's estimate of the server's clock
+  (:class:`~tenure._core.cache.ServerClock`) finds the entry surely fresh;
+* ``cache_fetch`` — the value, and who loads: one script call decides;
+* ``cache_commit`` — the write-back, accepted only from the lease's
+  current holder, so a refresher whose lease ran out cannot overwrite
+  newer data;
+* ``cache_lease`` — a lease renewed while its load runs (a watchdog job),
+  or given back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from tenure._async._scripting import AsyncClient, registry_for
+from tenure._async._watchdog import Job, watchdog
+from tenure._core.cache import (
+    UNREACHABLE,
+    CacheCounters,
+    CacheKeys,
+    CacheNaming,
+    Fetched,
+    ServerClock,
+    as_bytes,
+    early_factor,
+    parse_fetch,
+    split_entry,
+)
+from tenure._core.clients import map_exceptions, translate_error
+from tenure._core.codec import Codec
+from tenure._core.exceptions import CacheDecodeError
+from tenure._core.values import check_seconds, to_ms
+
+__all__ = ["MISS", "AsyncHerdScripts"]
+
+MISS = object()
+"""Not a fresh hit: ask the script."""
+
+
+class AsyncHerdScripts:
+    """One herd cache's calls to the server, with its lease and herd settings."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        naming: CacheNaming,
+        codec: Codec,
+        counters: CacheCounters,
+        *,
+        herd_timeout: float,
+        load_lease: float,
+    ) -> None:
+        self._client = client
+        self._name = naming.name
+        self._naming = naming
+        self._codec = codec
+        self._counters = counters
+        self.herd_timeout = herd_timeout
+        self.load_lease = load_lease
+        self._registry = registry_for(client)
+        self._clock = ServerClock()
+
+    async def fresh_hit(self, stored: str, early: float) -> Any:
+        """The value if a plain GET finds it surely fresh (no script), else :data:`MISS`.
+
+        Freshness is judged on this process's estimate of the server's clock
+        (:class:`~tenure._core.cache.ServerClock`); an entry near its deadline,
+        or any doubt, goes to the script, which decides on the server's clock.
+        """
+        try:
+            raw = await self._client.get(stored)
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+            # Out of reach (the client's retries spent): the caller falls back or raises.
+            raise translate_error(exc, name=self._name, doing="reading an entry") from exc
+        except redis_errors.RedisError:
+            return MISS  # the script path decides, and raises a translated error
+        if raw is None:
+            return MISS
+        try:
+            entry = split_entry(as_bytes(raw) or b"")
+        except ValueError:
+            return MISS
+        factor = early_factor(early) if early else 0.0
+        if not self._clock.fresh(entry, time.monotonic(), factor):
+            return MISS
+        try:
+            value = self._codec.decode(entry.value)
+        except CacheDecodeError:
+            return MISS  # the script path counts and reports it
+        self._counters.add("hits")
+        return value
+
+    async def fetch(self, keys: CacheKeys, token: str, channel: str, early: float) -> Fetched:
+        """``cache_fetch``: the entry, and whether ``token`` loads it (or waits on ``channel``)."""
+        sent = time.monotonic()
+        with map_exceptions(name=self._name, doing="reading a cache entry"):
+            reply = await self._registry.run(
+                "cache_fetch",
+                keys.as_tuple(),
+                (token, to_ms(self.load_lease), channel, repr(early)),
+                name=self._name,
+            )
+        fetched = parse_fetch(reply)
+        self._clock.observe(fetched.server_ms, sent, time.monotonic())
+        return fetched
+
+    async def commit(
+        self,
+        keys: CacheKeys,
+        token: str,
+        data: bytes,
+        took: float,
+        ttl: float | None,
+        herd: float | None,
+    ) -> bool:
+        """``cache_commit``: store ``data`` if ``token`` holds the lease (or if it is "")."""
+        fresh_ms = self._naming.ttl_ms(ttl)
+        herd_s = (
+            self.herd_timeout
+            if herd is None
+            else check_seconds(
+                "herd_timeout", herd, name=self._name, allow_none=False, longest=None
+            )
+        )
+        keep_ms = fresh_ms + to_ms(herd_s) if fresh_ms else 0
+        with map_exceptions(name=self._name, doing="writing a cache entry"):
+            stored = await self._registry.run(
+                "cache_commit",
+                keys.as_tuple(),
+                (token, data, fresh_ms, keep_ms, round(took * 1000)),
+                name=self._name,
+            )
+        if int(stored) != 1:
+            self._counters.add("refused")
+            return False
+        return True
+
+    async def give_back(self, keys: CacheKeys, token: str) -> None:
+        """``cache_lease`` with no time left: the next caller may load at once."""
+        try:
+            with map_exceptions(name=self._name, doing="giving back a cache lease"):
+                await self._registry.run(
+                    "cache_lease", keys.as_tuple(), (token, 0), name=self._name
+                )
+        except UNREACHABLE:
+            pass  # the lease runs out by itself
+
+    def renew_while_loading(self, keys: CacheKeys, token: str) -> Job:
+        """The watchdog's job renewing ``token``'s lease every third of it (cancel it after)."""
+        lease_ms = to_ms(self.load_lease)
+        every = self.load_lease / 3
+
+        def renewed(reply: Any, error: BaseException | None) -> float | None:
+            if error is None and int(reply) == 1:
+                return time.monotonic() + every
+            return None  # lost (or an error): the commit will tell
+
+        return watchdog().schedule(
+            Job(
+                due=time.monotonic() + every,
+                client=self._client,
+                script="cache_lease",
+                keys=keys.as_tuple(),
+                args=(token, lease_ms),
+                on_result=renewed,
+                name=self._name,
+                slack=every / 4,
+            )
+        )

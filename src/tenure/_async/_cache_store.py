@@ -1,0 +1,155 @@
+"""The caches' entries read and written through the codec, and the key-level commands.
+
+Both caches name an entry with :class:`~tenure._core.cache.CacheNaming`
+and encode its value with :class:`~tenure._core.codec.Codec`. This part
+does what needs no script: :class:`~tenure.AsyncCache`'s GET and SET (with
+PX), and ``exists``, ``delete``, ``ttl`` and ``clear`` of either cache. A
+stored value that fails to decode (another serializer, tampered, corrupt)
+is counted and reads as a miss, with one logged warning per cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tenure._async._scripting import AsyncClient
+from tenure._core.cache import CacheCounters, CacheNaming, as_bytes
+from tenure._core.clients import map_exceptions
+from tenure._core.codec import Codec
+from tenure._core.exceptions import CacheDecodeError
+
+__all__ = ["AsyncCacheStore"]
+
+logger = logging.getLogger("tenure.cache")
+
+
+class AsyncCacheStore:
+    """One cache's entries on the server, by ``key`` and ``param`` (see the module docstring)."""
+
+    def __init__(
+        self, client: AsyncClient, naming: CacheNaming, codec: Codec, counters: CacheCounters
+    ) -> None:
+        self._client = client
+        self._name = naming.name
+        self._naming = naming
+        self._codec = codec
+        self._counters = counters
+        self._warned_decode = False
+
+    def decode(self, data: bytes, key: str) -> Any:
+        """The value stored as ``data`` at ``key``; a failure is counted and warned of once."""
+        try:
+            return self._codec.decode(data)
+        except CacheDecodeError as exc:
+            self._counters.add("decode_errors")
+            if not self._warned_decode:
+                self._warned_decode = True
+                logger.warning(
+                    "tenure cache %r: cannot decode %s (%s); treated as a miss",
+                    self._name,
+                    key,
+                    exc,
+                )
+            raise
+
+    # -- key-level commands, both caches ---------------------------------------
+
+    async def exists(self, key: str, param: Any) -> bool:
+        with map_exceptions(name=self._name, doing="checking a cache entry"):
+            return bool(await self._client.exists(self._naming.key_of(key, param)))
+
+    async def delete_key(self, stored: str) -> bool:
+        with map_exceptions(name=self._name, doing="deleting a cache entry"):
+            return bool(await self._client.delete(stored))
+
+    async def delete_many(self, keys: Iterable[str], param: Any) -> int:
+        stored = [self._naming.key_of(key, param) for key in keys]
+        if not stored:
+            return 0
+        with map_exceptions(name=self._name, doing="deleting cache entries"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in stored:
+                    pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
+                return sum(int(n) for n in await pipe.execute())
+
+    async def ttl(self, key: str, param: Any) -> float | None:
+        with map_exceptions(name=self._name, doing="reading a cache entry's expiry"):
+            left = int(await self._client.pttl(self._naming.key_of(key, param)))
+        if left == -2:
+            return None
+        return float("inf") if left == -1 else left / 1000
+
+    async def clear(self) -> int:
+        pattern = self._naming.pattern()
+        deleted = 0
+        batch: list[Any] = []
+        with map_exceptions(name=self._name, doing="clearing the cache"):
+            async for key in self._client.scan_iter(match=pattern, count=500):
+                batch.append(key)
+                if len(batch) >= 500:
+                    deleted += await self._unlink(batch)
+                    batch = []
+            if batch:
+                deleted += await self._unlink(batch)
+        return deleted
+
+    async def _unlink(self, keys: list[Any]) -> int:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.execute_command("UNLINK", key)
+            return sum(int(n) for n in await pipe.execute())
+
+    # -- the plain cache's values: GET, and SET with PX -------------------------
+
+    def _decoded_or_miss(self, data: bytes | None, key: str, default: Any) -> Any:
+        if data is None:
+            self._counters.add("misses")
+            return default
+        try:
+            value = self.decode(data, key)
+        except CacheDecodeError:
+            self._counters.add("misses")
+            return default
+        self._counters.add("hits")
+        return value
+
+    async def get(self, key: str, param: Any, default: Any) -> Any:
+        stored = self._naming.key_of(key, param)
+        with map_exceptions(name=self._name, doing="reading a cache entry"):
+            data = await self._client.get(stored)
+        return self._decoded_or_miss(as_bytes(data), stored, default)
+
+    async def get_many(self, keys: Iterable[str], param: Any, default: Any) -> list[Any]:
+        stored = [self._naming.key_of(key, param) for key in keys]
+        if not stored:
+            return []
+        with map_exceptions(name=self._name, doing="reading cache entries"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in stored:
+                    pipe.get(key)
+                replies = await pipe.execute()
+        return [
+            self._decoded_or_miss(as_bytes(d), k, default)
+            for d, k in zip(replies, stored, strict=True)
+        ]
+
+    async def set(self, key: str, value: Any, param: Any, ttl: float | None) -> bool:
+        stored = self._naming.key_of(key, param)
+        data, ttl_ms = self._codec.encode(value), self._naming.ttl_ms(ttl)
+        with map_exceptions(name=self._name, doing="writing a cache entry"):
+            return bool(await self._client.set(stored, data, px=ttl_ms or None))
+
+    async def set_many(self, values: Mapping[str, Any], param: Any, ttl: float | None) -> bool:
+        ttl_ms = self._naming.ttl_ms(ttl)
+        entries = [
+            (self._naming.key_of(key, param), self._codec.encode(v)) for key, v in values.items()
+        ]
+        if not entries:
+            return True
+        with map_exceptions(name=self._name, doing="writing cache entries"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stored, data in entries:
+                    pipe.set(stored, data, px=ttl_ms or None)
+                return all(await pipe.execute())
