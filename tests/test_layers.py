@@ -108,3 +108,30 @@ def test_the_command_starts_without_the_optional_extras() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("tenure ")
+
+
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 350
+
+
+def _hand_written() -> Iterator[Path]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "_sync" not in path.relative_to(PACKAGE).parts:  # generated from _async
+            yield path
+
+
+def test_no_module_and_no_class_outgrows_a_reader() -> None:
+    # Issue 27: small parts composed; a module of more than 600 lines or a class
+    # of more than 350 is a sign that one thing does the work of several.
+    too_big = []
+    for path in _hand_written():
+        text = path.read_text(encoding="utf-8")
+        name = path.relative_to(SRC)
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_big.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    too_big.append(f"{name}: class {node.name} has {lines} lines")
+    assert not too_big, "\n".join(too_big)

@@ -105,14 +105,42 @@ class _AsyncCacheBase:
             prefix=prefix,
             default_prefix=self._default_prefix,
         )
-        self.client = client
-        self.name = name
-        self.default_ttl = self._naming.default_ttl
-        self.identity_generator = identity_generator
-        self.codec = Codec(serializer, compressor)
-        self.prefix = self._naming.prefix
+        self._client = client
+        self._codec = Codec(serializer, compressor)
         self._counters = CacheCounters()
-        self._store = AsyncCacheStore(client, self._naming, self.codec, self._counters)
+        self._store = AsyncCacheStore(client, self._naming, self._codec, self._counters)
+
+    # Read-only: the parts were made with these; a new value would be ignored.
+
+    @property
+    def client(self) -> AsyncClient:
+        """The client the cache was made with."""
+        return self._client
+
+    @property
+    def name(self) -> str:
+        """The cache's name (its keys are ``{prefix}{name}:{{identity}}``)."""
+        return self._naming.name
+
+    @property
+    def default_ttl(self) -> float | None:
+        """Seconds an entry lives unless ``set`` says otherwise (None: no expiry)."""
+        return self._naming.default_ttl
+
+    @property
+    def identity_generator(self) -> Any:
+        """What names an entry from its key and param."""
+        return self._naming.identity_generator
+
+    @property
+    def codec(self) -> Codec:
+        """How values become bytes: the serializer, then the compressor."""
+        return self._codec
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every key of this cache."""
+        return self._naming.prefix
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} ttl={self.default_ttl} codec={self.codec!r}>"
@@ -241,14 +269,14 @@ class AsyncHerdCache(_AsyncCacheBase):
             compressor=compressor,
             prefix=prefix,
         )
-        self.herd_timeout = check_seconds(
+        self._herd_timeout = check_seconds(
             "herd_timeout", herd_timeout, name=name, allow_none=False, longest=None
         )
-        self.load_lease = check_seconds(
+        self._load_lease = check_seconds(
             "load_lease", load_lease, name=name, allow_none=False, longest=None, positive=True
         )
-        self.early = check_seconds("early", early, name=name, allow_none=False, longest=None)
-        self.fallback = bool(fallback)
+        self._early = check_seconds("early", early, name=name, allow_none=False, longest=None)
+        self._fallback_on = bool(fallback)
         counters = self._counters
         self._scripts = AsyncHerdScripts(
             client,
@@ -272,6 +300,26 @@ class AsyncHerdCache(_AsyncCacheBase):
         self._flights = AsyncFlights(counters)
         self._leases: dict[str, str] = {}  # entry key -> lease token handed out by get()
         self._mutex = Mutex()
+
+    @property
+    def herd_timeout(self) -> float:
+        """Seconds past its freshness an entry is kept (served stale while refreshed)."""
+        return self._herd_timeout
+
+    @property
+    def load_lease(self) -> float:
+        """Seconds the caller elected to load holds that right without renewing it."""
+        return self._load_lease
+
+    @property
+    def early(self) -> float:
+        """XFetch's beta: above 0, fresh entries are refreshed early (0: never)."""
+        return self._early
+
+    @property
+    def fallback(self) -> bool:
+        """Whether :meth:`fetch` calls the loader, not raises, when the server is unavailable."""
+        return self._fallback_on
 
     # -- aredis's get / set ----------------------------------------------------
 
