@@ -22,7 +22,7 @@ from tenure import (
     PickleSerializer,
     ZstdCompressor,
 )
-from tenure._core.cache import WAIT_RECHECK
+from tenure._core.cache import WAIT_RECHECK, CacheKeys
 from tests._backend_asyncio import gather, join, sleep, spawn, subscribed, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
@@ -52,11 +52,12 @@ class GatedLoader:
         self.opened = False
         self.returned = False
 
+    async def _is_open(self) -> bool:
+        return self.opened
+
     async def __call__(self) -> Any:
         self.calls += 1
-        deadline = time.monotonic() + 10
-        while not self.opened and time.monotonic() < deadline:
-            await sleep(0.01)
+        await until(self._is_open, 10, "the gate opening")
         self.returned = True
         return self.value
 
@@ -112,8 +113,13 @@ async def test_cache_expires(tenure_async_client: redis.asyncio.Redis) -> None:
     cache = AsyncCache(tenure_async_client, "short", ttl=0.2)
     await cache.set("a", 1)
     await cache.set("b", 2, ttl=5)
-    await sleep(0.35)
-    assert await cache.get("a") is None
+    set_at = time.monotonic()
+
+    async def a_gone() -> bool:
+        return await cache.get("a") is None
+
+    await until(a_gone, 5, "the 0.2 s entry expiring")
+    assert time.monotonic() - set_at >= 0.2 - 0.01  # not before its ttl
     assert await cache.get("b") == 2
 
 
@@ -249,7 +255,7 @@ async def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     caches = [AsyncHerdCache(client, "prices", ttl=0.2) for client in clients[:4]]
     first = Loader("old")
     assert await caches[0].fetch("eur", first) == "old"
-    await sleep(0.3)  # stale now, still kept for herd_timeout
+    await sleep(0.3)  # the duration under test: past the 0.2 s ttl (kept for herd_timeout)
     loader = GatedLoader("new")
 
     results = await gather(
@@ -260,10 +266,11 @@ async def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     # nobody waited for the load
     assert loader.calls == 1 and not loader.returned
     loader.opened = True
-    deadline = time.monotonic() + 10
-    while await caches[1].get("eur") != "new":
-        assert time.monotonic() < deadline, "the refreshed value was never stored"
-        await sleep(0.02)
+
+    async def refreshed() -> bool:
+        return await caches[1].get("eur") == "new"
+
+    await until(refreshed, 10, "the refreshed value being stored")
     assert await caches[2].fetch("eur", loader) == "new"
     assert loader.calls == 1
 
@@ -274,13 +281,16 @@ async def test_a_lapsed_refresher_cannot_overwrite_newer_data(
     slow = AsyncHerdCache(tenure_async_client, "rates", ttl=0.1, load_lease=0.2)
     fast = AsyncHerdCache(other_client, "rates", ttl=10, load_lease=0.2)
     await slow.set("usd", "v1")
-    await sleep(0.15)
+    await sleep(0.15)  # the duration under test: past the 0.1 s ttl
     assert await slow.get("usd") is None  # stale: this caller is elected to refresh
     assert await fast.get("usd") == "v1"  # the others are served stale
-    await sleep(0.3)  # the slow refresher's lease runs out
+    await sleep(0.3)  # the duration under test: past the slow refresher's 0.2 s lease
     assert await fast.fetch("usd", Loader("v3")) == "v1"  # fast takes the lease over...
-    await sleep(0.2)
-    assert await fast.get("usd") == "v3"  # ...and stores
+
+    async def stored() -> bool:
+        return await fast.get("usd") == "v3"
+
+    await until(stored, 5, "fast's refresh being stored")  # ...and stores
     assert await slow.set("usd", "v2-late") is False
     assert await fast.get("usd") == "v3"
     assert slow.statistics().refused == 1
@@ -298,7 +308,9 @@ async def test_loader_error_stores_nothing_and_passes_the_load_on(
 
     good = Loader("fine")
     failing_call = spawn(lambda: cache.fetch("k", failing))
-    await sleep(0.05)
+    await until(
+        lambda: _load_leased(tenure_async_client, cache, "k"), 5, "the failing load's lease"
+    )
     started = time.monotonic()
     waiting_call = spawn(lambda: other.fetch("k", good))  # waits for the failing load
     with pytest.raises(RuntimeError, match="database down"):
@@ -317,7 +329,7 @@ async def test_a_long_load_renews_its_lease(
     slow = Loader("computed", seconds=1.0)
     racer = Loader("racer")
     first = spawn(lambda: cache.fetch("k", slow))
-    await sleep(0.1)
+    await until(lambda: _load_leased(tenure_async_client, cache, "k"), 5, "the slow load's lease")
     assert await other.fetch("k", racer) == "computed"
     assert await join(first) == "computed"
     assert (slow.calls, racer.calls) == (1, 0)
@@ -352,7 +364,7 @@ async def test_herd_get_and_set_keep_aredis_behaviour(
     assert await cache.get("k") is None  # missing: this caller loads
     assert await cache.set("k", "v1")
     assert await cache.get("k") == "v1"
-    await sleep(0.2)
+    await sleep(0.2)  # the duration under test: past the 0.1 s ttl
     assert await cache.get("k") is None  # stale: the first caller refreshes...
     assert await cache.get("k") == "v1"  # ...everyone else is served the stale value
     assert await cache.set("k", "v2")
@@ -389,14 +401,17 @@ async def test_early_refresh_renews_a_hot_entry_before_it_goes_stale(
     assert await eager.fetch("k", loader) == "v"
     # 50 ms loads x beta 1e9: due for early refresh unless -ln(u) < 6e-7 (p ~ 6e-7)
     assert await eager.fetch("k", loader) == "v"  # served at once, refreshed in the background
-    await sleep(0.3)
-    assert loader.calls == 2
+
+    async def refreshed() -> bool:
+        return loader.calls == 2
+
+    await until(refreshed, 5, "the background refresh")
     assert eager.statistics().refreshes == 1
     calm = AsyncHerdCache(tenure_async_client, "calm", ttl=30)  # early=0: never early
     other = Loader("v", seconds=0.05)
     for _ in range(3):
         assert await calm.fetch("k", other) == "v"
-    await sleep(0.1)
+    await sleep(0.1)  # a window in which no background refresh may start
     assert other.calls == 1
 
 
@@ -425,6 +440,11 @@ async def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
     assert value == "value"
     assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
     assert waiting.statistics().waits == 1
+
+
+async def _load_leased(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: str) -> bool:
+    """Whether someone holds the load lease of ``key``'s entry (any topology)."""
+    return bool(await client.exists(CacheKeys.for_entry(cache.key_of(key)).lease))
 
 
 async def _leased(client: redis.asyncio.Redis, cache: AsyncHerdCache) -> bool:

@@ -23,7 +23,7 @@ from tenure import (
     PickleSerializer,
     ZstdCompressor,
 )
-from tenure._core.cache import WAIT_RECHECK
+from tenure._core.cache import WAIT_RECHECK, CacheKeys
 from tests._backend_threads import gather, join, sleep, spawn, subscribed, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
@@ -53,11 +53,12 @@ class GatedLoader:
         self.opened = False
         self.returned = False
 
+    def _is_open(self) -> bool:
+        return self.opened
+
     def __call__(self) -> Any:
         self.calls += 1
-        deadline = time.monotonic() + 10
-        while not self.opened and time.monotonic() < deadline:
-            sleep(0.01)
+        until(self._is_open, 10, "the gate opening")
         self.returned = True
         return self.value
 
@@ -109,8 +110,13 @@ def test_cache_expires(tenure_client: redis.Redis) -> None:
     cache = Cache(tenure_client, "short", ttl=0.2)
     cache.set("a", 1)
     cache.set("b", 2, ttl=5)
-    sleep(0.35)
-    assert cache.get("a") is None
+    set_at = time.monotonic()
+
+    def a_gone() -> bool:
+        return cache.get("a") is None
+
+    until(a_gone, 5, "the 0.2 s entry expiring")
+    assert time.monotonic() - set_at >= 0.2 - 0.01  # not before its ttl
     assert cache.get("b") == 2
 
 
@@ -242,7 +248,7 @@ def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     caches = [HerdCache(client, "prices", ttl=0.2) for client in clients[:4]]
     first = Loader("old")
     assert caches[0].fetch("eur", first) == "old"
-    sleep(0.3)  # stale now, still kept for herd_timeout
+    sleep(0.3)  # the duration under test: past the 0.2 s ttl (kept for herd_timeout)
     loader = GatedLoader("new")
 
     results = gather(*(lambda i=i: caches[i % 4].fetch("eur", loader, ttl=10) for i in range(20)))
@@ -251,10 +257,11 @@ def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     # nobody waited for the load
     assert loader.calls == 1 and not loader.returned
     loader.opened = True
-    deadline = time.monotonic() + 10
-    while caches[1].get("eur") != "new":
-        assert time.monotonic() < deadline, "the refreshed value was never stored"
-        sleep(0.02)
+
+    def refreshed() -> bool:
+        return caches[1].get("eur") == "new"
+
+    until(refreshed, 10, "the refreshed value being stored")
     assert caches[2].fetch("eur", loader) == "new"
     assert loader.calls == 1
 
@@ -265,13 +272,16 @@ def test_a_lapsed_refresher_cannot_overwrite_newer_data(
     slow = HerdCache(tenure_client, "rates", ttl=0.1, load_lease=0.2)
     fast = HerdCache(other_client, "rates", ttl=10, load_lease=0.2)
     slow.set("usd", "v1")
-    sleep(0.15)
+    sleep(0.15)  # the duration under test: past the 0.1 s ttl
     assert slow.get("usd") is None  # stale: this caller is elected to refresh
     assert fast.get("usd") == "v1"  # the others are served stale
-    sleep(0.3)  # the slow refresher's lease runs out
+    sleep(0.3)  # the duration under test: past the slow refresher's 0.2 s lease
     assert fast.fetch("usd", Loader("v3")) == "v1"  # fast takes the lease over...
-    sleep(0.2)
-    assert fast.get("usd") == "v3"  # ...and stores
+
+    def stored() -> bool:
+        return fast.get("usd") == "v3"
+
+    until(stored, 5, "fast's refresh being stored")  # ...and stores
     assert slow.set("usd", "v2-late") is False
     assert fast.get("usd") == "v3"
     assert slow.statistics().refused == 1
@@ -289,7 +299,7 @@ def test_loader_error_stores_nothing_and_passes_the_load_on(
 
     good = Loader("fine")
     failing_call = spawn(lambda: cache.fetch("k", failing))
-    sleep(0.05)
+    until(lambda: _load_leased(tenure_client, cache, "k"), 5, "the failing load's lease")
     started = time.monotonic()
     waiting_call = spawn(lambda: other.fetch("k", good))  # waits for the failing load
     with pytest.raises(RuntimeError, match="database down"):
@@ -308,7 +318,7 @@ def test_a_long_load_renews_its_lease(
     slow = Loader("computed", seconds=1.0)
     racer = Loader("racer")
     first = spawn(lambda: cache.fetch("k", slow))
-    sleep(0.1)
+    until(lambda: _load_leased(tenure_client, cache, "k"), 5, "the slow load's lease")
     assert other.fetch("k", racer) == "computed"
     assert join(first) == "computed"
     assert (slow.calls, racer.calls) == (1, 0)
@@ -343,7 +353,7 @@ def test_herd_get_and_set_keep_aredis_behaviour(
     assert cache.get("k") is None  # missing: this caller loads
     assert cache.set("k", "v1")
     assert cache.get("k") == "v1"
-    sleep(0.2)
+    sleep(0.2)  # the duration under test: past the 0.1 s ttl
     assert cache.get("k") is None  # stale: the first caller refreshes...
     assert cache.get("k") == "v1"  # ...everyone else is served the stale value
     assert cache.set("k", "v2")
@@ -380,14 +390,17 @@ def test_early_refresh_renews_a_hot_entry_before_it_goes_stale(
     assert eager.fetch("k", loader) == "v"
     # 50 ms loads x beta 1e9: due for early refresh unless -ln(u) < 6e-7 (p ~ 6e-7)
     assert eager.fetch("k", loader) == "v"  # served at once, refreshed in the background
-    sleep(0.3)
-    assert loader.calls == 2
+
+    def refreshed() -> bool:
+        return loader.calls == 2
+
+    until(refreshed, 5, "the background refresh")
     assert eager.statistics().refreshes == 1
     calm = HerdCache(tenure_client, "calm", ttl=30)  # early=0: never early
     other = Loader("v", seconds=0.05)
     for _ in range(3):
         assert calm.fetch("k", other) == "v"
-    sleep(0.1)
+    sleep(0.1)  # a window in which no background refresh may start
     assert other.calls == 1
 
 
@@ -416,6 +429,11 @@ def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
     assert value == "value"
     assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
     assert waiting.statistics().waits == 1
+
+
+def _load_leased(client: redis.Redis, cache: HerdCache, key: str) -> bool:
+    """Whether someone holds the load lease of ``key``'s entry (any topology)."""
+    return bool(client.exists(CacheKeys.for_entry(cache.key_of(key)).lease))
 
 
 def _leased(client: redis.Redis, cache: HerdCache) -> bool:
