@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import pytest
 import redis
@@ -21,6 +22,7 @@ from tenure.testing import ServerFactory, _engine_name
 
 __all__ = [
     "ServerFactory",
+    "fresh_until",
     "reporting_lock",
     "server_ms",
     "upstream_bytes",
@@ -52,6 +54,16 @@ def wait_server_past(client: redis.Redis, expiry_ms: float, seconds: float, what
     """Wait until the server's clock is past ``expiry_ms`` (a lease's expiry as the
     server stored it): that lease, unless renewed, has run out."""
     wait_for(lambda: server_ms(client) > expiry_ms, seconds, what)
+
+
+def fresh_until(client: redis.Redis, cache: str) -> int:
+    """When the one entry of cache ``cache`` goes stale (ms, server clock): the
+    ``h<fresh until>:`` head of its stored value (``lua/lib/cache.lua``)."""
+    pattern = f"*{cache}:{{*"
+    keys = client.scan_iter(match=pattern, _type="string")
+    values = [cast("bytes | None", client.get(key)) for key in keys]
+    (entry,) = [value for value in values if value is not None and value.startswith(b"h")]
+    return int(entry[1:].split(b":")[0])
 
 
 def upstream_bytes(proxy: FaultProxy) -> int:
