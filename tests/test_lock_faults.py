@@ -220,10 +220,10 @@ def test_fifo_order_of_eight_processes(
     assert times == sorted(times)
 
 
-@pytest.mark.parametrize("pause", [0.0, 2.5], ids=["dies-at-the-head", "purged-first"])
+@pytest.mark.parametrize("purged", [False, True], ids=["dies-at-the-head", "purged-first"])
 def test_dead_waiter_stalls_the_queue_at_most_the_handoff_lease(
     api: str,
-    pause: float,
+    purged: bool,
     tenure_server: ServerProcess,
     client: redis.Redis,
     workers: list[Worker],
@@ -231,14 +231,17 @@ def test_dead_waiter_stalls_the_queue_at_most_the_handoff_lease(
     holder = Lock(client, "dead-waiter")
     assert holder.acquire()
     first, second, third = _queue_up(api, tenure_server, client, workers, "dead-waiter", 3)
+    (dead,) = cast("list[bytes]", client.zrange(holder.keys.queue, 0, 0))  # first in line
     os.kill(first.pid, signal.SIGKILL)
     first.process.wait(timeout=10)
-    time.sleep(pause)  # > waiter_lease (2 s): the dead waiter is purged before the release
+    if purged:  # its waiter lease (2 s) ran out: the dead waiter is purged by the release
+        expiry = _waiter_lease(client, "dead-waiter", token=dead)
+        wait_server_past(client, expiry, 10, "the dead waiter's 2 s waiter lease")
     released = time.monotonic()
     holder.release()
     second_at = second.read()["t"]
     third_at = third.read()["t"]
-    bound = 1.0 + SLACK if pause == 0 else SLACK  # handoff_lease once, or nothing
+    bound = SLACK if purged else 1.0 + SLACK  # handoff_lease once, or nothing
     assert second_at - released <= bound
     assert third_at - second_at <= SLACK
 
@@ -328,10 +331,10 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
     assert busy.read() == {"event": "released", "kept": True, "lost": False}
 
 
-@pytest.mark.parametrize("pause", [0.0, 0.7])
+@pytest.mark.parametrize("purged", [False, True], ids=["dies-at-the-head", "purged-first"])
 def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_lease(
     api: str,
-    pause: float,
+    purged: bool,
     tenure_server: ServerProcess,
     client: redis.Redis,
     workers: list[Worker],
@@ -344,12 +347,14 @@ def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_l
     holder, crowd, behind = _crowd_then_one(api, tenure_server, client, workers, name, 5)
     os.kill(crowd.pid, signal.SIGKILL)
     crowd.process.wait(timeout=10)
-    time.sleep(pause)
+    if purged:
+        expiry = _waiter_lease(client, name, waiters=5)
+        wait_server_past(client, expiry, 10, "the dead crowd's 0.5 s waiter lease")
     released = time.monotonic()
     holder.release()
     taken = behind.read()
     assert taken["event"] == "acquired"
-    bound = 1.0 + SLACK if pause == 0 else SLACK
+    bound = SLACK if purged else 1.0 + SLACK
     assert taken["t"] - released <= bound
 
 
@@ -361,7 +366,9 @@ def test_a_stopped_process_waits_again_behind_those_who_stayed(
     name = "stopped-crowd"
     holder, crowd, behind = _crowd_then_one(api, tenure_server, client, workers, name, 3)
     os.kill(crowd.pid, signal.SIGSTOP)
-    wait_server_past(client, _waiter_lease(client, name, 3), 10, "the crowd's 0.5 s waiter lease")
+    wait_server_past(
+        client, _waiter_lease(client, name, waiters=3), 10, "the crowd's 0.5 s waiter lease"
+    )
     released = time.monotonic()
     holder.release()
     taken = behind.read()
@@ -393,11 +400,18 @@ def _crowd_then_one(
     return holder, crowd, behind
 
 
-def _waiter_lease(client: redis.Redis, name: str, waiters: int) -> float:
-    """The waiter lease's expiry (ms, server clock) of the process with ``waiters`` in line."""
+def _waiter_lease(
+    client: redis.Redis, name: str, waiters: int = 0, token: bytes | None = None
+) -> float:
+    """The waiter lease's expiry (ms, server clock) of the process of waiter ``token``,
+    or of the process with ``waiters`` in line."""
     keys = Lock(client, name).keys
-    channels = list(client.hvals(keys.wakes))
-    (channel,) = {channel for channel in channels if channels.count(channel) == waiters}
+    if token is not None:
+        channel = client.hget(keys.wakes, token)
+    else:
+        channels = list(client.hvals(keys.wakes))
+        (channel,) = {channel for channel in channels if channels.count(channel) == waiters}
+    assert channel is not None
     expiry = client.zscore(keys.waiters, channel)
     assert expiry is not None
     return expiry
