@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -335,9 +334,10 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(when: str) -> None:
     )
     try:
         assert "started" in _read_line(demo, 30)
-        if when == "trading":  # the server and four traders
-            wait_for(lambda: len(_children(demo.pid)) >= 5, 30, "the demo's traders")
-        time.sleep(0.5 if when == "trading" else 0.05)  # or while the traders import
+        # The server and four traders, just started (importing) or trading.
+        wait_for(lambda: len(_children(demo.pid)) >= 5, 30, "the demo's traders")
+        if when == "trading":  # they connected to the demo's server
+            wait_for(lambda: _server_clients(_children(demo.pid)) >= 4, 30, "the traders at work")
         processes = _children(demo.pid)
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C does
         _, errors = demo.communicate(timeout=15)
