@@ -222,10 +222,13 @@ def test_the_parent_keeps_its_hold_renewals_and_exclusion(
         return wrong
 
     pid, read = _fork(child)
-    wait_for(  # renewed every third of its lease: past the 1 s lease, twice over
-        lambda: lock.statistics().renewals >= renewals + 6, 15, "six renewals in the parent"
-    )
-    assert _collect(pid, read) == []
+    try:
+        wait_for(  # renewed every third of its lease: past the 1 s lease, twice over
+            lambda: lock.statistics().renewals >= renewals + 6, 15, "six renewals in the parent"
+        )
+    finally:
+        wrong = _collect(pid, read)
+    assert wrong == []
     assert lock.owned() and not lock.lost and not told
     assert lock.fencing_token == fence
     other = Lock(tenure_server.client(), "fork:kept")
