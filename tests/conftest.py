@@ -11,15 +11,24 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import pytest
 import redis
 
 from tenure import Lock
-from tenure.server import Cluster, Engine, Replicated, ServerProcess
+from tenure.server import Cluster, Engine, FaultProxy, Replicated, ServerProcess
 from tenure.testing import ServerFactory, _engine_name
 
-__all__ = ["ServerFactory", "reporting_lock", "wait_for"]
+__all__ = [
+    "ServerFactory",
+    "fresh_until",
+    "reporting_lock",
+    "server_ms",
+    "upstream_bytes",
+    "wait_for",
+    "wait_server_past",
+]
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> float:
@@ -33,6 +42,33 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> float:
             pass
         time.sleep(0.02)
     raise AssertionError(f"{what} did not happen within {seconds}s")
+
+
+def server_ms(client: redis.Redis) -> int:
+    """The server's clock (``TIME``) in milliseconds: the clock its leases run on."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def wait_server_past(client: redis.Redis, expiry_ms: float, seconds: float, what: str) -> None:
+    """Wait until the server's clock is past ``expiry_ms`` (a lease's expiry as the
+    server stored it): that lease, unless renewed, has run out."""
+    wait_for(lambda: server_ms(client) > expiry_ms, seconds, what)
+
+
+def fresh_until(client: redis.Redis, cache: str) -> int:
+    """When the one entry of cache ``cache`` goes stale (ms, server clock): the
+    ``h<fresh until>:`` head of its stored value (``lua/lib/cache.lua``)."""
+    pattern = f"*{cache}:{{*"
+    keys = client.scan_iter(match=pattern, _type="string")
+    values = [cast("bytes | None", client.get(key)) for key in keys]
+    (entry,) = [value for value in values if value is not None and value.startswith(b"h")]
+    return int(entry[1:].split(b":")[0])
+
+
+def upstream_bytes(proxy: FaultProxy) -> int:
+    """The bytes ``proxy`` has read from its clients (over its live connections)."""
+    return sum(conn.upstream_bytes for conn in proxy.connections())
 
 
 def reporting_lock(client: redis.Redis, name: str, lease: float) -> tuple[Lock, list[float]]:

@@ -35,7 +35,7 @@ def read_loop(url: str, name: str) -> None:
     def handle(message: StreamMessage) -> None:
         nonlocal idle_since
         client.sadd("handled", message.fields[b"n"])
-        time.sleep(0.005)
+        time.sleep(0.005)  # a message's work: the kill comes in the middle of it
         idle_since = time.monotonic()
 
     while time.monotonic() - idle_since < 3:
@@ -51,7 +51,7 @@ def run_until_signalled(url: str, name: str) -> None:
 
     def handle(message: StreamMessage) -> None:
         client.rpush("started", message.fields[b"n"])
-        time.sleep(0.15)
+        time.sleep(0.15)  # a message's work: the stop signal comes in the middle of it
         client.rpush("finished", message.fields[b"n"])
 
     consumer.run(handle, stop_signals=STOP)
@@ -64,7 +64,7 @@ async def arun_until_signalled(url: str, name: str) -> None:
 
     async def handle(message: StreamMessage) -> None:
         await client.rpush("started", message.fields[b"n"])
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.15)  # a message's work: the stop signal comes in the middle of it
         await client.rpush("finished", message.fields[b"n"])
 
     await consumer.run(handle, stop_signals=STOP)

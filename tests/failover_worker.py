@@ -18,6 +18,7 @@ from typing import Any
 import redis.sentinel
 
 from tenure import ClusterLock, TenureError
+from tests.conftest import wait_for
 
 
 def main(sentinel_port: str, service: str, seconds: str, out: str) -> None:
@@ -36,11 +37,11 @@ def main(sentinel_port: str, service: str, seconds: str, out: str) -> None:
                 continue
         except TenureError as exc:
             records.append({"error": type(exc).__name__})
-            time.sleep(0.05)
+            wait_for(lambda: bool(client.ping()), 60, "the service's master answering")
             continue
         start = time.monotonic()
         fence = lock.fencing_token
-        time.sleep(0.01)
+        time.sleep(0.01)  # work under the lock: a window an overlap would show in
         end = time.monotonic()  # the hold ends here: nothing is done under it after
         try:
             lock.release()

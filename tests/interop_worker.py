@@ -21,6 +21,7 @@ import redis
 import redis.cluster
 
 from tenure import Lock
+from tests.conftest import wait_for
 
 
 def main(kind: str, port: str, cluster: str, seconds: str, cycles: str, out: str) -> None:
@@ -47,7 +48,7 @@ def main(kind: str, port: str, cluster: str, seconds: str, cycles: str, out: str
                 continue
         except Exception as exc:
             records.append({"error": f"{type(exc).__name__}: {exc}"})
-            time.sleep(0.05)
+            wait_for(lambda: bool(client.ping()), 30, "the server answering")
             continue
         start = time.monotonic()
         fence = getattr(lock, "fencing_token", None)

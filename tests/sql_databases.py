@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from tenure.server._spawner import PR_SET_PDEATHSIG, PRCTL
+from tests.conftest import wait_for
 
 __all__ = ["SqlServer", "mariadb", "postgresql", "require"]
 
@@ -90,22 +90,29 @@ class SqlServer:
         return self.process.pid
 
     def _wait_ready(self, connect: Callable[[], Any]) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
+        errors: list[Exception] = []
+
+        def ready() -> bool:  # it answers, or it exited
             if self.process.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
+                return True
             try:
                 connect()
-                return
             except Exception as exc:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(
-                        f"{self.name} not ready in {START_TIMEOUT:.0f} s ({exc}):\n"
-                        f"{self.log_tail()}"
-                    ) from exc
-                time.sleep(0.2)
+                errors[:] = [exc]
+                raise
+            return True
+
+        try:
+            wait_for(ready, START_TIMEOUT, f"{self.name} ready")
+        except AssertionError as exc:
+            self.stop()
+            last = errors[0] if errors else exc
+            raise RuntimeError(
+                f"{self.name} not ready in {START_TIMEOUT:.0f} s ({last}):\n{self.log_tail()}"
+            ) from last
+        if self.process.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of the server's log."""

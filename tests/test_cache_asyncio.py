@@ -7,6 +7,7 @@ import asyncio
 import redis.asyncio
 
 from tenure import AsyncHerdCache
+from tests._backend_asyncio import until
 
 
 async def test_a_cancelled_caller_does_not_cancel_those_sharing_its_request(
@@ -21,7 +22,7 @@ async def test_a_cancelled_caller_does_not_cancel_those_sharing_its_request(
     async def slow() -> str:
         loads.append("slow")
         started.set()
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # the load's work, cut short by the cancellation
         return "never"
 
     async def quick() -> str:
@@ -31,7 +32,11 @@ async def test_a_cancelled_caller_does_not_cancel_those_sharing_its_request(
     first = asyncio.create_task(cache.fetch("k", slow))
     await started.wait()
     second = asyncio.create_task(cache.fetch("k", quick))
-    await asyncio.sleep(0.05)  # the second shares the first's request
+
+    async def sharing() -> bool:  # the second shares the first's request
+        return cache.statistics().shared == 1
+
+    await until(sharing, 5, "the second fetch sharing the first's request")
     first.cancel()
     assert await asyncio.wait_for(second, 5) == "value"
     assert not second.cancelled()

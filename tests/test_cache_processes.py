@@ -12,6 +12,7 @@ import redis
 
 from tenure.server import ServerProcess
 from tests.cache_worker import LOAD_SECONDS
+from tests.conftest import fresh_until, wait_server_past
 
 
 def _stampede(server: ServerProcess, ttl: float) -> list[dict[str, Any]]:
@@ -50,7 +51,8 @@ def test_cold_and_just_expired_keys_load_once_across_processes(
     worst = max(w for report in cold for w in report["waits"])
     assert worst < LOAD_SECONDS + 0.5  # generous: a loaded 2-core machine
 
-    time.sleep(1.6)  # the value is stale now, still kept for herd_timeout
+    # Stale after its 1.5 s ttl, still kept for herd_timeout.
+    wait_server_past(tenure_client, fresh_until(tenure_client, "stampede"), 10, "the ttl")
     expired = _stampede(tenure_server, ttl=30)
     assert {v for report in expired for v in report["values"]} == {"v1"}  # served stale at once
     worst = max(w for report in expired for w in report["waits"])

@@ -17,6 +17,7 @@ from redis.retry import Retry
 
 from tenure import ArgumentError, ClientTypeError, cached
 from tenure.server import Engine, ServerProcess
+from tests.conftest import fresh_until, wait_for, wait_server_past
 
 
 def test_a_plain_function_is_called_once_per_arguments(tenure_client: redis.Redis) -> None:
@@ -47,7 +48,7 @@ def test_threads_share_one_load(tenure_client: redis.Redis) -> None:
     def slow(key: str) -> str:
         nonlocal calls
         calls += 1
-        time.sleep(0.3)
+        time.sleep(0.3)  # the load's work: the other threads come meanwhile
         return key.upper()
 
     results: list[str] = []
@@ -67,7 +68,7 @@ async def test_an_async_function(tenure_async_client: redis.asyncio.Redis) -> No
     async def report(month: str) -> list[int]:
         nonlocal calls
         calls += 1
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the load's work: the other tasks come meanwhile
         return [1, 2, 3]
 
     results = await asyncio.gather(*(report("2026-11") for _ in range(25)))
@@ -122,10 +123,11 @@ def test_negative_caching_stores_chosen_errors_for_their_ttl(tenure_client: redi
         with pytest.raises(ValueError, match="zero"):
             user(0)
     assert calls == 3  # other errors are not
-    time.sleep(0.4)  # stale after error_ttl: served once more while one caller refreshes
+    stale_at = fresh_until(tenure_client, user.cache.name)  # type: ignore[attr-defined]
+    wait_server_past(tenure_client, stale_at, 5, "the cached error's error_ttl")
     with pytest.raises(NotFound):
-        user(-1)
-    time.sleep(0.2)
+        user(-1)  # stale: served once more while one caller refreshes
+    wait_for(lambda: calls == 4, 5, "the refresh")
     assert calls == 4
     with pytest.raises(ArgumentError, match="cache_errors"):
         cached(tenure_client, ttl=1, cache_errors=(int,))  # type: ignore[arg-type]
@@ -209,12 +211,17 @@ def test_a_server_outage_computes_and_caching_resumes(
         assert calls == 4
         assert sum("is out of reach" in r.message for r in caplog.records) == 1
         server.restart()
-        deadline = time.monotonic() + 10
-        while lookup.cache.statistics().recoveries == 0:  # type: ignore[attr-defined]
-            # A probe finds the server in the background; meanwhile the loader answers.
-            assert lookup("a") == "value of a"
-            assert time.monotonic() < deadline, "caching did not resume"
-            time.sleep(0.05)
+        answers: list[str] = []
+
+        def recovered() -> bool:  # a probe finds the server in the background
+            try:
+                answers.append(lookup("a"))  # meanwhile the loader answers
+            except Exception as exc:  # noted here: wait_for would only retry
+                answers.append(repr(exc))
+            return bool(lookup.cache.statistics().recoveries)  # type: ignore[attr-defined]
+
+        wait_for(recovered, 10, "caching resumed")
+        assert set(answers) == {"value of a"}
         before = calls
         assert lookup("a") == "value of a"
         assert calls == before  # cached again

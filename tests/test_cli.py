@@ -11,13 +11,13 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import redis
 
 import tenure
+from tests.conftest import wait_for
 from tests.test_server import wait_dead
 
 pytestmark = pytest.mark.engine_blind
@@ -277,6 +277,18 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _server_clients(pids: list[int]) -> int:
+    """How many clients the server among ``pids`` has (0 while it does not answer)."""
+    for pid in pids:
+        # A server shows its address in its process title: "valkey-server 127.0.0.1:PORT".
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").split()
+        if title and title[0].endswith(b"-server"):
+            host, _, port = title[1].decode().rpartition(":")
+            with redis.Redis(host, int(port), socket_timeout=2) as server:
+                return len(server.client_list()) - 1  # not this one
+    return 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "children"),
@@ -290,11 +302,12 @@ def test_killing_the_demo_leaves_no_process(args: tuple[str, ...], children: int
         [*TENURE, "demo", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 60
-        while len(_children(demo.pid)) < children:
-            assert time.monotonic() < deadline, "the demo never started its processes"
-            time.sleep(0.1)
-        time.sleep(1.0)  # let them work
+        wait_for(lambda: len(_children(demo.pid)) >= children, 60, "the demo's processes")
+        wait_for(  # they work: the helpers connected to the demo's server
+            lambda: _server_clients(_children(demo.pid)) >= children - 1,
+            60,
+            "the demo's helpers connected",
+        )
         processes = _children(demo.pid)
         demo.send_signal(signal.SIGKILL)
         demo.wait(timeout=10)
@@ -321,11 +334,10 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(when: str) -> None:
     )
     try:
         assert "started" in _read_line(demo, 30)
-        deadline = time.monotonic() + 30
-        while when == "trading" and len(_children(demo.pid)) < 5:  # server, four traders
-            assert time.monotonic() < deadline, "the demo never started its traders"
-            time.sleep(0.1)
-        time.sleep(0.5 if when == "trading" else 0.05)  # or while the traders import
+        # The server and four traders, just started (importing) or trading.
+        wait_for(lambda: len(_children(demo.pid)) >= 5, 30, "the demo's traders")
+        if when == "trading":  # they connected to the demo's server
+            wait_for(lambda: _server_clients(_children(demo.pid)) >= 4, 30, "the traders at work")
         processes = _children(demo.pid)
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C does
         _, errors = demo.communicate(timeout=15)
@@ -372,13 +384,13 @@ def test_server_command_runs_until_interrupted() -> None:
 
 
 PLUGIN_TEST = """
-    import os, time
+    import os, signal
 
     def test_hold_a_server(tenure_server, tenure_client):
         tenure_client.set("k", "v")
         with open(os.environ["PID_FILE"], "w") as out:
             out.write(str(tenure_server.pid))
-        time.sleep(60)
+        signal.pause()  # until the run is killed
 """
 
 
@@ -395,11 +407,12 @@ def test_killing_a_test_run_leaves_no_server(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() or not pid_file.read_text():
-            assert run_.poll() is None, "the user's test run ended early"
-            assert time.monotonic() < deadline, "the plugin never started a server"
-            time.sleep(0.05)
+        wait_for(  # or the run ended early
+            lambda: run_.poll() is not None or (pid_file.exists() and bool(pid_file.read_text())),
+            30,
+            "the plugin starting a server",
+        )
+        assert run_.poll() is None, "the user's test run ended early"
         server_pid = int(pid_file.read_text())
         run_.send_signal(signal.SIGKILL)
         run_.wait(timeout=10)

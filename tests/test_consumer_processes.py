@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import redis
 
 from tenure.server import ServerProcess
+from tests.conftest import wait_for
 
 
 def test_a_consumer_killed_with_kill_9_loses_no_message(
@@ -20,8 +20,12 @@ def test_a_consumer_killed_with_kill_9_loses_no_message(
         tenure_client.xadd("work", {"n": str(n)})
     command = [sys.executable, "-m", "tests.consumer_worker", tenure_server.url]
     victim = subprocess.Popen([*command, "victim"])
-    while int(tenure_client.scard("handled")) < 200:  # it is in the middle of its work
-        time.sleep(0.01)
+    wait_for(  # it is in the middle of its work
+        lambda: int(tenure_client.scard("handled")) >= 200 or victim.poll() is not None,
+        60,
+        "200 messages handled",
+    )
+    assert victim.poll() is None, "the victim ended before it was killed"
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     survivor = subprocess.Popen([*command, "survivor"])
@@ -41,10 +45,12 @@ def test_a_stop_signal_ends_run_after_the_message_in_hand(
         tenure_client.xadd("work", {"n": str(n)})
     command = [sys.executable, "-m", "tests.consumer_worker", tenure_server.url]
     first = subprocess.Popen([*command, "first", mode], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while int(tenure_client.llen("started")) < 2:  # in the middle of its second message
-        assert time.monotonic() < deadline and first.poll() is None, "it never started"
-        time.sleep(0.01)
+    wait_for(  # in the middle of its second message
+        lambda: int(tenure_client.llen("started")) >= 2 or first.poll() is not None,
+        30,
+        "the second message started",
+    )
+    assert first.poll() is None, "it ended before it was stopped"
     first.send_signal(stop)
     _, errors = first.communicate(timeout=10)
     assert first.returncode == 0, errors
@@ -55,9 +61,7 @@ def test_a_stop_signal_ends_run_after_the_message_in_hand(
     assert tenure_client.xpending("work", "g")["pending"] == 0  # ...and was acknowledged
     second = subprocess.Popen([*command, "second", mode])
     try:
-        while int(tenure_client.llen("finished")) < 10:
-            assert time.monotonic() < deadline + 30, "the rest was never handled"
-            time.sleep(0.05)
+        wait_for(lambda: int(tenure_client.llen("finished")) >= 10, 60, "the rest handled")
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=10) == 0

@@ -173,7 +173,9 @@ def test_no_two_holds_overlap_through_a_sentinel_failover(
             for out in outputs
         ]
         try:
-            time.sleep(2.5)
+            with topology.master_client() as primary:  # cycles run before the failover
+                fence = ClusterLock(primary, "cycles").keys.fence
+                wait_for(lambda: int(primary.get(fence) or 0) >= 30, 60, "30 holds")
             old = topology.master_address()
             topology.primary.kill()
             wait_for(lambda: topology.master_address() != old, 30, "the promotion")

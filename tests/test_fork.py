@@ -39,6 +39,8 @@ from tenure import (
     SemaphoreNotOwnedError,
 )
 from tenure.server import ServerProcess
+from tests._backend_asyncio import until
+from tests.conftest import wait_for
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()"),
@@ -211,6 +213,7 @@ def test_the_parent_keeps_its_hold_renewals_and_exclusion(
     lock = Lock(tenure_client, "fork:kept", timeout=1, auto_renew=True, on_lost=told.append)
     assert lock.acquire(blocking=False)
     fence = lock.fencing_token
+    renewals = lock.statistics().renewals
 
     def child() -> list[str]:
         wrong = _inherits_nothing(lock, LockNotOwnedError)  # on the parent's live client
@@ -219,8 +222,13 @@ def test_the_parent_keeps_its_hold_renewals_and_exclusion(
         return wrong
 
     pid, read = _fork(child)
-    time.sleep(2.5)  # past the 1 s lease, twice over: renewed in the parent meanwhile
-    assert _collect(pid, read) == []
+    try:
+        wait_for(  # renewed every third of its lease: past the 1 s lease, twice over
+            lambda: lock.statistics().renewals >= renewals + 6, 15, "six renewals in the parent"
+        )
+    finally:
+        wrong = _collect(pid, read)
+    assert wrong == []
     assert lock.owned() and not lock.lost and not told
     assert lock.fencing_token == fence
     other = Lock(tenure_server.client(), "fork:kept")
@@ -244,23 +252,28 @@ def test_a_child_waits_behind_its_parent_and_is_woken_by_its_release(
         took = lock.acquire(blocking_timeout=15)  # the same object, in line behind the parent
         at = time.monotonic()
         fence = lock.fencing_token
-        time.sleep(2.5)  # past its 1 s lease: the child's own watchdog renews it
+        renewals = lock.statistics().renewals
+        wait_for(  # past its 1 s lease: the child's own watchdog renews it
+            lambda: lock.statistics().renewals >= renewals + 4, 15, "four renewals in the child"
+        )
         owned = lock.owned() and not lock.lost
         lock.release()
         return {"took": took, "at": at, "fence": fence, "owned": owned}
 
     pid, read = _fork(child)
-    deadline = time.monotonic() + 10
-    while tenure_client.zcard(lock.keys.queue) == 0:  # the child joined the line
-        assert time.monotonic() < deadline, "the child never queued"
-        time.sleep(0.01)
-    time.sleep(0.3)  # the child waits on its wake-up now
+    wait_for(lambda: tenure_client.zcard(lock.keys.queue) > 0, 10, "the child in line")
+
+    def listening() -> bool:  # the child's wake-up channel has its subscriber
+        (channel,) = tenure_client.hvals(lock.keys.wakes)
+        return bool(tenure_client.pubsub_numsub(channel)[0][1])
+
+    wait_for(listening, 10, "the child listening on its wake-up channel")
     assert lock.owned()
     released = time.monotonic()
     lock.release()
     report = _collect(pid, read)
     assert report["took"] is True
-    assert report["at"] - released < 1.0  # woken, not found on a re-check
+    assert report["at"] - released < 2.0  # woken, not found on a re-check (4 s)
     assert report["fence"] > parent_fence
     assert report["owned"] is True
 
@@ -291,12 +304,13 @@ def test_a_lock_taken_in_another_thread_at_the_fork_does_not_block_the_child(
 
 
 def _own_lock_renewed(client: redis.Redis) -> bool:
-    """Take a new lock with a 1 s lease, hold it 2.5 s; True if it was renewed all along."""
+    """Take a new lock with a 1 s lease, hold it past that; True if it was renewed all along."""
     own = Lock(client, f"fork:own:{os.getpid()}", timeout=1, auto_renew=True)
     if not own.acquire(blocking_timeout=5):
         return False
-    time.sleep(2.5)
-    renewed = own.owned() and not own.lost and own.statistics().renewals >= 2
+    # Renewed every third of its lease: four renewals take it past its 1 s lease.
+    wait_for(lambda: own.statistics().renewals >= 4 or own.lost, 15, "four renewals")
+    renewed = own.owned() and not own.lost and own.statistics().renewals >= 4
     own.release()
     return renewed
 
@@ -378,7 +392,11 @@ def test_an_asyncio_lock_in_a_childs_new_event_loop(tenure_server: ServerProcess
             own = AsyncLock(client, "fork:async-own", timeout=1, auto_renew=True)
             if not await own.acquire(blocking_timeout=5):
                 wrong.append("the child's own lock was not acquired")
-            await asyncio.sleep(2.5)
+
+            async def renewed() -> bool:  # four, a third of its lease apart: past its lease
+                return own.statistics().renewals >= 4 or own.lost
+
+            await until(renewed, 15, "four renewals of the child's own lock")
             if not await own.owned() or own.lost:
                 wrong.append("the child's own lock was not renewed")
             await own.release()

@@ -30,6 +30,7 @@ from tenure import (
     SqlSource,
 )
 from tenure.server import ServerProcess
+from tests.conftest import wait_for
 
 
 def make_table(path: Path, rows: int, *, gaps: bool = True) -> list[int]:
@@ -138,7 +139,7 @@ def test_a_cancelled_async_worker_gives_its_claim_back(tenure_server: ServerProc
         for key in range(first, last + 1):
             if key == 25:
                 reached.set()
-                await asyncio.sleep(60)  # cancelled here
+                await asyncio.sleep(60)  # a fetch's work, cancelled here
             yield key, {"n": key}
 
     async def main() -> None:
@@ -278,17 +279,20 @@ def _workers_until_done(
 ) -> list[subprocess.Popen[bytes]]:
     """Start ``count`` workers; respawn any that exits before the job is done."""
     workers = [subprocess.Popen(command, stderr=subprocess.DEVNULL) for _ in range(count)]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if job.status().finished:
-                break
-        except redis.RedisError:
-            pass  # the server is restarting
+
+    def finished() -> bool:  # an error: the server is restarting
         for index, worker in enumerate(workers):
             if worker.poll() is not None:
                 workers[index] = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-        time.sleep(0.1)
+        return job.status().finished
+
+    try:
+        wait_for(finished, timeout, "the job finished")
+    except AssertionError:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+        raise
     return workers
 
 
@@ -310,8 +314,7 @@ def test_a_stopped_worker_is_taken_over_and_its_commits_refused_when_resumed(
     )
     stopped = subprocess.Popen(command)
     try:
-        while job.status().rows < 1_000:  # it is inside a chunk
-            time.sleep(0.01)
+        wait_for(lambda: job.status().rows >= 1_000, 60, "the worker inside a chunk")
         stopped.send_signal(signal.SIGSTOP)
         held = job.status().claimed
         assert held == 1
@@ -345,8 +348,7 @@ def test_a_server_restarted_with_aof_mid_job_loses_and_duplicates_nothing(
         restarted = threading.Event()
 
         def restart_when_a_third_is_in() -> None:
-            while job.status().rows < len(ids) // 3:
-                time.sleep(0.02)
+            wait_for(lambda: job.status().rows >= len(ids) // 3, 120, "a third ingested")
             server.restart()
             restarted.set()
 

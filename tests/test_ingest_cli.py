@@ -18,6 +18,7 @@ import redis
 from tenure._tools.cli import build_parser
 from tenure._tools.ingest_cli import job_from_settings
 from tenure.server import ServerProcess
+from tests.conftest import wait_for
 from tests.test_ingest import make_table, stream_keys
 
 pytestmark = pytest.mark.engine_blind
@@ -38,6 +39,11 @@ def tenure(url: str, *args: str) -> subprocess.Popen[str]:
         # SIGINT ignored, and the child would inherit that).
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def _rows(client: redis.Redis) -> int:
+    """The rows the job ``events`` has committed so far."""
+    return int(client.hget("tenure:ingest:{events}:stats", "rows") or 0)
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -94,8 +100,7 @@ def test_a_stop_gives_the_claims_back_and_the_same_command_resumes_at_once(
         "2",
     )  # fmt: skip  (the default 30 s lease: a rerun must not wait it out)
     first = tenure(tenure_server.url, *args)
-    while int(tenure_client.hget("tenure:ingest:{events}:stats", "rows") or 0) < 20_000:
-        time.sleep(0.02)
+    wait_for(lambda: _rows(tenure_client) >= 20_000, 120, "20,000 rows ingested")
     first.send_signal(signum)
     returned, _, err = finish(first)
     assert returned == code and "run the same command again to resume" in err
@@ -164,8 +169,7 @@ def test_a_forced_reset_stops_a_running_job_without_planning_it_again(
     source = f"sqlite:///{tmp_path / 'db.sqlite'}"
     run = tenure(tenure_server.url, "ingest", "run", source, "--table", "events", "--key", "id",
                  "--chunk-size", "2000", "--workers", "2")  # fmt: skip
-    while int(tenure_client.hget("tenure:ingest:{events}:stats", "rows") or 0) < 10_000:
-        time.sleep(0.02)
+    wait_for(lambda: _rows(tenure_client) >= 10_000, 120, "10,000 rows ingested")
     code, out, err = finish(tenure(tenure_server.url, "ingest", "reset", "events", "--yes",
                                    "--force"))  # fmt: skip
     assert code == 0, err

@@ -8,8 +8,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 import redis
@@ -27,6 +27,7 @@ from tenure.inspection import (
     views,
 )
 from tenure.server import ServerProcess
+from tests.conftest import wait_for, wait_server_past
 
 
 @pytest.fixture
@@ -50,7 +51,11 @@ def busy(tenure_client: redis.Redis, tenure_server: ServerProcess) -> Iterator[N
     assert rw.read.acquire()
     booking = ConnectionLock(tenure_client, "nightly", owner_name="cron")
     assert booking.acquire()
-    time.sleep(0.2)  # the waiter is queued
+    wait_for(lambda: tenure_client.zcard(lock.keys.queue) >= 1, 10, "the waiter in line")
+    line = tenure_client.zrange(lock.keys.queue, 0, 0, withscores=True)
+    ((_, arrived_us),) = cast("list[tuple[bytes, float]]", line)
+    # it has waited 100 ms (arrival in µs, server clock), which inspect() shows
+    wait_server_past(tenure_client, arrived_us / 1000 + 100, 5, "a 100 ms wait")
     yield
     booking.release()
     rw.read.release()
@@ -248,7 +253,13 @@ def test_a_handed_over_hold_carries_the_waiters_name(tenure_client: redis.Redis)
     ]
     for thread in threads:
         thread.start()
-    time.sleep(0.3)
+    wait_for(  # both waiters in line
+        lambda: (
+            tenure_client.zcard(holder.keys.queue) + tenure_client.zcard(sem_holder.keys.queue) == 2
+        ),
+        10,
+        "the two waiters in line",
+    )
     holder.release()
     sem_holder.release()
     for thread in threads:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import random
 import time
@@ -28,7 +29,7 @@ from tenure._async._line import _lines
 from tenure._async._watchdog import watchdog
 from tenure.server import FaultProxy, ServerProcess
 from tests._backend_asyncio import in_line, until
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, upstream_bytes
 
 
 async def test_cancelled_waiter_leaves_the_queue(tenure_async_client: redis.asyncio.Redis) -> None:
@@ -84,21 +85,27 @@ async def test_guard_cancels_the_body_when_the_lock_is_lost(
     with pytest.raises(LockLostError):
         async with lock:
             await tenure_async_client.delete(lock.keys.owner)
-            await asyncio.sleep(5)
+            await asyncio.sleep(5)  # the body's work: cut short when the lock is lost
             reached_end = True
     assert not reached_end
     # The task is not left half-cancelled.
     current = asyncio.current_task()
     assert current is not None
     assert getattr(current, "cancelling", lambda: 0)() == 0  # Python 3.11+
-    await asyncio.sleep(0.01)
+    assert await tenure_async_client.ping()  # the next await is not cancelled either
 
 
 async def test_cancelled_release_still_releases(tenure_async_client: redis.asyncio.Redis) -> None:
     lock = AsyncLock(tenure_async_client, "release-cancel", thread_local=False)
     await lock.acquire()
-    task = asyncio.create_task(lock.release())
-    await asyncio.sleep(0)
+    begun = asyncio.Event()
+
+    async def release() -> None:
+        begun.set()
+        await lock.release()  # runs to its first await before the test resumes
+
+    task = asyncio.create_task(release())
+    await begun.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -176,13 +183,19 @@ async def test_a_second_task_waits_instead_of_adopting(
     await lock.release()
 
 
+async def _renewed(lock: AsyncLock, times: int) -> bool:
+    """Whether ``lock`` was renewed ``times`` times, and is held."""
+    return lock.statistics().renewals >= times and bool(await lock.locked())
+
+
 async def test_a_hold_nobody_can_release_is_not_renewed(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
     lock = AsyncLock(tenure_async_client, "forgotten", timeout=0.3, auto_renew=True)
     assert await lock.acquire()
-    await asyncio.sleep(0.5)
-    assert await lock.locked()  # renewed while its object lives
+    renewed = functools.partial(_renewed, lock, 3)  # three: past its first 0.3 s lease
+    await until(renewed, 5, "three renewals while its object lives")
+    del renewed
     del lock
     gc.collect()
 
@@ -246,8 +259,14 @@ async def test_cancelled_reentry_is_counted_down(
     lock = AsyncLock(client, "re-in-flight", reentrant=True)
     assert await lock.acquire()
     tenure_proxy.set_latency(0.3, direction="downstream")
+    before = upstream_bytes(tenure_proxy)
     task = asyncio.create_task(lock.acquire())
-    await asyncio.sleep(0.1)
+
+    async def sent() -> bool:  # its script went to the server; the reply is delayed
+        return upstream_bytes(tenure_proxy) > before
+
+    await until(sent, 5, "the re-entry's script sent")
+    assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -274,8 +293,13 @@ async def test_a_renewal_in_flight_during_downgrade_does_not_lose_the_hold(
     assert await rw.write.acquire()
     renewal = rw.write._holds.peek().renewal  # type: ignore[union-attr]
     tenure_proxy.set_latency(0.2, direction="upstream")
+    before = upstream_bytes(tenure_proxy)
     downgrade = asyncio.create_task(rw.write.downgrade())
-    await asyncio.sleep(0.05)
+
+    async def sent() -> bool:  # the downgrade is in the proxy (0.2 s on its way)
+        return upstream_bytes(tenure_proxy) > before
+
+    await until(sent, 5, "the downgrade sent")
     # The renewal goes out now, under the write token, and reaches the server
     # after the downgrade: the server answers "not held" for the write token.
     renewal.due, renewal.slack = time.monotonic(), 0.0
@@ -314,7 +338,7 @@ def test_a_client_reused_across_event_loops_keeps_working(tenure_server: ServerP
 
         async def take(one: AsyncLock) -> None:
             async with one:
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.005)  # a hold's work: the others wait meanwhile
 
         await asyncio.gather(*(take(one) for one in contenders))  # several connections
         if last:
@@ -352,11 +376,16 @@ async def test_waiters_cancelled_while_joining_leave_no_orphan(
         timeout = rng.uniform(0.05, 2.0) if i % 3 == 1 else 30.0
         tasks.append(asyncio.ensure_future(wait(timeout)))
         if i % 50 == 0:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a yield, not a wait: the tasks so far take a step
     for task in tasks[::3]:
         await asyncio.sleep(rng.uniform(0, 0.004))
         task.cancel()
-    await asyncio.sleep(0.3)
+    await asyncio.wait(tasks[::3])  # the cancelled ones are done
+
+    async def in_line() -> bool:  # at least as many as wait 30 s (one in three)
+        return int(await tenure_async_client.zcard(holders[0].keys.queue)) >= len(tasks) // 3
+
+    await until(in_line, 30, "the 30 s waiters in line")
     for held in holders:
         await held.release()
     await asyncio.wait(tasks, timeout=30)

@@ -17,13 +17,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 
 from tenure import ConnectionLock, FencedKey, Lock, Semaphore
 from tenure.server import ServerProcess
+from tests.conftest import wait_for, wait_server_past
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASE = 1.0
@@ -204,10 +205,7 @@ def _queue_up(
         workers.append(worker)
         queued.append(worker)
         assert worker.read()["event"] == "waiting"
-        deadline = time.monotonic() + 10
-        while _queue_length(client, name) < i + 1:
-            assert time.monotonic() < deadline, "waiter never queued"
-            time.sleep(0.005)
+        _wait_for_queue(client, name, i + 1)
     return queued
 
 
@@ -222,10 +220,10 @@ def test_fifo_order_of_eight_processes(
     assert times == sorted(times)
 
 
-@pytest.mark.parametrize("pause", [0.0, 2.5], ids=["dies-at-the-head", "purged-first"])
+@pytest.mark.parametrize("purged", [False, True], ids=["dies-at-the-head", "purged-first"])
 def test_dead_waiter_stalls_the_queue_at_most_the_handoff_lease(
     api: str,
-    pause: float,
+    purged: bool,
     tenure_server: ServerProcess,
     client: redis.Redis,
     workers: list[Worker],
@@ -233,14 +231,17 @@ def test_dead_waiter_stalls_the_queue_at_most_the_handoff_lease(
     holder = Lock(client, "dead-waiter")
     assert holder.acquire()
     first, second, third = _queue_up(api, tenure_server, client, workers, "dead-waiter", 3)
+    (dead,) = cast("list[bytes]", client.zrange(holder.keys.queue, 0, 0))  # first in line
     os.kill(first.pid, signal.SIGKILL)
     first.process.wait(timeout=10)
-    time.sleep(pause)  # > waiter_lease (2 s): the dead waiter is purged before the release
+    if purged:  # its waiter lease (2 s) ran out: the dead waiter is purged by the release
+        expiry = _waiter_lease(client, "dead-waiter", token=dead)
+        wait_server_past(client, expiry, 10, "the dead waiter's 2 s waiter lease")
     released = time.monotonic()
     holder.release()
     second_at = second.read()["t"]
     third_at = third.read()["t"]
-    bound = 1.0 + SLACK if pause == 0 else SLACK  # handoff_lease once, or nothing
+    bound = SLACK if purged else 1.0 + SLACK  # handoff_lease once, or nothing
     assert second_at - released <= bound
     assert third_at - second_at <= SLACK
 
@@ -274,7 +275,7 @@ def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
         os.kill(busy.pid, signal.SIGSTOP)
         released = time.monotonic()
         holder.release()
-        time.sleep(1.6)
+        time.sleep(1.6)  # stopped as long as the async worker's blocked loop: the fault
         os.kill(busy.pid, signal.SIGCONT)
     taken = third.read()
     assert taken["event"] == "acquired"
@@ -311,11 +312,11 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
         busy.send("go")  # its main thread only joins the thread that waits
         os.kill(busy.pid, signal.SIGSTOP)
     holder.release()  # handed to the stopped waiter
-    time.sleep(1.3)  # its handoff lease (1 s) runs out
+    wait_for(lambda: not client.exists(holder.keys.owner), 10, "its handoff lease (1 s) ran out")
     newcomer = Lock(client, name, timeout=30)
     assert newcomer.acquire(blocking=False)
     if api == "sync":
-        time.sleep(0.9)  # stopped as long as the blocked event loop
+        time.sleep(0.9)  # stopped on, as the async worker's loop stays blocked: the fault
         os.kill(busy.pid, signal.SIGCONT)
     fence = newcomer.fencing_token
     assert fence is not None
@@ -330,10 +331,10 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
     assert busy.read() == {"event": "released", "kept": True, "lost": False}
 
 
-@pytest.mark.parametrize("pause", [0.0, 0.7])
+@pytest.mark.parametrize("purged", [False, True], ids=["dies-at-the-head", "purged-first"])
 def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_lease(
     api: str,
-    pause: float,
+    purged: bool,
     tenure_server: ServerProcess,
     client: redis.Redis,
     workers: list[Worker],
@@ -346,12 +347,14 @@ def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_l
     holder, crowd, behind = _crowd_then_one(api, tenure_server, client, workers, name, 5)
     os.kill(crowd.pid, signal.SIGKILL)
     crowd.process.wait(timeout=10)
-    time.sleep(pause)
+    if purged:
+        expiry = _waiter_lease(client, name, waiters=5)
+        wait_server_past(client, expiry, 10, "the dead crowd's 0.5 s waiter lease")
     released = time.monotonic()
     holder.release()
     taken = behind.read()
     assert taken["event"] == "acquired"
-    bound = 1.0 + SLACK if pause == 0 else SLACK
+    bound = SLACK if purged else 1.0 + SLACK
     assert taken["t"] - released <= bound
 
 
@@ -363,7 +366,9 @@ def test_a_stopped_process_waits_again_behind_those_who_stayed(
     name = "stopped-crowd"
     holder, crowd, behind = _crowd_then_one(api, tenure_server, client, workers, name, 3)
     os.kill(crowd.pid, signal.SIGSTOP)
-    time.sleep(1.0)  # > the crowd's 0.5 s waiter lease
+    wait_server_past(
+        client, _waiter_lease(client, name, waiters=3), 10, "the crowd's 0.5 s waiter lease"
+    )
     released = time.monotonic()
     holder.release()
     taken = behind.read()
@@ -395,11 +400,25 @@ def _crowd_then_one(
     return holder, crowd, behind
 
 
+def _waiter_lease(
+    client: redis.Redis, name: str, waiters: int = 0, token: bytes | None = None
+) -> float:
+    """The waiter lease's expiry (ms, server clock) of the process of waiter ``token``,
+    or of the process with ``waiters`` in line."""
+    keys = Lock(client, name).keys
+    if token is not None:
+        channel = client.hget(keys.wakes, token)
+    else:
+        channels = list(client.hvals(keys.wakes))
+        (channel,) = {channel for channel in channels if channels.count(channel) == waiters}
+    assert channel is not None
+    expiry = client.zscore(keys.waiters, channel)
+    assert expiry is not None
+    return expiry
+
+
 def _wait_for_queue(client: redis.Redis, name: str, length: int) -> None:
-    deadline = time.monotonic() + 10
-    while _queue_length(client, name) < length:
-        assert time.monotonic() < deadline, "the waiter never queued"
-        time.sleep(0.005)
+    wait_for(lambda: _queue_length(client, name) >= length, 10, f"{length} waiters in line")
 
 
 def test_semaphore_holds_at_most_limit_under_kills_and_stops(
@@ -410,11 +429,17 @@ def test_semaphore_holds_at_most_limit_under_kills_and_stops(
         workers.append(Worker(api, "permits", tenure_server.url, "permits", str(count), str(limit)))
     for worker in workers:
         assert worker.read(60)["event"] == "ready"
-    time.sleep(0.3)
+    keys = Semaphore(client, "permits", limit=limit).keys
+    wait_for(
+        lambda: int(client.get(keys.fence) or 0) >= processes, 30, "the workers taking permits"
+    )
     killed, stopped = random.sample(workers, 2)
     os.kill(killed.pid, signal.SIGKILL)
     os.kill(stopped.pid, signal.SIGSTOP)
-    time.sleep(1.5)  # past the 1 s lease: the stopped process loses its permit
+    held = cast(list[tuple[bytes, float]], client.zrange(keys.owner, 0, -1, withscores=True))
+    leases = [expiry for _, expiry in held]
+    # Past the 1 s lease of every permit held now: the stopped process loses its own.
+    wait_server_past(client, max(leases, default=0), 10, "the leases held at the stop")
     os.kill(stopped.pid, signal.SIGCONT)
     windows: list[tuple[float, float]] = []
     for worker in workers:

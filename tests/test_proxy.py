@@ -19,6 +19,8 @@ from redis.retry import Retry
 from tenure._core.exceptions import ArgumentError, EmbeddedServerError
 from tenure.server import FaultProxy, ProxyFaults, ServerProcess
 from tenure.testing import ProxyFactory, ServerFactory
+from tests._backend_asyncio import until
+from tests.conftest import upstream_bytes, wait_for
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -123,8 +125,12 @@ def test_latency_keeps_the_order_of_bytes(
     with socket.create_connection(tenure_proxy.address, timeout=2) as raw:
         start = time.monotonic()
         tenure_proxy.set_latency(DELAY, "upstream")
-        raw.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nfirst\r\n")
-        time.sleep(0.02)
+        first = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nfirst\r\n"
+        before = upstream_bytes(tenure_proxy)
+        raw.sendall(first)
+        wait_for(  # read under the latency
+            lambda: upstream_bytes(tenure_proxy) >= before + len(first), 5, "the first SET read"
+        )
         tenure_proxy.set_latency(0)  # the second command may not overtake the first
         raw.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$6\r\nsecond\r\n")
         replies = b""
@@ -145,11 +151,11 @@ def test_blackhole_times_out_and_clear_restores(
     with pytest.raises(redis.TimeoutError):
         client.ping()
     # redis-py closed its connection, but the FIN is held by the partition too.
-    time.sleep(0.05)
-    assert len(tenure_proxy.connections()) == 1
+    [held] = tenure_proxy.connections()
     fresh = no_retry(tenure_proxy, socket_timeout=0.2, socket_connect_timeout=0.2)
     with pytest.raises((redis.TimeoutError, redis.ConnectionError)):
         fresh.ping()  # a new connection is accepted, and then hears nothing
+    assert held.id in {conn.id for conn in tenure_proxy.connections()}  # 0.2 s on: still held
     tenure_proxy.clear()
     assert fresh.ping()
     assert client.ping()  # reconnects
@@ -191,10 +197,9 @@ def test_reset_breaks_the_next_command_then_redis_py_reconnects(
     with pytest.raises(redis.ConnectionError):
         client.ping()
     assert client.ping()
-    deadline = time.monotonic() + 1.0  # the server got a RST too
-    while outbound in client_addresses(tenure_client) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert outbound not in client_addresses(tenure_client)
+    wait_for(  # the server got a RST too
+        lambda: outbound not in client_addresses(tenure_client), 5, "the server's side closed"
+    )
 
 
 def test_reset_fails_a_command_in_flight(
@@ -203,12 +208,9 @@ def test_reset_fails_a_command_in_flight(
     pooled = no_retry(tenure_proxy)
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(pooled.blpop, ["nothing"], 5)
-        deadline = time.monotonic() + 2.0
         # This client's BLPOP, by its address through the proxy (a blocked
         # call of an earlier test, not yet ended on the server, is not it).
-        while not blocked_through(tenure_proxy, tenure_client):
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        wait_for(lambda: blocked_through(tenure_proxy, tenure_client), 4, "the BLPOP blocked")
         tenure_proxy.reset_connections()
         with pytest.raises(redis.ConnectionError):
             waiting.result(timeout=4)  # before BLPOP would end by itself (5 s)
@@ -263,8 +265,12 @@ def test_lost_reply_matches_across_chunks(
     raw = socket.create_connection(tenure_proxy.address, timeout=2)
     try:
         tenure_proxy.lose_reply(b"split-key")
-        raw.sendall(b"*2\r\n$4\r\nINCR\r\n$9\r\nspli")
-        time.sleep(0.05)  # read by the proxy as a chunk of its own
+        head = b"*2\r\n$4\r\nINCR\r\n$9\r\nspli"
+        before = upstream_bytes(tenure_proxy)
+        raw.sendall(head)
+        wait_for(  # read by the proxy as a chunk of its own
+            lambda: upstream_bytes(tenure_proxy) >= before + len(head), 5, "the first part read"
+        )
         raw.sendall(b"t-key\r\n")
         with pytest.raises(ConnectionResetError):
             while raw.recv(100):
@@ -456,7 +462,12 @@ async def test_asyncio_client_under_faults(tenure_server: ServerProcess) -> None
                 return await client.blpop(["nothing"], 5)
 
             other = asyncio.create_task(wait_for_nothing())
-            await asyncio.sleep(0.05)
+            with tenure_server.client() as direct:
+
+                async def blocked() -> bool:
+                    return blocked_through(proxy, direct)
+
+                await until(blocked, 5, "the BLPOP blocked")
             proxy.reset_connections()
             with pytest.raises(redis.ConnectionError):
                 await other

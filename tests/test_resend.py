@@ -64,6 +64,7 @@ from tenure._core.scripts import Script, load_script, script_names
 from tenure._sync._scripting import registry_for
 from tenure._tools.demo.market import Market, Trader, open_market
 from tenure.server import FaultProxy
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -119,10 +120,12 @@ class Run:
 
     def wait_fired(self, timeout: float = 3.0) -> None:
         """In the faulted run, wait until the reply was lost (a script run in the background)."""
-        deadline = time.monotonic() + timeout
-        while self.faulted and self.proxy.lost_replies == self._lost_at_arm:
-            assert time.monotonic() < deadline, f"{self.script.name} was not called in {timeout} s"
-            time.sleep(0.01)
+        if self.faulted:
+            wait_for(
+                lambda: self.proxy.lost_replies != self._lost_at_arm,
+                timeout,
+                f"{self.script.name} called (its reply lost)",
+            )
 
     def role(self, value: object, role: str) -> None:
         """Show ``value`` (a token, a connection ID) as ``<role>`` in the snapshot."""
@@ -494,7 +497,12 @@ def abandoned(run: Run, messages: int) -> str:
         run.client.xadd(stream, {"n": n})
     quiet = StreamConsumer(run.client, stream, "workers", "quiet", block=0)
     assert len(quiet.read()) == messages
-    time.sleep(0.06)
+
+    def idle() -> bool:  # past the takers' claim_idle (0.05 s), as the server counts
+        pending = run.client.xpending_range(stream, "workers", "-", "+", messages)
+        return all(int(entry["time_since_delivered"]) > 60 for entry in pending)
+
+    wait_for(idle, 5, "the quiet consumer's messages idle")
     return stream
 
 
@@ -528,7 +536,7 @@ def stream_keeps_a_message(run: Run) -> tuple[object, object]:
 
     def handle(message: Any) -> None:
         seen.append(message.fields)
-        time.sleep(0.25)  # the watchdog touches it meanwhile (every 0.1 s)
+        time.sleep(0.25)  # the handler's work: the watchdog touches it meanwhile (every 0.1 s)
         run.wait_fired()  # (a busy machine may run the first touch late)
         consumer.stop()
 
@@ -585,15 +593,14 @@ def handed_over(run: Run, make: Callable[[], Any]) -> tuple[object, object]:
     run.arm()
     thread = threading.Thread(target=lambda: got.append(waiter.acquire(blocking_timeout=5)))
     thread.start()
-    deadline = time.monotonic() + 5
-    while not run.direct.zcard(holder.keys.queue):  # in line
-        assert time.monotonic() < deadline, "the waiter never joined the line"
-        time.sleep(0.01)
+    wait_for(lambda: bool(run.direct.zcard(holder.keys.queue)), 5, "the waiter in line")
     holder.release()
     thread.join(10)
-    deadline = time.monotonic() + 3  # the handoff's short lease confirmed (by the watchdog)
-    while run.direct.pttl(holder.keys.owner) < 2000 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(  # the handoff's short lease confirmed (by the watchdog), if it was handed over
+        lambda: got != [True] or run.direct.pttl(holder.keys.owner) >= 2000,
+        3,
+        "the handoff's lease confirmed",
+    )
     snapshot = run.snapshot()
     return got, snapshot
 

@@ -36,6 +36,7 @@ from tenure.server import (
     sweep_stale_folders,
 )
 from tenure.server._ports import reserve_port
+from tests.conftest import wait_for
 
 ENGINE = find_engine()
 
@@ -77,12 +78,11 @@ def proc_state(pid: int) -> str:
 
 
 def wait_dead(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc_alive(pid):
-            return True
-        time.sleep(0.01)
-    return not proc_alive(pid)
+    try:
+        wait_for(lambda: not proc_alive(pid), timeout, f"the end of process {pid}")
+    except AssertionError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- binaries
@@ -295,8 +295,9 @@ def test_start_from_short_lived_threads() -> None:
     servers = [ServerProcess(name=f"s{i}") for i in range(3)]
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(ServerProcess.start, servers))
-    # The starting threads are gone; PDEATHSIG must not have fired.
-    time.sleep(0.1)
+    # The starting threads are gone; PDEATHSIG must not have fired. It would have
+    # fired as they exited, before the pool's join returned: each server would
+    # then be killed (SIGKILL) before it could answer the PING below.
     try:
         for server in servers:
             assert server.running
@@ -318,7 +319,7 @@ async def test_async_context_manager() -> None:
 
 CHILD = textwrap.dedent(
     """
-    import sys, threading, time
+    import signal, sys, threading
     from tenure.server import ServerProcess
 
     box = []
@@ -326,21 +327,22 @@ CHILD = textwrap.dedent(
     thread = threading.Thread(target=lambda: box.append(ServerProcess().start()))
     thread.start()
     thread.join()
-    print(box[0].pid, box[0].directory, flush=True)
+    print(box[0].pid, box[0].directory, box[0].port, flush=True)
     if sys.argv[1] == "exit":
         sys.exit(0)
-    time.sleep(60)
+    signal.pause()  # until killed
     """
 )
 
 
-def run_child(mode: str) -> tuple[subprocess.Popen[str], int, str]:
+def run_child(mode: str) -> tuple[subprocess.Popen[str], int, str, int]:
+    """The child, and its server's pid, folder and port."""
     child = subprocess.Popen([sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     line = child.stdout.readline()
     child.stdout.close()
-    pid_text, directory = line.split()
-    return child, int(pid_text), directory
+    pid_text, directory, port = line.split()
+    return child, int(pid_text), directory, int(port)
 
 
 def kill_leftover(pid: int) -> None:
@@ -351,9 +353,12 @@ def kill_leftover(pid: int) -> None:
 
 
 def test_server_dies_with_parent_kill_9() -> None:
-    child, pid, directory = run_child("hang")
+    child, pid, directory, port = run_child("hang")
     try:
-        time.sleep(0.1)
+        # Printed after the starting thread ended: had PDEATHSIG fired then, the
+        # server would be killed (SIGKILL) before it could answer this PING.
+        with redis.Redis("127.0.0.1", port, socket_timeout=5) as server:
+            assert server.ping(), "the server died with the thread that started it"
         assert proc_alive(pid), "the server died with the thread that started it"
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
@@ -367,7 +372,7 @@ def test_server_dies_with_parent_kill_9() -> None:
 
 
 def test_atexit_stops_and_cleans_up() -> None:
-    child, pid, directory = run_child("exit")
+    child, pid, directory, _ = run_child("exit")
     try:
         assert child.wait(10) == 0
         assert wait_dead(pid, 2.0)
@@ -579,11 +584,11 @@ def test_engine_dataclass() -> None:
 
 def test_a_killed_owners_folders_are_swept() -> None:
     code = (
-        "import os, sys, time\n"
+        "import signal\n"
         "from tenure.server import ServerProcess\n"
         "s = ServerProcess().start()\n"
         "print(s.directory, flush=True)\n"
-        "time.sleep(60)\n"
+        "signal.pause()\n"  # until killed
     )
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ}
@@ -596,8 +601,9 @@ def test_a_killed_owners_folders_are_swept() -> None:
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     child.stdout.close()
-    deadline = time.monotonic() + 5
-    while os.path.isdir(folder) and time.monotonic() < deadline:
-        sweep_stale_folders()  # the server dies with its owner, then the folder can go
-        time.sleep(0.1)
-    assert not os.path.isdir(folder)
+
+    def swept() -> bool:  # the server dies with its owner, then the folder can go
+        sweep_stale_folders()
+        return not os.path.isdir(folder)
+
+    wait_for(swept, 5, "the killed owner's folder swept")

@@ -268,7 +268,7 @@ async def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     loader.opened = True
 
     async def refreshed() -> bool:
-        return await caches[1].get("eur") == "new"
+        return bool(await caches[1].get("eur") == "new")
 
     await until(refreshed, 10, "the refreshed value being stored")
     assert await caches[2].fetch("eur", loader) == "new"
@@ -288,7 +288,7 @@ async def test_a_lapsed_refresher_cannot_overwrite_newer_data(
     assert await fast.fetch("usd", Loader("v3")) == "v1"  # fast takes the lease over...
 
     async def stored() -> bool:
-        return await fast.get("usd") == "v3"
+        return bool(await fast.get("usd") == "v3")
 
     await until(stored, 5, "fast's refresh being stored")  # ...and stores
     assert await slow.set("usd", "v2-late") is False

@@ -259,7 +259,7 @@ def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     loader.opened = True
 
     def refreshed() -> bool:
-        return caches[1].get("eur") == "new"
+        return bool(caches[1].get("eur") == "new")
 
     until(refreshed, 10, "the refreshed value being stored")
     assert caches[2].fetch("eur", loader) == "new"
@@ -279,7 +279,7 @@ def test_a_lapsed_refresher_cannot_overwrite_newer_data(
     assert fast.fetch("usd", Loader("v3")) == "v1"  # fast takes the lease over...
 
     def stored() -> bool:
-        return fast.get("usd") == "v3"
+        return bool(fast.get("usd") == "v3")
 
     until(stored, 5, "fast's refresh being stored")  # ...and stores
     assert slow.set("usd", "v2-late") is False
