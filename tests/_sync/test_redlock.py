@@ -31,7 +31,7 @@ from tenure import (
 from tenure._sync._scripting import registry_for
 from tenure.server import FaultProxy, ServerProcess
 from tenure.testing import ProxyFactory
-from tests._backend_threads import gather, join, sleep, spawn
+from tests._backend_threads import gather, join, sleep, spawn, until
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def _close(proxies: list[FaultProxy], clients: list[redis.Redis]) -> None:
     for proxy in proxies:
         proxy.clear()
         proxy.reset_connections()
-    sleep(0.1)
+    sleep(0.1)  # teardown: calls the reset failed end before their clients close
     for client in clients:
         client.close()
 
@@ -89,11 +89,11 @@ def owner_of(server: ServerProcess, name: str) -> str | None:
 
 def eventually(condition: Callable[[], bool], seconds: float, what: str) -> None:
     """Poll ``condition`` (without blocking the loop) until it holds, or fail."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds}s")
-        sleep(0.02)
+
+    def holds() -> bool:
+        return bool(condition())
+
+    until(holds, seconds, what)
 
 
 def test_acquire_release_and_exclusion(
@@ -125,7 +125,9 @@ def test_acquire_release_and_exclusion(
     assert (stats.masters, stats.quorum, stats.acquisitions, stats.releases) == (3, 2, 1, 1)
 
 
-def test_a_waiter_is_woken_by_the_release(masters: list[Any], other_masters: list[Any]) -> None:
+def test_a_waiter_is_woken_by_the_release(
+    masters: list[Any], other_masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
     lock = Redlock(masters, "woken", timeout=10)
     other = Redlock(other_masters, "woken", timeout=10, blocking_timeout=10)
     assert lock.acquire()
@@ -135,7 +137,12 @@ def test_a_waiter_is_woken_by_the_release(masters: list[Any], other_masters: lis
         return time.monotonic()
 
     waiter = spawn(wait_then_time)
-    sleep(0.3)
+
+    def queued() -> bool:
+        with direct(redlock_servers[0]) as client:
+            return bool(client.zcard(lock.keys.queue))
+
+    eventually(queued, 5, "the waiter in line")
     released = time.monotonic()
     lock.release()
     woken = join(waiter)
@@ -180,7 +187,6 @@ def test_waiters_are_served_in_arrival_order(
         lock = Redlock(extra[index], "line", timeout=10, blocking_timeout=10)
         assert lock.acquire()
         order.append(index)
-        sleep(0.01)
         lock.release()
 
     jobs = [spawn(functools.partial(contender, i)) for i in range(4)]
@@ -350,12 +356,15 @@ def test_renewals_need_a_quorum_and_loss_is_told(
             assert lock.owned()
             assert lock.statistics().renewals >= 3
             proxies[0].clear()
-            sleep(0.4)  # master 0 takes renewals again
+            renewed = lock.statistics().renewals
+            eventually(
+                lambda: lock.statistics().renewals > renewed, 5, "a renewal with master 0 back"
+            )
             cut = time.monotonic()
             for server in redlock_servers[1:]:  # gone on a majority: the next renewal is refused
                 with direct(server) as client:
                     client.delete("tenure:redlock:{renewed}")
-            sleep(lease)
+            eventually(lambda: bool(told), 5, "the loss being told")
             # Told at the next renewal (a third of the lease), plus what a busy
             # machine may delay a timer by: well before the lease would end.
             assert told and told[0] - cut < lease * 2 / 3
@@ -375,19 +384,19 @@ def test_a_hold_no_quorum_confirms_is_lost_when_its_validity_ends(
         on_lost=lambda _lock: told.append(time.monotonic()),
     )
     assert lock.acquire()
-    sleep(0.4)  # renewed once
+    eventually(lambda: lock.statistics().renewals >= 1, 5, "a first renewal")
     # One master cut off, one that lost the key: renewals reach one master, and
     # nobody can say whether the cut-off one still holds it.
     proxies[0].blackhole()
     with direct(redlock_servers[1]) as client:
         client.delete("tenure:redlock:{unconfirmed}")
     cut = time.monotonic()
-    sleep(0.1)
-    assert not lock.lost  # still within the validity of the last renewal
-    sleep(lease + 0.25)
+    sleep(0.1)  # the window under test: within the last renewal's validity
+    assert not lock.lost
+    eventually(lambda: bool(told), lease + 5, "the loss being told")
     # Told when the last renewal's validity ends, less than a lease after the
     # cut (plus what a busy machine may delay a timer by).
-    assert told and told[0] - cut < lease + 0.1
+    assert told and told[0] - cut < lease + 0.5
     assert lock.statistics().lost == 1
     with pytest.raises(LockNotOwnedError):
         lock.release()
@@ -423,7 +432,8 @@ def test_fences_grow_when_the_masters_counters_differ(
     # Master 0 goes away; the next holder's quorum is masters 1 and 2.
     proxies[0].blackhole()
     proxies[2].set_latency(0)
-    sleep(0.7)  # master 2's late calls are answered
+    # Master 2's late calls are answered: the release lands there too.
+    eventually(lambda: owner_of(redlock_servers[2], "fenced") is None, 5, "master 2 freed")
     other = Redlock(other_masters, "fenced", timeout=5)
     assert other.acquire()
     assert other.fencing_token is not None and other.fencing_token > high
@@ -450,7 +460,6 @@ def test_a_late_grant_of_a_failed_attempt_is_given_back(
     # first and the late call then takes nothing (its receipt refuses it):
     # either way master 2 is free once both calls are in. (A busy machine
     # answers late: the give-back is asked again for up to 5 s.)
-    sleep(1.0)
     # the give-back, or on a machine too busy for its 5 s of asking, the lease's end (10 s)
     eventually(lambda: owner_of(redlock_servers[2], "late") is None, 15, "the give-back")
     holder.release()
