@@ -145,7 +145,6 @@ async def test_fifo_order_of_queued_waiters(
             lock = AsyncLock(clients[index], "fifo")
             assert await lock.acquire(blocking_timeout=10)
             order.append(index)
-            await sleep(0.005)
             await lock.release()
 
         return job
@@ -163,8 +162,13 @@ async def test_lease_expires_without_renewal(tenure_async_client: redis.asyncio.
     assert await lock.acquire()
     ttl = await tenure_async_client.pttl(lock.keys.owner)
     assert 0 < ttl <= 200
-    await sleep(0.3)
-    assert not await lock.locked()
+    taken = time.monotonic()
+
+    async def free() -> bool:
+        return not await lock.locked()
+
+    await until(free, 5, "the 0.2 s lease running out")
+    assert time.monotonic() - taken > 0.1  # its lease, not a release
     with pytest.raises(LockNotOwnedError):
         await lock.release()
 
@@ -194,9 +198,14 @@ async def test_auto_renew_keeps_it_past_the_lease(
 ) -> None:
     lock = AsyncLock(tenure_async_client, "renewed", timeout=0.3, auto_renew=True)
     async with lock:
-        await sleep(1.0)
+        taken = time.monotonic()
+
+        async def renewed_past_the_lease() -> bool:  # renewed every 0.1 s
+            return lock.statistics().renewals >= 4
+
+        await until(renewed_past_the_lease, 5, "four renewals")
+        assert time.monotonic() - taken > 0.3  # held past its lease
         assert await lock.owned()
-        assert lock.statistics().renewals >= 2
     assert not await lock.locked()
 
 
@@ -280,7 +289,11 @@ async def test_fencing_survives_key_expiry(tenure_async_client: redis.asyncio.Re
         token = lock.fencing_token
         assert token is not None
         seen.append(token)
-        await sleep(0.08)  # let the lease run out instead of releasing
+
+        async def ran_out() -> bool:  # the lease runs out instead of a release
+            return not await lock.locked()
+
+        await until(ran_out, 5, "the 50 ms lease running out")
         with pytest.raises(LockNotOwnedError):
             await lock.release()
     assert seen == sorted(seen) and len(set(seen)) == 3
@@ -434,7 +447,11 @@ async def test_one_watchdog_batches_the_renewals_of_many_locks(
     ]
     for lock in locks:
         assert await lock.acquire()
-    await sleep(0.65)
+
+    async def renewed_twice() -> bool:
+        return all(lock.statistics().renewals >= 2 for lock in locks)
+
+    await until(renewed_twice, 5, "two renewals of every lock")
     for lock in locks:
         assert await lock.owned()
         await lock.release()

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio
 
 from tenure import AsyncReadWriteLock, LockNotOwnedError
-from tests._backend_asyncio import gather, join, sleep, spawn
+from tests._backend_asyncio import gather, in_line, join, sleep, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -73,7 +73,7 @@ async def test_a_waiting_writer_is_not_starved_by_readers(
             rounds = 0
             while time.monotonic() < stop_at:
                 async with rw.read:  # readers overlap: the lock is never free of them
-                    await sleep(0.03)
+                    await sleep(0.03)  # the read hold
                 rounds += 1
             return rounds
 
@@ -81,8 +81,12 @@ async def test_a_waiting_writer_is_not_starved_by_readers(
 
     def writer() -> Any:
         async def job() -> float:
-            await sleep(0.2)
             rw = AsyncReadWriteLock(clients[7], "busy")
+
+            async def readers_in() -> bool:
+                return await rw.readers() >= 2
+
+            await until(readers_in, 5, "the readers holding")  # it arrives among them
             began = time.monotonic()
             async with rw.write:
                 return time.monotonic() - began
@@ -109,7 +113,7 @@ async def test_downgrade_keeps_holding_and_lets_readers_in(
         return got
 
     handle = spawn(read_it)
-    await sleep(0.2)
+    await until(lambda: in_line(clients[2], reader.read, 1), 5, "the reader in line")
     downgraded = time.monotonic()
     await owner.write.downgrade()
     assert await join(handle) - downgraded < 0.4  # woken by it, not a refresh (0.8 s away)

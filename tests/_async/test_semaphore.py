@@ -51,7 +51,7 @@ async def test_concurrent_holders_never_exceed_the_limit(
                 async with permit:
                     inside += 1
                     most = max(most, inside)
-                    await sleep(0.002)
+                    await sleep(0.002)  # the hold: others must stay out meanwhile
                     inside -= 1
 
         return job
@@ -73,7 +73,6 @@ async def test_release_wakes_the_first_waiter(clients: list[redis.asyncio.Redis]
             assert await permit.acquire(blocking_timeout=10)
             got = time.monotonic()
             order.append(index)
-            await sleep(0.005)
             await permit.release()
             return got
 
@@ -109,7 +108,7 @@ async def test_refresh_extends_the_lease(clients: list[redis.asyncio.Redis]) -> 
     other = AsyncSemaphore(clients[1], "refreshed", limit=1)
     await permit.acquire()
     for _ in range(3):
-        await sleep(0.15)
+        await sleep(0.15)  # the duration under test: half the lease between refreshes
         assert await permit.refresh()
     assert not await other.acquire(blocking=False)
     assert await permit.owned()
@@ -128,11 +127,20 @@ async def test_auto_refresh_and_lost_notice(clients: list[redis.asyncio.Redis]) 
     )
     with pytest.raises(SemaphoreLostError):
         async with permit:
-            await sleep(0.5)
+            taken = time.monotonic()
+
+            async def refreshed() -> bool:  # refreshed every 0.1 s
+                return permit.statistics().renewals >= 4
+
+            await until(refreshed, 5, "four refreshes")
+            assert time.monotonic() - taken > 0.3  # past its lease
             assert await permit.owned()  # refreshed past its lease
             await clients[1].delete(permit.keys.owner)  # someone wipes it
-            await sleep(0.3)
-            assert permit.lost
+
+            async def told() -> bool:
+                return permit.lost
+
+            await until(told, 5, "the loss being noticed")
     assert lost == ["watched"]
 
 

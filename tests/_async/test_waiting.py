@@ -310,12 +310,19 @@ async def test_a_lost_lease_in_a_with_block_is_a_lock_not_owned_error(
     lock = AsyncLock(tenure_async_client, "short", timeout=0.2)
     with pytest.raises(redis.exceptions.LockNotOwnedError) as caught:
         async with lock:
-            await sleep(0.4)
-            assert await AsyncLock(tenure_async_client, "short").acquire(blocking=False)
+
+            async def taken_by_another() -> bool:  # the 0.2 s lease runs out in the block
+                return await AsyncLock(tenure_async_client, "short").acquire(blocking=False)
+
+            await until(taken_by_another, 5, "another taking the lock")
     assert isinstance(caught.value, LockLostError)
     quiet = AsyncLock(tenure_async_client, "short2", timeout=0.2, raise_on_release_error=False)
     async with quiet:
-        await sleep(0.4)  # lost: logged, not raised
+
+        async def ran_out() -> bool:
+            return quiet.lost
+
+        await until(ran_out, 5, "the 0.2 s lease running out")  # lost: logged, not raised
 
 
 async def test_semaphore_limit_is_stored_on_the_server(

@@ -144,7 +144,6 @@ def test_fifo_order_of_queued_waiters(
             lock = Lock(clients[index], "fifo")
             assert lock.acquire(blocking_timeout=10)
             order.append(index)
-            sleep(0.005)
             lock.release()
 
         return job
@@ -162,8 +161,13 @@ def test_lease_expires_without_renewal(tenure_client: redis.Redis) -> None:
     assert lock.acquire()
     ttl = tenure_client.pttl(lock.keys.owner)
     assert 0 < ttl <= 200
-    sleep(0.3)
-    assert not lock.locked()
+    taken = time.monotonic()
+
+    def free() -> bool:
+        return not lock.locked()
+
+    until(free, 5, "the 0.2 s lease running out")
+    assert time.monotonic() - taken > 0.1  # its lease, not a release
     with pytest.raises(LockNotOwnedError):
         lock.release()
 
@@ -193,9 +197,14 @@ def test_auto_renew_keeps_it_past_the_lease(
 ) -> None:
     lock = Lock(tenure_client, "renewed", timeout=0.3, auto_renew=True)
     with lock:
-        sleep(1.0)
+        taken = time.monotonic()
+
+        def renewed_past_the_lease() -> bool:  # renewed every 0.1 s
+            return lock.statistics().renewals >= 4
+
+        until(renewed_past_the_lease, 5, "four renewals")
+        assert time.monotonic() - taken > 0.3  # held past its lease
         assert lock.owned()
-        assert lock.statistics().renewals >= 2
     assert not lock.locked()
 
 
@@ -279,7 +288,11 @@ def test_fencing_survives_key_expiry(tenure_client: redis.Redis) -> None:
         token = lock.fencing_token
         assert token is not None
         seen.append(token)
-        sleep(0.08)  # let the lease run out instead of releasing
+
+        def ran_out() -> bool:  # the lease runs out instead of a release
+            return not lock.locked()
+
+        until(ran_out, 5, "the 50 ms lease running out")
         with pytest.raises(LockNotOwnedError):
             lock.release()
     assert seen == sorted(seen) and len(set(seen)) == 3
@@ -431,7 +444,11 @@ def test_one_watchdog_batches_the_renewals_of_many_locks(
     locks = [Lock(tenure_client, f"many-{i}", timeout=0.3, auto_renew=True) for i in range(6)]
     for lock in locks:
         assert lock.acquire()
-    sleep(0.65)
+
+    def renewed_twice() -> bool:
+        return all(lock.statistics().renewals >= 2 for lock in locks)
+
+    until(renewed_twice, 5, "two renewals of every lock")
     for lock in locks:
         assert lock.owned()
         lock.release()

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from tenure import LockNotOwnedError, ReadWriteLock
-from tests._backend_threads import gather, join, sleep, spawn
+from tests._backend_threads import gather, in_line, join, sleep, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -74,7 +74,7 @@ def test_a_waiting_writer_is_not_starved_by_readers(
             rounds = 0
             while time.monotonic() < stop_at:
                 with rw.read:  # readers overlap: the lock is never free of them
-                    sleep(0.03)
+                    sleep(0.03)  # the read hold
                 rounds += 1
             return rounds
 
@@ -82,8 +82,12 @@ def test_a_waiting_writer_is_not_starved_by_readers(
 
     def writer() -> Any:
         def job() -> float:
-            sleep(0.2)
             rw = ReadWriteLock(clients[7], "busy")
+
+            def readers_in() -> bool:
+                return rw.readers() >= 2
+
+            until(readers_in, 5, "the readers holding")  # it arrives among them
             began = time.monotonic()
             with rw.write:
                 return time.monotonic() - began
@@ -110,7 +114,7 @@ def test_downgrade_keeps_holding_and_lets_readers_in(
         return got
 
     handle = spawn(read_it)
-    sleep(0.2)
+    until(lambda: in_line(clients[2], reader.read, 1), 5, "the reader in line")
     downgraded = time.monotonic()
     owner.write.downgrade()
     assert join(handle) - downgraded < 0.4  # woken by it, not a refresh (0.8 s away)

@@ -52,7 +52,7 @@ def test_concurrent_holders_never_exceed_the_limit(
                 with permit:
                     inside += 1
                     most = max(most, inside)
-                    sleep(0.002)
+                    sleep(0.002)  # the hold: others must stay out meanwhile
                     inside -= 1
 
         return job
@@ -74,7 +74,6 @@ def test_release_wakes_the_first_waiter(clients: list[redis.Redis]) -> None:
             assert permit.acquire(blocking_timeout=10)
             got = time.monotonic()
             order.append(index)
-            sleep(0.005)
             permit.release()
             return got
 
@@ -110,7 +109,7 @@ def test_refresh_extends_the_lease(clients: list[redis.Redis]) -> None:
     other = Semaphore(clients[1], "refreshed", limit=1)
     permit.acquire()
     for _ in range(3):
-        sleep(0.15)
+        sleep(0.15)  # the duration under test: half the lease between refreshes
         assert permit.refresh()
     assert not other.acquire(blocking=False)
     assert permit.owned()
@@ -129,11 +128,20 @@ def test_auto_refresh_and_lost_notice(clients: list[redis.Redis]) -> None:
     )
     with pytest.raises(SemaphoreLostError):
         with permit:
-            sleep(0.5)
+            taken = time.monotonic()
+
+            def refreshed() -> bool:  # refreshed every 0.1 s
+                return permit.statistics().renewals >= 4
+
+            until(refreshed, 5, "four refreshes")
+            assert time.monotonic() - taken > 0.3  # past its lease
             assert permit.owned()  # refreshed past its lease
             clients[1].delete(permit.keys.owner)  # someone wipes it
-            sleep(0.3)
-            assert permit.lost
+
+            def told() -> bool:
+                return permit.lost
+
+            until(told, 5, "the loss being noticed")
     assert lost == ["watched"]
 
 

@@ -310,12 +310,19 @@ def test_a_lost_lease_in_a_with_block_is_a_lock_not_owned_error(
     lock = Lock(tenure_client, "short", timeout=0.2)
     with pytest.raises(redis.exceptions.LockNotOwnedError) as caught:
         with lock:
-            sleep(0.4)
-            assert Lock(tenure_client, "short").acquire(blocking=False)
+
+            def taken_by_another() -> bool:  # the 0.2 s lease runs out in the block
+                return Lock(tenure_client, "short").acquire(blocking=False)
+
+            until(taken_by_another, 5, "another taking the lock")
     assert isinstance(caught.value, LockLostError)
     quiet = Lock(tenure_client, "short2", timeout=0.2, raise_on_release_error=False)
     with quiet:
-        sleep(0.4)  # lost: logged, not raised
+
+        def ran_out() -> bool:
+            return quiet.lost
+
+        until(ran_out, 5, "the 0.2 s lease running out")  # lost: logged, not raised
 
 
 def test_semaphore_limit_is_stored_on_the_server(
