@@ -31,7 +31,8 @@ def test_an_acknowledged_lock_survives_a_sentinel_failover(tenure_engine: Engine
     with Sentinel(replicas=1, sentinels=1, engine=tenure_engine) as topology:
         holder_client = topology.master_client(socket_timeout=1.0)
         other_client = topology.master_client(socket_timeout=1.0)
-        lock = ClusterLock(holder_client, "survivor", timeout=9)  # renewed every 3 s
+        # auto_renew: a fixed timeout alone is never renewed (redis-py's rule)
+        lock = ClusterLock(holder_client, "survivor", timeout=9, auto_renew=True)  # every 3 s
         assert lock.acquire()
         fence = lock.fencing_token
         assert fence is not None
@@ -42,7 +43,10 @@ def test_an_acknowledged_lock_survives_a_sentinel_failover(tenure_engine: Engine
         # The promoted replica acknowledged the acquisition: it holds the lock.
         other = ClusterLock(other_client, "survivor", replica_timeout=0.2, min_replicas=0)
         assert not other.acquire(blocking=False)
-        time.sleep(3.5)  # a renewal reaches the new primary through the client's reconnect
+        renewed = lock.statistics().renewals
+        # A renewal reaches the new primary through the client's reconnect (its
+        # replicas counted again after the failover), before the 9 s lease ends.
+        wait_for(lambda: lock.statistics().renewals > renewed, 9, "a renewal on the new primary")
         assert not lock.lost
         assert lock.owned()
         lock.release()
@@ -122,7 +126,7 @@ def test_a_lock_the_server_forgot_is_reported_within_a_third_of_its_lease(
 def test_an_acknowledged_lock_survives_a_cluster_failover(tenure_engine: Engine) -> None:
     with Cluster(masters=3, replicas_per_master=1, engine=tenure_engine) as cluster:
         client = cluster.client()
-        lock = ClusterLock(client, "slot-owner", timeout=15)  # renewed every 5 s
+        lock = ClusterLock(client, "slot-owner", timeout=15, auto_renew=True)  # every 5 s
         assert lock.acquire()
         fence = lock.fencing_token
         assert fence is not None
@@ -140,7 +144,10 @@ def test_an_acknowledged_lock_survives_a_cluster_failover(tenure_engine: Engine)
             wait_for(lambda: fresh.exists(lock.keys.owner) == 1, 10, "the new primary answering")
             other = ClusterLock(fresh, "slot-owner", min_replicas=0)
             assert not other.acquire(blocking=False)
-            time.sleep(5.5)  # a renewal finds the new primary (MOVED / reconnect)
+            renewed = lock.statistics().renewals
+            wait_for(  # a renewal finds the new primary (MOVED / reconnect)
+                lambda: lock.statistics().renewals > renewed, 15, "a renewal on the new primary"
+            )
             assert not lock.lost
             lock.release()
             assert other.acquire(blocking=False)
