@@ -24,7 +24,7 @@ from tenure import (
     AsyncReentrantLock,
     AsyncSemaphore,
 )
-from tests._backend_asyncio import sleep
+from tests._backend_asyncio import until
 
 
 async def _second_acquire(primitive: Any) -> str:
@@ -101,6 +101,12 @@ async def test_a_read_write_lock_says_it_is_not_reentrant_and_refuses_the_option
     assert AsyncReadWriteLock(tenure_async_client, "held-rw", reentrant=False).name == "held-rw"
 
 
+async def server_ms(client: redis.asyncio.Redis) -> int:
+    """The server's clock (TIME) in ms: the one its leases expire by."""
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 KINDS: dict[str, Callable[..., Any]] = {
     "lock": lambda client, name, **kw: AsyncLock(client, name, **kw),
     "reentrant": lambda client, name, **kw: AsyncReentrantLock(client, name, **kw),
@@ -125,8 +131,13 @@ async def test_a_lease_that_ran_out_ends_the_hold(
         tenure_async_client, f"ran-out-{kind}", timeout=0.2, on_lost=notices.append
     )
     assert await primitive.acquire()
+    lease_end = await server_ms(tenure_async_client) + 200  # it began before this TIME
     assert not primitive.lost
-    await sleep(0.35)
+
+    async def ran_out() -> bool:  # for the object, and on the server's clock
+        return primitive.lost and await server_ms(tenure_async_client) > lease_end
+
+    await until(ran_out, 5, "the 0.2 s lease running out")
     assert primitive.lost  # its lease ran out
     with caplog.at_level(logging.WARNING, logger="tenure"):
         assert await primitive.acquire(blocking=False)

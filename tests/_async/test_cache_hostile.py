@@ -27,7 +27,7 @@ from tenure import (
     cached,
 )
 from tenure.testing import ProxyFactory, ServerFactory
-from tests._backend_asyncio import sleep
+from tests._backend_asyncio import until
 
 
 class _Text(str):
@@ -250,12 +250,11 @@ async def _until_the_cache_answers(cache: AsyncHerdCache, seconds: float) -> flo
     async def load() -> int:
         return next(counter)
 
-    deadline = time.monotonic() + seconds
-    while True:
-        if await cache.fetch("probe", load) == await cache.fetch("probe", load):
-            return time.monotonic()
-        assert time.monotonic() < deadline, f"the cache was not used again within {seconds} s"
-        await sleep(0.05)
+    async def answers() -> bool:
+        return bool(await cache.fetch("probe", load) == await cache.fetch("probe", load))
+
+    await until(answers, seconds, "the cache being used again")
+    return time.monotonic()
 
 
 @pytest.mark.parametrize("fault", ["killed", "blackholed"])

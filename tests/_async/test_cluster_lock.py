@@ -23,7 +23,7 @@ from tenure import (
     ReplicationError,
 )
 from tenure.server import Cluster, Engine, Replicated, ServerProcess
-from tests._backend_asyncio import join, sleep, spawn
+from tests._backend_asyncio import in_line, join, spawn, until
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ async def test_a_waiter_handed_the_lock_confirms_it_with_its_own_write(
         return waiter.fencing_token
 
     handle = spawn(wait)
-    await sleep(0.2)
+    await until(lambda: in_line(primary, waiter, 1), 5, "the waiter in line")
     await holder.release()
     assert await join(handle) == fence + 1
     # The handoff's short lease was replaced by the full one, acknowledged.
@@ -157,10 +157,14 @@ async def test_a_renewal_that_is_never_acknowledged_ends_as_lost(
     lock = AsyncClusterLock(
         primary, "renew", timeout=1.2, auto_renew=True, replica_timeout=0.2, on_lost=told.append
     )
+
+    async def lost() -> bool:  # marked lost, and told (in either order)
+        return lock.lost and bool(told)
+
     with pytest.raises(LockLostError):
         async with lock:
             with paused(*replicas):
-                await sleep(1.6)
+                await until(lost, 10, "the unacknowledged lock being lost")
                 assert lock.lost
                 assert told == [lock]
     assert lock.statistics().shortfalls >= 1

@@ -15,7 +15,7 @@ from tenure import (
     PermissionDeniedError,
 )
 from tenure.server import ServerProcess
-from tests._backend_asyncio import sleep
+from tests._backend_asyncio import until
 
 
 async def test_one_connection_holds_it(clients: list[redis.asyncio.Redis]) -> None:
@@ -60,14 +60,24 @@ async def test_blocking_timeout(clients: list[redis.asyncio.Redis]) -> None:
 
 
 async def test_opt_in_lease_frees_a_hung_holder(clients: list[redis.asyncio.Redis]) -> None:
-    hung = AsyncConnectionLock(clients[0], "hung", lease=0.2)
+    hung = AsyncConnectionLock(clients[0], "hung", lease=0.5)
     other = AsyncConnectionLock(clients[1], "hung")
     assert await hung.acquire()
-    await sleep(0.1)
+
+    async def lease_left() -> int:
+        return int(await clients[2].pttl(hung.key))  # -2 once the booking is gone
+
+    async def running_down() -> bool:
+        return 0 < await lease_left() < 350
+
+    async def gone() -> bool:
+        return await lease_left() == -2
+
+    await until(running_down, 5, "the lease running down")
     await hung.refresh()
-    await sleep(0.1)
+    assert await lease_left() > 350  # the lease began again
     assert not await other.acquire(blocking=False)  # refreshed, still held
-    await sleep(0.25)  # connected but silent: the lease runs out
+    await until(gone, 5, "the lease running out")  # connected but silent
     assert await other.acquire(blocking=False)
     with pytest.raises(LockNotOwnedError):
         await hung.refresh()

@@ -16,7 +16,7 @@ import redis.asyncio
 
 from tenure import ArgumentError, AsyncIdSet, ClientTypeError, IdSetCorruptError, WrongTypeError
 from tenure._backends.local_copies import LOCAL_COPIES
-from tests._backend_asyncio import gather, sleep
+from tests._backend_asyncio import gather, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -257,11 +257,10 @@ async def test_a_crashed_compactor_stops_nothing(tenure_async_client: Any) -> No
 
 
 async def _until_gone(client: Any, *keys: str) -> None:
-    for _ in range(100):
-        if await client.exists(*keys) == 0:
-            return
-        await sleep(0.05)
-    raise AssertionError(f"{keys} never expired")
+    async def gone() -> bool:
+        return bool(await client.exists(*keys) == 0)
+
+    await until(gone, 5, f"{keys} expiring")
 
 
 async def test_clear_empties_and_moves_the_version_on(

@@ -31,7 +31,8 @@ from tenure import (
     SqlSource,
 )
 from tenure.server import FaultProxy, ServerProcess
-from tests._backend_asyncio import gather, join, sleep, spawn
+from tests._backend_asyncio import gather, join, spawn, until
+from tests._backend_threads import until as until_in_a_thread
 from tests.test_ingest import make_table
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
@@ -96,19 +97,26 @@ async def test_a_hung_worker_loses_its_chunk_and_its_late_commit_is_refused(
 
     hung = numbers(slow)
     running = spawn(hung.work)
-    deadline = time.monotonic() + 5
-    while not stalled:
-        assert time.monotonic() < deadline, "the source never stalled"
-        await sleep(0.01)
-    await sleep(0.05)  # the stall began after the batch of 31..40 was committed
+
+    async def stalling() -> bool:
+        return bool(stalled)
+
+    async def committed_to_40() -> bool:  # the stall began after 31..40 was committed
+        holders = (await hung.status()).holders
+        return bool(holders) and (holders[0].cursor or 0) >= 40
+
+    async def lease_ran_out() -> bool:
+        return (await hung.status()).holders == ()
+
+    await until(stalling, 5, "the source stalling")
+    await until(committed_to_40, 5, "the batch of 31..40 being committed")
     holding = await hung.status()
     assert holding.claimed == 1 and len(holding.holders) == 1
     holder = holding.holders[0]
     assert (holder.chunk, holder.worker, holder.cursor) == (0, hung.worker, 40)
     assert 0 < holder.lease_left <= 0.3
     assert hung.worker == f"{socket.gethostname()}:{os.getpid()}"
-    await sleep(0.35)  # the lease ran out
-    assert (await hung.status()).holders == ()
+    await until(lease_ran_out, 5, "the hung worker's 0.3 s lease running out")
     successor = numbers(fast)
     taken = await successor.work()
     late = await join(running)
@@ -168,7 +176,7 @@ async def test_a_list_sink_and_a_source_that_breaks_its_contract(
 async def test_an_async_source_is_awaited(tenure_async_client: redis.asyncio.Redis) -> None:
     async def fetch(first: int, last: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         for key in range(first, last + 1, 2):  # odd keys only: gaps in every chunk
-            await sleep(0)
+            await tenure_async_client.ping()  # a source that awaits I/O between its rows
             yield key, {"odd": key}
 
     source = AsyncCallableSource(fetch, low=1, high=999, name="odd")
@@ -192,18 +200,26 @@ async def test_an_async_source_is_awaited(tenure_async_client: redis.asyncio.Red
 
 
 async def test_a_commit_resent_after_a_dropped_connection_is_not_applied_twice(
-    tenure_async_client: redis.asyncio.Redis, tenure_proxy: FaultProxy
+    tenure_async_client: redis.asyncio.Redis, tenure_proxy: FaultProxy, tenure_server: ServerProcess
 ) -> None:
     # redis-py resends a command when the connection drops before its reply
     # (Retry on ConnectionError); a commit that had run must not run again.
     client = tenure_proxy.async_client(retry=Retry(ConstantBackoff(0.05), 5))
+    direct = tenure_server.client()  # the server itself, past the proxy (read from a thread)
     drops: list[str] = []
 
-    def drop_the_next_reply(commit: str) -> None:
+    def drop_the_next_reply(commit: str, chunk: int, cursor: int | None) -> None:
         tenure_proxy.set_latency(0.5, "downstream")  # the commit's reply will be late...
 
+        def ran() -> bool:  # the server has run the commit: the chunk's cursor, or done
+            if cursor is not None:
+                last: Any = direct.hget(job.keys.cursors, str(chunk))
+                return int(last or 0) >= cursor
+            lease: Any = direct.hget(job.keys.leases, str(chunk))
+            return lease is not None and lease.startswith(b"done:")
+
         def drop() -> None:
-            time.sleep(0.2)
+            until_in_a_thread(ran, 5, f"the commit of {commit} running on the server")
             tenure_proxy.reset_connections()  # ...and its connection drops before it comes
             tenure_proxy.clear()
             drops.append(commit)
@@ -213,12 +229,12 @@ async def test_a_commit_resent_after_a_dropped_connection_is_not_applied_twice(
     def rows(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
         for key in range(first, last + 1):
             if key == 10:
-                drop_the_next_reply("a full batch, 1..10")
+                drop_the_next_reply("a full batch, 1..10", chunk=0, cursor=10)
             if key == 15:
-                drop_the_next_reply("a chunk's short last batch, 11..15")
+                drop_the_next_reply("a chunk's short last batch, 11..15", chunk=0, cursor=15)
             yield key, {"n": key}
         if last == 40:  # read after the full batch 31..40: the chunk's empty final commit
-            drop_the_next_reply("a chunk's end with no rows")
+            drop_the_next_reply("a chunk's end with no rows", chunk=2, cursor=None)
 
     source = CallableSource(rows, low=1, high=40, name="resent")
     job = AsyncIngestJob(client, "resent", source, chunk_size=15, batch=10)
@@ -228,6 +244,7 @@ async def test_a_commit_resent_after_a_dropped_connection_is_not_applied_twice(
     keys = await stream_keys(tenure_async_client, job.keys.default_sink())
     assert keys == list(range(1, 41))  # once each
     await client.aclose()
+    direct.close()
 
 
 def counting(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -308,10 +325,11 @@ async def test_reset_is_refused_while_a_claim_runs_unless_forced(
     source = CallableSource(blocking, low=1, high=20, name="numbers")
     job = AsyncIngestJob(tenure_async_client, "busy", source, chunk_size=10, batch=2)
     running = spawn(job.work)
-    deadline = time.monotonic() + 5
-    while not reading:
-        assert time.monotonic() < deadline, "the source never blocked"
-        await sleep(0.01)
+
+    async def blocked() -> bool:
+        return bool(reading)
+
+    await until(blocked, 5, "the source blocking")
     other = AsyncIngestJob(tenure_async_client, "busy", source, chunk_size=10)
     with pytest.raises(JobBusyError, match="1 running claim") as refused:
         await other.reset()

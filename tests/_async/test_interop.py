@@ -155,7 +155,7 @@ async def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     theirs = _redis_py_lock(clients[0], "orders")
     assert await theirs.acquire()
     order: list[int] = []
-    queue = AsyncLock(tenure_async_client, "orders").keys.queue
+    queued = AsyncLock(tenure_async_client, "orders")  # its keys.queue: the waiters' line
 
     def waiter(index: int) -> Any:
         async def job() -> int:
@@ -172,10 +172,8 @@ async def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     handles = []
     for index in range(1, 6):
         handles.append(spawn(waiter(index)))
-        deadline = time.monotonic() + 10
-        while await tenure_async_client.zcard(queue) < index:  # in line, in this order
-            assert time.monotonic() < deadline, "a waiter never joined the line"
-            await sleep(0.01)
+        lined = functools.partial(in_line, tenure_async_client, queued, index)
+        await until(lined, 10, f"waiter {index} in line")  # in line, in this order
     await theirs.release()
     fences = [await join(handle) for handle in handles]
     assert order == [1, 2, 3, 4, 5]

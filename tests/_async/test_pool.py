@@ -5,7 +5,6 @@ Written once for asyncio (tasks) and generated for threads.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ import redis.asyncio
 
 from tenure import AsyncLock, AsyncSemaphore, ConnectionPoolExhaustedError, ServerUnavailableError
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, join, sleep, spawn
+from tests._backend_asyncio import gather, join, spawn, until
 
 _blocking_pool: Any = redis.asyncio.BlockingConnectionPool  # untyped in redis-py
 
@@ -30,10 +29,11 @@ def _client(server: ServerProcess, connections: int) -> redis.asyncio.Redis:
 async def _occupy(client: redis.asyncio.Redis, admin: redis.asyncio.Redis, count: int) -> list[Any]:
     """Start ``count`` BLPOPs on ``client`` and return once the server has them all blocked."""
     occupiers = [spawn(lambda: client.blpop([BLOCKED], timeout=20)) for _ in range(count)]
-    deadline = time.monotonic() + 10
-    while (await admin.info("clients"))["blocked_clients"] < count:
-        assert time.monotonic() < deadline, "the occupiers did not block"
-        await sleep(0.01)
+
+    async def blocked() -> bool:
+        return bool((await admin.info("clients"))["blocked_clients"] >= count)
+
+    await until(blocked, 10, "the occupiers blocking")
     return occupiers
 
 

@@ -52,7 +52,7 @@ from tenure import (
     LockNotOwnedError,
     SemaphoreNotOwnedError,
 )
-from tests._backend_asyncio import join, read_line, run, sleep, spawn
+from tests._backend_asyncio import in_line, join, read_line, run, sleep, spawn, until
 
 
 def emit(**fields: Any) -> None:
@@ -121,16 +121,14 @@ async def crowd(url: str, name: str, count: int) -> None:
         got = await lock.acquire(blocking_timeout=60)
         emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
         if got:
-            await sleep(0.01)
+            await sleep(0.01)  # the hold: 10 ms
             await lock.release()
 
     def starter(lock: AsyncLock) -> Callable[[], Any]:
         return lambda: take(lock)
 
     tasks = [spawn(starter(lock)) for lock in locks]
-    deadline = time.monotonic() + 10
-    while int(await client.zcard(locks[0].keys.queue)) < count and time.monotonic() < deadline:
-        await sleep(0.005)
+    await until(lambda: in_line(client, locks[0], count), 10, f"{count} waiters in line")
     emit(event="waiting", t=time.monotonic())
     for task in tasks:
         await join(task)
@@ -162,7 +160,7 @@ async def stall(url: str, name: str, timeout: float) -> None:
         server_fence=int(server_fence or 0),
     )
     if got:
-        await sleep(0.05)
+        await sleep(0.05)  # the hold: 50 ms
         try:
             await lock.release()
             kept = True
@@ -180,7 +178,7 @@ async def permits(url: str, name: str, count: int, limit: int) -> None:
     for _ in range(count):
         assert await permit.acquire(blocking_timeout=60)
         began = time.monotonic()
-        await sleep(0.001)
+        await sleep(0.001)  # the hold: 1 ms
         ended = time.monotonic()
         try:
             await permit.release()
@@ -204,7 +202,7 @@ async def rw(url: str, name: str, count: int) -> None:
         side = lock.write if mode == "write" else lock.read
         assert await side.acquire(blocking_timeout=60)
         began = time.monotonic()
-        await sleep(0.001)
+        await sleep(0.001)  # the hold: 1 ms
         ended = time.monotonic()
         windows.append((began, ended, mode))
         await side.release()

@@ -25,7 +25,7 @@ from tenure import (
     ReentrantLock,
     Semaphore,
 )
-from tests._backend_threads import sleep
+from tests._backend_threads import until
 
 
 def _second_acquire(primitive: Any) -> str:
@@ -102,6 +102,12 @@ def test_a_read_write_lock_says_it_is_not_reentrant_and_refuses_the_option(
     assert ReadWriteLock(tenure_client, "held-rw", reentrant=False).name == "held-rw"
 
 
+def server_ms(client: redis.Redis) -> int:
+    """The server's clock (TIME) in ms: the one its leases expire by."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 KINDS: dict[str, Callable[..., Any]] = {
     "lock": lambda client, name, **kw: Lock(client, name, **kw),
     "reentrant": lambda client, name, **kw: ReentrantLock(client, name, **kw),
@@ -124,8 +130,13 @@ def test_a_lease_that_ran_out_ends_the_hold(
     notices: list[Any] = []
     primitive = KINDS[kind](tenure_client, f"ran-out-{kind}", timeout=0.2, on_lost=notices.append)
     assert primitive.acquire()
+    lease_end = server_ms(tenure_client) + 200  # it began before this TIME
     assert not primitive.lost
-    sleep(0.35)
+
+    def ran_out() -> bool:  # for the object, and on the server's clock
+        return primitive.lost and server_ms(tenure_client) > lease_end
+
+    until(ran_out, 5, "the 0.2 s lease running out")
     assert primitive.lost  # its lease ran out
     with caplog.at_level(logging.WARNING, logger="tenure"):
         assert primitive.acquire(blocking=False)

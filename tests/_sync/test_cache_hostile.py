@@ -28,7 +28,7 @@ from tenure import (
     cached,
 )
 from tenure.testing import ProxyFactory, ServerFactory
-from tests._backend_threads import sleep
+from tests._backend_threads import until
 
 
 class _Text(str):
@@ -247,12 +247,11 @@ def _until_the_cache_answers(cache: HerdCache, seconds: float) -> float:
     def load() -> int:
         return next(counter)
 
-    deadline = time.monotonic() + seconds
-    while True:
-        if cache.fetch("probe", load) == cache.fetch("probe", load):
-            return time.monotonic()
-        assert time.monotonic() < deadline, f"the cache was not used again within {seconds} s"
-        sleep(0.05)
+    def answers() -> bool:
+        return bool(cache.fetch("probe", load) == cache.fetch("probe", load))
+
+    until(answers, seconds, "the cache being used again")
+    return time.monotonic()
 
 
 @pytest.mark.parametrize("fault", ["killed", "blackholed"])

@@ -24,7 +24,7 @@ from tenure import (
     ReplicationError,
 )
 from tenure.server import Cluster, Engine, Replicated, ServerProcess
-from tests._backend_threads import join, sleep, spawn
+from tests._backend_threads import in_line, join, spawn, until
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_a_waiter_handed_the_lock_confirms_it_with_its_own_write(
         return waiter.fencing_token
 
     handle = spawn(wait)
-    sleep(0.2)
+    until(lambda: in_line(primary, waiter, 1), 5, "the waiter in line")
     holder.release()
     assert join(handle) == fence + 1
     # The handoff's short lease was replaced by the full one, acknowledged.
@@ -158,10 +158,14 @@ def test_a_renewal_that_is_never_acknowledged_ends_as_lost(
     lock = ClusterLock(
         primary, "renew", timeout=1.2, auto_renew=True, replica_timeout=0.2, on_lost=told.append
     )
+
+    def lost() -> bool:  # marked lost, and told (in either order)
+        return lock.lost and bool(told)
+
     with pytest.raises(LockLostError):
         with lock:
             with paused(*replicas):
-                sleep(1.6)
+                until(lost, 10, "the unacknowledged lock being lost")
                 assert lock.lost
                 assert told == [lock]
     assert lock.statistics().shortfalls >= 1

@@ -16,7 +16,7 @@ from tenure import (
     PermissionDeniedError,
 )
 from tenure.server import ServerProcess
-from tests._backend_threads import sleep
+from tests._backend_threads import until
 
 
 def test_one_connection_holds_it(clients: list[redis.Redis]) -> None:
@@ -61,14 +61,24 @@ def test_blocking_timeout(clients: list[redis.Redis]) -> None:
 
 
 def test_opt_in_lease_frees_a_hung_holder(clients: list[redis.Redis]) -> None:
-    hung = ConnectionLock(clients[0], "hung", lease=0.2)
+    hung = ConnectionLock(clients[0], "hung", lease=0.5)
     other = ConnectionLock(clients[1], "hung")
     assert hung.acquire()
-    sleep(0.1)
+
+    def lease_left() -> int:
+        return int(clients[2].pttl(hung.key))  # -2 once the booking is gone
+
+    def running_down() -> bool:
+        return 0 < lease_left() < 350
+
+    def gone() -> bool:
+        return lease_left() == -2
+
+    until(running_down, 5, "the lease running down")
     hung.refresh()
-    sleep(0.1)
+    assert lease_left() > 350  # the lease began again
     assert not other.acquire(blocking=False)  # refreshed, still held
-    sleep(0.25)  # connected but silent: the lease runs out
+    until(gone, 5, "the lease running out")  # connected but silent
     assert other.acquire(blocking=False)
     with pytest.raises(LockNotOwnedError):
         hung.refresh()

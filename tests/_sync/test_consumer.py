@@ -14,7 +14,7 @@ import redis.cluster
 
 from tenure import ArgumentError, StreamConsumer, StreamMessage
 from tenure._backends.for_threads import Event
-from tests._backend_threads import join, sleep, spawn
+from tests._backend_threads import join, sleep, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -25,6 +25,12 @@ def add(client: redis.Redis, stream: str, count: int) -> list[str]:
         entry = client.xadd(stream, {"n": str(n)})
         ids.append(entry.decode() if isinstance(entry, bytes) else str(entry))
     return ids
+
+
+def idle_past(client: Any, stream: str, group: str, seconds: float) -> bool:
+    """Whether every pending message of ``group`` has been idle longer than ``seconds``."""
+    entries: Any = client.xpending_range(stream, group, min="-", max="+", count=100)
+    return bool(entries) and all(e["time_since_delivered"] > seconds * 1000 for e in entries)
 
 
 def test_messages_are_read_once_and_acknowledged(
@@ -64,7 +70,7 @@ def test_fields_are_as_redis_py_returns_them_for_the_client(
     assert all(type(k) is type(key) and type(v) is type(key) for k, v in read[0].fields.items())
     assert read[0].fields[key] == ('{"a": 1}' if text else b'{"a": 1}')
     assert all(isinstance(m.id, str) for m in read)
-    sleep(0.15)
+    until(lambda: idle_past(tenure_client, "{jobs}", "g", 0.1), 5, "the reads going idle")
     second = StreamConsumer(client, "{jobs}", "g", "second", block=0.1, claim_idle=0.1)
     claimed = second.read()  # through tenure's script, not XREADGROUP
     assert [m.fields for m in claimed] == as_given
@@ -80,7 +86,7 @@ def test_a_dead_consumers_messages_are_claimed_by_another(
     assert len(dead.read()) == 5  # read, never acknowledged: it died
     alive = StreamConsumer(other_client, "{jobs}", "g", "alive", block=0.1, claim_idle=0.2)
     assert alive.read() == []  # not idle long enough yet
-    sleep(0.3)
+    until(lambda: idle_past(tenure_client, "{jobs}", "g", 0.2), 5, "the reads going idle")
     taken = alive.read()
     assert len(taken) == 5 and all(m.deliveries == 2 for m in taken)
     alive.ack(*taken)
@@ -97,10 +103,14 @@ def test_a_poison_message_ends_in_the_dead_letter_stream(
         )
         for n in range(3)
     ]  # fmt: skip
+
+    def idle() -> bool:  # past claim_idle: another consumer may claim it
+        return idle_past(tenure_client, "{q}jobs", "g", 0.1)
+
     assert [m.deliveries for m in consumers[0].read()] == [1]
-    sleep(0.15)
+    until(idle, 5, "the first delivery going idle")
     assert [m.deliveries for m in consumers[1].read()] == [2]
-    sleep(0.15)
+    until(idle, 5, "the second delivery going idle")
     assert consumers[2].read() == []  # a third delivery: dead-lettered instead
     dead: Any = tenure_client.xrange("{q}jobs:dead")
     assert len(dead) == 1 and dead[0][1][b"tenure-deliveries"] == b"3"
@@ -147,16 +157,15 @@ def test_a_long_job_stays_claimed_while_its_consumer_lives(
 
     def slow(message: StreamMessage) -> None:
         working.set()
-        sleep(1.2)  # four claim_idle periods
+        sleep(1.2)  # the long job under test: four claim_idle periods
         worker.stop()
 
     running = spawn(lambda: worker.run(slow))
     assert working.wait(5)  # the worker has it before the thief looks
     stolen = []
     deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        stolen += thief.read()
-        sleep(0.05)
+    while time.monotonic() < deadline:  # the window in which nothing must be stolen
+        stolen += thief.read()  # each read waits its block (50 ms) for new messages
     assert join(running) == 1
     assert stolen == []  # the heartbeat kept it claimed
 

@@ -17,7 +17,7 @@ import redis
 
 from tenure import ArgumentError, ClientTypeError, IdSet, IdSetCorruptError, WrongTypeError
 from tenure._backends.local_copies import LOCAL_COPIES
-from tests._backend_threads import gather, sleep
+from tests._backend_threads import gather, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -254,11 +254,10 @@ def test_a_crashed_compactor_stops_nothing(tenure_client: Any) -> None:
 
 
 def _until_gone(client: Any, *keys: str) -> None:
-    for _ in range(100):
-        if client.exists(*keys) == 0:
-            return
-        sleep(0.05)
-    raise AssertionError(f"{keys} never expired")
+    def gone() -> bool:
+        return bool(client.exists(*keys) == 0)
+
+    until(gone, 5, f"{keys} expiring")
 
 
 def test_clear_empties_and_moves_the_version_on(tenure_client: Any, other_client: Any) -> None:

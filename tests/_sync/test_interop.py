@@ -154,7 +154,7 @@ def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     theirs = _redis_py_lock(clients[0], "orders")
     assert theirs.acquire()
     order: list[int] = []
-    queue = Lock(tenure_client, "orders").keys.queue
+    queued = Lock(tenure_client, "orders")  # its keys.queue: the waiters' line
 
     def waiter(index: int) -> Any:
         def job() -> int:
@@ -171,10 +171,8 @@ def test_tenure_waiters_behind_a_redis_py_holder_keep_their_order(
     handles = []
     for index in range(1, 6):
         handles.append(spawn(waiter(index)))
-        deadline = time.monotonic() + 10
-        while tenure_client.zcard(queue) < index:  # in line, in this order
-            assert time.monotonic() < deadline, "a waiter never joined the line"
-            sleep(0.01)
+        lined = functools.partial(in_line, tenure_client, queued, index)
+        until(lined, 10, f"waiter {index} in line")  # in line, in this order
     theirs.release()
     fences = [join(handle) for handle in handles]
     assert order == [1, 2, 3, 4, 5]

@@ -6,7 +6,6 @@ Written once for asyncio (threads) and generated for threads.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ import redis
 
 from tenure import ConnectionPoolExhaustedError, Lock, Semaphore, ServerUnavailableError
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, join, sleep, spawn
+from tests._backend_threads import gather, join, spawn, until
 
 _blocking_pool: Any = redis.BlockingConnectionPool  # untyped in redis-py
 
@@ -30,10 +29,11 @@ def _client(server: ServerProcess, connections: int) -> redis.Redis:
 def _occupy(client: redis.Redis, admin: redis.Redis, count: int) -> list[Any]:
     """Start ``count`` BLPOPs on ``client`` and return once the server has them all blocked."""
     occupiers = [spawn(lambda: client.blpop([BLOCKED], timeout=20)) for _ in range(count)]
-    deadline = time.monotonic() + 10
-    while (admin.info("clients"))["blocked_clients"] < count:
-        assert time.monotonic() < deadline, "the occupiers did not block"
-        sleep(0.01)
+
+    def blocked() -> bool:
+        return bool((admin.info("clients"))["blocked_clients"] >= count)
+
+    until(blocked, 10, "the occupiers blocking")
     return occupiers
 
 

@@ -53,7 +53,7 @@ from tenure import (
     Semaphore,
     SemaphoreNotOwnedError,
 )
-from tests._backend_threads import join, read_line, run, sleep, spawn
+from tests._backend_threads import in_line, join, read_line, run, sleep, spawn, until
 
 
 def emit(**fields: Any) -> None:
@@ -120,16 +120,14 @@ def crowd(url: str, name: str, count: int) -> None:
         got = lock.acquire(blocking_timeout=60)
         emit(event="acquired" if got else "timeout", t=time.monotonic(), fence=lock.fencing_token)
         if got:
-            sleep(0.01)
+            sleep(0.01)  # the hold: 10 ms
             lock.release()
 
     def starter(lock: Lock) -> Callable[[], Any]:
         return lambda: take(lock)
 
     tasks = [spawn(starter(lock)) for lock in locks]
-    deadline = time.monotonic() + 10
-    while int(client.zcard(locks[0].keys.queue)) < count and time.monotonic() < deadline:
-        sleep(0.005)
+    until(lambda: in_line(client, locks[0], count), 10, f"{count} waiters in line")
     emit(event="waiting", t=time.monotonic())
     for task in tasks:
         join(task)
@@ -161,7 +159,7 @@ def stall(url: str, name: str, timeout: float) -> None:
         server_fence=int(server_fence or 0),
     )
     if got:
-        sleep(0.05)
+        sleep(0.05)  # the hold: 50 ms
         try:
             lock.release()
             kept = True
@@ -179,7 +177,7 @@ def permits(url: str, name: str, count: int, limit: int) -> None:
     for _ in range(count):
         assert permit.acquire(blocking_timeout=60)
         began = time.monotonic()
-        sleep(0.001)
+        sleep(0.001)  # the hold: 1 ms
         ended = time.monotonic()
         try:
             permit.release()
@@ -203,7 +201,7 @@ def rw(url: str, name: str, count: int) -> None:
         side = lock.write if mode == "write" else lock.read
         assert side.acquire(blocking_timeout=60)
         began = time.monotonic()
-        sleep(0.001)
+        sleep(0.001)  # the hold: 1 ms
         ended = time.monotonic()
         windows.append((began, ended, mode))
         side.release()
