@@ -7,7 +7,7 @@ import os
 import pickle
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis.asyncio
@@ -255,7 +255,7 @@ async def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     caches = [AsyncHerdCache(client, "prices", ttl=0.2) for client in clients[:4]]
     first = Loader("old")
     assert await caches[0].fetch("eur", first) == "old"
-    await sleep(0.3)  # the duration under test: past the 0.2 s ttl (kept for herd_timeout)
+    await until(lambda: _stale(tenure_async_client, caches[0], "eur"), 5, "the 0.2 s ttl passing")
     loader = GatedLoader("new")
 
     results = await gather(
@@ -281,10 +281,11 @@ async def test_a_lapsed_refresher_cannot_overwrite_newer_data(
     slow = AsyncHerdCache(tenure_async_client, "rates", ttl=0.1, load_lease=0.2)
     fast = AsyncHerdCache(other_client, "rates", ttl=10, load_lease=0.2)
     await slow.set("usd", "v1")
-    await sleep(0.15)  # the duration under test: past the 0.1 s ttl
+    await until(lambda: _stale(tenure_async_client, slow, "usd"), 5, "the 0.1 s ttl passing")
     assert await slow.get("usd") is None  # stale: this caller is elected to refresh
     assert await fast.get("usd") == "v1"  # the others are served stale
-    await sleep(0.3)  # the duration under test: past the slow refresher's 0.2 s lease
+    # The slow refresher's 0.2 s lease runs out.
+    await until(lambda: _lease_gone(tenure_async_client, slow, "usd"), 5, "the lease running out")
     assert await fast.fetch("usd", Loader("v3")) == "v1"  # fast takes the lease over...
 
     async def stored() -> bool:
@@ -364,7 +365,7 @@ async def test_herd_get_and_set_keep_aredis_behaviour(
     assert await cache.get("k") is None  # missing: this caller loads
     assert await cache.set("k", "v1")
     assert await cache.get("k") == "v1"
-    await sleep(0.2)  # the duration under test: past the 0.1 s ttl
+    await until(lambda: _stale(tenure_async_client, cache, "k"), 5, "the 0.1 s ttl passing")
     assert await cache.get("k") is None  # stale: the first caller refreshes...
     assert await cache.get("k") == "v1"  # ...everyone else is served the stale value
     assert await cache.set("k", "v2")
@@ -440,6 +441,22 @@ async def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
     assert value == "value"
     assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
     assert waiting.statistics().waits == 1
+
+
+async def _stale(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: str) -> bool:
+    """Whether ``key``'s entry is past its freshness on the server's clock.
+
+    A herd entry's stored value opens with ``h<fresh until, ms>:`` (``lua/lib/cache.lua``).
+    """
+    value = cast("bytes | None", await client.get(cache.key_of(key)))
+    if value is None:
+        return False
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000 > int(value[1:].split(b":")[0])
+
+
+async def _lease_gone(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: str) -> bool:
+    return not await _load_leased(client, cache, key)
 
 
 async def _load_leased(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: str) -> bool:

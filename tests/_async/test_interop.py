@@ -23,7 +23,7 @@ from tenure import (
     AsyncSemaphore,
     LockNotOwnedError,
 )
-from tests._backend_asyncio import in_line, join, sleep, spawn, until
+from tests._backend_asyncio import in_line, join, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -93,7 +93,13 @@ async def test_a_renewed_hold_keeps_redis_pys_key_alive(
         tenure_async_client, "orders", timeout=0.6, auto_renew=True, interop="redis-py"
     )
     assert await lock.acquire()
-    await sleep(1.5)  # renewed at a third of the lease
+    taken = time.monotonic()
+
+    async def renewed_past_the_lease() -> bool:  # renewed every 0.2 s
+        return lock.statistics().renewals >= 4
+
+    await until(renewed_past_the_lease, 5, "four renewals")
+    assert time.monotonic() - taken > 0.6  # past the first lease
     assert await tenure_async_client.get("orders") == lock.local.token
     assert not lock.lost
     await lock.release()

@@ -24,7 +24,7 @@ from tenure import (
 from tenure._async._watchdog import watchdog
 from tenure._backends.for_asyncio import IS_ASYNC, Event
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, in_line, join, sleep, spawn, until
+from tests._backend_asyncio import gather, in_line, join, spawn, until
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
@@ -250,7 +250,13 @@ async def test_lost_lock_is_reported(tenure_async_client: redis.asyncio.Redis) -
 async def test_max_hold_stops_renewing(tenure_async_client: redis.asyncio.Redis) -> None:
     lock = AsyncLock(tenure_async_client, "bounded", timeout=0.2, auto_renew=True, max_hold=0.5)
     await lock.acquire()
-    await sleep(0.3)  # a hold longer than its 0.2 s lease
+    taken = time.monotonic()
+
+    async def renewed_past_the_lease() -> bool:  # renewed every 0.067 s
+        return lock.statistics().renewals >= 4
+
+    await until(renewed_past_the_lease, 5, "four renewals")
+    assert time.monotonic() - taken > 0.2  # held past its first lease
     assert await lock.owned()  # renewed past its first lease
 
     async def ended() -> bool:  # but not past max_hold: the hold ends within a lease of it

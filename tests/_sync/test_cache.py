@@ -8,7 +8,7 @@ import os
 import pickle
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -248,7 +248,7 @@ def test_stale_key_is_served_at_once_while_one_caller_refreshes(
     caches = [HerdCache(client, "prices", ttl=0.2) for client in clients[:4]]
     first = Loader("old")
     assert caches[0].fetch("eur", first) == "old"
-    sleep(0.3)  # the duration under test: past the 0.2 s ttl (kept for herd_timeout)
+    until(lambda: _stale(tenure_client, caches[0], "eur"), 5, "the 0.2 s ttl passing")
     loader = GatedLoader("new")
 
     results = gather(*(lambda i=i: caches[i % 4].fetch("eur", loader, ttl=10) for i in range(20)))
@@ -272,10 +272,11 @@ def test_a_lapsed_refresher_cannot_overwrite_newer_data(
     slow = HerdCache(tenure_client, "rates", ttl=0.1, load_lease=0.2)
     fast = HerdCache(other_client, "rates", ttl=10, load_lease=0.2)
     slow.set("usd", "v1")
-    sleep(0.15)  # the duration under test: past the 0.1 s ttl
+    until(lambda: _stale(tenure_client, slow, "usd"), 5, "the 0.1 s ttl passing")
     assert slow.get("usd") is None  # stale: this caller is elected to refresh
     assert fast.get("usd") == "v1"  # the others are served stale
-    sleep(0.3)  # the duration under test: past the slow refresher's 0.2 s lease
+    # The slow refresher's 0.2 s lease runs out.
+    until(lambda: _lease_gone(tenure_client, slow, "usd"), 5, "the lease running out")
     assert fast.fetch("usd", Loader("v3")) == "v1"  # fast takes the lease over...
 
     def stored() -> bool:
@@ -353,7 +354,7 @@ def test_herd_get_and_set_keep_aredis_behaviour(
     assert cache.get("k") is None  # missing: this caller loads
     assert cache.set("k", "v1")
     assert cache.get("k") == "v1"
-    sleep(0.2)  # the duration under test: past the 0.1 s ttl
+    until(lambda: _stale(tenure_client, cache, "k"), 5, "the 0.1 s ttl passing")
     assert cache.get("k") is None  # stale: the first caller refreshes...
     assert cache.get("k") == "v1"  # ...everyone else is served the stale value
     assert cache.set("k", "v2")
@@ -429,6 +430,22 @@ def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
     assert value == "value"
     assert got - stored < WAIT_RECHECK + 1.0  # a re-check, not the lease's end (5 s)
     assert waiting.statistics().waits == 1
+
+
+def _stale(client: redis.Redis, cache: HerdCache, key: str) -> bool:
+    """Whether ``key``'s entry is past its freshness on the server's clock.
+
+    A herd entry's stored value opens with ``h<fresh until, ms>:`` (``lua/lib/cache.lua``).
+    """
+    value = cast("bytes | None", client.get(cache.key_of(key)))
+    if value is None:
+        return False
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000 > int(value[1:].split(b":")[0])
+
+
+def _lease_gone(client: redis.Redis, cache: HerdCache, key: str) -> bool:
+    return not _load_leased(client, cache, key)
 
 
 def _load_leased(client: redis.Redis, cache: HerdCache, key: str) -> bool:

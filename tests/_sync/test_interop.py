@@ -24,7 +24,7 @@ from tenure import (
     ReentrantLock,
     Semaphore,
 )
-from tests._backend_threads import in_line, join, sleep, spawn, until
+from tests._backend_threads import in_line, join, spawn, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -92,7 +92,13 @@ def test_a_renewed_hold_keeps_redis_pys_key_alive(
 ) -> None:
     lock = Lock(tenure_client, "orders", timeout=0.6, auto_renew=True, interop="redis-py")
     assert lock.acquire()
-    sleep(1.5)  # renewed at a third of the lease
+    taken = time.monotonic()
+
+    def renewed_past_the_lease() -> bool:  # renewed every 0.2 s
+        return lock.statistics().renewals >= 4
+
+    until(renewed_past_the_lease, 5, "four renewals")
+    assert time.monotonic() - taken > 0.6  # past the first lease
     assert tenure_client.get("orders") == lock.local.token
     assert not lock.lost
     lock.release()

@@ -25,7 +25,7 @@ from tenure import (
 from tenure._backends.for_threads import IS_ASYNC, Event
 from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, in_line, join, sleep, spawn, until
+from tests._backend_threads import gather, in_line, join, spawn, until
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
@@ -249,7 +249,13 @@ def test_lost_lock_is_reported(tenure_client: redis.Redis) -> None:
 def test_max_hold_stops_renewing(tenure_client: redis.Redis) -> None:
     lock = Lock(tenure_client, "bounded", timeout=0.2, auto_renew=True, max_hold=0.5)
     lock.acquire()
-    sleep(0.3)  # a hold longer than its 0.2 s lease
+    taken = time.monotonic()
+
+    def renewed_past_the_lease() -> bool:  # renewed every 0.067 s
+        return lock.statistics().renewals >= 4
+
+    until(renewed_past_the_lease, 5, "four renewals")
+    assert time.monotonic() - taken > 0.2  # held past its first lease
     assert lock.owned()  # renewed past its first lease
 
     def ended() -> bool:  # but not past max_hold: the hold ends within a lease of it
