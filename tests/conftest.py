@@ -88,6 +88,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Run the tests marked ``engine_blind`` (tenure's tools: the CLI, the demos, the
     benchmarks, the documentation's examples) on Valkey only: what they check is the
     tools' own plumbing, and the library under them is tested on both engines."""
+    # The slow tests (many processes, much CPU) first: spread over the workers from
+    # the start, they do not end the run alone on one worker after the rest.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     engine = _engine_name(config) or "valkey"
     if engine == "valkey":
         return

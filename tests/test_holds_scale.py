@@ -109,4 +109,6 @@ def _plan_with(waiting: int) -> float:
 
 def test_planning_renewals_does_not_grow_with_the_jobs_waiting() -> None:
     few, many = _plan_with(100), _plan_with(20000)
-    assert many < 3 * few, (few, many)
+    # 200 times the jobs waiting: a plan that walked them would take ~200 times
+    # as long; a heap's few extra levels stay far below 10 (on a busy machine too).
+    assert many < 10 * few, (few, many)

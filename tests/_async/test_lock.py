@@ -464,7 +464,8 @@ async def test_one_watchdog_batches_the_renewals_of_many_locks(
     assert watchdog() is dog  # one renewer for every lock of this loop / process
     renewals = dog.calls - calls
     assert renewals >= 6 * 2
-    assert dog.batches - batches < renewals / 2  # several renewals per round trip
+    # several renewals per round trip (on a cluster, per primary: two of the six each)
+    assert dog.batches - batches <= renewals / 2
     if not IS_ASYNC:
         names = [thread.name for thread in threading.enumerate()]
         assert names.count("tenure-watchdog") <= 1
