@@ -440,7 +440,7 @@ def test_bench_ingest_measures_speed_faults_and_memory(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
     done = run(
         "bench", "ingest", "--rows", "5000", "--rounds", "1", "--workers", "1,2",
-        "--fault-rows", "5000", "--memory-rows", "5000,10000", "--output", str(report),
+        "--fault-rows", "20000", "--memory-rows", "5000,10000", "--output", str(report),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -453,7 +453,7 @@ def test_bench_ingest_measures_speed_faults_and_memory(tmp_path: Path) -> None:
         and line.count("|") == 7
     )  # fmt: skip
     kills, _, entries, lost, duplicated = (c.strip() for c in tenure_faults.split("|")[2:7])
-    assert int(kills) >= 1 and entries == "5,000" and lost == duplicated == "0"
+    assert int(kills) >= 1 and entries == "20,000" and lost == duplicated == "0"
     assert "| 5,000 | " in out and "| 10,000 | " in out and " MiB |" in out
     assert "<!-- tenure-bench:ingest:start -->" in report.read_text()
     bad = run("bench", "ingest", "--workers", "0")
