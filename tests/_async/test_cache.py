@@ -426,7 +426,7 @@ async def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
     waiting = AsyncHerdCache(tenure_async_client, "muted", ttl=60)
     gate = GatedLoader("value")
     load = spawn(lambda: loading.fetch("k", gate))
-    await until(lambda: _leased(tenure_async_client, waiting), 5, "the load's lease")
+    await until(lambda: _load_leased(tenure_async_client, waiting, "k"), 5, "the load's lease")
 
     async def wait() -> tuple[Any, float]:
         value = await waiting.fetch("k", Loader("never"))
@@ -462,7 +462,3 @@ async def _lease_gone(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: s
 async def _load_leased(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: str) -> bool:
     """Whether someone holds the load lease of ``key``'s entry (any topology)."""
     return bool(await client.exists(CacheKeys.for_entry(cache.key_of(key)).lease))
-
-
-async def _leased(client: redis.asyncio.Redis, cache: AsyncHerdCache) -> bool:
-    return bool(await client.keys(f"{cache.prefix}*"))

@@ -415,7 +415,7 @@ def test_a_lost_wake_up_costs_a_waiter_at_most_a_recheck(
     waiting = HerdCache(tenure_client, "muted", ttl=60)
     gate = GatedLoader("value")
     load = spawn(lambda: loading.fetch("k", gate))
-    until(lambda: _leased(tenure_client, waiting), 5, "the load's lease")
+    until(lambda: _load_leased(tenure_client, waiting, "k"), 5, "the load's lease")
 
     def wait() -> tuple[Any, float]:
         value = waiting.fetch("k", Loader("never"))
@@ -451,7 +451,3 @@ def _lease_gone(client: redis.Redis, cache: HerdCache, key: str) -> bool:
 def _load_leased(client: redis.Redis, cache: HerdCache, key: str) -> bool:
     """Whether someone holds the load lease of ``key``'s entry (any topology)."""
     return bool(client.exists(CacheKeys.for_entry(cache.key_of(key)).lease))
-
-
-def _leased(client: redis.Redis, cache: HerdCache) -> bool:
-    return bool(client.keys(f"{cache.prefix}*"))
