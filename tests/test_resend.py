@@ -869,4 +869,21 @@ def test_a_resent_call_changes_nothing_more(
     plain = execute(tenure_proxy, tenure_client, loaded, run_case, faulted=False)
     resent = execute(tenure_proxy, tenure_client, loaded, run_case, faulted=True)
     assert resent[0] == plain[0], "the caller saw another outcome"
-    assert resent[1] == plain[1], "the server's state differs"
+    assert_same_state(resent[1], plain[1])
+
+
+# A key's remaining time in the two runs differs by the time between its write
+# and the snapshot, which is longer in the faulted run (and on a busy machine).
+TTL_SLACK_S = 2
+
+
+def assert_same_state(resent: Any, plain: Any) -> None:
+    """The same keys, types and values; each key's remaining time within ``TTL_SLACK_S``."""
+
+    def masked(state: Any) -> Any:
+        return {key: {**dump, "ttl": dump["ttl"] >= 0} for key, dump in state.items()}
+
+    assert masked(resent) == masked(plain), "the server's state differs"
+    for key, dump in plain.items():
+        left, expected = resent[key]["ttl"], dump["ttl"]
+        assert abs(left - expected) <= TTL_SLACK_S, f"{key}: {left} s left, not {expected} s"
