@@ -459,7 +459,12 @@ def test_semaphore_holds_at_most_limit_under_kills_and_stops(
         most = max(most, inside)
     assert most <= limit
     assert len(windows) >= (processes - 2) * count
-    # The dead process's permit came back: its lease ran out and it holds none.
+    # The dead process's permit came back: its lease ran out, so both permits are
+    # free (an expired entry may stay in the set until the next acquire purges it).
+    takers = [Semaphore(client, "permits", limit=limit, timeout=5) for _ in range(limit)]
+    assert all(taker.acquire(blocking=False) for taker in takers)
+    for taker in takers:
+        taker.release()
     assert client.zcard("tenure:semaphore:{permits}") == 0
 
 

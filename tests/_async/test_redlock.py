@@ -447,7 +447,7 @@ async def test_a_late_grant_of_a_failed_attempt_is_given_back(
     redlock_servers: tuple[ServerProcess, ...],
     proxies: list[FaultProxy],
 ) -> None:
-    holder = AsyncRedlock(masters, "late", timeout=10)
+    holder = AsyncRedlock(masters, "late", timeout=60)  # outlives even the lease's end below
     assert await holder.acquire()
     # Master 2 loses the hold and answers slowly: an attempt is refused by the
     # fast two, and master 2's grant comes after the attempt failed.
@@ -460,8 +460,8 @@ async def test_a_late_grant_of_a_failed_attempt_is_given_back(
     # Master 2's grant lands late and is given back, or the give-back lands
     # first and the late call then takes nothing (its receipt refuses it):
     # either way master 2 is free once both calls are in. (A busy machine
-    # answers late: the give-back is asked again for up to 5 s.)
-    # the give-back, or on a machine too busy for its 5 s of asking, the lease's end (10 s)
+    # answers late: the give-back is asked again for up to 5 s; on a machine too
+    # busy for that, master 2 is free at the end of the late grant's 10 s lease.)
     await eventually(lambda: owner_of(redlock_servers[2], "late") is None, 15, "the give-back")
     await holder.release()
 

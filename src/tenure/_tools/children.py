@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from tenure.server._spawner import PR_SET_PDEATHSIG, PRCTL
 
@@ -23,12 +25,28 @@ __all__ = ["die_with_parent", "ignore_sigint", "sigint_blocked"]
 
 @contextmanager
 def sigint_blocked() -> Iterator[None]:
-    """Block SIGINT in this thread (and so in processes started here) for the block."""
+    """Hold SIGINT back for the block; processes started in it inherit it blocked.
+
+    The mask is per thread: a Ctrl-C can still be delivered through another
+    thread of this process (a server's output reader, a queue's feeder), and
+    Python would raise KeyboardInterrupt here mid-way through starting a
+    helper, leaving it half-fed. So, in the main thread, a Ctrl-C that comes
+    during the block is also only noted, and raised once the block ends.
+    """
+    deferred: list[int] = []
+    previous: Any = None
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        previous = signal.signal(signal.SIGINT, lambda number, _frame: deferred.append(number))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if main:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+            if deferred:
+                signal.raise_signal(signal.SIGINT)  # as if it came now
 
 
 def ignore_sigint() -> None:
