@@ -5,12 +5,28 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from tenure._tools.children import sigint_blocked
 
 pytestmark = pytest.mark.engine_blind
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler, as in a terminal (a shell's background job ignores it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_where_sigint_is_ignored_it_stays_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with sigint_blocked():
+        os.kill(os.getpid(), signal.SIGINT)  # blocked here: pending until the block ends
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_a_ctrl_c_during_the_block_is_raised_when_it_ends() -> None:

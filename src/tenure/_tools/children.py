@@ -35,7 +35,9 @@ def sigint_blocked() -> Iterator[None]:
     """
     deferred: list[int] = []
     previous: Any = None
+    # (Nothing to defer where SIGINT is ignored, as in a shell's background job.)
     main = threading.current_thread() is threading.main_thread()
+    main = main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
     if main:
         previous = signal.signal(signal.SIGINT, lambda number, _frame: deferred.append(number))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
