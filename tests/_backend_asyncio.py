@@ -41,6 +41,11 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
+async def off_loop(call: Callable[[], T]) -> T:
+    """Run a blocking ``call`` (a sync client's command) in a thread, the loop free meanwhile."""
+    return await asyncio.to_thread(call)
+
+
 async def until(condition: Callable[[], Awaitable[object]], seconds: float, what: str) -> None:
     """Wait until ``await condition()`` is true (polled every 10 ms), else fail naming ``what``."""
     deadline = time.monotonic() + seconds

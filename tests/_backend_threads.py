@@ -46,6 +46,11 @@ def run(result: T) -> T:
     return result
 
 
+def off_loop(call: Callable[[], T]) -> T:
+    """Run ``call`` (the asyncio twin runs it in a thread, to keep its loop free)."""
+    return call()
+
+
 def until(condition: Callable[[], object], seconds: float, what: str) -> None:
     """Wait until ``condition()`` is true (polled every 10 ms), else fail naming ``what``."""
     deadline = time.monotonic() + seconds

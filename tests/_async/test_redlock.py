@@ -31,7 +31,7 @@ from tenure import (
 from tenure._async._scripting import registry_for
 from tenure.server import FaultProxy, ServerProcess
 from tenure.testing import ProxyFactory
-from tests._backend_asyncio import gather, join, sleep, spawn, until
+from tests._backend_asyncio import gather, join, off_loop, sleep, spawn, until
 
 
 @pytest.fixture
@@ -88,10 +88,15 @@ def owner_of(server: ServerProcess, name: str) -> str | None:
 
 
 async def eventually(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    """Poll ``condition`` (without blocking the loop) until it holds, or fail."""
+    """Poll ``condition`` (a blocking call, run off the loop) until it holds, or fail.
+
+    On the loop, a poll every 10 ms through a new sync client would keep it
+    blocked most of the time on a busy machine, and the Redlock's own calls in
+    the background (a give-back) would time out.
+    """
 
     async def holds() -> bool:
-        return bool(condition())
+        return bool(await off_loop(condition))
 
     await until(holds, seconds, what)
 
