@@ -87,6 +87,16 @@ def owner_of(server: ServerProcess, name: str) -> str | None:
         return None if token is None else str(token)
 
 
+def held_everywhere(servers: tuple[ServerProcess, ...], name: str) -> bool:
+    """Whether every master holds ``name``, for one token.
+
+    ``acquire()`` returns once a quorum granted: the last master's grant may
+    land a moment later. A test that then changes one master waits for this.
+    """
+    tokens = {owner_of(server, name) for server in servers}
+    return len(tokens) == 1 and None not in tokens
+
+
 def eventually(condition: Callable[[], bool], seconds: float, what: str) -> None:
     """Poll ``condition`` (a blocking call, run off the loop) until it holds, or fail.
 
@@ -114,12 +124,14 @@ def test_acquire_release_and_exclusion(
     assert lock.locked() and lock.owned()
     assert not other.owned()
     assert not other.acquire(blocking=False)
-    token = owner_of(redlock_servers[0], "job")
-    assert token is not None
-    assert all(owner_of(server, "job") == token for server in redlock_servers)
+    eventually(lambda: held_everywhere(redlock_servers, "job"), 5, "the grant everywhere")
     lock.release()
     assert not lock.locked()
-    assert all(owner_of(server, "job") is None for server in redlock_servers)
+    eventually(
+        lambda: all(owner_of(server, "job") is None for server in redlock_servers),
+        5,
+        "the release on every master",  # it returns at a quorum too
+    )
     assert other.acquire(blocking=False)
     second = other.fencing_token
     assert second is not None and second > first
@@ -268,6 +280,8 @@ def test_a_release_waits_for_masters_slower_than_master_timeout(
     masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
 ) -> None:
     lock = Redlock(masters, "unhurried", timeout=5)
+    assert lock.acquire()  # once before the fault: its scripts are loaded on
+    lock.release()  # every master (a first call is three round trips)
     assert lock.acquire()
     for proxy in proxies[1:]:  # a quorum answers, but only after master_timeout
         proxy.set_latency(0.25)
@@ -307,6 +321,7 @@ def test_extend_needs_a_quorum_and_a_lost_hold_is_reported(
 ) -> None:
     lock = Redlock(masters, "extend", timeout=5)
     assert lock.acquire()
+    eventually(lambda: held_everywhere(redlock_servers, "extend"), 5, "the grant everywhere")
     assert lock.extend(5)
 
     def extended_everywhere() -> bool:
@@ -333,6 +348,7 @@ def test_extend_asks_a_master_only_slow_to_answer_again(
     lock = Redlock(masters, "slow-extend", timeout=10)
     began = time.monotonic()
     assert lock.acquire()
+    eventually(lambda: held_everywhere(redlock_servers, "slow-extend"), 5, "the grant everywhere")
     with direct(redlock_servers[1]) as client:
         client.delete("tenure:redlock:{slow-extend}")
     proxies[0].set_latency(0.3)  # three times master_timeout
@@ -459,6 +475,7 @@ def test_a_late_grant_of_a_failed_attempt_is_given_back(
 ) -> None:
     holder = Redlock(masters, "late", timeout=60)  # outlives even the lease's end below
     assert holder.acquire()
+    eventually(lambda: held_everywhere(redlock_servers, "late"), 5, "the grant everywhere")
     # Master 2 loses the hold and answers slowly: an attempt is refused by the
     # fast two, and master 2's grant comes after the attempt failed.
     with direct(redlock_servers[2]) as client:

@@ -167,6 +167,9 @@ class Masters:
             hanging = self._hanging(index, now)
             if hanging >= MAX_OVERDUE:
                 tally.failed[index] = f"not answering ({hanging} calls still running)"
+                # Overdue calls: slow as a timeout is (a busy machine starves
+                # healthy masters' replies too), so it gets the same patience.
+                tally.slow.add(index)
             else:
                 live.append(index)
 
