@@ -24,6 +24,7 @@ from tenure import (
     AsyncSemaphore,
     LockNotOwnedError,
 )
+from tests._backend_asyncio import sleep, until
 
 
 async def test_timeout_set_on_the_object_is_the_next_lease(
@@ -45,6 +46,45 @@ async def test_timeout_set_on_the_object_is_the_next_lease(
     permits.timeout = 0.5
     assert await permits.acquire()
     await permits.release()
+
+
+async def test_a_longer_timeout_set_while_held_reaches_the_hold_before_the_old_lease_ends(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    # Renewed at a third of the 0.6 s lease; the renewal after the change must
+    # come within the 0.6 s it set, not a third of the new 30 s.
+    lock = AsyncLock(tenure_async_client, "retimed", timeout=0.6, auto_renew=True)
+    assert await lock.acquire()
+    lock.timeout = 30
+    other = AsyncLock(tenure_async_client, "retimed")
+    await until(
+        lambda: ttl_over(tenure_async_client, lock.keys.owner, 1000), 5, "the 30 s lease set"
+    )
+    await sleep(1.0)  # past the old lease, had it not been renewed: the window under test
+    assert not await other.acquire(blocking=False)
+    assert await lock.owned() and not lock.lost
+    await lock.release()
+
+
+async def ttl_over(client: redis.asyncio.Redis, key: str, ms: int) -> bool:
+    return int(await client.pttl(key)) > ms
+
+
+async def test_a_read_write_sides_token_must_be_its_own(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    # The scripts tell the sides apart by the token's first letter: a chosen
+    # "report-1" would have taken the write side as a read hold.
+    first = AsyncReadWriteLock(tenure_async_client, "tokens")
+    second = AsyncReadWriteLock(tenure_async_client, "tokens")
+    with pytest.raises(ArgumentError, match="write lock's token must start with 'w'"):
+        await first.write.acquire(token="report-1")
+    with pytest.raises(ArgumentError, match="read lock's token must start with 'r'"):
+        await first.read.acquire(token="worker-1")
+    assert await first.write.acquire(token="w-report-1")
+    assert not await second.write.acquire(token="w-report-2", blocking=False)
+    assert not await second.read.acquire(token="r-reader", blocking=False)
+    await first.write.release()
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from tenure import (
     ReentrantLock,
     Semaphore,
 )
+from tests._backend_threads import sleep, until
 
 
 def test_timeout_set_on_the_object_is_the_next_lease(
@@ -46,6 +47,43 @@ def test_timeout_set_on_the_object_is_the_next_lease(
     permits.timeout = 0.5
     assert permits.acquire()
     permits.release()
+
+
+def test_a_longer_timeout_set_while_held_reaches_the_hold_before_the_old_lease_ends(
+    tenure_client: redis.Redis,
+) -> None:
+    # Renewed at a third of the 0.6 s lease; the renewal after the change must
+    # come within the 0.6 s it set, not a third of the new 30 s.
+    lock = Lock(tenure_client, "retimed", timeout=0.6, auto_renew=True)
+    assert lock.acquire()
+    lock.timeout = 30
+    other = Lock(tenure_client, "retimed")
+    until(lambda: ttl_over(tenure_client, lock.keys.owner, 1000), 5, "the 30 s lease set")
+    sleep(1.0)  # past the old lease, had it not been renewed: the window under test
+    assert not other.acquire(blocking=False)
+    assert lock.owned() and not lock.lost
+    lock.release()
+
+
+def ttl_over(client: redis.Redis, key: str, ms: int) -> bool:
+    return int(client.pttl(key)) > ms
+
+
+def test_a_read_write_sides_token_must_be_its_own(
+    tenure_client: redis.Redis,
+) -> None:
+    # The scripts tell the sides apart by the token's first letter: a chosen
+    # "report-1" would have taken the write side as a read hold.
+    first = ReadWriteLock(tenure_client, "tokens")
+    second = ReadWriteLock(tenure_client, "tokens")
+    with pytest.raises(ArgumentError, match="write lock's token must start with 'w'"):
+        first.write.acquire(token="report-1")
+    with pytest.raises(ArgumentError, match="read lock's token must start with 'r'"):
+        first.read.acquire(token="worker-1")
+    assert first.write.acquire(token="w-report-1")
+    assert not second.write.acquire(token="w-report-2", blocking=False)
+    assert not second.read.acquire(token="r-reader", blocking=False)
+    first.write.release()
 
 
 @pytest.mark.parametrize(

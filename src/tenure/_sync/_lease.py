@@ -242,4 +242,6 @@ class Lease:
         if ms is None:
             return None, False
         job.args = rules.extend_call(hold.token, ms, "set")[1]
-        return now + ms / 1000 * RENEW_AT, False
+        # Due within the lease just granted: ``timeout`` set longer meanwhile is
+        # set by the next renewal, which must come before the old lease ends.
+        return now + min(ms, granted_ms) / 1000 * RENEW_AT, False

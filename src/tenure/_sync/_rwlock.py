@@ -70,6 +70,23 @@ class _AsyncSideRules(PermitRules):
     def new_token(self) -> str:
         return self.mode + new_token()
 
+    def checked_token(self, token: object) -> str:
+        """A token of this side: its first letter is the side ("w" write, "r" read).
+
+        The scripts tell the sides apart by it, so a token of the other side
+        (a chosen ``"report-1"`` given to the write side) would take a read
+        hold: refused instead.
+        """
+        text = super().checked_token(token)
+        if not text.startswith(self.mode):
+            raise ArgumentError(
+                "token",
+                f"a {self.noun}'s token must start with {self.mode!r} (the scripts tell "
+                f"the sides apart by it), got {text[:40]!r}",
+                name=self.name,
+            )
+        return text
+
     def check_owner_free(self) -> None:
         other = None if self.other is None else self.other()
         if other is None or not other._holding():
