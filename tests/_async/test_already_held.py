@@ -23,6 +23,8 @@ from tenure import (
     AsyncRedlock,
     AsyncReentrantLock,
     AsyncSemaphore,
+    LockLostError,
+    LockNotOwnedError,
 )
 from tests._backend_asyncio import until
 
@@ -146,3 +148,26 @@ async def test_a_lease_that_ran_out_ends_the_hold(
     assert primitive.statistics().lost == 1
     assert any("lease ran out before it was released" in r.getMessage() for r in caplog.records)
     await primitive.release()
+
+
+async def test_a_reentrant_lock_does_not_reenter_a_hold_found_lost(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """Re-entering would start a new hold under the outer one and hide the gap
+    in which this owner held nothing: refused, until the lost hold is let go."""
+    lock = AsyncReentrantLock(tenure_async_client, "reenter-lost", timeout=0.6, auto_renew=True)
+    assert await lock.acquire()
+    await tenure_async_client.delete(lock.keys.owner)  # gone: a flush, a failover
+
+    async def found_lost() -> bool:
+        return lock.lost
+
+    await until(found_lost, 5, "the renewal finding the hold gone")
+    with pytest.raises(LockLostError, match="cannot re-enter"):
+        await lock.acquire(blocking=False)
+    assert lock.lost  # nothing changed
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()  # let go (its release is refused: it was lost)
+    assert await lock.acquire(blocking=False)  # afresh
+    assert await lock.owned()
+    await lock.release()

@@ -20,6 +20,8 @@ from tenure import (
     ArgumentError,
     ClusterLock,
     Lock,
+    LockLostError,
+    LockNotOwnedError,
     ReadWriteLock,
     Redlock,
     ReentrantLock,
@@ -145,3 +147,26 @@ def test_a_lease_that_ran_out_ends_the_hold(
     assert primitive.statistics().lost == 1
     assert any("lease ran out before it was released" in r.getMessage() for r in caplog.records)
     primitive.release()
+
+
+def test_a_reentrant_lock_does_not_reenter_a_hold_found_lost(
+    tenure_client: redis.Redis,
+) -> None:
+    """Re-entering would start a new hold under the outer one and hide the gap
+    in which this owner held nothing: refused, until the lost hold is let go."""
+    lock = ReentrantLock(tenure_client, "reenter-lost", timeout=0.6, auto_renew=True)
+    assert lock.acquire()
+    tenure_client.delete(lock.keys.owner)  # gone: a flush, a failover
+
+    def found_lost() -> bool:
+        return lock.lost
+
+    until(found_lost, 5, "the renewal finding the hold gone")
+    with pytest.raises(LockLostError, match="cannot re-enter"):
+        lock.acquire(blocking=False)
+    assert lock.lost  # nothing changed
+    with pytest.raises(LockNotOwnedError):
+        lock.release()  # let go (its release is refused: it was lost)
+    assert lock.acquire(blocking=False)  # afresh
+    assert lock.owned()
+    lock.release()

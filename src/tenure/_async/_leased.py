@@ -174,7 +174,9 @@ class AsyncLeased:
     def lost(self) -> bool:
         """True if the current owner's hold was found lost (or its fixed lease ran out).
 
-        Until it is released, or this owner acquires again.
+        Until it is released (the end of a ``with`` block that raised the
+        lost error counts: the hold is let go there), or this owner acquires
+        again (a re-entrant lock refuses to re-enter a hold found lost).
         """
         hold = self._holds.current()
         return hold is not None and (hold.lost or self._lease.ran_out(hold))
@@ -257,6 +259,7 @@ class AsyncLeased:
         if token is not None:
             token = rules.checked_token(token)
         held = self._holds.peek()
+        found_lost = held is not None and held.lost  # not a fixed lease that ran out
         if held is not None and not held.lost and self._lease.ran_out(held):
             # Acquire, and let the lease run out: the hold ended (told as lost).
             self._holds.mark_lost(held, "its lease ran out before it was released")
@@ -271,6 +274,15 @@ class AsyncLeased:
                 )
             return await self._lease.reenter(held)
         if held is not None:
+            if settings.reentrant and found_lost:
+                # Entering again would start a new hold under the outer one,
+                # hiding the gap in which this owner did not hold it. (A fixed
+                # lease that ran out is the throttle idiom: acquired afresh.)
+                raise rules.lost_error(
+                    f"cannot re-enter: this owner's hold of the {rules.noun} was lost; "
+                    "release it (or leave its with block) before acquiring again",
+                    name=self.name,
+                )
             self._holds.forget(held)
         rules.check_owner_free()
         return await self._line.acquire(wait, blocking_timeout, token or rules.new_token())
