@@ -335,6 +335,14 @@ async def test_fenced_key_rejects_older_token(tenure_async_client: redis.asyncio
     assert await store.read() == (b"v9", 9)
     with pytest.raises(ArgumentError, match="fencing_token"):
         await store.write("x", "9")  # type: ignore[arg-type]
+    # Tokens the scripts cannot compare exactly (doubles), and values they cannot store.
+    for token in (-1, 2**53 + 1, 2**70):
+        with pytest.raises(ArgumentError, match="fencing_token: must be from 0 to 2\\*\\*53"):
+            await store.write("x", token)
+    for value in (None, True, ["a"]):
+        with pytest.raises(ArgumentError, match="^value: must be str, bytes, int or float"):
+            await store.write(value, 10)  # type: ignore[arg-type]
+    assert await store.read() == (b"v9", 9)  # nothing refused was written
 
 
 async def test_tokens_belong_to_their_owner_while_it_runs(

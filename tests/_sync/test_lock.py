@@ -334,6 +334,14 @@ def test_fenced_key_rejects_older_token(tenure_client: redis.Redis) -> None:
     assert store.read() == (b"v9", 9)
     with pytest.raises(ArgumentError, match="fencing_token"):
         store.write("x", "9")  # type: ignore[arg-type]
+    # Tokens the scripts cannot compare exactly (doubles), and values they cannot store.
+    for token in (-1, 2**53 + 1, 2**70):
+        with pytest.raises(ArgumentError, match="fencing_token: must be from 0 to 2\\*\\*53"):
+            store.write("x", token)
+    for value in (None, True, ["a"]):
+        with pytest.raises(ArgumentError, match="^value: must be str, bytes, int or float"):
+            store.write(value, 10)  # type: ignore[arg-type]
+    assert store.read() == (b"v9", 9)  # nothing refused was written
 
 
 def test_tokens_belong_to_their_owner_while_it_runs(

@@ -23,6 +23,10 @@ from tenure._sync._scripting import Client, registry_for
 __all__ = ["FencedKey"]
 
 
+MAX_FENCE = 2**53
+"""The largest fencing token a write takes: the scripts compare tokens as doubles."""
+
+
 class FencedKey:
     """A Redis key whose writes are accepted only with a fencing token >= the last one."""
 
@@ -45,6 +49,16 @@ class FencedKey:
         """
         if isinstance(fencing_token, bool) or not isinstance(fencing_token, int):
             raise ArgumentError("fencing_token", "must be an int (a lock's fencing_token)")
+        if not 0 <= fencing_token <= MAX_FENCE:
+            # Lua compares numbers as doubles: above 2**53 two tokens can compare equal.
+            raise ArgumentError(
+                "fencing_token",
+                f"must be from 0 to 2**53 (a lock's fencing_token), got {fencing_token}",
+            )
+        if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
+            raise ArgumentError(
+                "value", f"must be str, bytes, int or float, got {type(value).__name__}"
+            )
         check_seconds("ttl", ttl, allow_none=True, name=None)
         ttl_ms = 0 if ttl is None else to_ms(ttl)
         reply = registry_for(self.client).run(
