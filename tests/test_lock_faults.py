@@ -246,6 +246,26 @@ def test_dead_waiter_stalls_the_queue_at_most_the_handoff_lease(
     assert third_at - second_at <= SLACK
 
 
+def _stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it is stopped.
+
+    kill() returns before a thread running on another core has stopped: on a
+    busy machine the waiter could still read a grant made just after, in
+    time, and be stopped only then (the documented "seen in time, then
+    stalled" case, not the fault under test).
+    """
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            stat = (task / "stat").read_text()
+            states.append(stat[stat.rindex(")") + 2])
+        return all(state in "tT" for state in states)
+
+    wait_for(stopped, 5, "the process stopped")
+
+
 def _a_later_grant_than(busy: Worker, got: dict[str, Any], fence: int) -> None:
     """``busy``'s acquire() returned a grant made after ``fence``, never the lapsed one.
 
@@ -267,21 +287,12 @@ def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
     tenure_server: ServerProcess,
     client: redis.Redis,
     workers: list[Worker],
-    request: pytest.FixtureRequest,
 ) -> None:
     """The waiter handed the lock is busy 1.6 s (its event loop blocked, or its
     process stopped): its 1 s handoff lease runs out, the waiter behind it takes
     the lock; the busy one must not then return from acquire() with a hold that
     is gone. It waits again and gets the lock after the other's release.
     """
-    if api == "sync":
-        # A known bug, open: in 2 of 6 CI runs with both engines side by side
-        # the stopped waiter's acquire() returned the grant that had lapsed
-        # (its fence below the third's, the lapse >= 0.6 s before SIGCONT).
-        # Not reproduced alone or under scripts/busy_machine.py; see the note
-        # of issue 27 (stop 37). The asyncio variant has not failed.
-        known = "open: a lapsed grant returned (2 of 6 busy CI runs)"
-        request.applymarker(pytest.mark.xfail(reason=known, strict=False))
     name = "busy-waiter"
     holder = Lock(client, name)
     assert holder.acquire()
@@ -300,7 +311,7 @@ def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
         holder.release()
     else:
         busy.send("go")  # its main thread only joins the thread that waits
-        os.kill(busy.pid, signal.SIGSTOP)
+        _stop(busy.pid)
         released = time.monotonic()
         holder.release()
         time.sleep(1.6)  # stopped as long as the async worker's blocked loop: the fault
@@ -318,7 +329,6 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
     tenure_server: ServerProcess,
     client: redis.Redis,
     workers: list[Worker],
-    request: pytest.FixtureRequest,
 ) -> None:
     """The only waiter is stopped (or its event loop blocked) when the lock is handed
     to it; its 1 s handoff lease runs out and a newcomer takes the lock and keeps it.
@@ -326,9 +336,6 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
     only then reads the old grant: it must not return from acquire() with it, but
     wait for the newcomer's release.
     """
-    if api == "sync":  # the same open bug as the busy-waiter test's (see there)
-        known = "open: a lapsed grant returned (1 of 8 busy CI runs)"
-        request.applymarker(pytest.mark.xfail(reason=known, strict=False))
     name = "stopped-waiter"
     holder = Lock(client, name)
     assert holder.acquire()
@@ -341,7 +348,7 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
         assert busy.read()["event"] == "blocking"
     else:
         busy.send("go")  # its main thread only joins the thread that waits
-        os.kill(busy.pid, signal.SIGSTOP)
+        _stop(busy.pid)
     holder.release()  # handed to the stopped waiter
     wait_for(lambda: not client.exists(holder.keys.owner), 10, "its handoff lease (1 s) ran out")
     newcomer = Lock(client, name, timeout=30)
