@@ -154,8 +154,11 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
     die_with_parent(parent)
     ignore_sigint()
 
+    interrupted: list[bool] = []
+
     def interrupt(*_: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the give-back must not be cut
+        interrupted.append(True)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
@@ -168,6 +171,12 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
             reset = True
     except KeyboardInterrupt:
         pass
+    except Exception:
+        # Interrupted inside a library's own clean-up (a SQL driver closing its
+        # connection), which turned the interrupt into an error of its own: the
+        # stop the parent asked for, not a failure to print.
+        if not interrupted:
+            raise
     finally:
         # Done: a terminate() that comes now (the parent stopping every worker) has
         # nothing to cut, and must not interrupt this process's exit with a traceback.
