@@ -348,7 +348,10 @@ def test_a_fork_pool_locks_each_worker_on_its_own(tenure_server: ServerProcess) 
     client.flushall()
     parent = Lock(client, "fork:pool-parent", timeout=1, auto_renew=True)
     assert parent.acquire(blocking=False)  # held by the parent during the fork
-    _POOL.update(lock=Lock(client, "fork:pool"), client=client, parent=parent)
+    # A long handoff lease: under test is each worker locking on its own after
+    # the fork, not a worker starved of CPU past a 1 s handoff (seen on CI).
+    pool_lock = Lock(client, "fork:pool", handoff_lease=10)
+    _POOL.update(lock=pool_lock, client=client, parent=parent)
     try:
         with multiprocessing.get_context("fork").Pool(4) as pool:
             done = pool.map_async(_pool_work, range(4)).get(timeout=60)
