@@ -24,6 +24,7 @@ import redis
 
 from tenure import ConnectionLock, FencedKey, Lock, Semaphore
 from tenure.server import ServerProcess
+from tenure.server._procfs import proc_state
 from tests.conftest import wait_for, wait_server_past
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,12 +257,9 @@ def _stop(pid: int) -> None:
     """
     os.kill(pid, signal.SIGSTOP)
 
-    def stopped() -> bool:
-        states = []
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            stat = (task / "stat").read_text()
-            states.append(stat[stat.rindex(")") + 2])
-        return all(state in "tT" for state in states)
+    def stopped() -> bool:  # every thread: /proc/<tid>/stat reads as a process's does
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return all(proc_state(int(task.name)) in ("t", "T") for task in tasks)
 
     wait_for(stopped, 5, "the process stopped")
 

@@ -259,7 +259,15 @@ class AsyncLeased:
         if token is not None:
             token = rules.checked_token(token)
         held = self._holds.peek()
-        found_lost = held is not None and held.lost  # not a fixed lease that ran out
+        if held is not None and held.lost and settings.reentrant:
+            # Entering again would start a new hold under the outer one, hiding
+            # the gap in which this owner did not hold it. (A fixed lease that
+            # ran out, judged below, is the throttle idiom: acquired afresh.)
+            raise rules.lost_error(
+                f"cannot re-enter: this owner's hold of the {rules.noun} was lost; "
+                "release it (or leave its with block) before acquiring again",
+                name=self.name,
+            )
         if held is not None and not held.lost and self._lease.ran_out(held):
             # Acquire, and let the lease run out: the hold ended (told as lost).
             self._holds.mark_lost(held, "its lease ran out before it was released")
@@ -274,15 +282,6 @@ class AsyncLeased:
                 )
             return await self._lease.reenter(held)
         if held is not None:
-            if settings.reentrant and found_lost:
-                # Entering again would start a new hold under the outer one,
-                # hiding the gap in which this owner did not hold it. (A fixed
-                # lease that ran out is the throttle idiom: acquired afresh.)
-                raise rules.lost_error(
-                    f"cannot re-enter: this owner's hold of the {rules.noun} was lost; "
-                    "release it (or leave its with block) before acquiring again",
-                    name=self.name,
-                )
             self._holds.forget(held)
         rules.check_owner_free()
         return await self._line.acquire(wait, blocking_timeout, token or rules.new_token())
