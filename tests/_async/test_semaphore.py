@@ -165,11 +165,26 @@ async def test_one_permit_per_owner_and_bad_arguments(
     async with permit:
         with pytest.raises(AlreadyHeldError):
             await permit.acquire()
-    for bad in (0, -1, 1.5, True):
+    for bad in (0, -1, 1.5, True, 2**31 - 1):  # 2**31 - 1: a read-write lock's
         with pytest.raises(ArgumentError, match="limit"):
             AsyncSemaphore(clients[0], "args", limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="timeout"):
         AsyncSemaphore(clients[0], "args", limit=2, timeout=-1)
+
+
+async def test_a_chosen_token_is_a_permit_like_any_other(
+    clients: list[redis.asyncio.Redis],
+) -> None:
+    """A read-write lock's writer token starts with "w": a semaphore's does not hold alone."""
+    first, second = (AsyncSemaphore(c, "chosen", limit=3) for c in clients[:2])
+    assert await first.acquire(blocking=False, token="worker-1")
+    assert await second.acquire(blocking=False, token="reader-2")
+    assert await first.holders() == 2
+    third = AsyncSemaphore(clients[2], "chosen", limit=3)
+    assert await third.acquire(blocking=False, token="writer-3")
+    await first.release()
+    await second.release()
+    await third.release()
 
 
 async def test_cluster_client(

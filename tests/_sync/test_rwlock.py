@@ -99,6 +99,31 @@ def test_a_waiting_writer_is_not_starved_by_readers(
     assert waited < 0.2  # the readers ahead of it finish (30 ms), the rest queue behind
 
 
+def test_a_renewal_under_the_write_token_after_downgrade_renews_the_read_hold(
+    clients: list[redis.Redis],
+) -> None:
+    """A renewal sent before downgrade() and answered after it is not a lost hold.
+
+    The server runs it after the downgrade (its reply may even be read before
+    the downgrade's): it renews the read hold the write hold became.
+    """
+    owner = ReadWriteLock(clients[0], "renew-down", timeout=5)
+    other = ReadWriteLock(clients[1], "renew-down", timeout=5)
+    assert owner.write.acquire()
+    rules = owner.write._rules
+    write_token = owner.write.local.token.decode()  # type: ignore[union-attr]
+    owner.write.downgrade()
+    keys, args = rules.extend_call(write_token, 9000, "set")
+    assert rules.run(rules.scripts.extend, keys, args) > 5000
+    assert 5000 < clients[0].pttl(rules.keys.owner) <= 9000
+    # A semaphore-style call without the read token still finds no write hold.
+    assert rules.run(rules.scripts.extend, keys, (*args[:5], "")) == 0
+    assert not other.write.acquire(blocking=False)
+    assert other.read.acquire(blocking=False)
+    other.read.release()
+    owner.write.release()
+
+
 def test_downgrade_keeps_holding_and_lets_readers_in(
     clients: list[redis.Redis],
 ) -> None:

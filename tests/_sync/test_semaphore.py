@@ -166,11 +166,26 @@ def test_one_permit_per_owner_and_bad_arguments(
     with permit:
         with pytest.raises(AlreadyHeldError):
             permit.acquire()
-    for bad in (0, -1, 1.5, True):
+    for bad in (0, -1, 1.5, True, 2**31 - 1):  # 2**31 - 1: a read-write lock's
         with pytest.raises(ArgumentError, match="limit"):
             Semaphore(clients[0], "args", limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="timeout"):
         Semaphore(clients[0], "args", limit=2, timeout=-1)
+
+
+def test_a_chosen_token_is_a_permit_like_any_other(
+    clients: list[redis.Redis],
+) -> None:
+    """A read-write lock's writer token starts with "w": a semaphore's does not hold alone."""
+    first, second = (Semaphore(c, "chosen", limit=3) for c in clients[:2])
+    assert first.acquire(blocking=False, token="worker-1")
+    assert second.acquire(blocking=False, token="reader-2")
+    assert first.holders() == 2
+    third = Semaphore(clients[2], "chosen", limit=3)
+    assert third.acquire(blocking=False, token="writer-3")
+    first.release()
+    second.release()
+    third.release()
 
 
 def test_cluster_client(

@@ -21,7 +21,7 @@ import weakref
 from typing import Any, ClassVar, cast
 
 from tenure._async._scripting import AsyncClient
-from tenure._async._semaphore import AsyncPermitRules, AsyncPermits
+from tenure._async._semaphore import RW_LIMIT, AsyncPermitRules, AsyncPermits
 from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
@@ -42,10 +42,6 @@ from tenure._core.statistics import (
 from tenure._core.values import check_seconds, to_text
 
 __all__ = ["AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]
-
-
-RW_LIMIT = 2**31 - 1
-"""A read-write lock is a semaphore with no limit whose tokens carry a mode."""
 
 
 class _AsyncSideRules(AsyncPermitRules):
@@ -85,6 +81,14 @@ class _AsyncSideRules(AsyncPermitRules):
                 name=self.name,
             )
         return text
+
+    def downgraded_token(self, token: str) -> str:
+        """A write token's read token (the hold it becomes on downgrade).
+
+        A renewal that reaches the server after :meth:`AsyncWriteLock.downgrade`
+        renews that read hold.
+        """
+        return "r" + token[1:] if token.startswith("w") else ""
 
     def check_owner_free(self) -> None:
         other = None if self.other is None else self.other()
@@ -151,7 +155,7 @@ class AsyncWriteLock(_AsyncSide):
         rules = self._rules
         if not hold.token.startswith("w"):
             raise rules.refused("already downgraded to a read lock")
-        read_token = "r" + hold.token[1:]
+        read_token = rules.downgraded_token(hold.token)
         args = (hold.token, read_token, rules.settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
         keys = (*rules.keys.all, *rules.keys.receipts)
         if int(await rules.run("rw_downgrade", keys, args)) == 0:

@@ -44,7 +44,19 @@ from tenure._core.statistics import (
 )
 from tenure._core.values import check_seconds
 
-__all__ = ["AsyncPermitRules", "AsyncPermits", "AsyncSemaphore", "AsyncSemaphoreRules"]
+__all__ = [
+    "RW_LIMIT",
+    "AsyncPermitRules",
+    "AsyncPermits",
+    "AsyncSemaphore",
+    "AsyncSemaphoreRules",
+]
+
+MAX_LIMIT = 2**31 - 2
+"""The largest limit a semaphore takes."""
+RW_LIMIT = MAX_LIMIT + 1
+"""A read-write lock's limit: above any semaphore's, so the scripts know its
+tokens carry a mode (a semaphore's chosen ``"worker-1"`` is no writer)."""
 
 
 class AsyncPermitRules(AsyncRules):
@@ -58,9 +70,7 @@ class AsyncPermitRules(AsyncRules):
     line_script: ClassVar[str | None] = "semaphore_line"
 
     def __init__(self, client: AsyncClient, name: str | bytes, limit: int, **options: Any) -> None:
-        name = check_lock_name(name)
-        _check_limit(limit, name)
-        super().__init__(client, name, **options)
+        super().__init__(client, check_lock_name(name), **options)
         self.limit = limit
 
     def try_call(self, token: str) -> Call:
@@ -99,7 +109,11 @@ class AsyncPermitRules(AsyncRules):
     def extend_call(self, token: str, ms: int, mode: str) -> Call:
         k = self.keys
         keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
-        return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode))
+        return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode), self.downgraded_token(token))
+
+    def downgraded_token(self, token: str) -> str:
+        """The token a hold carries once downgraded ('' : none; see AsyncWriteLock)."""
+        return ""
 
     async def confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
         """A permit's fence is its grant's: the permit's lease is set anew."""
@@ -134,6 +148,11 @@ class AsyncSemaphoreRules(AsyncPermitRules):
         "a semaphore is not re-entrant: for a second permit, acquire a second "
         "AsyncSemaphore object of the same name"
     )
+
+    def __init__(self, client: AsyncClient, name: str | bytes, limit: int, **options: Any) -> None:
+        name = check_lock_name(name)
+        _check_limit(limit, name)
+        super().__init__(client, name, limit, **options)
 
     def statistics_extra(self) -> dict[str, Any]:
         return {"limit": self.limit}
@@ -281,7 +300,7 @@ class AsyncSemaphore(AsyncPermits):
 
 
 def _check_limit(limit: object, name: str) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**31:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ArgumentError(
-            "limit", f"must be an int from 1 to 2**31 - 1, got {limit!r}", name=name
+            "limit", f"must be an int from 1 to 2**31 - 2, got {limit!r}", name=name
         )

@@ -40,13 +40,9 @@ from tenure._core.statistics import (
 )
 from tenure._core.values import check_seconds, to_text
 from tenure._sync._scripting import Client
-from tenure._sync._semaphore import PermitRules, Permits
+from tenure._sync._semaphore import RW_LIMIT, PermitRules, Permits
 
 __all__ = ["ReadLock", "ReadWriteLock", "WriteLock"]
-
-
-RW_LIMIT = 2**31 - 1
-"""A read-write lock is a semaphore with no limit whose tokens carry a mode."""
 
 
 class _AsyncSideRules(PermitRules):
@@ -86,6 +82,14 @@ class _AsyncSideRules(PermitRules):
                 name=self.name,
             )
         return text
+
+    def downgraded_token(self, token: str) -> str:
+        """A write token's read token (the hold it becomes on downgrade).
+
+        A renewal that reaches the server after :meth:`WriteLock.downgrade`
+        renews that read hold.
+        """
+        return "r" + token[1:] if token.startswith("w") else ""
 
     def check_owner_free(self) -> None:
         other = None if self.other is None else self.other()
@@ -152,7 +156,7 @@ class WriteLock(_AsyncSide):
         rules = self._rules
         if not hold.token.startswith("w"):
             raise rules.refused("already downgraded to a read lock")
-        read_token = "r" + hold.token[1:]
+        read_token = rules.downgraded_token(hold.token)
         args = (hold.token, read_token, rules.settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
         keys = (*rules.keys.all, *rules.keys.receipts)
         if int(rules.run("rw_downgrade", keys, args)) == 0:

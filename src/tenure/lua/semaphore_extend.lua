@@ -11,6 +11,10 @@
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)
 -- ARGV[4] idle time in ms after which the limit and the receipt expire
 -- ARGV[5] add: the call's id (a fresh random id per call); set: ''
+-- ARGV[6] the token this hold carries once downgraded (a read-write lock's write
+--         side: "r" and the rest of its "w" token), or ''. A renewal sent under
+--         the write token that reaches the server after the downgrade renews the
+--         read hold: the owner still holds, under the token it is changing to
 -- returns the new remaining lease in ms, or 0 if the caller holds no live permit
 -- on resend: set sets the same expiry again (a few ms later); add finds its
 --         receipt and answers the lease it set, adding nothing
@@ -19,10 +23,17 @@
 --! include semaphore
 --! include receipt
 local now = server_time()
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local token = ARGV[1]
+local expiry = redis.call('ZSCORE', KEYS[1], token)
+if not expiry and ARGV[6] ~= '' then
+    local downgraded = redis.call('ZSCORE', KEYS[1], ARGV[6])
+    if downgraded then
+        token, expiry = ARGV[6], downgraded
+    end
+end
 if not expiry or tonumber(expiry) <= now then
     if expiry then
-        drop_permit(KEYS[1], KEYS[4], KEYS[3], ARGV[1])
+        drop_permit(KEYS[1], KEYS[4], KEYS[3], token)
     end
     return 0
 end
@@ -35,7 +46,7 @@ if ARGV[3] == 'add' then
     until_ms = tonumber(expiry) + tonumber(ARGV[2])
     give_receipt(KEYS[5], KEYS[6], ARGV[5], until_ms - now, ARGV[4])
 end
-redis.call('ZADD', KEYS[1], 'XX', string.format('%d', until_ms), ARGV[1])
+redis.call('ZADD', KEYS[1], 'XX', string.format('%d', until_ms), token)
 keep_alive(KEYS[1], until_ms - now)
 keep_alive(KEYS[3], until_ms - now)
 keep_alive(KEYS[4], until_ms - now)

@@ -12,11 +12,13 @@
 --   limit    the semaphore's limit, stored by its first user and kept while it is
 --            used; a caller with another limit is refused (set_limit changes it)
 
--- A read-write lock is this semaphore with no limit and a mode in each
--- token's first letter: "w" holds alone, "r" shares with other readers. A
--- semaphore's tokens are hex, so none of them is a writer.
-local function is_writer(token)
-    return string.sub(token, 1, 1) == 'w'
+-- A read-write lock is this semaphore with the limit RW_LIMIT (above any
+-- semaphore's) and a mode in each token's first letter: "w" holds alone, "r"
+-- shares with other readers. A semaphore's tokens carry no mode: a chosen
+-- "worker-1" is a permit like any other.
+local RW_LIMIT = 2147483647
+local function is_writer(token, limit)
+    return limit == RW_LIMIT and string.sub(token, 1, 1) == 'w'
 end
 
 -- The stored limit, stored as `given` if there is none yet; kept alive for
@@ -40,10 +42,10 @@ local function admissible(holders, token, limit)
     if count == 0 then
         return true
     end
-    if is_writer(token) then
+    if is_writer(token, limit) then
         return false
     end
-    return not is_writer(redis.call('ZRANGE', holders, 0, 0)[1])
+    return not is_writer(redis.call('ZRANGE', holders, 0, 0)[1], limit)
 end
 
 -- Take `token`'s permit away, with its owner name and its fence.
@@ -110,7 +112,7 @@ local function grant_permits(holders, queue, waiters, wakes, fence, grants, limi
         leave_queue(queue, waiters, wakes, head, names)
         local f = take_permit(holders, grants, fence, head, handoff_ms, now, idle_ms, owners, name)
         announce(channel, head, f, handoff_ms, now)
-        if is_writer(head) then
+        if is_writer(head, limit) then
             return
         end
     end
