@@ -84,8 +84,16 @@ def test_a_majority_killed_fails_fast_naming_the_masters(
         lock.acquire()
     # a few attempts, not the 30 s blocking timeout (a busy 2-core machine took 2.2 s)
     assert time.monotonic() - started < 10.0
-    assert set(caught.value.failures) == {lock.masters[0], lock.masters[2]}
-    assert f"2 of 3 masters failed and a quorum needs 2 ({lock.masters[0]}" in str(caught.value)
+    failures = caught.value.failures
+    killed = {lock.masters[0], lock.masters[2]}
+    assert killed <= set(failures)
+    # The live master is named too only if it was slow to answer (a busy machine).
+    for where in set(failures) - killed:
+        assert any(slow in failures[where] for slow in ("no answer", "Timeout", "not answering"))
+    failed = len(failures)
+    assert f"{failed} of 3 masters failed and a quorum needs 2 ({lock.masters[0]}" in str(
+        caught.value
+    )
 
 
 def _masters(
