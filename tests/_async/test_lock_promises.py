@@ -24,7 +24,7 @@ from tenure import (
     AsyncSemaphore,
     LockNotOwnedError,
 )
-from tests._backend_asyncio import sleep, until
+from tests._backend_asyncio import until
 
 
 async def test_timeout_set_on_the_object_is_the_next_lease(
@@ -51,16 +51,17 @@ async def test_timeout_set_on_the_object_is_the_next_lease(
 async def test_a_longer_timeout_set_while_held_reaches_the_hold_before_the_old_lease_ends(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
-    # Renewed at a third of the 0.6 s lease; the renewal after the change must
-    # come within the 0.6 s it set, not a third of the new 30 s.
-    lock = AsyncLock(tenure_async_client, "retimed", timeout=0.6, auto_renew=True)
+    # Renewed at a third of the 3 s lease; the renewal after the change must
+    # come within the 3 s it set, not a third of the new 300 s. A lease over
+    # 10 s is the new one, set while the hold lasted (a late renewal finds the
+    # hold gone and marks it lost).
+    lock = AsyncLock(tenure_async_client, "retimed", timeout=3, auto_renew=True)
     assert await lock.acquire()
-    lock.timeout = 30
+    lock.timeout = 300
     other = AsyncLock(tenure_async_client, "retimed")
     await until(
-        lambda: ttl_over(tenure_async_client, lock.keys.owner, 1000), 5, "the 30 s lease set"
+        lambda: ttl_over(tenure_async_client, lock.keys.owner, 10_000), 10, "the 300 s lease set"
     )
-    await sleep(1.0)  # past the old lease, had it not been renewed: the window under test
     assert not await other.acquire(blocking=False)
     assert await lock.owned() and not lock.lost
     await lock.release()

@@ -25,7 +25,7 @@ from tenure import (
     ReentrantLock,
     Semaphore,
 )
-from tests._backend_threads import sleep, until
+from tests._backend_threads import until
 
 
 def test_timeout_set_on_the_object_is_the_next_lease(
@@ -52,14 +52,15 @@ def test_timeout_set_on_the_object_is_the_next_lease(
 def test_a_longer_timeout_set_while_held_reaches_the_hold_before_the_old_lease_ends(
     tenure_client: redis.Redis,
 ) -> None:
-    # Renewed at a third of the 0.6 s lease; the renewal after the change must
-    # come within the 0.6 s it set, not a third of the new 30 s.
-    lock = Lock(tenure_client, "retimed", timeout=0.6, auto_renew=True)
+    # Renewed at a third of the 3 s lease; the renewal after the change must
+    # come within the 3 s it set, not a third of the new 300 s. A lease over
+    # 10 s is the new one, set while the hold lasted (a late renewal finds the
+    # hold gone and marks it lost).
+    lock = Lock(tenure_client, "retimed", timeout=3, auto_renew=True)
     assert lock.acquire()
-    lock.timeout = 30
+    lock.timeout = 300
     other = Lock(tenure_client, "retimed")
-    until(lambda: ttl_over(tenure_client, lock.keys.owner, 1000), 5, "the 30 s lease set")
-    sleep(1.0)  # past the old lease, had it not been renewed: the window under test
+    until(lambda: ttl_over(tenure_client, lock.keys.owner, 10_000), 10, "the 300 s lease set")
     assert not other.acquire(blocking=False)
     assert lock.owned() and not lock.lost
     lock.release()
