@@ -95,6 +95,24 @@ async def test_guard_cancels_the_body_when_the_lock_is_lost(
     assert await tenure_async_client.ping()  # the next await is not cancelled either
 
 
+async def test_guard_cancels_the_body_when_max_hold_ends(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    lock = AsyncLock(
+        tenure_async_client, "guarded-bounded", timeout=0.3, max_hold=0.6, cancel_on_lost=True
+    )
+    taken = time.monotonic()
+    with pytest.raises(LockLostError):
+        async with lock:
+            await asyncio.Event().wait()  # work with no end: cut short at max_hold's end
+    assert time.monotonic() - taken >= 0.5
+
+    async def ended() -> bool:  # at once, or within the few ms the server's lease is longer
+        return not await lock.locked()
+
+    await until(ended, 5, "the server's hold ended")
+
+
 async def test_cancelled_release_still_releases(tenure_async_client: redis.asyncio.Redis) -> None:
     lock = AsyncLock(tenure_async_client, "release-cancel", thread_local=False)
     await lock.acquire()

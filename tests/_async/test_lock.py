@@ -269,6 +269,69 @@ async def test_max_hold_stops_renewing(tenure_async_client: redis.asyncio.Redis)
         await lock.release()
 
 
+async def test_the_end_of_max_hold_is_told_as_a_lost_hold(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """docs/locks.md: the lease runs out and the holder is told (on_lost, lost, the error)."""
+    told: list[object] = []
+    lock = AsyncLock(
+        tenure_async_client, "bounded-told", timeout=0.3, max_hold=0.6, on_lost=told.append
+    )
+    taken = time.monotonic()
+    with pytest.raises(LockLostError):
+        async with lock:
+
+            async def tell() -> bool:
+                return bool(told)
+
+            await until(tell, 10, "on_lost at the end of max_hold")
+            assert time.monotonic() - taken >= 0.5  # not before max_hold (renewed till then)
+            assert told == [lock] and lock.lost
+
+            async def ended() -> bool:  # within the few ms the server's lease is longer
+                return not await lock.locked()
+
+            await until(ended, 5, "the server's hold ended")
+    assert lock.statistics().lost == 1 and lock.statistics().renewals >= 2
+
+
+async def test_an_extend_past_max_hold_moves_its_end(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    told: list[float] = []
+    lock = AsyncLock(
+        tenure_async_client,
+        "bounded-extended",
+        timeout=2,
+        max_hold=0.1,  # the first renewal (0.67 s) sets a lease ending at max_hold
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    assert await lock.acquire()
+    hold = lock._holds.peek()
+    assert hold is not None
+
+    async def ending() -> bool:  # no renewal left: only the end is planned
+        return hold.ending
+
+    await until(ending, 10, "the end of max_hold planned")
+    assert await lock.extend(2)  # the holder's own choice: 2 s more
+    extended = time.monotonic()
+    assert not told and await lock.owned()
+
+    async def tell() -> bool:
+        return bool(told)
+
+    await until(tell, 15, "on_lost at the end of the extended lease")
+    assert told[0] - extended >= 1.5  # at the extended lease's end, not max_hold's
+
+    async def ended() -> bool:
+        return not await lock.locked()
+
+    await until(ended, 5, "the server's hold ended")
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()
+
+
 async def test_reentrant(tenure_async_client: redis.asyncio.Redis) -> None:
     lock = AsyncReentrantLock(tenure_async_client, "again")
     async with lock:

@@ -495,6 +495,8 @@ class Hold:
     holder: object = None
     renewal: Any = None
     waited: float = 0.0
+    ending: bool = False
+    """``max_hold`` is used up: the watchdog's next call ends the lease and tells."""
 
 
 @dataclass(frozen=True)

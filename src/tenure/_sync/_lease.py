@@ -40,6 +40,9 @@ __all__ = ["Lease"]
 
 logger = logging.getLogger("tenure.lock")
 
+ENDING_MS = 1
+"""The lease the call at the end of ``max_hold`` leaves: the hold ends as the holder is told."""
+
 
 class Lease:
     """Takes, renews and extends the holds of one primitive object."""
@@ -103,6 +106,7 @@ class Lease:
             raise rules.refused(f"the {rules.noun} is no longer held by this owner")
         with self._holds.mutex:
             hold.expires_at = sent + reply / 1000
+            self._end_later(hold)
         return True
 
     def reenter(self, hold: Hold) -> bool:
@@ -123,6 +127,7 @@ class Lease:
         with self._holds.mutex:
             hold.count += 1
             hold.expires_at = sent + answer.lease_ms / 1000
+            self._end_later(hold)
         return True
 
     def confirm_grant(
@@ -151,8 +156,9 @@ class Lease:
 
     def _schedule(self, hold: Hold, due: float) -> None:
         ms = self._renewal_ms(hold)
-        if ms is None:
-            return
+        if ms is None:  # max_hold used up already: only its end is planned
+            hold.ending = True
+            ms, due = ENDING_MS, hold.expires_at
         primitive = self._primitive  # the object nobody holds any more is not renewed
         kind = self._kind
         lease = self
@@ -182,11 +188,16 @@ class Lease:
             args=args,
             on_result=on_result,
             name=rules.name,
-            slack=(due - time.monotonic()) / 2,
+            slack=0.0 if hold.ending else (due - time.monotonic()) / 2,
             runner=rules.renewal_runner(hold),
             wanted=wanted,
         )
         hold.renewal = watchdog().schedule(job)
+
+    def _end_later(self, hold: Hold) -> None:
+        """A lease set on request past ``max_hold``: its end (and the tell) moves with it."""
+        if hold.ending and hold.renewal is not None:
+            watchdog().replan(hold.renewal, hold.expires_at)
 
     def _renewal_ms(self, hold: Hold) -> int | None:
         """The lease the next renewal sets, or None once ``max_hold`` is used up."""
@@ -212,7 +223,13 @@ class Lease:
                 # write lock downgraded): renew under the new token now.
                 job.args = self._rules.extend_call(hold.token, int(job.args[1]), "set")[1]
                 return time.monotonic()
-            next_due, lost = self._next_renewal(hold, job, reply, error)
+            ending = hold.ending
+            if not ending:
+                next_due, lost = self._next_renewal(hold, job, reply, error)
+        if ending:
+            max_hold = self._rules.settings.max_hold
+            holds.mark_lost(hold, f"its max_hold of {max_hold:g}s ran out")
+            return None
         if lost:
             holds.mark_lost(hold)
         return next_due
@@ -240,7 +257,12 @@ class Lease:
             return None, False
         ms = self._renewal_ms(hold)
         if ms is None:
-            return None, False
+            # max_hold is used up: no more renewals. One last call, as the lease
+            # runs out, ends it on the server and tells the holder (on_lost).
+            hold.ending = True
+            job.args = rules.extend_call(hold.token, ENDING_MS, "set")[1]
+            job.slack = 0.0
+            return hold.expires_at, False
         job.args = rules.extend_call(hold.token, ms, "set")[1]
         # Due within the lease just granted: ``timeout`` set longer meanwhile is
         # set by the next renewal, which must come before the old lease ends.

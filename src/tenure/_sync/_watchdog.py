@@ -104,20 +104,31 @@ class Watchdog:
         A job already waiting is planned again at its ``due`` and ``slack`` now.
         """
         with self._mutex:
-            if job.queued < 0:
-                self._waiting += 1
-            entry = job.queued = next(self._entries)
-            heapq.heappush(self._by_due, (job.due, entry, job))
-            heapq.heappush(self._by_opening, (job.due - job.slack, entry, job))
-            self._compact()
-            if not self._running:
-                self._running = True
-                self._sleep_until = float("-inf")
-                # Kept in self._worker: see start_background.
-                self._worker = start_background(self._run, "tenure-watchdog")
-            elif job.due < self._sleep_until:
-                self._wakeup.set()  # it sleeps past this job's window: wake it to re-plan
+            self._plan(job)
         return job
+
+    def replan(self, job: Job, due: float) -> None:
+        """Move a waiting ``job`` to ``due``; a job running or done is left as it is."""
+        with self._mutex:
+            if job.queued >= 0:
+                job.due = due
+                self._plan(job)
+
+    def _plan(self, job: Job) -> None:
+        """Queue ``job`` at its ``due`` and ``slack`` (under the mutex)."""
+        if job.queued < 0:
+            self._waiting += 1
+        entry = job.queued = next(self._entries)
+        heapq.heappush(self._by_due, (job.due, entry, job))
+        heapq.heappush(self._by_opening, (job.due - job.slack, entry, job))
+        self._compact()
+        if not self._running:
+            self._running = True
+            self._sleep_until = float("-inf")
+            # Kept in self._worker: see start_background.
+            self._worker = start_background(self._run, "tenure-watchdog")
+        elif job.due < self._sleep_until:
+            self._wakeup.set()  # it sleeps past this job's window: wake it to re-plan
 
     def cancel(self, job: Job | None) -> None:
         """Drop ``job`` if it has not run yet (a running job's result is ignored)."""
