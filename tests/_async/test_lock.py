@@ -295,6 +295,32 @@ async def test_the_end_of_max_hold_is_told_as_a_lost_hold(
     assert lock.statistics().lost == 1 and lock.statistics().renewals >= 2
 
 
+async def test_max_hold_ends_a_hold_before_its_first_renewal(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    told: list[float] = []
+    lock = AsyncLock(
+        tenure_async_client,
+        "bounded-long",
+        timeout=10,  # first renewal at 3.3 s: max_hold ends the hold before it
+        max_hold=0.5,
+        on_lost=lambda _lock: told.append(time.monotonic()),
+    )
+    taken = time.monotonic()
+    assert await lock.acquire()
+
+    async def tell() -> bool:
+        return bool(told)
+
+    await until(tell, 10, "on_lost at the end of max_hold")
+    assert 0.45 <= told[0] - taken < 3.0  # at max_hold, not at the lease's renewal
+
+    async def ended() -> bool:
+        return not await lock.locked()
+
+    await until(ended, 5, "the server's hold ended")
+
+
 async def test_an_extend_past_max_hold_moves_its_end(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:

@@ -135,8 +135,8 @@ class AsyncLock(AsyncLeased):
       is found lost.
     * ``cancel_on_lost`` — asyncio only: cancel the task in ``async with``
       when its lock is lost; the block then raises :class:`LockLostError`.
-    * ``max_hold`` — stop renewing after this many seconds of holding; the
-      lease then ends and the holder is told as for a lost lock.
+    * ``max_hold`` — end the hold after this many seconds (no renewal past
+      it); the holder is then told as for a lost lock.
     * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes
       (``{prefix}({name})`` for a name with its own hash tag, which is kept).
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.

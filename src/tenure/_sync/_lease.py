@@ -19,6 +19,7 @@ retried, or lost), and sets or extends the lease on request (``extend``,
 from __future__ import annotations
 
 import logging
+import math
 import time
 import weakref
 from typing import Any
@@ -156,9 +157,10 @@ class Lease:
 
     def _schedule(self, hold: Hold, due: float) -> None:
         ms = self._renewal_ms(hold)
-        if ms is None:  # max_hold used up already: only its end is planned
+        end = self._max_hold_end(hold)
+        if ms is None or due >= end:  # no renewal before max_hold ends: only the end
             hold.ending = True
-            ms, due = ENDING_MS, hold.expires_at
+            ms, due = ENDING_MS, min(hold.expires_at, end)
         primitive = self._primitive  # the object nobody holds any more is not renewed
         kind = self._kind
         lease = self
@@ -198,6 +200,11 @@ class Lease:
         """A lease set on request past ``max_hold``: its end (and the tell) moves with it."""
         if hold.ending and hold.renewal is not None:
             watchdog().replan(hold.renewal, hold.expires_at)
+
+    def _max_hold_end(self, hold: Hold) -> float:
+        """When ``max_hold`` ends ``hold`` (monotonic; infinity without one)."""
+        max_hold = self._rules.settings.max_hold
+        return math.inf if max_hold is None else hold.acquired_at + max_hold
 
     def _renewal_ms(self, hold: Hold) -> int | None:
         """The lease the next renewal sets, or None once ``max_hold`` is used up."""
@@ -256,14 +263,16 @@ class Lease:
         if not settings.auto_renew and settings.max_hold is None:
             return None, False
         ms = self._renewal_ms(hold)
-        if ms is None:
-            # max_hold is used up: no more renewals. One last call, as the lease
-            # runs out, ends it on the server and tells the holder (on_lost).
+        # Due within the lease just granted: ``timeout`` set longer meanwhile is
+        # set by the next renewal, which must come before the old lease ends.
+        next_due = now + min(ms or 0, granted_ms) / 1000 * RENEW_AT
+        end = self._max_hold_end(hold)
+        if ms is None or next_due >= end:
+            # No renewal before max_hold ends: one last call, at its end, ends the
+            # lease on the server and tells the holder (on_lost).
             hold.ending = True
             job.args = rules.extend_call(hold.token, ENDING_MS, "set")[1]
             job.slack = 0.0
-            return hold.expires_at, False
+            return min(hold.expires_at, end), False
         job.args = rules.extend_call(hold.token, ms, "set")[1]
-        # Due within the lease just granted: ``timeout`` set longer meanwhile is
-        # set by the next renewal, which must come before the old lease ends.
-        return now + min(ms, granted_ms) / 1000 * RENEW_AT, False
+        return next_due, False

@@ -134,8 +134,8 @@ class Lock(Leased):
     * ``reentrant`` — the owner may acquire again; each acquire needs a release.
     * ``on_lost`` — called with the lock (from the watchdog) when a held lease
       is found lost.
-    * ``max_hold`` — stop renewing after this many seconds of holding; the
-      lease then ends and the holder is told as for a lost lock.
+    * ``max_hold`` — end the hold after this many seconds (no renewal past
+      it); the holder is then told as for a lost lock.
     * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes
       (``{prefix}({name})`` for a name with its own hash tag, which is kept).
     * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
