@@ -435,6 +435,19 @@ def run_pytest(
         return results
 
 
+START_WAIT = 3600.0
+"""How long ``--start-after`` waits for its file at most, in seconds."""
+
+
+def wait_for_file(path: Path) -> None:
+    """Wait until ``path`` exists (``--start-after``), at most ``START_WAIT`` seconds."""
+    deadline = time.monotonic() + START_WAIT
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            raise HarnessError(f"--start-after: {path} did not appear within {START_WAIT:g} s")
+        time.sleep(0.2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; exit 0 when the outcomes match the list."""
     # Imported here: that module imports this one for its constants.
@@ -461,6 +474,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run one mode only: tenure's lock as it is, or with interop='redis-py' "
         "(default: both, one after the other)",
     )
+    parser.add_argument(
+        "--start-after",
+        type=Path,
+        metavar="FILE",
+        help="prepare (download, install), then wait until FILE exists before the tests run "
+        "(CI prepares while its own test passes run)",
+    )
     parser.add_argument("--expected", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("pytest_args", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -485,6 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 python = make_venv(Path(scratch) / "venv", version, needed)
                 where = "a throwaway venv"
             prepared = time.monotonic() - started
+            if args.start_after is not None:
+                wait_for_file(args.start_after)
             from tenure.server import Standalone
 
             with Standalone() as server:

@@ -9,7 +9,9 @@ processes start private ones instead.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import cast
 
@@ -85,19 +87,35 @@ def reporting_lock(client: redis.Redis, name: str, lease: float) -> tuple[Lock, 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests marked ``engine_blind`` (tenure's tools: the CLI, the demos, the
-    benchmarks, the documentation's examples) on Valkey only: what they check is the
-    tools' own plumbing, and the library under them is tested on both engines."""
+    """Run each test marked ``engine_blind`` (tenure's tools: the CLI, the demos, the
+    benchmarks, the documentation's examples) on one engine only: what they check is
+    the tools' own plumbing, and the library under them is tested on both engines.
+
+    That engine is Valkey; with ``TENURE_TOOLS_ENGINE=split`` (CI, which runs
+    the Valkey and the redis-server passes side by side) each such test runs in
+    one of the two passes, chosen by its id, so both passes take about as long.
+    """
     # The slow tests (many processes, much CPU) first: spread over the workers from
     # the start, they do not end the run alone on one worker after the rest.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     engine = _engine_name(config) or "valkey"
-    if engine == "valkey":
+    split = os.environ.get("TENURE_TOOLS_ENGINE") == "split"
+    if engine == "valkey" and not split:
         return
-    skip = pytest.mark.skip(reason="engine-blind (tenure's tools): checked once, on Valkey")
     for item in items:
-        if item.get_closest_marker("engine_blind") is not None:
-            item.add_marker(skip)
+        if item.get_closest_marker("engine_blind") is None:
+            continue
+        runs_on = tools_pass(item.nodeid) if split else "valkey"
+        if runs_on != engine:
+            where = f"in the {runs_on} pass" if split else "on Valkey"
+            item.add_marker(
+                pytest.mark.skip(reason=f"engine-blind (tenure's tools): checked once, {where}")
+            )
+
+
+def tools_pass(nodeid: str) -> str:
+    """The pass (engine) that runs a tools test when they are split: by its id, stable."""
+    return ("valkey", "redis")[zlib.crc32(nodeid.encode()) % 2]
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 
 from tenure import (
+    AlreadyHeldError,
     AsyncConnectionLock,
     ClientTypeError,
     LockNotOwnedError,
@@ -23,11 +24,14 @@ async def test_one_connection_holds_it(clients: list[redis.asyncio.Redis]) -> No
     second = AsyncConnectionLock(clients[1], "job-7")
     assert await first.acquire()
     assert await first.locked()
+    assert await first.owned() and not await second.owned()
+    with pytest.raises(AlreadyHeldError):  # as the other locks: not re-entrant
+        await first.acquire()
     assert not await second.acquire(blocking=False)
     assert first.owner_id is not None
     assert await clients[2].get(first.key) == first.owner_id.encode()
     await first.release()
-    assert not await first.locked()
+    assert not await first.locked() and not await first.owned()
     assert await second.acquire(blocking=False)
     await second.release()
     with pytest.raises(LockNotOwnedError):
@@ -40,6 +44,7 @@ async def test_closed_connection_frees_it_at_once(clients: list[redis.asyncio.Re
     assert await holder.acquire()
     # The holder's connection dies (as when its process is killed).
     await clients[2].client_kill_filter(_id=holder.owner_id)
+    assert not await holder.owned()  # its connection is gone: so is its hold
     began = time.monotonic()
     assert await waiter.acquire(blocking_timeout=2)
     assert time.monotonic() - began < 0.5  # at once: its poll finds the owner gone

@@ -10,6 +10,7 @@ import redis
 import redis.cluster
 
 from tenure import (
+    AlreadyHeldError,
     ClientTypeError,
     ConnectionLock,
     LockNotOwnedError,
@@ -24,11 +25,14 @@ def test_one_connection_holds_it(clients: list[redis.Redis]) -> None:
     second = ConnectionLock(clients[1], "job-7")
     assert first.acquire()
     assert first.locked()
+    assert first.owned() and not second.owned()
+    with pytest.raises(AlreadyHeldError):  # as the other locks: not re-entrant
+        first.acquire()
     assert not second.acquire(blocking=False)
     assert first.owner_id is not None
     assert clients[2].get(first.key) == first.owner_id.encode()
     first.release()
-    assert not first.locked()
+    assert not first.locked() and not first.owned()
     assert second.acquire(blocking=False)
     second.release()
     with pytest.raises(LockNotOwnedError):
@@ -41,6 +45,7 @@ def test_closed_connection_frees_it_at_once(clients: list[redis.Redis]) -> None:
     assert holder.acquire()
     # The holder's connection dies (as when its process is killed).
     clients[2].client_kill_filter(_id=holder.owner_id)
+    assert not holder.owned()  # its connection is gone: so is its hold
     began = time.monotonic()
     assert waiter.acquire(blocking_timeout=2)
     assert time.monotonic() - began < 0.5  # at once: its poll finds the owner gone

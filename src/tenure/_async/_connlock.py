@@ -39,6 +39,7 @@ from tenure._backends.owners import generation
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
     AcquireTimeoutError,
+    AlreadyHeldError,
     ArgumentError,
     ClientTypeError,
     LockNotOwnedError,
@@ -139,7 +140,10 @@ class AsyncConnectionLock:
     ) -> bool:
         """Take the lock on a new dedicated connection; False if busy (or timed out)."""
         if self._held()[1] is not None:
-            raise ArgumentError("acquire", "this ConnectionLock already holds", name=self.name)
+            raise AlreadyHeldError(
+                "this ConnectionLock already holds: release it first (it is not re-entrant)",
+                name=self.name,
+            )
         wait = self.blocking if blocking is None else blocking
         timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
         check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
@@ -231,6 +235,22 @@ class AsyncConnectionLock:
         )
         if int(reply) != 1:
             raise LockNotOwnedError("the booking was gone (lease ran out)", name=self.name)
+
+    async def owned(self) -> bool:
+        """True if this object holds: its booking names its connection, still open.
+
+        One round trip on the client (not the dedicated connection). False once
+        the connection dropped (its ``CLIENT ID`` is gone) or the lease ran out.
+        """
+        my_id = self._held()[1]
+        if my_id is None:
+            return False
+        with map_exceptions(name=self.name, doing="checking", refine=self._refine):
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.get(self.key)
+                pipe.client_list(client_id=[my_id])
+                owner, alive = await pipe.execute()
+        return owner is not None and to_text(owner) == my_id and bool(alive)
 
     async def locked(self) -> bool:
         """True if a live connection holds the lock (two round trips)."""
