@@ -230,10 +230,15 @@ def mariadb() -> SqlServer:
     assert install is not None
     folder = Path(tempfile.mkdtemp(prefix="tenure-mariadb-"))
     data = folder / "data"
+    # Its own temporary folder: two servers made at once (CI's two passes) must not
+    # share /tmp's temporary tables (an install once failed on a vanished one).
+    scratch = folder / "tmp"
+    scratch.mkdir()
     root = ["--user=root"] if os.geteuid() == 0 else []
     try:
         _run([install, "--no-defaults", f"--datadir={data}", "--skip-test-db",
-              "--auth-root-authentication-method=normal", *root], cwd=folder)  # fmt: skip
+              "--auth-root-authentication-method=normal", f"--tmpdir={scratch}", *root],
+             cwd=folder)  # fmt: skip
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -253,6 +258,7 @@ def mariadb() -> SqlServer:
             folder,
             [server, "--no-defaults", f"--datadir={data}", f"--socket={folder / 'server.sock'}",
              f"--port={port}", "--bind-address=127.0.0.1", f"--pid-file={folder / 'server.pid'}",
+             f"--tmpdir={scratch}",
              "--skip-grant-tables", "--skip-name-resolve", "--skip-log-bin",
              "--innodb-buffer-pool-size=32M", "--innodb-flush-log-at-trx-commit=0", *root],
             f"mysql+pymysql://root@127.0.0.1:{port}/{DATABASE}?charset=utf8mb4",
