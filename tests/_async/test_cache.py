@@ -111,9 +111,9 @@ async def test_cache_many_and_clear(tenure_async_client: redis.asyncio.Redis) ->
 
 async def test_cache_expires(tenure_async_client: redis.asyncio.Redis) -> None:
     cache = AsyncCache(tenure_async_client, "short", ttl=0.2)
+    set_at = time.monotonic()  # the server runs the SET after this: its ttl counts from later
     await cache.set("a", 1)
     await cache.set("b", 2, ttl=5)
-    set_at = time.monotonic()
 
     async def a_gone() -> bool:
         return await cache.get("a") is None
