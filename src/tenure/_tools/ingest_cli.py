@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import multiprocessing
 import os
 import signal
@@ -159,6 +160,11 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
     def interrupt(*_: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the give-back must not be cut
         interrupted.append(True)
+        # The interrupt can land inside SQLAlchemy's pool clean-up (a connection's
+        # reset as it is collected), which logs it with a traceback: after the
+        # stop was asked for that is no news, and the command prints one line.
+        logging.getLogger("sqlalchemy").addHandler(logging.NullHandler())
+        logging.getLogger("sqlalchemy").propagate = False
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
