@@ -51,7 +51,9 @@ def _bind_and_clear_with(held: int) -> float:
 
 def test_binding_a_hold_does_not_grow_with_what_the_owner_holds() -> None:
     few, many = _bind_and_clear_with(1000), _bind_and_clear_with(20000)
-    assert many < 3 * few, (few, many)
+    # 20 times the holds: a cost that grew with them would be ~20 times; a busy
+    # CI worker (two test passes on two cores) has made the same work 3.5 times.
+    assert many < 8 * few, (few, many)
 
 
 def _job(due: float) -> Job:
