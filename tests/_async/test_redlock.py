@@ -439,9 +439,15 @@ async def test_fences_grow_when_the_masters_counters_differ(
 ) -> None:
     fence_key = "tenure:redlock:{fenced}:fence"
     lock = AsyncRedlock(masters, "fenced", timeout=5)
-    for _ in range(3):
+    for _ in range(3):  # on every master (acquire and release return at a quorum)
         assert await lock.acquire()
+        await eventually(lambda: held_everywhere(redlock_servers, "fenced"), 5, "the grant")
         await lock.release()
+        await eventually(
+            lambda: all(owner_of(server, "fenced") is None for server in redlock_servers),
+            5,
+            "the release on every master",
+        )
     # Master 0 loses its counter (say, a restart without persistence): it starts
     # again from its clock in microseconds, above the other two. Master 2 is
     # slow, so the next quorum is masters 0 and 1.
