@@ -87,9 +87,10 @@ def test_blocking_timeout_is_precise(tenure_client: redis.Redis, other_client: r
         began = time.monotonic()
         assert not waiter.acquire(blocking_timeout=wanted)
         took = time.monotonic() - began
-        # Never early; late only by what leaving the line takes (a round trip),
-        # which a CI machine running two suites at once stretches past 50 ms.
-        assert wanted <= took <= wanted + 0.25, (wanted, took)
+        # Never early; late only by what leaving the line takes (a round trip:
+        # ~50 ms on a quiet machine, past 300 ms on a CI machine running two
+        # suites at once), never by a refresh period or a lease.
+        assert wanted <= took <= wanted + 1.0, (wanted, took)
     assert waiter.statistics().timeouts == 3
     holder.release()
     # The waiter left the queue: the lock is free for anyone at once.
