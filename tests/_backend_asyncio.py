@@ -63,3 +63,13 @@ async def in_line(client: Any, primitive: Any, count: int) -> bool:
 async def subscribed(client: Any) -> bool:
     """Whether the server has a client subscribed to channels (a waiter listening)."""
     return bool(await client.client_list(_type="pubsub"))
+
+
+async def unlocked(primitive: Any) -> bool:
+    """Whether nobody holds ``primitive`` on the server (its hold ended or ran out)."""
+    return not await primitive.locked()
+
+
+async def nonempty(items: list[Any]) -> bool:
+    """Whether ``items`` (what a callback recorded) has anything yet."""
+    return bool(items)

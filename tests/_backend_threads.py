@@ -68,3 +68,13 @@ def in_line(client: Any, primitive: Any, count: int) -> bool:
 def subscribed(client: Any) -> bool:
     """Whether the server has a client subscribed to channels (a waiter listening)."""
     return bool(client.client_list(_type="pubsub"))
+
+
+def unlocked(primitive: Any) -> bool:
+    """Whether nobody holds ``primitive`` on the server (its hold ended or ran out)."""
+    return not primitive.locked()
+
+
+def nonempty(items: list[Any]) -> bool:
+    """Whether ``items`` (what a callback recorded) has anything yet."""
+    return bool(items)

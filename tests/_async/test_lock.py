@@ -24,7 +24,7 @@ from tenure import (
 from tenure._async._watchdog import watchdog
 from tenure._backends.for_asyncio import IS_ASYNC, Event
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, in_line, join, spawn, until
+from tests._backend_asyncio import gather, in_line, join, nonempty, spawn, unlocked, until
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
@@ -167,10 +167,7 @@ async def test_lease_expires_without_renewal(tenure_async_client: redis.asyncio.
     assert 0 < ttl <= 200
     taken = time.monotonic()
 
-    async def free() -> bool:
-        return not await lock.locked()
-
-    await until(free, 5, "the 0.2 s lease running out")
+    await until(lambda: unlocked(lock), 5, "the 0.2 s lease running out")
     assert time.monotonic() - taken > 0.1  # its lease, not a release
     with pytest.raises(LockNotOwnedError):
         await lock.release()
@@ -262,10 +259,8 @@ async def test_max_hold_stops_renewing(tenure_async_client: redis.asyncio.Redis)
     assert time.monotonic() - taken > 0.2  # held past its first lease
     assert await lock.owned()  # renewed past its first lease
 
-    async def ended() -> bool:  # but not past max_hold: the hold ends within a lease of it
-        return not await lock.locked()
-
-    await until(ended, 5, "the hold's end after max_hold")
+    # but not past max_hold: the hold ends within a lease of it
+    await until(lambda: unlocked(lock), 5, "the hold's end after max_hold")
     with pytest.raises(LockNotOwnedError):
         await lock.release()
 
@@ -281,18 +276,12 @@ async def test_the_end_of_max_hold_is_told_as_a_lost_hold(
     taken = time.monotonic()
     with pytest.raises(LockLostError):
         async with lock:
-
-            async def tell() -> bool:
-                return bool(told)
-
-            await until(tell, 10, "on_lost at the end of max_hold")
+            await until(lambda: nonempty(told), 10, "on_lost at the end of max_hold")
             assert time.monotonic() - taken >= 0.5  # not before max_hold (renewed till then)
             assert told == [lock] and lock.lost
 
-            async def ended() -> bool:  # within the few ms the server's lease is longer
-                return not await lock.locked()
-
-            await until(ended, 5, "the server's hold ended")
+            # within the few ms the server's lease is longer
+            await until(lambda: unlocked(lock), 5, "the server's hold ended")
     assert lock.statistics().lost == 1 and lock.statistics().renewals >= 2
 
 
@@ -310,16 +299,10 @@ async def test_max_hold_ends_a_hold_before_its_first_renewal(
     taken = time.monotonic()
     assert await lock.acquire()
 
-    async def tell() -> bool:
-        return bool(told)
-
-    await until(tell, 10, "on_lost at the end of max_hold")
+    await until(lambda: nonempty(told), 10, "on_lost at the end of max_hold")
     assert 0.45 <= told[0] - taken < 3.0  # at max_hold, not at the lease's renewal
 
-    async def ended() -> bool:
-        return not await lock.locked()
-
-    await until(ended, 5, "the server's hold ended")
+    await until(lambda: unlocked(lock), 5, "the server's hold ended")
 
 
 async def test_an_extend_past_max_hold_moves_its_end(
@@ -345,16 +328,10 @@ async def test_an_extend_past_max_hold_moves_its_end(
     extended = time.monotonic()
     assert not told and await lock.owned()
 
-    async def tell() -> bool:
-        return bool(told)
-
-    await until(tell, 15, "on_lost at the end of the extended lease")
+    await until(lambda: nonempty(told), 15, "on_lost at the end of the extended lease")
     assert told[0] - extended >= 1.5  # at the extended lease's end, not max_hold's
 
-    async def ended() -> bool:
-        return not await lock.locked()
-
-    await until(ended, 5, "the server's hold ended")
+    await until(lambda: unlocked(lock), 5, "the server's hold ended")
     with pytest.raises(LockNotOwnedError):
         await lock.release()
 
@@ -388,10 +365,8 @@ async def test_fencing_survives_key_expiry(tenure_async_client: redis.asyncio.Re
         assert token is not None
         seen.append(token)
 
-        async def ran_out() -> bool:  # the lease runs out instead of a release
-            return not await lock.locked()
-
-        await until(ran_out, 5, "the 50 ms lease running out")
+        # the lease runs out instead of a release
+        await until(lambda: unlocked(lock), 5, "the 50 ms lease running out")
         with pytest.raises(LockNotOwnedError):
             await lock.release()
     assert seen == sorted(seen) and len(set(seen)) == 3

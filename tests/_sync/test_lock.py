@@ -25,7 +25,7 @@ from tenure import (
 from tenure._backends.for_threads import IS_ASYNC, Event
 from tenure._sync._watchdog import watchdog
 from tenure.server import ServerProcess
-from tests._backend_threads import gather, in_line, join, spawn, until
+from tests._backend_threads import gather, in_line, join, nonempty, spawn, unlocked, until
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
@@ -166,10 +166,7 @@ def test_lease_expires_without_renewal(tenure_client: redis.Redis) -> None:
     assert 0 < ttl <= 200
     taken = time.monotonic()
 
-    def free() -> bool:
-        return not lock.locked()
-
-    until(free, 5, "the 0.2 s lease running out")
+    until(lambda: unlocked(lock), 5, "the 0.2 s lease running out")
     assert time.monotonic() - taken > 0.1  # its lease, not a release
     with pytest.raises(LockNotOwnedError):
         lock.release()
@@ -261,10 +258,8 @@ def test_max_hold_stops_renewing(tenure_client: redis.Redis) -> None:
     assert time.monotonic() - taken > 0.2  # held past its first lease
     assert lock.owned()  # renewed past its first lease
 
-    def ended() -> bool:  # but not past max_hold: the hold ends within a lease of it
-        return not lock.locked()
-
-    until(ended, 5, "the hold's end after max_hold")
+    # but not past max_hold: the hold ends within a lease of it
+    until(lambda: unlocked(lock), 5, "the hold's end after max_hold")
     with pytest.raises(LockNotOwnedError):
         lock.release()
 
@@ -278,18 +273,12 @@ def test_the_end_of_max_hold_is_told_as_a_lost_hold(
     taken = time.monotonic()
     with pytest.raises(LockLostError):
         with lock:
-
-            def tell() -> bool:
-                return bool(told)
-
-            until(tell, 10, "on_lost at the end of max_hold")
+            until(lambda: nonempty(told), 10, "on_lost at the end of max_hold")
             assert time.monotonic() - taken >= 0.5  # not before max_hold (renewed till then)
             assert told == [lock] and lock.lost
 
-            def ended() -> bool:  # within the few ms the server's lease is longer
-                return not lock.locked()
-
-            until(ended, 5, "the server's hold ended")
+            # within the few ms the server's lease is longer
+            until(lambda: unlocked(lock), 5, "the server's hold ended")
     assert lock.statistics().lost == 1 and lock.statistics().renewals >= 2
 
 
@@ -307,16 +296,10 @@ def test_max_hold_ends_a_hold_before_its_first_renewal(
     taken = time.monotonic()
     assert lock.acquire()
 
-    def tell() -> bool:
-        return bool(told)
-
-    until(tell, 10, "on_lost at the end of max_hold")
+    until(lambda: nonempty(told), 10, "on_lost at the end of max_hold")
     assert 0.45 <= told[0] - taken < 3.0  # at max_hold, not at the lease's renewal
 
-    def ended() -> bool:
-        return not lock.locked()
-
-    until(ended, 5, "the server's hold ended")
+    until(lambda: unlocked(lock), 5, "the server's hold ended")
 
 
 def test_an_extend_past_max_hold_moves_its_end(
@@ -342,16 +325,10 @@ def test_an_extend_past_max_hold_moves_its_end(
     extended = time.monotonic()
     assert not told and lock.owned()
 
-    def tell() -> bool:
-        return bool(told)
-
-    until(tell, 15, "on_lost at the end of the extended lease")
+    until(lambda: nonempty(told), 15, "on_lost at the end of the extended lease")
     assert told[0] - extended >= 1.5  # at the extended lease's end, not max_hold's
 
-    def ended() -> bool:
-        return not lock.locked()
-
-    until(ended, 5, "the server's hold ended")
+    until(lambda: unlocked(lock), 5, "the server's hold ended")
     with pytest.raises(LockNotOwnedError):
         lock.release()
 
@@ -385,10 +362,8 @@ def test_fencing_survives_key_expiry(tenure_client: redis.Redis) -> None:
         assert token is not None
         seen.append(token)
 
-        def ran_out() -> bool:  # the lease runs out instead of a release
-            return not lock.locked()
-
-        until(ran_out, 5, "the 50 ms lease running out")
+        # the lease runs out instead of a release
+        until(lambda: unlocked(lock), 5, "the 50 ms lease running out")
         with pytest.raises(LockNotOwnedError):
             lock.release()
     assert seen == sorted(seen) and len(set(seen)) == 3

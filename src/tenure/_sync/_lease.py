@@ -156,11 +156,7 @@ class Lease:
     # -- renewal -----------------------------------------------------------------
 
     def _schedule(self, hold: Hold, due: float) -> None:
-        ms = self._renewal_ms(hold)
-        end = self._max_hold_end(hold)
-        if ms is None or due >= end:  # no renewal before max_hold ends: only the end
-            hold.ending = True
-            ms, due = ENDING_MS, min(hold.expires_at, end)
+        ms, due = self._plan(hold, self._renewal_ms(hold), due)
         primitive = self._primitive  # the object nobody holds any more is not renewed
         kind = self._kind
         lease = self
@@ -200,6 +196,19 @@ class Lease:
         """A lease set on request past ``max_hold``: its end (and the tell) moves with it."""
         if hold.ending and hold.renewal is not None:
             watchdog().replan(hold.renewal, hold.expires_at)
+
+    def _plan(self, hold: Hold, ms: int | None, due: float) -> tuple[int, float]:
+        """The next call's lease and when it is due.
+
+        A renewal of ``ms`` at ``due`` or, when no renewal comes before ``max_hold``
+        ends (``ms`` None: used up), one last call at its end that ends the lease on
+        the server and tells the holder.
+        """
+        end = self._max_hold_end(hold)
+        if ms is not None and due < end:
+            return ms, due
+        hold.ending = True
+        return ENDING_MS, min(hold.expires_at, end)
 
     def _max_hold_end(self, hold: Hold) -> float:
         """When ``max_hold`` ends ``hold`` (monotonic; infinity without one)."""
@@ -265,14 +274,8 @@ class Lease:
         ms = self._renewal_ms(hold)
         # Due within the lease just granted: ``timeout`` set longer meanwhile is
         # set by the next renewal, which must come before the old lease ends.
-        next_due = now + min(ms or 0, granted_ms) / 1000 * RENEW_AT
-        end = self._max_hold_end(hold)
-        if ms is None or next_due >= end:
-            # No renewal before max_hold ends: one last call, at its end, ends the
-            # lease on the server and tells the holder (on_lost).
-            hold.ending = True
-            job.args = rules.extend_call(hold.token, ENDING_MS, "set")[1]
-            job.slack = 0.0
-            return min(hold.expires_at, end), False
-        job.args = rules.extend_call(hold.token, ms, "set")[1]
+        call_ms, next_due = self._plan(hold, ms, now + min(ms or 0, granted_ms) / 1000 * RENEW_AT)
+        job.args = rules.extend_call(hold.token, call_ms, "set")[1]
+        if hold.ending:
+            job.slack = 0.0  # the end is on time, not batched with other renewals
         return next_due, False
