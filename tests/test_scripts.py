@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tenure._async._semaphore import RW_LIMIT
 from tenure._core.exceptions import ArgumentError, ScriptError
 from tenure._core.scripts import Script, load_script, script_names
 
@@ -24,6 +25,11 @@ def test_the_library_ships_no_demo_script() -> None:
     assert script_names("tenure._tools.demo") == ["market_list", "market_purchase"]
     with pytest.raises(ArgumentError, match="no script named 'market_list' in tenure"):
         load_script("market_list")
+
+
+def test_the_scripts_know_a_read_write_lock_by_the_limit_python_gives_it() -> None:
+    # Only under this limit is a token's first letter its mode (semaphore.lua, is_writer).
+    assert f"local RW_LIMIT = {RW_LIMIT}\n" in load_script("semaphore_extend").source
 
 
 HEAD = "-- tenure script: demo\n-- Do a thing.\n"

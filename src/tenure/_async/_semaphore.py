@@ -70,7 +70,7 @@ class AsyncPermitRules(AsyncRules):
     line_script: ClassVar[str | None] = "semaphore_line"
 
     def __init__(self, client: AsyncClient, name: str | bytes, limit: int, **options: Any) -> None:
-        super().__init__(client, check_lock_name(name), **options)
+        super().__init__(client, name, **options)
         self.limit = limit
 
     def try_call(self, token: str) -> Call:

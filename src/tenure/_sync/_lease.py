@@ -218,10 +218,10 @@ class Lease:
     def _renewal_ms(self, hold: Hold) -> int | None:
         """The lease the next renewal sets, or None once ``max_hold`` is used up."""
         lease_ms = self._rules.settings.lease_ms
-        max_hold = self._rules.settings.max_hold
-        if max_hold is None:
+        end = self._max_hold_end(hold)
+        if end == math.inf:
             return lease_ms
-        left = hold.acquired_at + max_hold - time.monotonic()
+        left = end - time.monotonic()
         if left <= 0:
             return None
         return min(lease_ms, to_ms(left))
