@@ -164,14 +164,18 @@ def test_stopped_holder_loses_the_lock_and_its_write(
     assert taken - stopped <= LEASE + SLACK
     assert lock.fencing_token is not None
     assert lock.fencing_token > first["fence"]
-    assert FencedKey(client, "paused:data").write("new owner", lock.fencing_token)
+    data = FencedKey(client, "paused:data")
+    # The new owner's value expires before the paused holder resumes: its fence must not.
+    assert data.write("new owner", lock.fencing_token, ttl=0.2)
+    wait_for(lambda: data.read() == (None, None), 5, "the new owner's value expiring")
 
     os.kill(holder.pid, signal.SIGCONT)
     time.sleep(LEASE / 3 + 0.3)  # its watchdog renews, and finds the lock gone
     holder.send()
     after = holder.read()
     assert after == {"event": "after", "written": False, "release": "not owned", "lost": True}
-    assert FencedKey(client, "paused:data").read() == (b"new owner", lock.fencing_token)
+    assert data.read() == (None, None)
+    assert client.hget(data.fence_key, "fence") == str(lock.fencing_token).encode()
     lock.release()
 
 

@@ -60,6 +60,7 @@ from tenure import (
     Semaphore,
     StreamConsumer,
 )
+from tenure._core.fence import fence_keeper
 from tenure._core.scripts import Script, load_script, script_names
 from tenure._sync._scripting import registry_for
 from tenure._tools.demo.market import Market, Trader, open_market
@@ -317,14 +318,33 @@ def test_a_fenced_write_resent_after_a_newer_one_is_answered_written(
     """The resend comes after a newer token wrote: still the first run's answer."""
     registry = registry_for(tenure_client)
     key = f"rs{secrets.token_hex(4)}:fenced"
-    assert registry.run("fenced_set", (key,), (5, "mine", 0, "write-a")) == [1, 5]
-    assert registry.run("fenced_set", (key,), (6, "newer", 0, "write-b")) == [1, 6]
-    assert registry.run("fenced_set", (key,), (5, "mine", 0, "write-a")) == [1, 5]  # resent
-    assert registry.run("fenced_set", (key,), (5, "late", 0, "write-c")) == [0, 6]
+    keys = (key, fence_keeper(key))
+    assert registry.run("fenced_set", keys, (5, "mine", 0, "write-a")) == [1, 5]
+    assert registry.run("fenced_set", keys, (6, "newer", 0, "write-b")) == [1, 6]
+    assert registry.run("fenced_set", keys, (5, "mine", 0, "write-a")) == [1, 5]  # resent
+    assert registry.run("fenced_set", keys, (5, "late", 0, "write-c")) == [0, 6]
     assert tenure_client.hmget(key, ["value", "fence"]) == [b"newer", b"6"]
     for n in range(10):
-        registry.run("fenced_set", (key,), (7, n, 0, f"w{n}"))
-    assert tenure_client.hget(key, "ops") == b" ".join(f"w{n}".encode() for n in range(2, 10))
+        registry.run("fenced_set", keys, (7, n, 0, f"w{n}"))
+    ops = b" ".join(f"w{n}".encode() for n in range(2, 10))
+    assert tenure_client.hget(keys[1], "ops") == ops
+    # A resend after the value expired: still recognised, nothing written again.
+    tenure_client.delete(key)
+    assert registry.run("fenced_set", keys, (7, 9, 0, "w9")) == [1, 7]
+    assert not tenure_client.exists(key)
+
+
+def test_a_key_written_before_fence_keepers_keeps_its_fence(tenure_client: redis.Redis) -> None:
+    """A hash holding ``fence`` and ``ops`` itself (tenure before keepers) still refuses."""
+    registry = registry_for(tenure_client)
+    key = f"rs{secrets.token_hex(4)}:fenced"
+    tenure_client.hset(key, mapping={"value": "old", "fence": 8, "ops": "w1 w2"})
+    keys = (key, fence_keeper(key))
+    assert registry.run("fenced_set", keys, (8, "old", 0, "w2")) == [1, 8]  # its resend
+    assert registry.run("fenced_set", keys, (7, "late", 0, "w3")) == [0, 8]
+    assert registry.run("fenced_set", keys, (9, "new", 0, "w4")) == [1, 9]
+    assert tenure_client.hgetall(key) == {b"value": b"new", b"fence": b"9"}
+    assert tenure_client.hmget(keys[1], ["fence", "ops"]) == [b"9", b"w1 w2 w4"]
 
 
 @case("fenced_set")

@@ -412,6 +412,34 @@ async def test_fenced_key_rejects_older_token(tenure_async_client: redis.asyncio
     assert await store.read() == (b"v9", 9)  # nothing refused was written
 
 
+async def test_a_fenced_key_keeps_its_fence_when_its_value_expires(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    store = AsyncFencedKey(tenure_async_client, "account:8")
+    assert await store.write("v1", 5, ttl=1)
+    assert await store.write("v2", 6)  # no ttl: kept until the next write, as SET does
+    assert await tenure_async_client.pttl(store.key) == -1
+    assert await store.write("v3", 7, ttl=0.05)
+    await until(lambda: _is_gone(tenure_async_client, store.key), 5, "the value's ttl running out")
+    assert await store.read() == (None, None)
+    assert not await store.write("stale", 6)  # the value is gone, its fence is not
+    assert await tenure_async_client.pttl(store.fence_key) == -1
+    assert await store.write("v4", 7)
+    assert await store.read() == (b"v4", 7)
+    # A key with its own hash tag keeps it; braces that are no tag cannot share a slot.
+    tagged = AsyncFencedKey(tenure_async_client, "account:{9}:balance")
+    assert tagged.fence_key == "account:{9}:balance:tenure-fence"
+    assert await tagged.write("10", 1, ttl=5)
+    assert AsyncFencedKey(tenure_async_client, "plain").fence_key == "{plain}:tenure-fence"
+    for key in ("a}b", "{}x"):
+        with pytest.raises(ArgumentError, match="^key: has a '}' but no hash tag"):
+            AsyncFencedKey(tenure_async_client, key)
+
+
+async def _is_gone(client: redis.asyncio.Redis, key: str) -> bool:
+    return not await client.exists(key)
+
+
 async def test_tokens_belong_to_their_owner_while_it_runs(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:

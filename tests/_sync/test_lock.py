@@ -409,6 +409,34 @@ def test_fenced_key_rejects_older_token(tenure_client: redis.Redis) -> None:
     assert store.read() == (b"v9", 9)  # nothing refused was written
 
 
+def test_a_fenced_key_keeps_its_fence_when_its_value_expires(
+    tenure_client: redis.Redis,
+) -> None:
+    store = FencedKey(tenure_client, "account:8")
+    assert store.write("v1", 5, ttl=1)
+    assert store.write("v2", 6)  # no ttl: kept until the next write, as SET does
+    assert tenure_client.pttl(store.key) == -1
+    assert store.write("v3", 7, ttl=0.05)
+    until(lambda: _is_gone(tenure_client, store.key), 5, "the value's ttl running out")
+    assert store.read() == (None, None)
+    assert not store.write("stale", 6)  # the value is gone, its fence is not
+    assert tenure_client.pttl(store.fence_key) == -1
+    assert store.write("v4", 7)
+    assert store.read() == (b"v4", 7)
+    # A key with its own hash tag keeps it; braces that are no tag cannot share a slot.
+    tagged = FencedKey(tenure_client, "account:{9}:balance")
+    assert tagged.fence_key == "account:{9}:balance:tenure-fence"
+    assert tagged.write("10", 1, ttl=5)
+    assert FencedKey(tenure_client, "plain").fence_key == "{plain}:tenure-fence"
+    for key in ("a}b", "{}x"):
+        with pytest.raises(ArgumentError, match="^key: has a '}' but no hash tag"):
+            FencedKey(tenure_client, key)
+
+
+def _is_gone(client: redis.Redis, key: str) -> bool:
+    return not client.exists(key)
+
+
 def test_tokens_belong_to_their_owner_while_it_runs(
     tenure_client: redis.Redis,
 ) -> None:

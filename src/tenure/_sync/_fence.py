@@ -6,7 +6,9 @@ that was paused past its lease (GC, SIGSTOP, a slow network) may still try
 to write after another holder took over; a store that remembers the highest
 token it has seen can refuse that late write. This is Kleppmann's fencing,
 for a value kept in Redis: one hash per key holding the value and the token
-that wrote it, compared and written by one script.
+that wrote it, and a second key in the same slot, the fence keeper, holding the
+highest token ever accepted; it never expires, so a value's time to live cannot
+take its fence with it. Both are compared and written by one script.
 """
 
 from __future__ import annotations
@@ -17,18 +19,22 @@ from typing import Any
 from tenure._backends.for_threads import IS_ASYNC
 from tenure._core.clients import map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError
+from tenure._core.fence import check_fencing_token, fence_keeper
 from tenure._core.values import check_seconds, to_ms
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["FencedKey"]
 
 
-MAX_FENCE = 2**53
-"""The largest fencing token a write takes: the scripts compare tokens as doubles."""
-
-
 class FencedKey:
-    """A Redis key whose writes are accepted only with a fencing token >= the last one."""
+    """A Redis key whose writes are accepted only with a fencing token >= the highest accepted.
+
+    ``key`` holds the value (a hash: ``value``, ``fence``); :attr:`fence_key`
+    (``{key}:tenure-fence``, or ``key:tenure-fence`` for a key with its own
+    hash tag) holds the highest token ever accepted and never expires, so the
+    refusal outlives any time to live a write gave its value. Deleting both
+    keys starts the fence over.
+    """
 
     def __init__(self, client: Client, key: str) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__)
@@ -36,25 +42,26 @@ class FencedKey:
             raise ArgumentError("key", "must be a non-empty str")
         self.client = client
         self.key = key
+        self.fence_key = fence_keeper(key)
+        """The key that keeps the highest fencing token accepted (never expires)."""
 
     def write(
         self, value: str | bytes | int | float, fencing_token: int, ttl: float | None = None
     ) -> bool:
         """Store ``value`` unless a newer fencing token already wrote; True if stored.
 
-        Resend-safe: each write carries an id of its own, and the key keeps
-        the last eight (hash field ``ops``), so a write that redis-py resent
-        after a dropped connection is answered True without being written
-        again, even if a newer token wrote in between.
+        A token equal to the highest accepted writes too (the same holder
+        writing again). ``ttl`` (seconds) lets the value expire; a write
+        without one keeps the value until the next write, as ``SET`` does.
+        Either way the fence stays: after the value expired, a write with a
+        token below the highest accepted is still refused.
+
+        Resend-safe: each write carries an id of its own, and the fence keeper
+        keeps the last eight (hash field ``ops``), so a write that redis-py
+        resent after a dropped connection is answered True without being
+        written again, even if a newer token wrote in between.
         """
-        if isinstance(fencing_token, bool) or not isinstance(fencing_token, int):
-            raise ArgumentError("fencing_token", "must be an int (a lock's fencing_token)")
-        if not 0 <= fencing_token <= MAX_FENCE:
-            # Lua compares numbers as doubles: above 2**53 two tokens can compare equal.
-            raise ArgumentError(
-                "fencing_token",
-                f"must be from 0 to 2**53 (a lock's fencing_token), got {fencing_token}",
-            )
+        check_fencing_token(fencing_token)
         if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
             raise ArgumentError(
                 "value", f"must be str, bytes, int or float, got {type(value).__name__}"
@@ -62,12 +69,18 @@ class FencedKey:
         check_seconds("ttl", ttl, allow_none=True, name=None)
         ttl_ms = 0 if ttl is None else to_ms(ttl)
         reply = registry_for(self.client).run(
-            "fenced_set", (self.key,), (fencing_token, value, ttl_ms, secrets.token_hex(8))
+            "fenced_set",
+            (self.key, self.fence_key),
+            (fencing_token, value, ttl_ms, secrets.token_hex(8)),
         )
         return int(reply[0]) == 1
 
     def read(self) -> tuple[Any, int | None]:
-        """The stored value and the fencing token that wrote it (``(None, None)`` if unset)."""
+        """The stored value and the fencing token that wrote it.
+
+        ``(None, None)`` if never written or its time to live ran out (the
+        fence is still kept: see :attr:`fence_key`).
+        """
         with map_exceptions(doing=f"reading fenced key {self.key!r}"):
             value, fence = self.client.hmget(self.key, ["value", "fence"])
         return value, None if fence is None else int(fence)
