@@ -11,9 +11,19 @@ import pytest
 import redis
 import redis.asyncio
 
-from tenure import AsyncLock, AsyncSemaphore, ConnectionPoolExhaustedError, ServerUnavailableError
+from tenure import (
+    AsyncLock,
+    AsyncSemaphore,
+    BackendError,
+    ConnectionPoolExhaustedError,
+    QuorumError,
+    ServerUnavailableError,
+)
+from tenure._backends.for_asyncio import IS_ASYNC
 from tenure.server import ServerProcess
+from tests._async.test_already_held import KINDS
 from tests._backend_asyncio import gather, join, spawn, until
+from tests.conftest import ServerFactory
 
 _blocking_pool: Any = redis.asyncio.BlockingConnectionPool  # untyped in redis-py
 
@@ -112,3 +122,65 @@ async def test_a_blocking_pool_that_timed_out_is_exhausted_too(
     assert "timeout=0.05" in text
     assert isinstance(caught.value, redis.ConnectionError)
     assert caught.value.max_connections == 2
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+async def test_a_release_the_pool_refused_leaves_the_hold_held_and_renewed(
+    tenure_server: ServerProcess, tenure_async_client: redis.asyncio.Redis, kind: str
+) -> None:
+    """The command never left: the hold is still this owner's, renewed, and released later."""
+    client = _client(tenure_server, 1)
+    name = f"unsent-{kind}"
+    primitive = KINDS[kind](client, name, timeout=1, auto_renew=True)
+    try:
+        assert await primitive.acquire()
+        fence = primitive.statistics().fencing_token
+        occupiers = await _occupy(client, tenure_async_client, 1)
+        try:
+            with pytest.raises(BackendError) as caught:
+                await primitive.release()
+        finally:
+            await _free(tenure_async_client, occupiers)
+        # A Redlock's masters failing is a QuorumError, which says so too.
+        assert type(caught.value) is (
+            QuorumError if kind == "redlock" else ConnectionPoolExhaustedError
+        )
+        assert caught.value.never_sent
+        assert await primitive.owned()
+        assert primitive.statistics().fencing_token == fence
+        renewed = primitive.statistics().renewals
+
+        async def renewed_twice() -> bool:
+            return bool(primitive.statistics().renewals >= renewed + 2)
+
+        # Renewed by the watchdog past its 1 s lease, as if the release was never tried.
+        await until(renewed_twice, 10, "two more renewals of the kept hold")
+        assert await primitive.owned() and not primitive.statistics().lost
+        await primitive.release()  # the same call, again: it succeeds
+        assert not await primitive.owned()
+        other = KINDS[kind](tenure_async_client, name, timeout=1)
+        assert await other.acquire(blocking=False)  # released at once, not at its lease's end
+        await other.release()
+    finally:
+        await client.aclose()
+
+
+async def test_a_release_to_a_server_that_died_was_never_sent_and_keeps_the_hold(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """redis-py's sync pool connects a connection as it hands it out: a dead server fails
+    there, before anything is sent, so the hold is kept (its lease decides). redis-py's
+    asyncio pool hands connections out as they are and finds the server dead while
+    sending (and retrying): sent or not is unknown, so the hold is forgotten."""
+    server = tenure_server_factory()
+    client = server.async_client()
+    lock = AsyncLock(client, "unsent-dead", timeout=30)
+    try:
+        assert await lock.acquire()
+        server.kill()
+        with pytest.raises(ServerUnavailableError) as caught:
+            await lock.release()
+        assert caught.value.never_sent is not IS_ASYNC
+        assert lock.statistics().held is not IS_ASYNC
+    finally:
+        await client.aclose()

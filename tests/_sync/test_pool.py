@@ -11,9 +11,19 @@ from typing import Any
 import pytest
 import redis
 
-from tenure import ConnectionPoolExhaustedError, Lock, Semaphore, ServerUnavailableError
+from tenure import (
+    BackendError,
+    ConnectionPoolExhaustedError,
+    Lock,
+    QuorumError,
+    Semaphore,
+    ServerUnavailableError,
+)
+from tenure._backends.for_threads import IS_ASYNC
 from tenure.server import ServerProcess
 from tests._backend_threads import gather, join, spawn, until
+from tests._sync.test_already_held import KINDS
+from tests.conftest import ServerFactory
 
 _blocking_pool: Any = redis.BlockingConnectionPool  # untyped in redis-py
 
@@ -112,3 +122,65 @@ def test_a_blocking_pool_that_timed_out_is_exhausted_too(
     assert "timeout=0.05" in text
     assert isinstance(caught.value, redis.ConnectionError)
     assert caught.value.max_connections == 2
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_release_the_pool_refused_leaves_the_hold_held_and_renewed(
+    tenure_server: ServerProcess, tenure_client: redis.Redis, kind: str
+) -> None:
+    """The command never left: the hold is still this owner's, renewed, and released later."""
+    client = _client(tenure_server, 1)
+    name = f"unsent-{kind}"
+    primitive = KINDS[kind](client, name, timeout=1, auto_renew=True)
+    try:
+        assert primitive.acquire()
+        fence = primitive.statistics().fencing_token
+        occupiers = _occupy(client, tenure_client, 1)
+        try:
+            with pytest.raises(BackendError) as caught:
+                primitive.release()
+        finally:
+            _free(tenure_client, occupiers)
+        # A Redlock's masters failing is a QuorumError, which says so too.
+        assert type(caught.value) is (
+            QuorumError if kind == "redlock" else ConnectionPoolExhaustedError
+        )
+        assert caught.value.never_sent
+        assert primitive.owned()
+        assert primitive.statistics().fencing_token == fence
+        renewed = primitive.statistics().renewals
+
+        def renewed_twice() -> bool:
+            return bool(primitive.statistics().renewals >= renewed + 2)
+
+        # Renewed by the watchdog past its 1 s lease, as if the release was never tried.
+        until(renewed_twice, 10, "two more renewals of the kept hold")
+        assert primitive.owned() and not primitive.statistics().lost
+        primitive.release()  # the same call, again: it succeeds
+        assert not primitive.owned()
+        other = KINDS[kind](tenure_client, name, timeout=1)
+        assert other.acquire(blocking=False)  # released at once, not at its lease's end
+        other.release()
+    finally:
+        client.close()
+
+
+def test_a_release_to_a_server_that_died_was_never_sent_and_keeps_the_hold(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """redis-py's sync pool connects a connection as it hands it out: a dead server fails
+    there, before anything is sent, so the hold is kept (its lease decides). redis-py's
+    asyncio pool hands connections out as they are and finds the server dead while
+    sending (and retrying): sent or not is unknown, so the hold is forgotten."""
+    server = tenure_server_factory()
+    client = server.client()
+    lock = Lock(client, "unsent-dead", timeout=30)
+    try:
+        assert lock.acquire()
+        server.kill()
+        with pytest.raises(ServerUnavailableError) as caught:
+            lock.release()
+        assert caught.value.never_sent is not IS_ASYNC
+        assert lock.statistics().held is not IS_ASYNC
+    finally:
+        client.close()

@@ -152,6 +152,20 @@ class AsyncLease:
         confirmed = await rules.confirm_now(token, granted)
         return None if confirmed is None else (confirmed, sent)
 
+    def resume(self, hold: Hold, renewal: Job | None) -> None:
+        """Track ``hold`` again after a release that never left the client.
+
+        It is renewed from where its last renewal job (``renewal``, None if it
+        had none) stood, so the watchdog keeps it until it is released.
+        Nothing is resumed if this owner took another hold meanwhile.
+        """
+        with self._holds.mutex:
+            if self._holds.peek() is not None:
+                return
+            self._holds.slot.set(hold)
+            if renewal is not None:
+                self._schedule(hold, renewal.due)  # at once if it fell due meanwhile
+
     # -- renewal -----------------------------------------------------------------
 
     def _schedule(self, hold: Hold, due: float) -> None:

@@ -177,6 +177,8 @@ class AsyncMasters:
                 index = live[slot]
                 if isinstance(outcome, BaseException):
                     tally.failed[index] = describe_failure(outcome, timeout)
+                    if getattr(outcome, "never_sent", False):
+                        tally.unsent.add(index)
                     if is_slow(outcome):
                         tally.slow.add(index)
                 elif good(outcome):

@@ -131,7 +131,9 @@ def translate_error(
     if exhausted is not None:
         return exhausted
     if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
-        return ServerUnavailableError(f"server unavailable{where}: {exc}", name=name)
+        unavailable = ServerUnavailableError(f"server unavailable{where}: {exc}", name=name)
+        unavailable.never_sent = _while_connecting(exc)
+        return unavailable
     if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("WRONGTYPE"):
         return WrongTypeError(f"a key holds another type{where}: {exc}", name=name)
     if isinstance(exc, redis_errors.ResponseError) and _is_script_failure(str(exc)):
@@ -202,6 +204,29 @@ def _raising_pool(exc: BaseException) -> Any:
         traceback = traceback.tb_next
     owner = traceback.tb_frame.f_locals.get("self")
     return owner if isinstance(getattr(owner, "max_connections", None), int) else None
+
+
+_TAKING_A_CONNECTION = frozenset({"get_connection", "acquire_connection"})
+"""The redis-py functions that take a connection (and connect it) before a command is sent."""
+
+
+def _while_connecting(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of redis-py taking a connection: the command never left.
+
+    redis-py's pools connect a connection as they hand it out, outside the
+    retries of the command itself; an error raised on the way out of
+    ``get_connection`` (a pool's, or the cluster module's) was raised before
+    anything was written to a socket.
+    """
+    traceback = exc.__traceback__
+    while traceback is not None:
+        frame = traceback.tb_frame
+        if frame.f_code.co_name in _TAKING_A_CONNECTION and str(
+            frame.f_globals.get("__name__", "")
+        ).startswith("redis."):
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 def _through_cluster(exc: BaseException) -> bool:

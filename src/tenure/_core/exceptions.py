@@ -154,7 +154,15 @@ class SourceUnavailableError(TenureError):
 
 
 class BackendError(TenureError, _redis.RedisError):
-    """A call tenure made failed: the server refused or failed it, or the client could not."""
+    """A call tenure made failed: the server refused or failed it, or the client could not.
+
+    ``never_sent`` is True when the call never left the client: its pool had
+    no free connection, or no connection to the server could be opened.
+    Nothing changed on the server then, and the same call can be retried
+    (a ``release()`` that failed so still holds, and can be called again).
+    """
+
+    never_sent: bool = False
 
 
 class ServerUnavailableError(BackendError, _redis.ConnectionError):
@@ -181,6 +189,8 @@ class ConnectionPoolExhaustedError(BackendError, _redis.MaxConnectionsError):
     ) -> None:
         super().__init__(message, name=name)
         self.max_connections = max_connections
+
+    never_sent = True  # the pool refused the call before it took a connection
 
 
 class PermissionDeniedError(BackendError, _redis.NoPermissionError):

@@ -206,6 +206,8 @@ class Tally:
     slow: set[int] = field(default_factory=set)
     """The failed masters that did not answer in time (rather than refusing a
     connection or answering an error): on a busy machine, a healthy one can."""
+    unsent: set[int] = field(default_factory=set)
+    """The failed masters whose call never left the client (``never_sent``)."""
 
     @property
     def may_recover(self) -> bool:
@@ -218,10 +220,12 @@ class Tally:
         for index in (*later.good, *later.refused, *later.failed):
             self.failed.pop(index, None)
             self.slow.discard(index)
+            self.unsent.discard(index)
         self.good.update(later.good)
         self.refused.update(later.refused)
         self.failed.update(later.failed)
         self.slow |= later.slow
+        self.unsent |= later.unsent
 
     @property
     def reached(self) -> bool:
@@ -249,7 +253,7 @@ class Tally:
         failures = {self.masters[i]: why for i, why in sorted(self.failed.items())}
         answered = len(self.masters) - len(self.failed)
         listed = "; ".join(f"{where}: {why}" for where, why in failures.items())
-        return QuorumError(
+        error = QuorumError(
             f"{doing}: {len(self.failed)} of {len(self.masters)} masters failed and a quorum "
             f"needs {self.quorum} ({listed})",
             failures=failures,
@@ -257,3 +261,6 @@ class Tally:
             required=self.quorum,
             name=name,
         )
+        # No master did anything, and every failed one was never sent the call.
+        error.never_sent = not self.good and set(self.failed) <= self.unsent
+        return error

@@ -33,6 +33,7 @@ from tenure._core.exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
     ArgumentError,
+    BackendError,
     NotOwnedError,
 )
 from tenure._core.leased import (
@@ -271,9 +272,12 @@ class Leased:
 
         Raises :class:`LockNotOwnedError` (a redis-py ``LockNotOwnedError``)
         if this owner does not hold it, or if its lease ran out (or it was
-        taken) before the release. If the call fails on the network, the hold
-        is forgotten and renewals stop: it is then released or expires within
-        its lease.
+        taken) before the release. A call that never left the client (its
+        pool had no free connection, or no connection could be opened:
+        ``never_sent`` on the error) changes nothing: the hold is still this
+        owner's, renewed as before, and ``release()`` can be called again. If
+        the call fails once sent (its outcome unknown), the hold is forgotten
+        and renewals stop: it is then released or expires within its lease.
         """
         rules = self._rules
         hold = self._holds.current()
@@ -281,9 +285,15 @@ class Leased:
             raise rules.refused(f"cannot release: this owner does not hold the {rules.noun}")
         if self._holds.leave_inner(hold):
             return
+        renewal = hold.renewal
         self._holds.forget(hold)  # stop renewing before it can change hands
         keys, args = rules.release_call(hold.token)
-        reply = int(shielded(rules.run(rules.scripts.release, keys, args)))
+        try:
+            reply = int(shielded(rules.run(rules.scripts.release, keys, args)))
+        except BackendError as error:
+            if error.never_sent:
+                self._lease.resume(hold, renewal)
+            raise
         if reply == NOT_OWNED:
             self._holds.found_gone(hold)
             raise rules.refused(f"cannot release: the lease ran out or the {rules.noun} was taken")
