@@ -282,3 +282,13 @@ def test_a_missing_optional_package_is_one_typed_error(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.startswith("MissingDependencyError "), done.stdout + done.stderr
     assert says in done.stdout and done.stdout.endswith(" True\n")
+
+
+@pytest.mark.parametrize("missing", ["numpy", "pyroaring", None])
+def test_a_star_import_works_without_the_extras(missing: str | None) -> None:
+    """``from tenure import *`` takes what is installed; the id sets only with their extra."""
+    block = "" if missing is None else f"import sys; sys.modules[{missing!r}] = None\n"
+    code = block + "from tenure import *\nprint('Lock' in dir(), 'IdSet' in dir())\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("True True\n" if missing is None else "True False\n")

@@ -16,6 +16,8 @@ Errors all derive from :class:`TenureError`; the tree is drawn in
 """
 
 import importlib
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 from tenure._async._cache import AsyncCache, AsyncHerdCache
@@ -193,6 +195,24 @@ __all__ = [
     "__version__",
     "cached",
 ]
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported (found without importing it)."""
+    if package in sys.modules:
+        return sys.modules[package] is not None
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if not (_installed("numpy") and _installed("pyroaring")):
+    # ``from tenure import *`` takes every name in __all__: without the idsets
+    # extra it leaves the id sets out rather than failing (tenure.IdSet still
+    # raises MissingDependencyError naming the pip command).
+    for _name in _NEEDS_NUMPY:
+        __all__.remove(_name)
 
 
 def __getattr__(name: str) -> Any:
