@@ -32,7 +32,7 @@ from tenure._core.cache import (
     split_entry,
 )
 from tenure._core.codec import Codec, canonical
-from tenure._core.values import check_seconds, to_ms
+from tenure._core.values import MAX_SECONDS, check_seconds, to_ms
 
 json_values = st.recursive(
     st.none()
@@ -182,3 +182,9 @@ def test_durations() -> None:
     for bad in (-1, 0, float("inf"), float("nan"), "5", True):
         with pytest.raises(ArgumentError, match="ttl"):
             check_seconds("ttl", bad, name="c", allow_none=True, longest=None, positive=True)  # type: ignore[arg-type]
+    # The bound every primitive uses by default, named; another bound is not "ten years".
+    assert check_seconds("ttl", MAX_SECONDS, name=None, allow_none=False) == MAX_SECONDS
+    with pytest.raises(ArgumentError, match=r"^ttl: .* 315360000 seconds \(ten years\), got 1e"):
+        check_seconds("ttl", 1e16, name=None, allow_none=False)
+    with pytest.raises(ArgumentError, match=r"^ttl: must be at most 60 seconds, got 61$"):
+        check_seconds("ttl", 61, name=None, allow_none=False, longest=60)

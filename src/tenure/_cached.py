@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from tenure._async._cache import AsyncHerdCache
-from tenure._core.cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE
+from tenure._core.cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, check_herd_timeout
 from tenure._core.cached import UNKNOWN_ERROR, CallNaming, ErrorCodec
 from tenure._core.codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
 from tenure._core.exceptions import ArgumentError, ClientTypeError
@@ -60,9 +60,11 @@ def cached(
     the results' freshness in seconds (``None``: until invalidated);
     ``herd_timeout``, ``load_lease``, ``early``, ``fallback``,
     ``serializer``, ``compressor`` and ``prefix`` are
-    :class:`~tenure.HerdCache`'s. ``name`` (default: the function's module
-    and qualified name) names the cache: give two deployments of a changed
-    function different names.
+    :class:`~tenure.HerdCache`'s. Each duration (``error_ttl`` too) is
+    checked here, as every primitive checks its own: a number of seconds,
+    at most ten years, else :class:`~tenure.ArgumentError` naming it.
+    ``name`` (default: the function's module and qualified name) names the
+    cache: give two deployments of a changed function different names.
 
     A call's entry is named by its arguments, bound to the signature with
     defaults applied, so ``f(1)`` and ``f(x=1)`` share one; they must be
@@ -85,8 +87,13 @@ def cached(
         isinstance(kind, type) and issubclass(kind, BaseException) for kind in cache_errors
     ):
         raise ArgumentError("cache_errors", "must be a tuple of exception classes")
+    # Checked here, as HerdCache checks them, so a bad one fails at the decorator.
+    check_seconds("ttl", ttl, name="cached", allow_none=True, positive=True)
+    check_herd_timeout(herd_timeout, "cached")
+    check_seconds("load_lease", load_lease, name="cached", allow_none=False, positive=True)
+    check_seconds("early", early, name="cached", allow_none=False, longest=None)  # a factor
     error_seconds = check_seconds(
-        "error_ttl", error_ttl, name="cached", allow_none=False, longest=None, positive=True
+        "error_ttl", error_ttl, name="cached", allow_none=False, positive=True
     )
     errors = ErrorCodec(cache_errors, error_seconds)
 

@@ -23,6 +23,7 @@ from tenure import (
     AsyncCache,
     AsyncHerdCache,
     CacheReentryError,
+    ScriptError,
     ServerUnavailableError,
     cached,
 )
@@ -346,3 +347,50 @@ async def test_without_fallback_an_outage_is_the_callers_error(
         assert cache.statistics().fallbacks == 0
     finally:
         await client.aclose()
+
+
+async def test_a_commit_the_server_refuses_gives_the_load_lease_back(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """The server fills up while a value loads (``maxmemory``, ``noeviction``): the
+    write-back is refused and raised, and the load lease goes back with it, so the
+    entry's next caller (another client: another process) loads at once instead of
+    waiting out a 30 s lease. The same for a ``set`` after ``get`` handed a refresh."""
+    server = tenure_server_factory()  # its own: its memory limit is changed
+    client, admin = server.async_client(), server.async_client()
+    try:
+        await admin.config_set("maxmemory-policy", "noeviction")
+        cache = AsyncHerdCache(client, "full", ttl=60, load_lease=30)
+        other = AsyncHerdCache(admin, "full", ttl=60, load_lease=30)
+        lease = cache.key_of("k") + ":lease"
+
+        async def load_as_memory_runs_out() -> str:
+            assert await admin.exists(lease)  # this load's lease, 30 s long
+            await admin.config_set("maxmemory", 1)  # full from here on: writes refused
+            return "computed"
+
+        with pytest.raises(ScriptError, match="maxmemory"):
+            await cache.fetch("k", load_as_memory_runs_out)
+        assert not await admin.exists(lease)  # given back
+        await admin.config_set("maxmemory", 0)
+
+        async def second() -> str:
+            return "second"
+
+        assert await other.fetch("k", second) == "second"
+        assert (other.statistics().loads, other.statistics().waits) == (1, 0)
+
+        # get() hands this object the load of a missing entry; its set() is refused.
+        assert await cache.get("g") is None
+        assert await admin.exists(cache.key_of("g") + ":lease")
+        await admin.config_set("maxmemory", 1)
+        with pytest.raises(ScriptError, match="maxmemory"):
+            await cache.set("g", "refreshed")
+        await admin.config_set("maxmemory", 0)
+        assert not await admin.exists(cache.key_of("g") + ":lease")
+        assert await other.fetch("g", second) == "second"
+        assert other.statistics().waits == 0
+    finally:
+        await admin.config_set("maxmemory", 0)
+        await client.aclose()
+        await admin.aclose()

@@ -24,6 +24,7 @@ from tenure import (
     Cache,
     CacheReentryError,
     HerdCache,
+    ScriptError,
     ServerUnavailableError,
     cached,
 )
@@ -343,3 +344,50 @@ def test_without_fallback_an_outage_is_the_callers_error(
         assert cache.statistics().fallbacks == 0
     finally:
         client.close()
+
+
+def test_a_commit_the_server_refuses_gives_the_load_lease_back(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """The server fills up while a value loads (``maxmemory``, ``noeviction``): the
+    write-back is refused and raised, and the load lease goes back with it, so the
+    entry's next caller (another client: another process) loads at once instead of
+    waiting out a 30 s lease. The same for a ``set`` after ``get`` handed a refresh."""
+    server = tenure_server_factory()  # its own: its memory limit is changed
+    client, admin = server.client(), server.client()
+    try:
+        admin.config_set("maxmemory-policy", "noeviction")
+        cache = HerdCache(client, "full", ttl=60, load_lease=30)
+        other = HerdCache(admin, "full", ttl=60, load_lease=30)
+        lease = cache.key_of("k") + ":lease"
+
+        def load_as_memory_runs_out() -> str:
+            assert admin.exists(lease)  # this load's lease, 30 s long
+            admin.config_set("maxmemory", 1)  # full from here on: writes refused
+            return "computed"
+
+        with pytest.raises(ScriptError, match="maxmemory"):
+            cache.fetch("k", load_as_memory_runs_out)
+        assert not admin.exists(lease)  # given back
+        admin.config_set("maxmemory", 0)
+
+        def second() -> str:
+            return "second"
+
+        assert other.fetch("k", second) == "second"
+        assert (other.statistics().loads, other.statistics().waits) == (1, 0)
+
+        # get() hands this object the load of a missing entry; its set() is refused.
+        assert cache.get("g") is None
+        assert admin.exists(cache.key_of("g") + ":lease")
+        admin.config_set("maxmemory", 1)
+        with pytest.raises(ScriptError, match="maxmemory"):
+            cache.set("g", "refreshed")
+        admin.config_set("maxmemory", 0)
+        assert not admin.exists(cache.key_of("g") + ":lease")
+        assert other.fetch("g", second) == "second"
+        assert other.statistics().waits == 0
+    finally:
+        admin.config_set("maxmemory", 0)
+        client.close()
+        admin.close()

@@ -53,6 +53,7 @@ from tenure._core.cache import (
     CacheNaming,
     CacheStatistics,
     Status,
+    check_herd_timeout,
     unwrap_loaded,
 )
 from tenure._core.clients import require_bytes_replies, require_client
@@ -198,6 +199,11 @@ class AsyncCache(_AsyncCacheBase):
 
     A stored value that fails to decode (another serializer, tampered,
     corrupt) reads as a miss, with one logged warning.
+
+    A ``ttl``, here or in a call, is a number of seconds above 0 and at most
+    ten years, as every duration tenure takes; anything else (NaN, an
+    infinity, a bool, a string) raises :class:`~tenure.ArgumentError` naming
+    it, before anything is written.
     """
 
     async def get(self, key: str, param: Any = None, default: Any = None) -> Any:
@@ -239,6 +245,12 @@ class AsyncHerdCache(_AsyncCacheBase):
       connection pool is exhausted), :meth:`fetch` calls the loader and
       returns its value (the outage logged once) instead of raising.
 
+    ``ttl``, ``herd_timeout`` and ``load_lease`` are bounded like every
+    duration tenure takes: at most ten years, ``ttl`` and
+    ``load_lease`` above 0; anything else raises
+    :class:`~tenure.ArgumentError` naming it, here or, for a call's own
+    ``ttl`` and ``herd_timeout``, before anything is loaded or written.
+
     Use :meth:`fetch` (value or load, with every guarantee); :meth:`get` and
     :meth:`set` keep aredis's ``HerdCache`` behaviour.
     """
@@ -269,12 +281,11 @@ class AsyncHerdCache(_AsyncCacheBase):
             compressor=compressor,
             prefix=prefix,
         )
-        self._herd_timeout = check_seconds(
-            "herd_timeout", herd_timeout, name=name, allow_none=False, longest=None
-        )
+        self._herd_timeout = check_herd_timeout(herd_timeout, name)
         self._load_lease = check_seconds(
-            "load_lease", load_lease, name=name, allow_none=False, longest=None, positive=True
+            "load_lease", load_lease, name=name, allow_none=False, positive=True
         )
+        # A factor, not a duration: any finite one works (1e9: always early).
         self._early = check_seconds("early", early, name=name, allow_none=False, longest=None)
         self._fallback_on = bool(fallback)
         counters = self._counters
@@ -367,19 +378,35 @@ class AsyncHerdCache(_AsyncCacheBase):
         write goes through only if that lease is still its own (False if it
         passed on); otherwise it is an explicit write and always lands.
         """
+        self._check_write(ttl, herd_timeout)
         return await self._store_key(self._naming.key_of(key, param), value, ttl, herd_timeout)
+
+    def _check_write(self, ttl: float | None, herd_timeout: float | None) -> None:
+        """A call's ``ttl`` and ``herd_timeout`` checked before anything is loaded or written."""
+        self._naming.check_ttl(ttl)
+        if herd_timeout is not None:
+            check_herd_timeout(herd_timeout, self.name)
 
     async def _store_key(
         self, stored: str, value: Any, ttl: float | None, herd_timeout: float | None
     ) -> bool:
-        """:meth:`set` of the entry at server key ``stored``."""
+        """:meth:`set` of the entry at server key ``stored``.
+
+        A write the server refuses gives back the lease :meth:`get` handed
+        this object, so the entry's next caller loads at once.
+        """
         value, ttl = unwrap_loaded(value, ttl)
-        data = self.codec.encode(value)  # refused: nothing written, a lease taken stays
+        self._check_write(ttl, herd_timeout)  # refused: nothing written, a lease taken stays
+        data = self.codec.encode(value)  # the same
+        keys = CacheKeys.for_entry(stored)
         with self._mutex:
             token = self._leases.pop(stored, "")
-        return await self._scripts.commit(
-            CacheKeys.for_entry(stored), token, data, 0.0, ttl, herd_timeout
-        )
+        try:
+            return await self._scripts.commit(keys, token, data, 0.0, ttl, herd_timeout)
+        except BaseException as exc:
+            if token:
+                await self._scripts.give_back_after(exc, keys, token)
+            raise
 
     async def set_many(
         self,
@@ -389,6 +416,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         herd_timeout: float | None = None,
     ) -> bool:
         """:meth:`set` of every ``key: value`` of ``values``; True if all were stored."""
+        self._check_write(ttl, herd_timeout)
         results = [await self.set(k, v, param, ttl, herd_timeout) for k, v in values.items()]
         return all(results)
 
@@ -412,6 +440,10 @@ class AsyncHerdCache(_AsyncCacheBase):
         the callers that waited on this process's request; a waiting caller
         in another process takes the load over). ``ttl`` and
         ``herd_timeout`` override the cache's for this entry's write.
+
+        A loaded value the server does not store (it is out of memory, say)
+        raises that error, and the load lease is given back: the entry's
+        next caller, in any process, loads at once rather than wait it out.
         """
         return await self._fetch_key(
             self._naming.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
@@ -431,6 +463,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         the server; callers that come while it does wait for
         its answer instead of asking too (one connection, not one each).
         """
+        self._check_write(ttl, herd_timeout)
         loading = reentry.not_loading(stored, self.name)
         outage = self._fallback.outage()
         if outage is not None:

@@ -14,7 +14,8 @@ that a plain GET could not:
   no more than that.
 
 A long load renews its lease in the background (the watchdog); a loader
-that fails gives the lease back at once, for the next caller's loader to run.
+that fails, or a value the server does not store, gives the lease back at
+once, for the next caller's loader to run.
 """
 
 from __future__ import annotations
@@ -172,7 +173,12 @@ class AsyncHerdLoading:
         took = time.monotonic() - started
         try:
             await self._scripts.commit(keys, token, data, took, ttl, herd)
-        except UNREACHABLE as exc:
+        except BaseException as exc:
+            # Not stored (the server full, a value refused, ...): the lease goes
+            # back, so the next caller, in any process, loads at once.
+            await self._scripts.give_back_after(exc, keys, token)
+            if not isinstance(exc, UNREACHABLE):
+                raise
             logger.warning("tenure cache %r: the loaded value was not stored: %s", self._name, exc)
         return value
 

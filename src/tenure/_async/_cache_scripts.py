@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -28,16 +29,19 @@ from tenure._core.cache import (
     Fetched,
     ServerClock,
     as_bytes,
+    check_herd_timeout,
     early_factor,
     parse_fetch,
     split_entry,
 )
 from tenure._core.clients import map_exceptions, translate_error
 from tenure._core.codec import Codec
-from tenure._core.exceptions import CacheDecodeError
-from tenure._core.values import check_seconds, to_ms
+from tenure._core.exceptions import CacheDecodeError, ServerUnavailableError
+from tenure._core.values import to_ms
 
 __all__ = ["MISS", "AsyncHerdScripts"]
+
+logger = logging.getLogger("tenure.cache")
 
 MISS = object()
 """Not a fresh hit: ask the script."""
@@ -121,13 +125,7 @@ class AsyncHerdScripts:
     ) -> bool:
         """``cache_commit``: store ``data`` if ``token`` holds the lease (or if it is "")."""
         fresh_ms = self._naming.ttl_ms(ttl)
-        herd_s = (
-            self.herd_timeout
-            if herd is None
-            else check_seconds(
-                "herd_timeout", herd, name=self._name, allow_none=False, longest=None
-            )
-        )
+        herd_s = self.herd_timeout if herd is None else check_herd_timeout(herd, self._name)
         keep_ms = fresh_ms + to_ms(herd_s) if fresh_ms else 0
         with map_exceptions(name=self._name, doing="writing a cache entry"):
             stored = await self._registry.run(
@@ -150,6 +148,27 @@ class AsyncHerdScripts:
                 )
         except UNREACHABLE:
             pass  # the lease runs out by itself
+
+    async def give_back_after(self, error: BaseException, keys: CacheKeys, token: str) -> None:
+        """Give ``token``'s lease back after its commit failed with ``error``.
+
+        The value did not land, so the entry's next caller (in any process)
+        loads at once instead of waiting the lease out. Not when the server
+        is out of reach: the give-back would fail the same way, after the
+        same wait, and the lease ends by itself. A give-back that fails is
+        logged: the caller raises ``error``, not it.
+        """
+        if isinstance(error, ServerUnavailableError):
+            return
+        try:
+            await self.give_back(keys, token)
+        except Exception as exc:
+            logger.warning(
+                "tenure cache %r: the lease of %s was not given back: %s",
+                self._name,
+                keys.entry,
+                exc,
+            )
 
     def renew_while_loading(self, keys: CacheKeys, token: str) -> Job:
         """The watchdog's job renewing ``token``'s lease every third of it (cancel it after)."""

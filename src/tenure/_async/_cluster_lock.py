@@ -53,13 +53,22 @@ from tenure._core.statistics import (
     ClusterLockStatistics,
     LeasedStatistics,
 )
+from tenure._core.values import MAX_SECONDS
 
 __all__ = ["AsyncClusterLock"]
 
 
 def _seconds(value: object) -> bool:
-    """Whether ``value`` is a finite number (it is checked in full elsewhere)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether ``value`` is a duration that passes (it is checked in full elsewhere).
+
+    One that does not derives nothing: the error names it, not ``waiter_lease``.
+    """
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= MAX_SECONDS
+    )
 
 
 class AsyncClusterLockRules(AsyncLockRules):
@@ -152,7 +161,9 @@ class AsyncClusterLock(AsyncLock):
         if "waiter_lease" not in kwargs and _seconds(replica_timeout):
             # A waiter refreshes its place within a quarter of its lease, each
             # refresh waiting up to replica_timeout: derive it when not set.
-            kwargs["waiter_lease"] = max(DEFAULT_WAITER_LEASE, 4 * float(replica_timeout))
+            kwargs["waiter_lease"] = min(
+                MAX_SECONDS, max(DEFAULT_WAITER_LEASE, 4 * float(replica_timeout))
+            )
         # The Lock's arguments, positional ones in redis-py's order, pass through.
         super().__init__(
             client,

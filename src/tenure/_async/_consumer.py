@@ -38,14 +38,15 @@ from tenure._core.stream import (
     parse_claimed,
     read_messages,
 )
+from tenure._core.values import MAX_SECONDS, check_seconds, to_ms
 
 __all__ = ["AsyncStreamConsumer"]
 
 logger = logging.getLogger("tenure.consumer")
 
-HANDED_BACK_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+HANDED_BACK_IDLE_MS = MAX_SECONDS * 1000
 """The idle time given to messages a stopped consumer read and did not handle:
-past any ``claim_idle``, so the next consumer that looks takes them."""
+the longest ``claim_idle`` there is, so the next consumer that looks takes them."""
 
 
 class AsyncStreamConsumer:
@@ -53,9 +54,11 @@ class AsyncStreamConsumer:
 
     * ``consumer`` — this consumer's name (default: random); give a restarted
       process the same name to get its own pending messages back at once.
-    * ``count`` / ``block`` — messages per read, seconds a read waits.
+    * ``count`` / ``block`` — messages per read, seconds a read waits (0:
+      it does not wait).
     * ``claim_idle`` — seconds after which another consumer's unacknowledged
-      message is taken over (its consumer is presumed dead).
+      message is taken over (its consumer is presumed dead); above 0.
+      Each duration is at most ten years, like every primitive's.
     * ``max_deliveries`` — deliveries after which a message is dead-lettered.
     * ``dead_letter`` — the dead-letter stream (default ``<stream>:dead``).
       On a cluster both must share a slot: name the stream with a hash tag
@@ -83,17 +86,15 @@ class AsyncStreamConsumer:
             raise ArgumentError("count", f"must be a positive int, got {count!r}", name=stream)
         if not isinstance(max_deliveries, int) or max_deliveries < 1:
             raise ArgumentError("max_deliveries", "must be a positive int", name=stream)
-        if not 0 < claim_idle <= 86_400 or not 0 <= block <= 3600:
-            raise ArgumentError(
-                "claim_idle", "claim_idle must be in (0, 86400] and block in [0, 3600]", name=stream
-            )
+        check_seconds("block", block, allow_none=False, name=stream)
+        check_seconds("claim_idle", claim_idle, allow_none=False, name=stream, positive=True)
         self.client = client
         self.stream = stream
         self.group = group
         self.consumer = consumer or f"consumer-{secrets.token_hex(4)}"
         self.count = count
-        self.block_ms = round(block * 1000)
-        self.claim_idle_ms = round(claim_idle * 1000)
+        self.block_ms = to_ms(block)  # 0: a read does not wait
+        self.claim_idle_ms = to_ms(claim_idle)  # at least 1 ms: 0 would claim every message
         self.max_deliveries = max_deliveries
         self.dead_letter = dead_letter or f"{stream}:dead"
         if is_cluster(client) and key_slot(stream.encode()) != key_slot(self.dead_letter.encode()):

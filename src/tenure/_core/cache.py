@@ -45,6 +45,7 @@ __all__ = [
     "ServerClock",
     "Status",
     "as_bytes",
+    "check_herd_timeout",
     "early_factor",
     "entry_key",
     "new_counters",
@@ -115,9 +116,7 @@ class CacheNaming:
                 "identity_generator", "needs a generate(key, param) method, or None"
             )
         self.name = name
-        self.default_ttl = check_seconds(
-            "ttl", ttl, name=name, allow_none=True, longest=None, positive=True
-        )
+        self.default_ttl = check_seconds("ttl", ttl, name=name, allow_none=True, positive=True)
         self.identity_generator = identity_generator
         self.prefix: str = default_prefix if prefix is None else prefix
         if not isinstance(self.prefix, str):
@@ -151,19 +150,22 @@ class CacheNaming:
             )
         return entry_key(self.prefix, self.name, identity)
 
+    def check_ttl(self, ttl: float | None) -> float | None:
+        """A write's ``ttl`` checked as the cache's own is (None: the cache's default)."""
+        return check_seconds("ttl", ttl, name=self.name, allow_none=True, positive=True)
+
     def ttl_ms(self, ttl: float | None) -> int:
         """A write's expiry in ms: ``ttl`` checked, or the default (0: none)."""
-        return to_ms(
-            self.default_ttl
-            if ttl is None
-            else check_seconds(
-                "ttl", ttl, name=self.name, allow_none=True, longest=None, positive=True
-            )
-        )
+        return to_ms(self.default_ttl if ttl is None else self.check_ttl(ttl))
 
     def pattern(self) -> str:
         """The SCAN pattern of every entry of this cache (and nothing else)."""
         return _glob_escape(f"{self.prefix}{self.name}:") + "{*"
+
+
+def check_herd_timeout(herd_timeout: float, name: str) -> float:
+    """``herd_timeout`` checked: a number of seconds, 0 to ten years, as every duration is."""
+    return check_seconds("herd_timeout", herd_timeout, name=name, allow_none=False)
 
 
 def as_bytes(data: Any) -> bytes | None:

@@ -20,12 +20,11 @@ Everything here is pure: the async and sync twins of
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from tenure._core.exceptions import ArgumentError, BackendError, ReplicationError
-from tenure._core.values import to_text
+from tenure._core.values import check_seconds, to_text
 
 __all__ = [
     "DEFAULT_REPLICA_TIMEOUT",
@@ -79,17 +78,9 @@ class ReplicationPolicy:
             raise ArgumentError(
                 "min_replicas", f"must be None or an int >= 0, got {min_replicas!r}", name=name
             )
-        if (
-            isinstance(replica_timeout, bool)
-            or not isinstance(replica_timeout, (int, float))
-            or not math.isfinite(replica_timeout)
-            or replica_timeout <= 0
-        ):
-            raise ArgumentError(
-                "replica_timeout",
-                f"must be a finite number of seconds > 0, got {replica_timeout!r}",
-                name=name,
-            )
+        check_seconds(
+            "replica_timeout", replica_timeout, allow_none=False, name=name, positive=True
+        )
         if not isinstance(aof, bool):
             raise ArgumentError("aof", f"must be a bool, got {aof!r}", name=name)
         return cls(min_replicas=min_replicas, replica_timeout=float(replica_timeout), aof=aof)

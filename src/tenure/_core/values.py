@@ -96,7 +96,8 @@ def check_seconds(
     if positive and value == 0:
         raise ArgumentError(argument, "must be > 0 seconds, got 0", name=name)
     if longest is not None and value > longest:
+        said = " (ten years)" if longest == MAX_SECONDS else ""
         raise ArgumentError(
-            argument, f"must be at most {longest} seconds (ten years), got {value!r}", name=name
+            argument, f"must be at most {longest} seconds{said}, got {value!r}", name=name
         )
     return value

@@ -49,6 +49,7 @@ from tenure._core.statistics import (
     ClusterLockStatistics,
     LeasedStatistics,
 )
+from tenure._core.values import MAX_SECONDS
 from tenure._sync._lock import Lock, LockRules
 from tenure._sync._replication import Acknowledger
 from tenure._sync._rules import extended
@@ -59,8 +60,16 @@ __all__ = ["ClusterLock"]
 
 
 def _seconds(value: object) -> bool:
-    """Whether ``value`` is a finite number (it is checked in full elsewhere)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether ``value`` is a duration that passes (it is checked in full elsewhere).
+
+    One that does not derives nothing: the error names it, not ``waiter_lease``.
+    """
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= MAX_SECONDS
+    )
 
 
 class ClusterLockRules(LockRules):
@@ -153,7 +162,9 @@ class ClusterLock(Lock):
         if "waiter_lease" not in kwargs and _seconds(replica_timeout):
             # A waiter refreshes its place within a quarter of its lease, each
             # refresh waiting up to replica_timeout: derive it when not set.
-            kwargs["waiter_lease"] = max(DEFAULT_WAITER_LEASE, 4 * float(replica_timeout))
+            kwargs["waiter_lease"] = min(
+                MAX_SECONDS, max(DEFAULT_WAITER_LEASE, 4 * float(replica_timeout))
+            )
         # The Lock's arguments, positional ones in redis-py's order, pass through.
         super().__init__(
             client,
