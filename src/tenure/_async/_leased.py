@@ -32,7 +32,13 @@ from tenure._async._lease import AsyncLease
 from tenure._async._queue import AsyncQueue
 from tenure._async._rules import AsyncRules
 from tenure._async._scripting import AsyncClient
-from tenure._backends.for_asyncio import CAN_CANCEL_HOLDER, absorb_guard_cancel, shielded
+from tenure._backends.for_asyncio import (
+    CAN_CANCEL_HOLDER,
+    TwinHints,
+    absorb_guard_cancel,
+    refuse_awaited_call,
+    shielded,
+)
 from tenure._core.exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
@@ -65,7 +71,7 @@ class Line(Protocol):
         """Take it for ``token``, waiting up to ``blocking_timeout`` if ``wait``."""
 
 
-class AsyncLeased:
+class AsyncLeased(TwinHints):
     """redis-py's lock API over a primitive's parts; see the module docstring."""
 
     def __init__(
@@ -246,6 +252,8 @@ class AsyncLeased:
         blocking_timeout: float | None,
         token: str | bytes | None,
     ) -> bool:
+        # ``await lock.acquire()`` on a sync lock: refused before anything is taken.
+        refuse_awaited_call(type(self).__name__, "acquire", 2)
         rules = self._rules
         settings = rules.settings
         if sleep is not None:

@@ -46,7 +46,7 @@ from tenure._async._line import (
 )
 from tenure._async._rules import AsyncRules
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter, listen
-from tenure._backends.for_asyncio import current_holder, shielded
+from tenure._backends.for_asyncio import before_waiting, current_holder, shielded
 from tenure._core.exceptions import BackendError, PrimitiveError
 from tenure._core.leased import (
     KEPT,
@@ -104,6 +104,7 @@ class AsyncQueue:
                     return True
                 if not wait:
                     return False
+            before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
             if self._rules.line_script is None:
                 return await self._wait_in_line(token, started, deadline, holder)
             alone = True

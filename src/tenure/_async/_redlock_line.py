@@ -31,6 +31,7 @@ from tenure._async._masters import RELEASE_PATIENCE, RETRY_PAUSE, positive
 from tenure._async._wakeups import AsyncWaiter, listen
 from tenure._backends.for_asyncio import (
     Event,
+    before_waiting,
     current_holder,
     shielded,
     sleep,
@@ -186,6 +187,7 @@ class AsyncRedlockLine:
                     await shielded(self._rules.leave_quietly(token, quiet=True))
                     return self._holds.timed_out()
                 if listener is None:
+                    before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
                     self.seen_busy = True
                     listener = await self._listen(token)
                     continue  # take a place in line at once

@@ -32,19 +32,24 @@ __all__ = [
     "Event",
     "Mutex",
     "OwnerSlot",
+    "TwinHints",
     "absorb_guard_cancel",
+    "before_waiting",
     "cancel_holder",
     "current_holder",
+    "dropped_on_loop",
     "guarded",
     "in_batches",
     "node_pipeline",
     "on_signals",
     "race",
+    "refuse_awaited_call",
     "scope_key",
     "shielded",
     "sleep",
     "source_call",
     "start_background",
+    "taken_on_loop",
 ]
 
 IS_ASYNC = True
@@ -375,3 +380,29 @@ async def race(
 
             task.add_done_callback(finished)
     return outcomes
+
+
+# -- a sync primitive on a thread whose event loop runs (see _backends.event_loops) --------
+
+
+class TwinHints:
+    """Nothing under asyncio (the threads twin refuses ``async with``, naming the twin)."""
+
+    __slots__ = ()
+
+
+def taken_on_loop(key: str) -> int:
+    """Nothing to note under asyncio (a task's wait never blocks its loop): 0."""
+    return 0
+
+
+def dropped_on_loop(ident: int, key: str) -> None:
+    """Nothing to forget under asyncio."""
+
+
+def before_waiting(kind: str, key: str, name: str) -> None:
+    """Nothing to refuse under asyncio: waiting yields to the loop."""
+
+
+def refuse_awaited_call(kind: str, method: str, depth: int) -> None:
+    """Nothing to refuse under asyncio: its calls are meant to be awaited."""

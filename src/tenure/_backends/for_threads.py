@@ -17,6 +17,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from tenure._backends.event_loops import (
+    TwinHints,
+    before_waiting,
+    dropped_on_loop,
+    refuse_awaited_call,
+    taken_on_loop,
+)
 from tenure._backends.owners import BaseOwnerSlot, generation
 
 __all__ = [
@@ -25,19 +32,24 @@ __all__ = [
     "Event",
     "Mutex",
     "OwnerSlot",
+    "TwinHints",
     "absorb_guard_cancel",
+    "before_waiting",
     "cancel_holder",
     "current_holder",
+    "dropped_on_loop",
     "guarded",
     "in_batches",
     "node_pipeline",
     "on_signals",
     "race",
+    "refuse_awaited_call",
     "scope_key",
     "shielded",
     "sleep",
     "source_call",
     "start_background",
+    "taken_on_loop",
 ]
 
 IS_ASYNC = False

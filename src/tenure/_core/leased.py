@@ -497,6 +497,8 @@ class Hold:
     waited: float = 0.0
     ending: bool = False
     """``max_hold`` is used up: the watchdog's next call ends the lease and tells."""
+    loop_thread: int = 0
+    """The thread it was taken on while that thread's asyncio event loop ran (sync only), or 0."""
 
 
 @dataclass(frozen=True)

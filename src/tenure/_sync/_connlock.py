@@ -34,7 +34,7 @@ from typing import Any
 import redis
 from redis import exceptions as redis_errors
 
-from tenure._backends.for_threads import IS_ASYNC, shielded, sleep
+from tenure._backends.for_threads import IS_ASYNC, TwinHints, shielded, sleep
 from tenure._backends.owners import generation
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
@@ -61,7 +61,7 @@ _parents: list[Any] = []
 """Dedicated connections a fork's parent held: kept, never closed, in the child."""
 
 
-class ConnectionLock:
+class ConnectionLock(TwinHints):
     """A lock held by a dedicated connection; see the module docstring."""
 
     def __init__(

@@ -20,7 +20,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from tenure._backends.for_threads import Mutex, OwnerSlot, cancel_holder, current_holder
+from tenure._backends.for_threads import (
+    Mutex,
+    OwnerSlot,
+    cancel_holder,
+    current_holder,
+    dropped_on_loop,
+    taken_on_loop,
+)
 from tenure._core.leased import (
     Hold,
 )
@@ -51,6 +58,8 @@ class Holds:
         self._rules = rules
         # Weak: renewals reach the holds, and must not keep the object alive.
         self._primitive = weakref.ref(primitive)
+        self.kind = type(primitive).__name__
+        """The primitive's class name, for messages."""
         self.slot: OwnerSlot[Hold] = OwnerSlot(per_owner=per_owner)
         self.counters = Counters()
         self.mutex = Mutex()  # the watchdog and the owners' threads share holds and counters
@@ -73,8 +82,13 @@ class Holds:
 
     def record(self, hold: Hold, contended: bool) -> None:
         """Make ``hold``, just taken, the current owner's (the mutex held)."""
-        self.slot.set(hold)
+        self.track(hold)
         self.counters.record_acquired(hold.waited, contended=contended)
+
+    def track(self, hold: Hold) -> None:
+        """Make ``hold`` the current owner's (the mutex held)."""
+        self.slot.set(hold)
+        hold.loop_thread = taken_on_loop(self._rules.keys.owner)
 
     def add_waiter(self, count: int) -> None:
         """Count a waiter in line (``count`` 1) or out of it (-1)."""
@@ -145,6 +159,9 @@ class Holds:
             if hold.renewal is not None:
                 watchdog().cancel(hold.renewal)
                 hold.renewal = None
+            if hold.loop_thread:
+                dropped_on_loop(hold.loop_thread, self._rules.keys.owner)
+                hold.loop_thread = 0
             self.slot.clear(hold)
 
     def leave_inner(self, hold: Hold) -> bool:

@@ -163,7 +163,7 @@ class Lease:
         with self._holds.mutex:
             if self._holds.peek() is not None:
                 return
-            self._holds.slot.set(hold)
+            self._holds.track(hold)
             if renewal is not None:
                 self._schedule(hold, renewal.due)  # at once if it fell due meanwhile
 

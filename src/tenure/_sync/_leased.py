@@ -28,7 +28,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from tenure._backends.for_threads import CAN_CANCEL_HOLDER, absorb_guard_cancel, shielded
+from tenure._backends.for_threads import (
+    CAN_CANCEL_HOLDER,
+    TwinHints,
+    absorb_guard_cancel,
+    refuse_awaited_call,
+    shielded,
+)
 from tenure._core.exceptions import (
     AcquireTimeoutError,
     AlreadyHeldError,
@@ -66,7 +72,7 @@ class Line(Protocol):
         """Take it for ``token``, waiting up to ``blocking_timeout`` if ``wait``."""
 
 
-class Leased:
+class Leased(TwinHints):
     """redis-py's lock API over a primitive's parts; see the module docstring."""
 
     def __init__(
@@ -226,6 +232,8 @@ class Leased:
         blocking_timeout: float | None,
         token: str | bytes | None,
     ) -> bool:
+        # ``lock.acquire()`` on a sync lock: refused before anything is taken.
+        refuse_awaited_call(type(self).__name__, "acquire", 2)
         rules = self._rules
         settings = rules.settings
         if sleep is not None:

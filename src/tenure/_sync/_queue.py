@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 
-from tenure._backends.for_threads import current_holder, shielded
+from tenure._backends.for_threads import before_waiting, current_holder, shielded
 from tenure._core.exceptions import BackendError, PrimitiveError
 from tenure._core.leased import (
     KEPT,
@@ -105,6 +105,7 @@ class Queue:
                     return True
                 if not wait:
                     return False
+            before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
             if self._rules.line_script is None:
                 return self._wait_in_line(token, started, deadline, holder)
             alone = True

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenure._backends.for_threads import (
     Event,
+    before_waiting,
     current_holder,
     shielded,
     sleep,
@@ -187,6 +188,7 @@ class RedlockLine:
                     shielded(self._rules.leave_quietly(token, quiet=True))
                     return self._holds.timed_out()
                 if listener is None:
+                    before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
                     self.seen_busy = True
                     listener = self._listen(token)
                     continue  # take a place in line at once

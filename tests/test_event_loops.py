@@ -1,0 +1,163 @@
+"""Sync primitives on a thread whose asyncio event loop is running: told at once, by name.
+
+A sync call blocks its thread and every task of the loop that thread runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+import tenure._backends.event_loops as event_loops
+from tenure import (
+    AlreadyHeldError,
+    ConnectionLock,
+    Lock,
+    ReadWriteLock,
+    Redlock,
+    ReentrantLock,
+    Semaphore,
+)
+
+KINDS: dict[str, Callable[[redis.Redis, str], Any]] = {
+    "Lock": lambda client, name: Lock(client, name),
+    "ReentrantLock": lambda client, name: ReentrantLock(client, name),
+    "Semaphore": lambda client, name: Semaphore(client, name, limit=1),
+    "WriteLock": lambda client, name: ReadWriteLock(client, name).write,
+    "Redlock": lambda client, name: Redlock([client], name),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_wait_for_a_hold_taken_on_the_same_loop_raises_at_once(
+    tenure_client: redis.Redis, kind: str
+) -> None:
+    """Two tasks, one sync lock around an await: the second would block the first for ever."""
+    make = KINDS[kind]
+    name = f"loop-{kind}"
+
+    async def first(taken: asyncio.Event, done: asyncio.Event) -> None:
+        with make(tenure_client, name):
+            taken.set()
+            await done.wait()
+
+    async def second(taken: asyncio.Event, done: asyncio.Event) -> float:
+        await taken.wait()
+        started = time.monotonic()
+        try:
+            with make(tenure_client, name):
+                pass
+        finally:
+            done.set()
+        return started
+
+    async def main() -> BaseException | None:
+        taken, done = asyncio.Event(), asyncio.Event()
+        results = await asyncio.gather(
+            first(taken, done), second(taken, done), return_exceptions=True
+        )
+        return results[1] if isinstance(results[1], BaseException) else None
+
+    error = asyncio.run(main())
+    assert isinstance(error, AlreadyHeldError), repr(error)
+    text = str(error)
+    assert f"tenure.Async{kind}" in text and "event loop is running" in text
+    assert not tenure_client.exists(f"tenure:lock:{{{name}}}")  # the first released it
+    assert make(tenure_client, name).acquire(blocking=False)  # nothing left behind
+
+
+def test_another_wait_on_a_loop_thread_works_and_warns_once(tenure_client: redis.Redis) -> None:
+    """A notebook's sync wait for a hold of another thread: deliberate, so it goes on."""
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with Lock(tenure_client, "loop-other"):
+            taken.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(10)
+    event_loops._warned = False  # once per process: start this test from none
+
+    async def main() -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert not Lock(tenure_client, "loop-other").acquire(blocking_timeout=0.05)
+            threading.Timer(0.1, done.set).start()
+            lock = Lock(tenure_client, "loop-other")
+            assert lock.acquire(blocking_timeout=10)  # granted when the other thread releases
+            lock.release()
+        return [f"{w.category.__name__}: {w.message} @ {w.filename}" for w in caught]
+
+    try:
+        said = asyncio.run(main())
+    finally:
+        done.set()
+        holder.join()
+    assert len(said) == 1, said
+    assert said[0].startswith("RuntimeWarning: tenure: a sync Lock ('loop-other') waits")
+    assert "tenure.AsyncLock" in said[0]
+    assert said[0].endswith(__file__)  # points at the caller's line
+
+
+def test_a_lock_taken_without_waiting_on_a_loop_thread_says_nothing(
+    tenure_client: redis.Redis,
+) -> None:
+    async def main() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with Lock(tenure_client, "loop-free"):
+                pass
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda client: Lock(client, "loop-aw"),
+        lambda client: Semaphore(client, "loop-aw", limit=2),
+        lambda client: ReadWriteLock(client, "loop-aw").read,
+        lambda client: ConnectionLock(client, "loop-aw"),
+    ],
+)
+def test_async_with_on_a_sync_object_names_its_twin(
+    tenure_client: redis.Redis, make: Callable[[redis.Redis], Any]
+) -> None:
+    primitive = make(tenure_client)
+    kind = type(primitive).__name__
+
+    async def main() -> None:
+        async with primitive:
+            pass
+
+    with pytest.raises(TypeError, match=f"^{kind} is tenure's sync .* use tenure.Async{kind} "):
+        asyncio.run(main())
+    assert tenure_client.dbsize() == 0
+
+
+def test_await_on_a_sync_acquire_is_refused_before_anything_is_taken(
+    tenure_client: redis.Redis,
+) -> None:
+    lock = Lock(tenure_client, "loop-await")
+
+    async def main() -> None:
+        await lock.acquire()  # type: ignore[misc]
+
+    with pytest.raises(TypeError, match=r"^Lock.acquire\(\) is tenure's sync .*AsyncLock"):
+        asyncio.run(main())
+    assert not lock.owned() and tenure_client.dbsize() == 0
+
+    async def plain() -> bool:
+        return lock.acquire()  # not awaited: a deliberate sync call, allowed
+
+    assert asyncio.run(plain())
+    lock.release()
