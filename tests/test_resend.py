@@ -635,6 +635,52 @@ def lock_try(run: Run) -> tuple[object, object]:
     return (got, lock.fencing_token is not None), snapshot
 
 
+@case("lock_try")
+def lock_try_with_a_chosen_token(run: Run) -> tuple[object, object]:
+    """A token of the caller's choosing: the resend carries the call's id, so it is
+    answered as taken, not refused as a second owner's."""
+    lock = Lock(run.client, run.name, timeout=30)
+    run.arm()
+    got = lock.acquire(blocking=False, token=f"{run.name}-worker-1")
+    snapshot = run.snapshot()
+    lock.release()
+    return (got, lock.fencing_token is not None), snapshot
+
+
+@case("lock_acquire")
+def lock_waiter_with_a_chosen_token(run: Run) -> tuple[object, object]:
+    """A waiter with a chosen token in line, its reply lost, then handed the hold."""
+    holder = held_by_another(run, lambda: Lock(run.client, run.name, timeout=30))
+    waiter = Lock(run.client, run.name, timeout=30)
+    got: list[bool] = []
+    run.arm()
+    thread = threading.Thread(
+        target=lambda: got.append(waiter.acquire(blocking_timeout=5, token=f"{run.name}-worker-2"))
+    )
+    thread.start()
+    wait_for(lambda: bool(run.direct.zcard(holder.keys.queue)), 5, "the waiter in line")
+    holder.release()
+    thread.join(10)
+    wait_for(
+        lambda: got != [True] or run.direct.pttl(holder.keys.owner) >= 2000,
+        3,
+        "the handoff's lease confirmed",
+    )
+    return got, run.snapshot()
+
+
+@case("lock_leave")
+def lock_second_owner_of_a_token_gives_up(run: Run) -> tuple[object, object]:
+    """A second owner that chose the holder's token gives up: the holder's hold stays."""
+    token = f"{run.name}-worker-3"
+    holder = Lock(run.client, run.name, timeout=30)
+    assert holder.acquire(blocking=False, token=token)
+    second = Lock(run.client, run.name, timeout=30)
+    run.arm()
+    got = second.acquire(blocking_timeout=0.2, token=token)
+    return (got, holder.owned()), run.snapshot()
+
+
 @case("lock_acquire")
 def lock_handed_over(run: Run) -> tuple[object, object]:
     return handed_over(run, lambda: Lock(run.client, run.name, timeout=30))

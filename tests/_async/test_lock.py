@@ -412,6 +412,29 @@ async def test_fenced_key_rejects_older_token(tenure_async_client: redis.asyncio
     assert await store.read() == (b"v9", 9)  # nothing refused was written
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+async def test_a_second_owner_of_a_chosen_token_is_refused_as_redis_py_refuses_it(
+    tenure_async_client: redis.asyncio.Redis, reentrant: bool
+) -> None:
+    """Two objects acquiring with ``token="worker-1"``: one holds, the other waits."""
+    kind = AsyncReentrantLock if reentrant else AsyncLock
+    first, second = kind(tenure_async_client, "chosen"), kind(tenure_async_client, "chosen")
+    assert await first.acquire(token="worker-1")
+    fence = first.fencing_token
+    assert fence is not None
+    assert not await second.acquire(blocking=False, token="worker-1")
+    assert not await second.acquire(blocking_timeout=0.1, token="worker-1")
+    assert await first.owned() and not await second.owned()
+    assert first.fencing_token == fence and second.statistics().fencing_token is None
+    waiting = spawn(lambda: second.acquire(blocking_timeout=10, token="worker-1"))
+    await until(lambda: in_line(tenure_async_client, second, 1), 10, "the second in line")
+    await first.release()
+    assert await join(waiting)  # handed over on release, as to any waiter
+    assert second.fencing_token is not None and second.fencing_token > fence
+    assert not await first.owned()  # the token is the same: owned() asks this object
+    await second.release()
+
+
 async def test_a_fenced_key_keeps_its_fence_when_its_value_expires(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:

@@ -602,3 +602,16 @@ async def test_a_plain_lock_and_a_redlock_do_not_share_keys(masters: list[Any]) 
     assert await redlock.acquire(blocking=False)
     await redlock.release()
     await lock.release()
+
+
+async def test_a_lease_too_short_for_its_masters_is_refused(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """A lease whose tenth is less than a round trip: refused, not blamed on the masters."""
+    for lease in (0.005, 0.049):
+        with pytest.raises(ArgumentError, match=r"^timeout: .* too short for a Redlock"):
+            AsyncRedlock([tenure_async_client], "short", timeout=lease)
+    lock = AsyncRedlock([tenure_async_client], "short", timeout=0.05)
+    with pytest.raises(ArgumentError, match=r"^timeout: .* too short for a Redlock"):
+        lock.timeout = 0.01
+    assert lock.timeout == 0.05

@@ -409,6 +409,29 @@ def test_fenced_key_rejects_older_token(tenure_client: redis.Redis) -> None:
     assert store.read() == (b"v9", 9)  # nothing refused was written
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_second_owner_of_a_chosen_token_is_refused_as_redis_py_refuses_it(
+    tenure_client: redis.Redis, reentrant: bool
+) -> None:
+    """Two objects acquiring with ``token="worker-1"``: one holds, the other waits."""
+    kind = ReentrantLock if reentrant else Lock
+    first, second = kind(tenure_client, "chosen"), kind(tenure_client, "chosen")
+    assert first.acquire(token="worker-1")
+    fence = first.fencing_token
+    assert fence is not None
+    assert not second.acquire(blocking=False, token="worker-1")
+    assert not second.acquire(blocking_timeout=0.1, token="worker-1")
+    assert first.owned() and not second.owned()
+    assert first.fencing_token == fence and second.statistics().fencing_token is None
+    waiting = spawn(lambda: second.acquire(blocking_timeout=10, token="worker-1"))
+    until(lambda: in_line(tenure_client, second, 1), 10, "the second in line")
+    first.release()
+    assert join(waiting)  # handed over on release, as to any waiter
+    assert second.fencing_token is not None and second.fencing_token > fence
+    assert not first.owned()  # the token is the same: owned() asks this object
+    second.release()
+
+
 def test_a_fenced_key_keeps_its_fence_when_its_value_expires(
     tenure_client: redis.Redis,
 ) -> None:

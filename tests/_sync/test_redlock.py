@@ -600,3 +600,16 @@ def test_a_plain_lock_and_a_redlock_do_not_share_keys(masters: list[Any]) -> Non
     assert redlock.acquire(blocking=False)
     redlock.release()
     lock.release()
+
+
+def test_a_lease_too_short_for_its_masters_is_refused(
+    tenure_client: redis.Redis,
+) -> None:
+    """A lease whose tenth is less than a round trip: refused, not blamed on the masters."""
+    for lease in (0.005, 0.049):
+        with pytest.raises(ArgumentError, match=r"^timeout: .* too short for a Redlock"):
+            Redlock([tenure_client], "short", timeout=lease)
+    lock = Redlock([tenure_client], "short", timeout=0.05)
+    with pytest.raises(ArgumentError, match=r"^timeout: .* too short for a Redlock"):
+        lock.timeout = 0.01
+    assert lock.timeout == 0.05

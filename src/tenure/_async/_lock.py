@@ -52,13 +52,13 @@ class AsyncLockRules(AsyncRules):
     statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics
     reentry_hint = "make it with reentrant=True (or use AsyncReentrantLock) to re-enter"
 
-    def try_call(self, token: str) -> Call:
+    def try_call(self, token: str, attempt: str = "") -> Call:
         k = self.keys
-        args = (token, self.settings.lease_ms, IDLE_TTL_MS, self.owner_name)
+        args = (token, self.settings.lease_ms, IDLE_TTL_MS, self.owner_name, attempt)
         return (k.owner, k.queue, k.fence, *self.outer_keys), args
 
     def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
+        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
     ) -> Call:
         settings = self.settings
         args = (
@@ -70,6 +70,7 @@ class AsyncLockRules(AsyncRules):
             channel,
             IDLE_TTL_MS,
             self.owner_name,
+            attempt,
         )
         return (*self.keys.lock, *self.outer_keys), args
 
@@ -77,9 +78,9 @@ class AsyncLockRules(AsyncRules):
         keys = (*self.keys.lock, *self.keys.receipts, *self.outer_keys)
         return keys, (token, self.settings.handoff_ms, IDLE_TTL_MS)
 
-    def leave_call(self, token: str, mode: str) -> Call:
+    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         keys = (*self.keys.lock, *self.outer_keys)
-        return keys, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS)
+        return keys, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS, attempt)
 
     def extend_call(self, token: str, ms: int, mode: str) -> Call:
         keys = (self.keys.owner, *self.keys.receipts, *self.outer_keys)

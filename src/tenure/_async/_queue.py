@@ -71,8 +71,13 @@ class AsyncQueue:
         self._lease = lease
         self.seen_busy = False  # the last acquire had to wait: skip the fast path
 
-    async def acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
-        """Take it for ``token``: at once if free, else in line until ``blocking_timeout``."""
+    async def acquire(
+        self, wait: bool, blocking_timeout: float | None, token: str, attempt: str = ""
+    ) -> bool:
+        """Take it for ``token``: at once if free, else in line until ``blocking_timeout``.
+
+        ``attempt``: the call's id when the caller chose ``token`` (``""``: random).
+        """
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
@@ -90,7 +95,7 @@ class AsyncQueue:
                 # it are in line (or one of them is trying), where it would be
                 # wasted.
                 sent = time.monotonic()
-                keys, args = self._rules.try_call(token)
+                keys, args = self._rules.try_call(token, attempt)
                 reply = await shielded(
                     self._rules.run_taking(
                         self._rules.scripts.try_, keys, args, self._rules.took_on_try
@@ -105,13 +110,17 @@ class AsyncQueue:
                 if not wait:
                     return False
             before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
-            if self._rules.line_script is None:
-                return await self._wait_in_line(token, started, deadline, holder)
+            if self._rules.line_script is None or attempt:
+                # A token of the caller's choosing waits on its own, carrying its
+                # call's id (a process's line joins waiters by token alone).
+                return await self._wait_in_line(token, started, deadline, holder, attempt=attempt)
             alone = True
             if counted is None:
                 counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)
             if alone:
-                return await self._wait_in_line(token, started, deadline, holder, tried)
+                return await self._wait_in_line(
+                    token, started, deadline, holder, tried, attempt=attempt
+                )
             in_line = True
             return await self._wait_in_process_line(token, started, deadline, holder)
         except BaseException as exc:
@@ -119,7 +128,9 @@ class AsyncQueue:
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
                 await shielded(
-                    self._rules.leave_quietly(token, quiet=isinstance(exc, BackendError))
+                    self._rules.leave_quietly(
+                        token, quiet=isinstance(exc, BackendError), attempt=attempt
+                    )
                 )
             raise
         finally:
@@ -135,12 +146,14 @@ class AsyncQueue:
         deadline: float | None,
         holder: object,
         tried: tuple[object, ...] | None = None,
+        *,
+        attempt: str = "",
     ) -> bool:
         settings = self._rules.settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
         waiter = await listen(self._rules.client, token, room, self._rules.keys.owner)
         keys, args = self._rules.acquire_call(
-            token, settings.waiter_lease_ms, False, waiter.channel
+            token, settings.waiter_lease_ms, False, waiter.channel, attempt
         )
         queued = False
         try:
@@ -167,7 +180,7 @@ class AsyncQueue:
                     self._holds.add_waiter(1)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return await self._give_up(token, started, holder)
+                    return await self._give_up(token, started, holder, attempt)
                 # Wake at the first of: a grant, our deadline, the owner's lease
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
@@ -296,10 +309,10 @@ class AsyncQueue:
             self._rules.outsider_poll,
         )
 
-    async def _give_up(self, token: str, started: float, holder: object) -> bool:
+    async def _give_up(self, token: str, started: float, holder: object, attempt: str = "") -> bool:
         """The deadline passed: leave the queue, unless it was handed over meanwhile."""
         sent = time.monotonic()
-        keys, args = self._rules.leave_call(token, "keep")
+        keys, args = self._rules.leave_call(token, "keep", attempt)
         reply = await shielded(self._rules.run(self._rules.scripts.leave, keys, args))
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))

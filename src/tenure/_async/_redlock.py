@@ -73,6 +73,7 @@ from tenure._core.redlock import (
     RedlockStatistics,
     Tally,
     check_masters,
+    check_redlock_lease,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
@@ -106,6 +107,7 @@ class AsyncRedlockRules(AsyncLockRules):
     ) -> None:
         super().__init__(clients[0], name, **options)
         settings = self.settings
+        check_redlock_lease(settings.lease, name)
         check_seconds("master_timeout", master_timeout, allow_none=True, name=name)
         if master_timeout is None:
             master_timeout = min(DEFAULT_MASTER_TIMEOUT, settings.lease / 10)
@@ -122,6 +124,7 @@ class AsyncRedlockRules(AsyncLockRules):
         self.short_attempts = 0
 
     def check_settings(self, settings: LockSettings) -> None:
+        check_redlock_lease(settings.lease, self.name)
         masters = self.masters
         if masters.call_timeout > settings.lease / 10:
             raise ArgumentError(
@@ -144,7 +147,7 @@ class AsyncRedlockRules(AsyncLockRules):
     def release_call(self, token: str) -> Call:
         return self.release_keys(), (token, "leave", "", IDLE_TTL_MS)
 
-    def leave_call(self, token: str, mode: str) -> Call:
+    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         return self.release_call(token)
 
     def release_keys(self) -> tuple[str, ...]:

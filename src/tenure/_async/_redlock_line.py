@@ -128,7 +128,9 @@ class AsyncRedlockLine:
         with self._holds.mutex:
             self._live.discard(hold.token)
 
-    async def acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
+    async def acquire(
+        self, wait: bool, blocking_timeout: float | None, token: str, attempt: str = ""
+    ) -> bool:
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
@@ -148,8 +150,8 @@ class AsyncRedlockLine:
                 if listener is None and wait and self.seen_busy:
                     listener = await self._listen(token)
                 sent = time.monotonic()
-                attempt = await shielded(self._attempt(token, ticket, listener))
-                if attempt.unreachable is not None:
+                tried = await shielded(self._attempt(token, ticket, listener))
+                if tried.unreachable is not None:
                     # Once may be a stall (of this process, or of the network):
                     # twice in a row, the masters are out of reach -- unless
                     # they were only slow to answer (a busy machine): then
@@ -157,17 +159,17 @@ class AsyncRedlockLine:
                     unreachable += 1
                     if unreachable == 1:
                         unreachable_since = time.monotonic()
-                    patience = patience_for_slow() if attempt.slow else 0
+                    patience = patience_for_slow() if tried.slow else 0
                     if unreachable > 1 and time.monotonic() - unreachable_since >= patience:
                         await shielded(self._give_back(None, token, "leave", patient=False))
-                        raise attempt.unreachable
+                        raise tried.unreachable
                     if unreachable > 1:
                         await sleep(RETRY_PAUSE)  # a skipped master fails an attempt at once
                     continue
                 unreachable = 0
-                if attempt.fence is not None:
+                if tried.fence is not None:
                     drift = drift_ms(settings.lease_ms) / 1000
-                    taken = Acquired(fence=attempt.fence, lease_ms=settings.lease_ms)
+                    taken = Acquired(fence=tried.fence, lease_ms=settings.lease_ms)
                     self._lease.took(token, taken, sent - drift, started, holder, queued)
                     self.seen_busy = queued
                     return True
@@ -175,7 +177,7 @@ class AsyncRedlockLine:
                     # Not waiting means not waiting for the lock, held elsewhere;
                     # masters merely slow to answer (a busy machine) get a few
                     # attempts' time, as an acquisition they fail does.
-                    if not attempt.undecided:
+                    if not tried.undecided:
                         return False
                     if not slow_since:
                         slow_since = time.monotonic()
@@ -195,9 +197,9 @@ class AsyncRedlockLine:
                     queued = True
                     self._holds.add_waiter(1)
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
-                if attempt.free_in is not None:
-                    wake_at = min(wake_at, now + attempt.free_in + OWNER_EXPIRY_SLACK)
-                if attempt.split:  # another took the rest: try again soon, not in step
+                if tried.free_in is not None:
+                    wake_at = min(wake_at, now + tried.free_in + OWNER_EXPIRY_SLACK)
+                if tried.split:  # another took the rest: try again soon, not in step
                     jitter = _RANDOM.uniform(0.0, self._masters.call_timeout / 4)
                     wake_at = min(wake_at, now + jitter)
                 if deadline is not None:

@@ -48,6 +48,7 @@ __all__ = [
     "default_owner_name",
     "grant_time",
     "lone_surrogate",
+    "new_attempt",
     "new_token",
     "parse_acquire",
     "parse_grant",
@@ -269,6 +270,16 @@ def check_owner_name(owner_name: object, name: str | None = None) -> str | None:
 def new_token() -> str:
     """A fresh random token for one acquisition."""
     return secrets.token_hex(16)
+
+
+def new_attempt() -> str:
+    """A fresh id for one acquire call with a token of the caller's choosing.
+
+    The scripts keep it with the hold: a resent call carries the same id and is
+    answered as its first run was; a second owner that chose the same token
+    carries another and is refused (as redis-py's ``SET NX`` refuses it).
+    """
+    return secrets.token_hex(8)
 
 
 def call_id(mode: str) -> str:

@@ -26,6 +26,7 @@ from tenure._core.exceptions import (
 from tenure._core.statistics import (
     LockStatistics,
 )
+from tenure._core.values import to_ms
 
 __all__ = [
     "ADAPTIVE_MARGIN",
@@ -34,10 +35,12 @@ __all__ = [
     "DRIFT_MIN_MS",
     "FENCE_LIFETIME_MS",
     "MAX_OVERDUE",
+    "MIN_MASTER_TIMEOUT",
     "SLOWEST_DECAY",
     "RedlockStatistics",
     "Tally",
     "check_masters",
+    "check_redlock_lease",
     "describe_failure",
     "drift_ms",
     "is_slow",
@@ -52,6 +55,27 @@ DRIFT_MIN_MS = 2
 
 DEFAULT_MASTER_TIMEOUT = 0.1
 """Seconds an attempt waits for the masters' answers (far below any lease)."""
+
+MIN_MASTER_TIMEOUT = 0.005
+"""The least time a master is given to answer: a round trip with room for a busy machine.
+
+A Redlock's masters get at most a tenth of its lease, so its lease must be at
+least ten times this (:func:`check_redlock_lease`)."""
+
+
+def check_redlock_lease(lease: float, name: str) -> None:
+    """Refuse a lease too short for a quorum's answers and the clocks' drift allowance."""
+    shortest = 10 * MIN_MASTER_TIMEOUT
+    if lease < shortest:
+        raise ArgumentError(
+            "timeout",
+            f"{lease:g}s is too short for a Redlock: its masters get a tenth of the lease "
+            f"to answer ({lease / 10:g}s, less than a round trip), and "
+            f"{drift_ms(to_ms(lease)):d} ms of it is set aside for the masters' clocks "
+            f"drifting apart; give at least {shortest:g}s",
+            name=name,
+        )
+
 
 SETTLE_TIMEOUT = 1.0
 """Seconds a release or give-back waits, at least, for a quorum to answer.

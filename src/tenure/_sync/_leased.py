@@ -47,6 +47,7 @@ from tenure._core.leased import (
     Hold,
     LockKeys,
     TokenLocal,
+    new_attempt,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
@@ -68,8 +69,14 @@ _P = TypeVar("_P", bound="Leased")
 class Line(Protocol):
     """How a primitive waits: :class:`~tenure._sync._queue.Queue`, or Redlock's."""
 
-    def acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
-        """Take it for ``token``, waiting up to ``blocking_timeout`` if ``wait``."""
+    def acquire(
+        self, wait: bool, blocking_timeout: float | None, token: str, attempt: str = ""
+    ) -> bool:
+        """Take it for ``token``, waiting up to ``blocking_timeout`` if ``wait``.
+
+        ``attempt`` is the call's id when the caller chose ``token`` (see
+        :meth:`Rules.try_call`), ``""`` for a random token.
+        """
 
 
 class Leased(TwinHints):
@@ -273,7 +280,11 @@ class Leased(TwinHints):
         if held is not None:
             self._holds.forget(held)
         rules.check_owner_free()
-        return self._line.acquire(wait, blocking_timeout, token or rules.new_token())
+        if token is None:
+            return self._line.acquire(wait, blocking_timeout, rules.new_token())
+        # A token of the caller's choosing may be given by two owners at once:
+        # the call's own id tells its resend from the second owner's call.
+        return self._line.acquire(wait, blocking_timeout, token, new_attempt())
 
     def release(self) -> None:
         """Release, handing the primitive to the next waiter.

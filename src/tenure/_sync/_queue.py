@@ -72,8 +72,13 @@ class Queue:
         self._lease = lease
         self.seen_busy = False  # the last acquire had to wait: skip the fast path
 
-    def acquire(self, wait: bool, blocking_timeout: float | None, token: str) -> bool:
-        """Take it for ``token``: at once if free, else in line until ``blocking_timeout``."""
+    def acquire(
+        self, wait: bool, blocking_timeout: float | None, token: str, attempt: str = ""
+    ) -> bool:
+        """Take it for ``token``: at once if free, else in line until ``blocking_timeout``.
+
+        ``attempt``: the call's id when the caller chose ``token`` (``""``: random).
+        """
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         holder = current_holder()
@@ -91,7 +96,7 @@ class Queue:
                 # it are in line (or one of them is trying), where it would be
                 # wasted.
                 sent = time.monotonic()
-                keys, args = self._rules.try_call(token)
+                keys, args = self._rules.try_call(token, attempt)
                 reply = shielded(
                     self._rules.run_taking(
                         self._rules.scripts.try_, keys, args, self._rules.took_on_try
@@ -106,20 +111,26 @@ class Queue:
                 if not wait:
                     return False
             before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
-            if self._rules.line_script is None:
-                return self._wait_in_line(token, started, deadline, holder)
+            if self._rules.line_script is None or attempt:
+                # A token of the caller's choosing waits on its own, carrying its
+                # call's id (a process's line joins waiters by token alone).
+                return self._wait_in_line(token, started, deadline, holder, attempt=attempt)
             alone = True
             if counted is None:
                 counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)
             if alone:
-                return self._wait_in_line(token, started, deadline, holder, tried)
+                return self._wait_in_line(token, started, deadline, holder, tried, attempt=attempt)
             in_line = True
             return self._wait_in_process_line(token, started, deadline, holder)
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
-                shielded(self._rules.leave_quietly(token, quiet=isinstance(exc, BackendError)))
+                shielded(
+                    self._rules.leave_quietly(
+                        token, quiet=isinstance(exc, BackendError), attempt=attempt
+                    )
+                )
             raise
         finally:
             if tried is not None:
@@ -134,12 +145,14 @@ class Queue:
         deadline: float | None,
         holder: object,
         tried: tuple[object, ...] | None = None,
+        *,
+        attempt: str = "",
     ) -> bool:
         settings = self._rules.settings
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
         waiter = listen(self._rules.client, token, room, self._rules.keys.owner)
         keys, args = self._rules.acquire_call(
-            token, settings.waiter_lease_ms, False, waiter.channel
+            token, settings.waiter_lease_ms, False, waiter.channel, attempt
         )
         queued = False
         try:
@@ -166,7 +179,7 @@ class Queue:
                     self._holds.add_waiter(1)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return self._give_up(token, started, holder)
+                    return self._give_up(token, started, holder, attempt)
                 # Wake at the first of: a grant, our deadline, the owner's lease
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
@@ -291,10 +304,10 @@ class Queue:
             self._rules.outsider_poll,
         )
 
-    def _give_up(self, token: str, started: float, holder: object) -> bool:
+    def _give_up(self, token: str, started: float, holder: object, attempt: str = "") -> bool:
         """The deadline passed: leave the queue, unless it was handed over meanwhile."""
         sent = time.monotonic()
-        keys, args = self._rules.leave_call(token, "keep")
+        keys, args = self._rules.leave_call(token, "keep", attempt)
         reply = shielded(self._rules.run(self._rules.scripts.leave, keys, args))
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))

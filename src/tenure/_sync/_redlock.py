@@ -67,6 +67,7 @@ from tenure._core.redlock import (
     RedlockStatistics,
     Tally,
     check_masters,
+    check_redlock_lease,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
@@ -107,6 +108,7 @@ class RedlockRules(LockRules):
     ) -> None:
         super().__init__(clients[0], name, **options)
         settings = self.settings
+        check_redlock_lease(settings.lease, name)
         check_seconds("master_timeout", master_timeout, allow_none=True, name=name)
         if master_timeout is None:
             master_timeout = min(DEFAULT_MASTER_TIMEOUT, settings.lease / 10)
@@ -123,6 +125,7 @@ class RedlockRules(LockRules):
         self.short_attempts = 0
 
     def check_settings(self, settings: LockSettings) -> None:
+        check_redlock_lease(settings.lease, self.name)
         masters = self.masters
         if masters.call_timeout > settings.lease / 10:
             raise ArgumentError(
@@ -145,7 +148,7 @@ class RedlockRules(LockRules):
     def release_call(self, token: str) -> Call:
         return self.release_keys(), (token, "leave", "", IDLE_TTL_MS)
 
-    def leave_call(self, token: str, mode: str) -> Call:
+    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         return self.release_call(token)
 
     def release_keys(self) -> tuple[str, ...]:

@@ -222,22 +222,31 @@ class Rules:
 
     # -- the script calls (each kind writes its own) ------------------------------
 
-    def try_call(self, token: str) -> Call:
-        """The fast path's call: take it if free and nobody waits."""
+    def try_call(self, token: str, attempt: str = "") -> Call:
+        """The fast path's call: take it if free and nobody waits.
+
+        ``attempt`` is the acquire call's id when the caller chose ``token``
+        (``""`` for a random one): it tells that call's resend from a second
+        owner that chose the same token.
+        """
         raise NotImplementedError
 
     def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
+        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
     ) -> Call:
-        """Take it, or join (and keep a place in) the queue."""
+        """Take it, or join (and keep a place in) the queue (``attempt``: see :meth:`try_call`)."""
         raise NotImplementedError
 
     def release_call(self, token: str) -> Call:
         """End the hold, handing it to the next waiter."""
         raise NotImplementedError
 
-    def leave_call(self, token: str, mode: str) -> Call:
-        """Leave the queue (``mode`` "keep" keeps a hold handed over meanwhile, "pass" not)."""
+    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
+        """Leave the queue (``mode`` "keep" keeps a hold handed over meanwhile, "pass" not).
+
+        ``attempt``: the acquire call's id (see :meth:`try_call`); a hold its
+        token has under another call's id is a second owner's, left alone.
+        """
         raise NotImplementedError
 
     def extend_call(self, token: str, ms: int, mode: str) -> Call:
@@ -301,7 +310,7 @@ class Rules:
         """How the watchdog runs ``hold``'s renewals (None: batched EVALSHA)."""
         return None
 
-    def leave_quietly(self, token: str, quiet: bool = False) -> bool:
+    def leave_quietly(self, token: str, quiet: bool = False, attempt: str = "") -> bool:
         """Leave the queue and give back anything taken for ``token``, never raising.
 
         Returns False if the server could not be told (the waiter lease then
@@ -309,7 +318,7 @@ class Rules:
         with its lease).
         """
         try:
-            keys, args = self.leave_call(token, "pass")
+            keys, args = self.leave_call(token, "pass", attempt)
             self.run(self.scripts.leave, keys, args)
         except TenureError as exc:
             log = logger.debug if quiet else logger.warning

@@ -74,14 +74,14 @@ class PermitRules(Rules):
         super().__init__(client, name, **options)
         self.limit = limit
 
-    def try_call(self, token: str) -> Call:
+    def try_call(self, token: str, attempt: str = "") -> Call:
         k = self.keys
         keys = (k.owner, k.queue, k.fence, k.limit, k.owners, k.grants)
         args = (token, self.settings.lease_ms, self.limit, IDLE_TTL_MS, self.owner_name)
         return keys, args
 
     def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = ""
+        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
     ) -> Call:
         settings = self.settings
         args = (
@@ -103,7 +103,7 @@ class PermitRules(Rules):
         keys = (*self.keys.all, *self.keys.receipts)
         return keys, (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS)
 
-    def leave_call(self, token: str, mode: str) -> Call:
+    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS)
         return self.keys.all, args
 

@@ -18,17 +18,20 @@
 -- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[7] lifetime in ms of a fencing counter started now
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
+-- ARGV[9] this acquire call's id when the token is the caller's choice, else ''
 -- returns {1, fence, lease ms} when the caller holds the lock, or
 --         {0, owner's remaining lease ms (-2 none), 0-based place in queue (-1 none),
 --          server time in ms, 1 if a foreign holder of redis-py's key holds it else 0}
--- on resend: the token holds already (answered as a re-entry or a confirmation),
---         or keeps its place in line (ZADD NX)
+-- on resend: the token holds already, taken by this call (ARGV[9]) or handed over
+--         (answered as a re-entry or a confirmation), or keeps its place in line
+--         (ZADD NX). A second owner that chose the same token waits as others do.
 
 --! include queue
 --! include lock
 mirror = KEYS[7] or false
 local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease, channel, idle_ms, name = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8]
+local attempt = ARGV[9]
 
 -- Fast path: free and nobody waiting.
 local owner = still_owner(owner_key, redis.call('HGET', owner_key, 'token'))
@@ -37,13 +40,13 @@ if ARGV[4] == '1' and owner ~= token then
 end
 local held_outside = (not owner) and outsider()
 if (not owner) and (not held_outside) and redis.call('EXISTS', queue) == 0 then
-    return {1, take(owner_key, fence, token, lease, idle_ms, name), tonumber(lease)}
+    return {1, take(owner_key, fence, token, lease, idle_ms, name, attempt), tonumber(lease)}
 end
 
 local waiter_lease = tonumber(ARGV[3])
 local now, now_us = server_time()
 purge_waiters(queue, waiters, wakes, now, names)
-if owner == token then
+if owner == token and (ARGV[4] == '1' or same_attempt(owner_key, attempt)) then
     -- Already ours: a re-entry, a waiter that was handed the lock confirming
     -- it, or this same call resent.
     redis.call('HSET', owner_key, 'owner', name)
@@ -57,7 +60,7 @@ if not owner and not held_outside then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if (not head) or head == token then
         leave_queue(queue, waiters, wakes, token, names)
-        return {1, take(owner_key, fence, token, lease, idle_ms, name), tonumber(lease)}
+        return {1, take(owner_key, fence, token, lease, idle_ms, name, attempt), tonumber(lease)}
     end
     -- Free, but a live waiter is ahead of us (its owner's lease ran out with
     -- nobody to hand it on): give it to that waiter now, then queue behind.

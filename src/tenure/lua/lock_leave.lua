@@ -15,6 +15,8 @@
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] keep | pass
 -- ARGV[4] lifetime in ms of a fencing counter started now
+-- ARGV[5] the acquire call's id when the token is the caller's choice, else '': a
+--         hold its token has under another call's id is a second owner's, left alone
 -- returns {1, fence, remaining lease ms} if the caller holds the lock (keep),
 --         {0} otherwise
 -- on resend: keep finds the lock still the caller's; pass finds it gone
@@ -28,6 +30,9 @@ leave_queue(queue, waiters, wakes, token, names)
 local now = server_time()
 purge_waiters(queue, waiters, wakes, now, names)
 local owner = redis.call('HGET', owner_key, 'token')
+if owner == token and not same_attempt(owner_key, ARGV[5]) then
+    return {0} -- held by a second owner that chose the same token
+end
 if owner == token then
     if ARGV[3] == 'keep' then
         return {1, tonumber(redis.call('HGET', owner_key, 'fence')), redis.call('PTTL', owner_key)}

@@ -9,15 +9,17 @@
 -- ARGV[2] lease in ms
 -- ARGV[3] lifetime in ms of a fencing counter started now
 -- ARGV[4] the caller's owner name (shown by tenure inspect)
+-- ARGV[5] this acquire call's id when the token is the caller's choice, else ''
 -- returns the fencing token (> 0) if taken, else 0
--- on resend: the token holds already; its fencing token is answered again
+-- on resend: the token holds already, taken by this call (ARGV[5]); its fencing
+--   token is answered again. A second owner that chose the same token is refused.
 
 --! include queue
 --! include lock
 mirror = KEYS[4] or false
 local owner = still_owner(KEYS[1], redis.call('HGET', KEYS[1], 'token'))
 if owner then
-    if owner == ARGV[1] then
+    if owner == ARGV[1] and same_attempt(KEYS[1], ARGV[5]) then
         return tonumber(redis.call('HGET', KEYS[1], 'fence'))
     end
     return 0
@@ -25,4 +27,4 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 or outsider() then
     return 0
 end
-return take(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+return take(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])

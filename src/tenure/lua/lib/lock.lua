@@ -1,7 +1,9 @@
 -- Shared by the lock scripts (included after lib/queue, not run on its own).
 -- Key layout of one lock, all under one {hash tag} so a cluster keeps them in one slot:
---   owner   hash {token, fence, owner}; its PEXPIRE is the lease; owner is
---           the holder's owner name (it expires with the hold). Re-entries are
+--   owner   hash {token, fence, owner, attempt}; its PEXPIRE is the lease; owner is
+--           the holder's owner name (it expires with the hold); attempt is the id
+--           of the acquire call that took it when its token was the caller's own
+--           choice ('' otherwise, and for a hold handed over). Re-entries are
 --           counted by the owner's process, not here.
 --   queue, waiters, wakes, fence, names   as in lib/queue
 --   done, done_old   receipts, as in lib/receipt
@@ -57,15 +59,30 @@ local function mirror_release(token)
     end
 end
 
+-- Whether a call for `token`, found holding, is that hold's own (a resend, or
+-- a waiter handed the lock asking again) rather than a second owner that chose
+-- the same token: the hold's attempt id is '' or `attempt`, or the call has none
+-- (a random token, unique to its acquisition).
+local function same_attempt(owner_key, attempt)
+    if attempt == '' then
+        return true
+    end
+    local stored = redis.call('HGET', owner_key, 'attempt')
+    return (not stored) or stored == '' or stored == attempt
+end
+
 -- Make `token` (owner name `name`, false: none known) the owner for
--- `lease_ms`; return its fencing token. The hash may still hold the previous
--- owner (a handoff): its fields are overwritten.
-local function take(owner, fence, token, lease_ms, idle_ms, name)
+-- `lease_ms`, taken by acquire call `attempt` ('' none); return its fencing
+-- token. The hash may still hold the previous owner (a handoff): its fields
+-- are overwritten.
+local function take(owner, fence, token, lease_ms, idle_ms, name, attempt)
     local f = next_fence(fence, idle_ms)
     if name then
-        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f), 'owner', name)
+        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f), 'owner', name,
+            'attempt', attempt)
     else
-        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f))
+        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f),
+            'attempt', attempt)
         redis.call('HDEL', owner, 'owner')
     end
     redis.call('PEXPIRE', owner, lease_ms)
@@ -88,7 +105,7 @@ local function grant_next(owner, queue, waiters, wakes, fence, handoff_ms, now, 
     local channel = channel_of(wakes, head)
     local name = name_of(names, head)
     leave_queue(queue, waiters, wakes, head, names)
-    local f = take(owner, fence, head, handoff_ms, idle_ms, name)
+    local f = take(owner, fence, head, handoff_ms, idle_ms, name, '')
     announce(channel, head, f, handoff_ms, now)
     return head
 end
