@@ -647,3 +647,27 @@ async def test_an_extend_a_quorum_decided_leaves_a_slow_master_to_catch_up(
     assert _pttl(redlock_servers[0], "catch-up") <= 15_000  # added once
     proxies[0].set_latency(0)
     await lock.release()
+
+
+async def test_owned_and_locked_do_not_wait_for_a_dead_master(proxies: list[FaultProxy]) -> None:
+    """With redis-py's default retry, a dead master answers only after its backoff (about
+    a second): owned() and locked() return once the others decide."""
+    clients = [redis.asyncio.Redis(host=p.host, port=p.port) for p in proxies]  # default Retry
+    try:
+        lock = AsyncRedlock(clients, "dead-master", timeout=10)
+        assert await lock.acquire()
+        proxies[2].reset_connections()
+        proxies[2].refuse_connections()  # dead: its connections refused
+        for check in (lock.owned, lock.locked):
+            started = time.monotonic()
+            assert await check()
+            assert time.monotonic() - started < 0.5
+        other = AsyncRedlock(clients[1:] + clients[:1], "dead-master", timeout=10)
+        started = time.monotonic()
+        assert not await other.owned()  # decided without asking anyone: it holds nothing
+        assert await other.locked()
+        assert time.monotonic() - started < 0.5
+        proxies[2].refuse_connections(None)
+        await lock.release()
+    finally:
+        await _close(proxies, clients)

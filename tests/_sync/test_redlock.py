@@ -645,3 +645,27 @@ def test_an_extend_a_quorum_decided_leaves_a_slow_master_to_catch_up(
     assert _pttl(redlock_servers[0], "catch-up") <= 15_000  # added once
     proxies[0].set_latency(0)
     lock.release()
+
+
+def test_owned_and_locked_do_not_wait_for_a_dead_master(proxies: list[FaultProxy]) -> None:
+    """With redis-py's default retry, a dead master answers only after its backoff (about
+    a second): owned() and locked() return once the others decide."""
+    clients = [redis.Redis(host=p.host, port=p.port) for p in proxies]  # default Retry
+    try:
+        lock = Redlock(clients, "dead-master", timeout=10)
+        assert lock.acquire()
+        proxies[2].reset_connections()
+        proxies[2].refuse_connections()  # dead: its connections refused
+        for check in (lock.owned, lock.locked):
+            started = time.monotonic()
+            assert check()
+            assert time.monotonic() - started < 0.5
+        other = Redlock(clients[1:] + clients[:1], "dead-master", timeout=10)
+        started = time.monotonic()
+        assert not other.owned()  # decided without asking anyone: it holds nothing
+        assert other.locked()
+        assert time.monotonic() - started < 0.5
+        proxies[2].refuse_connections(None)
+        lock.release()
+    finally:
+        _close(proxies, clients)

@@ -30,7 +30,7 @@ from tenure._core.redlock import (
     quorum,
 )
 
-__all__ = ["RELEASE_PATIENCE", "AsyncMasters", "Send", "answered", "everyone", "positive"]
+__all__ = ["RELEASE_PATIENCE", "AsyncMasters", "Send", "answered", "positive"]
 
 RETRY_PAUSE = 0.05
 """Seconds between two rounds of a release asking the masters that were slow to answer."""
@@ -56,11 +56,6 @@ def _decided(tally: Tally) -> bool:
 def answered(tally: Tally) -> bool:
     """Whether a quorum answered, whatever it said."""
     return not tally.unreachable  # a quorum answered, whatever it said
-
-
-def everyone(tally: Tally) -> bool:
-    """Never: wait for every master's answer (or the timeout)."""
-    return False  # wait for every master's answer (or the timeout)
 
 
 class AsyncMasters:

@@ -52,7 +52,7 @@ from typing import Any, ClassVar, cast
 
 from tenure._async._leased import AsyncLeased
 from tenure._async._lock import AsyncLockRules
-from tenure._async._masters import RELEASE_PATIENCE, AsyncMasters, answered, everyone
+from tenure._async._masters import RELEASE_PATIENCE, AsyncMasters, answered
 from tenure._async._redlock_line import AsyncRedlockLine
 from tenure._async._rules import Call, LeasedScripts
 from tenure._async._scripting import AsyncClient
@@ -74,6 +74,7 @@ from tenure._core.redlock import (
     Tally,
     check_masters,
     check_redlock_lease,
+    owners_decided,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
@@ -296,7 +297,8 @@ class AsyncRedlock(AsyncLeased):
 
     # -- queries ---------------------------------------------------------------
 
-    async def _owners(self) -> Tally:
+    async def _owners(self, token: str | None = None) -> Tally:
+        """Each master's holder, asked until the answers decide for ``token`` (None: anyone)."""
         owner = self._rules.keys.owner
         clients = self._masters.clients
 
@@ -309,7 +311,10 @@ class AsyncRedlock(AsyncLeased):
         def held(reply: Any) -> bool:
             return reply is not None
 
-        return await self._masters.persist(send, held, answered, RELEASE_PATIENCE, until=everyone)
+        def decided(tally: Tally) -> bool:
+            return owners_decided(tally, token)
+
+        return await self._masters.persist(send, held, answered, RELEASE_PATIENCE, until=decided)
 
     async def locked(self) -> bool:
         """True if one owner holds the lock on a quorum of masters.
@@ -332,7 +337,7 @@ class AsyncRedlock(AsyncLeased):
         hold = self._holds.current()
         if hold is None:
             return False
-        tally = await self._owners()
+        tally = await self._owners(hold.token)
         mine = sum(1 for reply in tally.good.values() if to_text(reply) == hold.token)
         if mine < self.quorum and tally.unreachable:
             raise tally.error("checking the lock", self.name)

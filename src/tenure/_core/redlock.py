@@ -205,6 +205,23 @@ def is_slow(error: BaseException) -> bool:
     return isinstance(cause, redis_errors.TimeoutError)
 
 
+def owners_decided(tally: Tally, token: str | None) -> bool:
+    """Whether the masters' answers so far decide who holds a Redlock.
+
+    The replies in ``tally.good`` are holders' tokens (as text). With
+    ``token``: whether that token holds on a quorum, or can no longer, whatever
+    the masters yet to answer say; without: the same for whichever token holds
+    the most. A master that is dead or slow then costs nothing more.
+    """
+    counts: dict[str, int] = {}
+    for reply in tally.good.values():
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        counts[text] = counts.get(text, 0) + 1
+    best = counts.get(token, 0) if token is not None else max(counts.values(), default=0)
+    missing = len(tally.masters) - len(tally.good) - len(tally.refused) - len(tally.failed)
+    return best >= tally.quorum or best + missing < tally.quorum
+
+
 def describe_failure(error: BaseException, timeout: float) -> str:
     """A few words on why a master failed a call, for :class:`~tenure.QuorumError`."""
     if isinstance(error, TimeoutError):

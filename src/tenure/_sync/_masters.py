@@ -31,7 +31,7 @@ from tenure._core.redlock import (
 )
 from tenure._sync._scripting import Client, registry_for
 
-__all__ = ["RELEASE_PATIENCE", "Masters", "Send", "answered", "everyone", "positive"]
+__all__ = ["RELEASE_PATIENCE", "Masters", "Send", "answered", "positive"]
 
 RETRY_PAUSE = 0.05
 """Seconds between two rounds of a release asking the masters that were slow to answer."""
@@ -57,11 +57,6 @@ def _decided(tally: Tally) -> bool:
 def answered(tally: Tally) -> bool:
     """Whether a quorum answered, whatever it said."""
     return not tally.unreachable  # a quorum answered, whatever it said
-
-
-def everyone(tally: Tally) -> bool:
-    """Never: wait for every master's answer (or the timeout)."""
-    return False  # wait for every master's answer (or the timeout)
 
 
 class Masters:

@@ -68,6 +68,7 @@ from tenure._core.redlock import (
     Tally,
     check_masters,
     check_redlock_lease,
+    owners_decided,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
@@ -75,7 +76,7 @@ from tenure._core.statistics import (
 from tenure._core.values import check_seconds, to_text
 from tenure._sync._leased import Leased
 from tenure._sync._lock import LockRules
-from tenure._sync._masters import RELEASE_PATIENCE, Masters, answered, everyone
+from tenure._sync._masters import RELEASE_PATIENCE, Masters, answered
 from tenure._sync._redlock_line import RedlockLine
 from tenure._sync._rules import Call, LeasedScripts
 from tenure._sync._scripting import Client
@@ -288,7 +289,8 @@ class Redlock(Leased):
 
     # -- queries ---------------------------------------------------------------
 
-    def _owners(self) -> Tally:
+    def _owners(self, token: str | None = None) -> Tally:
+        """Each master's holder, asked until the answers decide for ``token`` (None: anyone)."""
         owner = self._rules.keys.owner
         clients = self._masters.clients
 
@@ -301,7 +303,10 @@ class Redlock(Leased):
         def held(reply: Any) -> bool:
             return reply is not None
 
-        return self._masters.persist(send, held, answered, RELEASE_PATIENCE, until=everyone)
+        def decided(tally: Tally) -> bool:
+            return owners_decided(tally, token)
+
+        return self._masters.persist(send, held, answered, RELEASE_PATIENCE, until=decided)
 
     def locked(self) -> bool:
         """True if one owner holds the lock on a quorum of masters.
@@ -324,7 +329,7 @@ class Redlock(Leased):
         hold = self._holds.current()
         if hold is None:
             return False
-        tally = self._owners()
+        tally = self._owners(hold.token)
         mine = sum(1 for reply in tally.good.values() if to_text(reply) == hold.token)
         if mine < self.quorum and tally.unreachable:
             raise tally.error("checking the lock", self.name)
