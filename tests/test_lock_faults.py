@@ -271,9 +271,8 @@ def _stop(pid: int) -> None:
 def _a_later_grant_than(busy: Worker, got: dict[str, Any], fence: int) -> None:
     """``busy``'s acquire() returned a grant made after ``fence``, never the lapsed one.
 
-    It then held the lock when it looked, or -- starved of CPU past that fresh
-    grant's 1 s handoff lease before its watchdog confirmed it (docs/locks.md:
-    "A grant seen in time is returned at once") -- its release was refused.
+    It then held the lock when it looked (every grant is confirmed, on the full
+    lease, before acquire() returns).
     """
     assert got["event"] == "acquired"
     assert got["fence"] > fence, "acquire() returned the grant that had lapsed"
@@ -324,6 +323,34 @@ def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
     got = busy.read()
     assert got["t"] > taken["t"]
     _a_later_grant_than(busy, got, taken["fence"])
+
+
+def test_a_new_owner_stopped_right_after_a_handoff_keeps_the_lock(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    """Handed the lock, the new owner is stopped as soon as acquire() returned, for
+    longer than the 1 s handoff lease: its hold was confirmed (full lease) before
+    acquire() returned, so it is kept; nobody else got the lock meanwhile."""
+    name = "stopped-new-owner"
+    holder = Lock(client, name)
+    assert holder.acquire()
+    owner = Worker(api, "stall", tenure_server.url, name, "30")
+    workers.append(owner)
+    assert owner.read()["event"] == "waiting"
+    owner.send("hold 2.5")
+    _wait_for_queue(client, name, 1)
+    holder.release()  # handed to the worker
+    got = owner.read()
+    _stop(owner.pid)  # at once: its watchdog has had no time to run
+    assert got["event"] == "acquired"
+    stopped = time.monotonic()
+    wait_for(lambda: time.monotonic() - stopped >= 1.6, 5, "a stop past the handoff lease")
+    assert client.hget(holder.keys.owner, "fence") == str(got["fence"]).encode()
+    newcomer = Lock(client, name)
+    assert not newcomer.acquire(blocking=False)
+    os.kill(owner.pid, signal.SIGCONT)
+    after = owner.read()
+    assert after == {"event": "released", "kept": True, "lost": False}
 
 
 def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(

@@ -13,9 +13,11 @@ Roles:
   wait URL NAME TIMEOUT    acquire (blocking), print when, hold 10 ms, release
   stall URL NAME TIMEOUT   acquire (blocking) in a thread of its own; on a stdin line
                            "block SECONDS" block the process that long (a busy
-                           process), on any other line just wait; print when it
+                           process), on "hold SECONDS" hold that long once
+                           acquired, on any other line just wait; print when it
                            was acquired, its fence and the server's, then hold
-                           50 ms, release and print whether the hold was kept
+                           (50 ms by default), release and print whether the hold
+                           was kept
   permit URL NAME LIMIT    take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed), print it, then wait for stdin
   connlock URL NAME -       take an ConnectionLock, print it, wait for stdin
@@ -146,9 +148,12 @@ def stall(url: str, name: str, timeout: float) -> None:
     emit(event="waiting", t=time.monotonic())
     task = spawn(take)
     line = read_line()
+    held = 0.05
     if line.startswith("block "):
         emit(event="blocking", t=time.monotonic())
         time.sleep(float(line.split()[1]))  # noqa: ASYNC251 - the point: a busy loop
+    elif line.startswith("hold "):
+        held = float(line.split()[1])
     got = join(task)
     acquired = time.monotonic()
     server_fence = client.hget(lock.keys.owner, "fence")
@@ -159,7 +164,7 @@ def stall(url: str, name: str, timeout: float) -> None:
         server_fence=int(server_fence or 0),
     )
     if got:
-        sleep(0.05)  # the hold: 50 ms
+        sleep(held)  # the hold
         try:
             lock.release()
             kept = True

@@ -275,9 +275,8 @@ def new_token() -> str:
 def new_attempt() -> str:
     """A fresh id for one acquire call with a token of the caller's choosing.
 
-    The scripts keep it with the hold: a resent call carries the same id and is
-    answered as its first run was; a second owner that chose the same token
-    carries another and is refused (as redis-py's ``SET NX`` refuses it).
+    Kept with the hold: a resent call carries the same id; a second owner of
+    the same token another, and is refused (as redis-py's ``SET NX`` is).
     """
     return secrets.token_hex(8)
 

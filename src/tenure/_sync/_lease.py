@@ -137,17 +137,16 @@ class Lease:
         """Make a hold handed over by another's release (at ``at``) this owner's own.
 
         Returns the hold's answer and when its lease started, or None if it
-        lapsed first. A fresh grant is taken as granted: the watchdog confirms
-        the full lease at a third of the handoff lease, as it would renew,
-        and a hold found gone then is reported lost. A grant this owner saw
-        late (its process or process was busy, or stopped) is confirmed
-        now, before ``acquire()`` returns: its short lease may have run out
-        and the lock gone to the next waiter. Replica-acknowledged kinds
-        confirm every grant now.
+        lapsed first. A hold handed over on the short handoff lease is
+        confirmed now, in one round trip, before ``acquire()`` returns: a new
+        owner that is busy (or stopped) right after would otherwise lose it
+        when that short lease ran out, while a waiter that died at its turn
+        still stalls the line no longer than the handoff lease. A hold taken
+        by the waiter's own call already has the full lease. Replica-acknowledged
+        kinds confirm every grant.
         """
-        seen_after = time.monotonic() - at
         rules = self._rules
-        if not rules.confirm_every_grant and seen_after < granted.lease_ms / 1000 * RENEW_AT:
+        if not rules.confirm_every_grant and granted.lease_ms >= rules.settings.lease_ms:
             return granted, at
         sent = time.monotonic()
         confirmed = rules.confirm_now(token, granted)
