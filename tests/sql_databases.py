@@ -70,19 +70,48 @@ class SqlServer:
         self.name, self.folder, self.url = name, folder, url
         self._stop_signal = stop_signal
         self._log = folder / "server.log"
-        with self._log.open("wb") as log:
+        self._command, self._connect, self._user = list(command), connect, user
+        self._start()
+
+    def _start(self) -> None:
+        with self._log.open("ab") as log:
             self.process = subprocess.Popen(
-                list(command),
+                self._command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_us,
-                user=user,
-                group=None if user is None else pwd.getpwnam(user).pw_gid,
-                extra_groups=None if user is None else [],
+                user=self._user,
+                group=None if self._user is None else pwd.getpwnam(self._user).pw_gid,
+                extra_groups=None if self._user is None else [],
                 start_new_session=True,  # out of reach of the terminal's Ctrl-C
             )
-        self._wait_ready(connect)
+        self._wait_ready(self._connect)
+
+    def kill(self) -> None:
+        """Kill the server with SIGKILL, by its PID (a crash: its folder stays)."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def restart(self) -> None:
+        """Start the server again on its folder and port (after :meth:`kill`: it recovers).
+
+        PostgreSQL refuses to start while a killed server's backends still hold
+        its shared memory; they exit on their own within moments, so a start
+        that exits at once is tried again.
+        """
+        assert self.process.poll() is not None, "restart() after kill() or a crash"
+
+        def started() -> bool:
+            try:
+                self._start()
+            except RuntimeError as exc:
+                if "exited at start" not in str(exc):
+                    raise
+                return False
+            return True
+
+        wait_for(started, START_TIMEOUT, f"{self.name} restarted")
 
     @property
     def pid(self) -> int:
@@ -111,7 +140,6 @@ class SqlServer:
                 f"{self.name} not ready in {START_TIMEOUT:.0f} s ({last}):\n{self.log_tail()}"
             ) from last
         if self.process.poll() is not None:
-            self.stop()
             raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:

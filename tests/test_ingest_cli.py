@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,11 +16,13 @@ from typing import Any
 
 import pytest
 import redis
+import sqlalchemy as sa
 
 from tenure._tools.cli import build_parser
 from tenure._tools.ingest_cli import job_from_settings
 from tenure.server import ServerProcess
 from tests.conftest import wait_for
+from tests.sql_databases import postgresql
 from tests.test_ingest import make_table, stream_keys
 
 pytestmark = pytest.mark.engine_blind
@@ -215,3 +219,83 @@ def test_every_ingest_option_shows_its_default() -> None:
     run = subprocess.run([sys.executable, "-m", "tenure", "ingest", "run", "--help"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert "keys per chunk (default: 10,000)" in " ".join(run.split())
+
+
+def test_a_database_killed_mid_run_is_said_in_one_line_and_no_row_is_lost(
+    tenure_client: redis.Redis, tenure_server: ServerProcess
+) -> None:
+    server = postgresql()
+    try:
+        engine = sa.create_engine(server.url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE events (id bigint PRIMARY KEY, name text)")
+            conn.exec_driver_sql(
+                "INSERT INTO events SELECT g, 'event ' || g FROM generate_series(1, 150000) g"
+            )
+        with engine.connect() as conn:  # on disk: the server runs with synchronous_commit=off
+            conn.exec_driver_sql("CHECKPOINT")
+        engine.dispose()
+        port = sa.make_url(server.url).port
+        args = ("ingest", "run", server.url, "--table", "events", "--key", "id",
+                "--chunk-size", "5000", "--workers", "2")  # fmt: skip
+        run = tenure(tenure_server.url, *args)
+        wait_for(lambda: _rows(tenure_client) >= 20_000, 120, "20,000 rows ingested")
+        server.kill()  # kill -9 by its PID, mid-read
+        code, _, err = finish(run)
+        said = [line for line in err.splitlines() if line.startswith("tenure:")]
+        assert code == 1 and len(said) == 1, err
+        assert said[0].startswith(
+            f"tenure: ingest: PostgreSQL at 127.0.0.1:{port} failed while reading 'events' keys "
+        ), err
+        assert "; run the same command again to resume)" in said[0]
+        assert "Traceback" not in err and "OperationalError" not in err
+        _, out, _ = finish(tenure(tenure_server.url, "ingest", "status", "events", "--json"))
+        status: Any = json.loads(out)
+        assert status["claimed"] == 0 and 20_000 <= status["rows"] < 150_000  # given back
+        server.restart()  # recovered from the crash: the same command finishes the job
+        code, _, err = finish(tenure(tenure_server.url, *args))
+        assert code == 0, err
+        keys = stream_keys(tenure_client, SINK)
+        assert len(keys) == 150_000 and sorted(keys) == list(range(1, 150_001))  # once each
+    finally:
+        server.stop()
+
+
+def test_a_row_with_no_json_form_stops_the_run_in_one_line(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    make_table(tmp_path / "db.sqlite", 20_000, gaps=False)
+    with sqlite3.connect(tmp_path / "db.sqlite") as db:
+        db.execute("UPDATE events SET amount = 9e999 WHERE id = 14321")  # SQLite keeps inf
+    source = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    code, _, err = finish(tenure(tenure_server.url, "ingest", "run", source, "--table", "events",
+                                 "--key", "id", "--chunk-size", "2000"))  # fmt: skip
+    said = [line for line in err.splitlines() if line.startswith("tenure:")]
+    assert code == 1 and len(said) == 1 and "Traceback" not in err, err
+    assert said[0].startswith(
+        "tenure: ingest: SourceRowError: row 14321, column 'amount' holds inf: JSON (RFC 8259) "
+        "has no NaN or infinity"
+    ), err
+    _, out, _ = finish(tenure(tenure_server.url, "ingest", "status", "events", "--json"))
+    assert json.loads(out)["claimed"] == 0
+
+
+def test_the_lease_option_is_checked_before_the_source_is_reached(
+    tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    with socket.socket() as closed:  # a source nobody answers at: never reached
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"postgresql+psycopg://u@127.0.0.1:{closed.getsockname()[1]}/db"
+    cases = [
+        ("inf", "--lease: must be a finite number of seconds"),
+        ("1e16", "--lease: must be at most 315360000 seconds (ten years), got 1e+16"),
+    ]
+    for lease, message in cases:
+        code, _, err = finish(tenure(tenure_server.url, "ingest", "run", nowhere, "--table", "t",
+                                     "--key", "id", "--lease", lease))  # fmt: skip
+        assert (code, err) == (2, f"tenure: ingest: {message}\n")
+    make_table(tmp_path / "db.sqlite", 10)
+    code, _, err = finish(tenure(tenure_server.url, "ingest", "run",
+                                 f"sqlite:///{tmp_path / 'db.sqlite'}", "--table", "events",
+                                 "--key", "id", "--lease", "0.05"))  # fmt: skip
+    assert (code, err) == (2, "tenure: ingest: --lease: must be at least 0.1 seconds, got 0.05\n")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import decimal
+import json
+import math
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenure import ArgumentError
+from tenure import ArgumentError, SourceRowError
 from tenure._core.ingest import REPLANNED, Claim, IngestKeys, Plan, chunk_range, parse_claim
+from tenure._core.rows import RowEncoder, _json_default, encode_row
 from tenure._core.stream import StreamMessage, parse_claimed, read_messages
 
 
@@ -99,3 +103,74 @@ def test_a_plan_of_too_many_chunks_is_refused_with_the_size_that_fits() -> None:
         Plan({"kind": "t"}, 1, 1_000_010_000, 10_000)
     sparse = Plan({"kind": "t"}, 1, 2**40, 10_995_117)  # the size the message asks for fits
     assert sparse.chunks <= 100_000
+
+
+def _dumps(row: Any) -> str:
+    """What rows were encoded with before the one prebuilt encoder: json.dumps per row."""
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+_CELLS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(),
+    st.binary(max_size=16),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.dates(),
+    st.datetimes(),
+    st.times(),
+    st.uuids(),
+)
+_ROWS = st.dictionaries(
+    st.text(max_size=8),
+    st.recursive(
+        _CELLS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner)
+    ),
+    max_size=6,
+)
+
+
+@given(_ROWS)
+def test_the_one_encoder_writes_every_valid_row_byte_for_byte_as_before(row: Any) -> None:
+    encoded = RowEncoder().encode(row, key=1)
+    assert encoded == encode_row(row) == _dumps(row)
+    assert RowEncoder().parts([(7, row), (9, row)]) == ["7", encoded, "9", encoded]
+
+
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"not JSON (RFC 8259): {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_a_float_nan_or_infinity_is_refused_naming_the_key_and_the_column(value: float) -> None:
+    assert "NaN" in _dumps({"p": value}) or "Infinity" in _dumps({"p": value})  # what it was
+    encoder = RowEncoder()
+    with pytest.raises(SourceRowError) as refused:
+        encoder.encode({"id": 7, "price": value}, key=7, name="job")
+    assert (refused.value.key, refused.value.column, refused.value.name) == (7, "price", "job")
+    assert str(refused.value) == (
+        f"row 7, column 'price' holds {value!r}: JSON (RFC 8259) has no NaN or infinity; "
+        "store NULL or a finite number (refused before it was written) (name 'job')"
+    )
+    assert isinstance(refused.value, ValueError)
+    rows: list[tuple[int, dict[str, Any]]] = [(1, {"price": 1.5}), (2, {"tags": [1.0, value]})]
+    with pytest.raises(SourceRowError, match=r"^row 2, column 'tags' holds \[1\.0, .*no form") as e:
+        encoder.parts(rows)  # nested: the row's key and the column holding it
+    assert (e.value.key, e.value.column) == (2, "tags")
+
+
+def test_values_with_no_json_form_are_refused_and_decimals_stay_strict_strings() -> None:
+    with pytest.raises(SourceRowError, match=r"^a row, column 'when' holds .*: a complex has no"):
+        encode_row({"id": 1, "when": complex(1, 2)})
+    for decimal_value in ("NaN", "Infinity", "-Infinity", "1.50"):  # strings: lossless, strict
+        row = {"amount": decimal.Decimal(decimal_value)}
+        assert _strict(encode_row(row)) == {"amount": decimal_value}
+    with pytest.raises(SourceRowError, match=r"^row 3, column '\(1, 2\)' holds 'a': keys must be"):
+        encode_row({(1, 2): "a"}, key=3)  # type: ignore[dict-item]
+    with pytest.raises(SourceRowError, match=r"^row 4 cannot be stored as JSON: Out of range"):
+        encode_row([math.inf], key=4)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ it gets is documented in docs/ingest.md. New findings land here.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -15,7 +16,14 @@ from typing import Any
 import pytest
 import redis
 
-from tenure import ArgumentError, BackendError, CallableSource, IngestJob, SqlSource
+from tenure import (
+    ArgumentError,
+    BackendError,
+    CallableSource,
+    IngestJob,
+    SourceRowError,
+    SqlSource,
+)
 from tenure._sync._scripting import registry_for
 
 
@@ -92,3 +100,79 @@ def test_the_commit_script_refuses_a_batch_that_does_not_move_the_cursor(
         assert tenure_client.xlen("{j}:sink") == 0  # nothing appended
     assert commit("6", "{}", "7", "{}") == 1
     assert tenure_client.xlen("{j}:sink") == 2
+
+
+def strict_json(text: bytes) -> Any:
+    """``text`` read as strict JSON (RFC 8259): NaN, Infinity and -Infinity refused."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"not JSON (RFC 8259): {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def prices(path: Path, kind: str, cell: str, *, at: int = 42) -> str:
+    """An SQLite table ``t`` of 100 rows whose ``price`` (of type ``kind``) holds ``cell`` (SQL)
+    at key ``at``; every other price is a plain number."""
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE t (id INTEGER PRIMARY KEY, price {kind}, note TEXT)")
+        db.executemany("INSERT INTO t VALUES (?, ?, 'x')", [(k, k / 2) for k in range(1, 101)])
+        db.execute(f"UPDATE t SET price = {cell} WHERE id = ?", (at,))
+    return f"sqlite:///{path}"
+
+
+def given_back_after_40_rows(client: redis.Redis, job: IngestJob) -> None:
+    """Batches of 10 rows up to key 40 were written, strict JSON; the claim was given back."""
+    status = job.status()
+    assert status.claimed == 0 and status.free == 1 and status.rows == 40
+    entries: Any = client.xrange(job.sink_key)
+    assert [strict_json(fields[b"row"])["id"] for _, fields in entries] == list(range(1, 41))
+
+
+@pytest.mark.parametrize(("cell", "shown"), [("9e999", "inf"), ("-9e999", "-inf")])
+def test_an_sqlite_real_holding_an_infinity_is_refused_naming_its_key_and_column(
+    tenure_client: redis.Redis, tmp_path: Path, cell: str, shown: str
+) -> None:
+    """SQLite keeps an infinity in a REAL column (a NaN it stores as NULL)."""
+    url = prices(tmp_path / "t.sqlite", "REAL", cell)
+    source = SqlSource(url, "t", "id", page=10)
+    job = IngestJob(tenure_client, "infinite", source, chunk_size=100, batch=10)
+    with pytest.raises(SourceRowError) as refused:
+        job.work()
+    assert (refused.value.key, refused.value.column) == (42, "price")
+    assert str(refused.value).startswith(
+        f"row 42, column 'price' holds {shown}: JSON (RFC 8259) has no NaN or infinity"
+    )
+    given_back_after_40_rows(tenure_client, job)
+
+
+@pytest.mark.parametrize(
+    ("kind", "cell"),
+    [
+        ("NUMERIC", "'abc'"),  # SQLAlchemy's decimal conversion: a raw TypeError
+        ("TIMESTAMP", "'x'"),  # its datetime parser: a raw ValueError
+        ("DATE", "'2026-13-45'"),
+        ("JSON", "'{not json'"),  # its JSON column: a raw JSONDecodeError
+    ],
+)
+def test_an_sqlite_cell_that_cannot_be_converted_is_refused_naming_its_key_and_column(
+    tenure_client: redis.Redis, tmp_path: Path, kind: str, cell: str
+) -> None:
+    url = prices(tmp_path / "t.sqlite", kind, cell)
+    if kind in ("TIMESTAMP", "DATE", "JSON"):  # the other rows as the column's type holds them
+        with sqlite3.connect(tmp_path / "t.sqlite") as db:
+            plain = {"TIMESTAMP": "'2026-01-01 12:00:00'", "DATE": "'2026-01-01'", "JSON": "'[1]'"}
+            db.execute(f"UPDATE t SET price = {plain[kind]} WHERE id != 42")
+    source = SqlSource(url, "t", "id", page=10)
+    job = IngestJob(tenure_client, "unconverted", source, chunk_size=100, batch=10)
+    with pytest.raises(SourceRowError) as refused:
+        job.work()
+    assert (refused.value.key, refused.value.column) == (42, "price")
+    assert str(refused.value).startswith(
+        f"'t' row 42, column 'price' ({kind}) holds {cell}, which cannot be converted: "
+    )
+    assert str(refused.value).endswith("(refused before it was written)")
+    given_back_after_40_rows(tenure_client, job)
+    # the whole page refused, as one read: found however large the page
+    with pytest.raises(SourceRowError, match=r"^'t' row 42, column 'price'"):
+        list(SqlSource(url, "t", "id", page=1000).rows(1, 100))

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from tenure._async._wakeups import LINGER
 from tenure._core.ingest import IngestKeys, Plan, parse_sink
 from tenure._core.leased import IDLE_TTL, base_key, name_from_key
+from tenure._core.rows import encode_row
 from tenure._core.scripts import load_script
-from tenure._core.sources import encode_row
-from tenure._core.values import to_text
+from tenure._core.values import check_seconds, to_text
 from tenure._sync._ingest import read_status
 from tenure._sync._scripting import registry_for
 
@@ -32,6 +32,7 @@ __all__ = [
     "Plan",
     "base_key",
     "bitmap_of",
+    "check_seconds",
     "encode_row",
     "load_script",
     "name_from_key",

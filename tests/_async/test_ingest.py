@@ -8,8 +8,10 @@ tests/test_ingest.py.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,9 +27,11 @@ from tenure import (
     ArgumentError,
     AsyncCallableSource,
     AsyncIngestJob,
+    AsyncLock,
     CallableSource,
     JobBusyError,
     PlanMismatchError,
+    SourceRowError,
     SqlSource,
 )
 from tenure.server import FaultProxy, ServerProcess
@@ -341,3 +345,62 @@ async def test_reset_is_refused_while_a_claim_runs_unless_forced(
     with pytest.raises(PlanMismatchError, match="was reset"):
         await join(running)  # its commit refused, its next claim told
     assert await tenure_async_client.xlen(job.keys.default_sink()) == 4  # 1..4 only
+
+
+def strict_json(text: str | bytes) -> Any:
+    """``text`` read as strict JSON (RFC 8259): NaN, Infinity and -Infinity refused."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"not JSON (RFC 8259): {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+async def test_a_row_holding_nan_or_an_infinity_is_refused_naming_its_key_and_column(
+    tenure_async_client: redis.asyncio.Redis, value: float
+) -> None:
+    def prices(first: int, last: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for key in range(first, last + 1):
+            yield key, {"id": key, "price": value if key == 37 else key / 4, "note": "é"}
+
+    source = CallableSource(prices, low=1, high=100, name="prices")
+    job = AsyncIngestJob(tenure_async_client, "prices", source, chunk_size=100, batch=10)
+    with pytest.raises(SourceRowError) as refused:
+        await job.work()
+    assert (refused.value.key, refused.value.column) == (37, "price")
+    assert str(refused.value) == (
+        f"row 37, column 'price' holds {value!r}: JSON (RFC 8259) has no NaN or infinity; "
+        "store NULL or a finite number (refused before it was written) (name 'prices')"
+    )
+    status = await job.status()
+    assert status.claimed == 0 and status.free == 1 and status.rows == 30  # given back
+    entries: Any = await tenure_async_client.xrange(job.keys.default_sink())
+    assert [strict_json(fields[b"row"])["id"] for _, fields in entries] == list(range(1, 31))
+    assert entries[0][1][b"row"] == '{"id":1,"price":0.25,"note":"é"}'.encode()  # as ever
+
+
+async def test_the_lease_is_checked_as_a_lock_checks_its_durations(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    source = CallableSource(counting, low=1, high=20, name="numbers")
+    refused: list[Any] = [sys.maxsize, 1e16, math.inf, math.nan, -1, "5", True, None]
+    for value in refused:
+        with pytest.raises(ArgumentError) as lock_said:
+            AsyncLock(tenure_async_client, "durations", waiter_lease=value)
+        with pytest.raises(ArgumentError) as job_said:
+            AsyncIngestJob(tenure_async_client, "durations", source, lease=value)
+        assert job_said.value.argument == "lease" and job_said.value.name == "durations"
+        assert job_said.value.message == "lease" + str(lock_said.value.message).removeprefix(
+            "waiter_lease"
+        )
+    with pytest.raises(ArgumentError, match=r"^lease: must be > 0 seconds, got 0 "):
+        AsyncIngestJob(tenure_async_client, "durations", source, lease=0)
+    with pytest.raises(ArgumentError, match=r"^lease: must be at least 0\.1 seconds, got 0\.05"):
+        AsyncIngestJob(tenure_async_client, "durations", source, lease=0.05)
+    ten_years = 10 * 365 * 86400
+    with pytest.raises(ArgumentError, match=r"at most 315360000 seconds \(ten years\)"):
+        AsyncIngestJob(tenure_async_client, "durations", source, lease=ten_years + 1)
+    assert await tenure_async_client.dbsize() == 0  # refused before anything was written
+    longest = AsyncIngestJob(tenure_async_client, "durations", source, lease=ten_years)
+    assert (await longest.work()).rows == 20  # the server takes the longest lease

@@ -7,6 +7,8 @@ The tree::
     ├── ClientTypeError (TypeError)              not a redis-py client we can use
     ├── MissingDependencyError (ImportError)     an optional package is not installed
     ├── SourceUnavailableError                   an ingestion source's database is out of reach
+    ├── SourceRowError (ValueError)              an ingested row is not storable as strict JSON,
+    │                                            or a cell its driver cannot convert
     ├── BackendError (RedisError)                a call failed: the server refused or
     │   │                                        failed it, or the client could not send it
     │   ├── ServerUnavailableError (ConnectionError)  refused, reset or timed out
@@ -84,6 +86,7 @@ __all__ = [
     "ServerNotFoundError",
     "ServerStartError",
     "ServerUnavailableError",
+    "SourceRowError",
     "SourceUnavailableError",
     "TenureError",
     "WrongTypeError",
@@ -145,12 +148,53 @@ class MissingDependencyError(TenureError, ImportError):
 
 
 class SourceUnavailableError(TenureError):
-    """An ingestion source's database could not be reached or opened.
+    """An ingestion source's database could not be reached or opened, or failed mid-read.
 
     The message names the database (kind, host and port) and why, e.g.
-    ``cannot connect to PostgreSQL at 127.0.0.1:5999: connection refused``;
-    the driver's error is kept as ``__cause__``.
+    ``cannot connect to PostgreSQL at 127.0.0.1:5999: connection refused``, or
+    ``PostgreSQL at 127.0.0.1:5432 failed while reading events keys 1..10000:
+    the server closed the connection``; the driver's error is kept as
+    ``__cause__``. ``kind`` (``"PostgreSQL"``, ``"SQLite"``...), ``host``,
+    ``port`` (None for a SQLite file) and ``why`` say the same as attributes
+    (None where unknown). A worker whose source fails so gives its claim back.
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        why: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(message, name=name)
+        self.kind = kind
+        self.host = host
+        self.port = port
+        self.why = why
+
+
+class SourceRowError(TenureError, ValueError):
+    """A row an ingestion job cannot store: not strict JSON, or a cell its driver cannot convert.
+
+    Rows are stored as strict JSON (RFC 8259), which has no NaN or infinity:
+    a float NaN or infinity, or a value of a type with no JSON form, is
+    refused, and so is a cell the database driver (or SQLAlchemy) cannot
+    convert to a Python value (``TIMESTAMP 'infinity'`` on PostgreSQL,
+    ``'abc'`` in a SQLite ``NUMERIC`` column). The message and the attributes
+    ``key`` and ``column`` name the row's key and the column (either None
+    when it could not be found out). Nothing of the row's batch was written,
+    and the worker gave its claim back.
+    """
+
+    def __init__(
+        self, message: str, *, key: int | None, column: str | None, name: str | None = None
+    ) -> None:
+        super().__init__(message, name=name)
+        self.key = key
+        self.column = column
 
 
 class BackendError(TenureError, _redis.RedisError):

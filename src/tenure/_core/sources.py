@@ -8,15 +8,18 @@ Keys are integers, unique, and never read with OFFSET.
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import json
-import uuid
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from tenure._core.exceptions import ArgumentError, MissingDependencyError, SourceUnavailableError
+from tenure._core.exceptions import (
+    ArgumentError,
+    MissingDependencyError,
+    SourceRowError,
+    SourceUnavailableError,
+)
+from tenure._core.rows import REFUSED, Row
 
 __all__ = [
     "MAX_KEY",
@@ -26,10 +29,8 @@ __all__ = [
     "KeyOrder",
     "RowSource",
     "SqlSource",
-    "encode_row",
 ]
 
-Row = tuple[int, dict[str, Any]]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -49,21 +50,6 @@ class RowSource(Protocol):
         ...
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (decimal.Decimal, uuid.UUID)):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    raise TypeError(f"cannot store a {type(value).__name__} in a row")
-
-
-def encode_row(row: dict[str, Any]) -> str:
-    """A row as compact JSON (dates ISO, decimals and UUIDs as strings, bytes as hex)."""
-    return json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-
-
 MAX_KEY = 2**53 - 1
 """The largest key magnitude: the server's scripts count keys as doubles, exact up to it."""
 
@@ -74,7 +60,11 @@ class SqlSource:
     ``url`` is a SQLAlchemy URL (``sqlite:///path.db``,
     ``postgresql+psycopg://...``, ``mysql+pymysql://...``) or an ``Engine``.
     ``page`` rows are read per query: ``WHERE key > last_seen AND key <=
-    chunk_end ORDER BY key LIMIT page``.
+    chunk_end ORDER BY key LIMIT page``. The database out of reach, or lost
+    at any later point, raises :class:`~tenure.SourceUnavailableError`
+    naming its kind, host and port and why; a cell the driver (or
+    SQLAlchemy) cannot convert raises :class:`~tenure.SourceRowError`
+    naming the row's key and the column.
     """
 
     def __init__(self, url: Any, table: str, key: str, *, page: int = 1000) -> None:
@@ -93,9 +83,10 @@ class SqlSource:
             with self.engine.connect():
                 pass
         except sqlalchemy.exc.DBAPIError as exc:
-            raise SourceUnavailableError(_unreachable(self.engine.url, exc)) from exc
+            raise _unavailable(self.engine.url, exc) from exc
         try:
-            self.table = sqlalchemy.Table(table, sqlalchemy.MetaData(), autoload_with=self.engine)
+            with self._connected(f"reading the columns of {table!r}") as conn:
+                self.table = sqlalchemy.Table(table, sqlalchemy.MetaData(), autoload_with=conn)
         except sqlalchemy.exc.NoSuchTableError:
             raise ArgumentError("table", f"no table {table!r} in {self._where()}") from None
         for column in self.table.columns:  # MySQL's DOUBLE and FLOAT reflect as decimals
@@ -108,6 +99,27 @@ class SqlSource:
 
     def _where(self) -> str:
         return str(self.engine.url.render_as_string(hide_password=True))
+
+    @contextlib.contextmanager
+    def _connected(self, doing: str) -> Iterator[Any]:
+        """A connection; the database failing meanwhile raises :class:`SourceUnavailableError`.
+
+        Lost, refused, reset, shut down or restarting (the driver's
+        ``OperationalError``, ``InterfaceError``, or a connection SQLAlchemy
+        found invalid), named with its kind, host and port, and ``doing``.
+        Other errors (a driver's conversion failure) go on as they are.
+        """
+        sa = self._sa
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            if not (
+                isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError))
+                or exc.connection_invalidated
+            ):
+                raise
+            raise _unavailable(self.engine.url, exc, doing) from exc
 
     def describe(self) -> dict[str, Any]:
         """Kind, database (password hidden), table and key column."""
@@ -127,7 +139,7 @@ class SqlSource:
             sa.func.count(),
             sa.func.count(sa.distinct(self.key)),
         ).select_from(self.table)
-        with self.engine.connect() as conn:
+        with self._connected(f"reading the key range of {self.table.name!r}") as conn:
             low, high, rows, distinct = conn.execute(query).one()
             stray = self._first_non_integer(conn)  # checked first: MIN may be an integer
         name = f"{self.table.name}.{self.key.name}"
@@ -174,18 +186,15 @@ class SqlSource:
         return None if found is None else found[0]
 
     def rows(self, first: int, last: int) -> Iterator[Row]:
-        """The rows of ``first..last``, a page per query."""
-        sa = self._sa
+        """The rows of ``first..last``, a page per query.
+
+        The database failing mid-read raises :class:`SourceUnavailableError`;
+        a cell the driver cannot convert, :class:`SourceRowError` naming its
+        key and column.
+        """
         after = first - 1
         while True:
-            query = (
-                sa.select(self.table)
-                .where(self.key > after, self.key <= last)
-                .order_by(self.key)
-                .limit(self.page)
-            )
-            with self.engine.connect() as conn:
-                page = [dict(row._mapping) for row in conn.execute(query)]
+            page = self._page(after, last)
             for row in page:
                 key = row[self.key.name]
                 if type(key) is not int:  # written since key_range() checked
@@ -193,9 +202,111 @@ class SqlSource:
                         "key", f"{self.table.name}.{self.key.name} holds {key!r}: not an integer"
                     )
                 yield key, row
-            if len(page) < self.page:
+            after = int(page[-1][self.key.name]) if page else last
+            if len(page) < self.page or after >= last:  # no query for an empty range
                 return
-            after = int(page[-1][self.key.name])
+
+    def _page(self, after: int, last: int) -> list[dict[str, Any]]:
+        """The rows of keys ``after`` (excluded) to ``last``, at most a page, in key order."""
+        sa = self._sa
+        query = (
+            sa.select(self.table)
+            .where(self.key > after, self.key <= last)
+            .order_by(self.key)
+            .limit(self.page)
+        )
+        with self._connected(f"reading {self.table.name!r} keys {after + 1}..{last}") as conn:
+            try:
+                return [dict(row._mapping) for row in conn.execute(query)]
+            except (*_UNCONVERTED, sa.exc.DataError) as exc:
+                failed = exc
+        raise self._unconvertible(after, last, failed) from failed
+
+    def _unconvertible(self, after: int, last: int, exc: BaseException) -> SourceRowError:
+        """The error for a page whose reading raised ``exc``: its key and column found.
+
+        A conversion fails in the driver or in SQLAlchemy's result processing,
+        which name neither; the column is found by reading each one alone, and
+        the key by halving the page's keys (a few queries, on this error path
+        only).
+        """
+        sa = self._sa
+        doing = f"looking for the cell of {self.table.name!r} that failed"
+        query = (
+            sa.select(self.key)
+            .where(self.key > after, self.key <= last)
+            .order_by(self.key)
+            .limit(self.page)
+        )
+        with self._connected(doing) as conn:
+            keys = [int(key) for (key,) in conn.execute(query)]
+        for column in self.table.columns:
+            if column.name == self.key.name or not keys:
+                continue
+            found = self._conversion_failure(column, keys[0], keys[-1], doing)
+            if found is None:
+                continue
+            low, high = 0, len(keys) - 1  # the failing key is among keys[low..high]
+            while low < high:
+                middle = (low + high) // 2
+                failure = self._conversion_failure(column, keys[low], keys[middle], doing)
+                if failure is None:
+                    low = middle + 1
+                else:
+                    high, found = middle, failure
+            key = keys[low]
+            held = self._as_text(column, key)
+            return SourceRowError(
+                f"{self.table.name!r} row {key}, column {column.name!r} ({column.type}){held}, "
+                f"which cannot be converted: {_said(found)} ({REFUSED})",
+                key=key,
+                column=column.name,
+            )
+        return SourceRowError(
+            f"{self.table.name!r} keys {after + 1}..{last}: a row cannot be converted: "
+            f"{_said(exc)} ({REFUSED})",
+            key=None,
+            column=None,
+        )
+
+    def _conversion_failure(
+        self, column: Any, low: int, high: int, doing: str
+    ) -> BaseException | None:
+        """What reading ``column`` for keys ``low..high`` raised in a conversion, or None."""
+        sa = self._sa
+        query = sa.select(self.key, column).where(self.key >= low, self.key <= high)
+        with self._connected(doing) as conn:
+            try:
+                for _ in conn.execute(query):
+                    pass
+            except (*_UNCONVERTED, sa.exc.DataError) as exc:
+                return exc
+        return None
+
+    def _as_text(self, column: Any, key: int) -> str:
+        """`` holds 'abc'``: the cell as the database writes it as text, or "" if it cannot."""
+        sa = self._sa
+        query = sa.select(sa.cast(column, sa.Text)).where(self.key == key)
+        try:
+            with self.engine.connect() as conn:
+                text = conn.execute(query).scalar()
+        except Exception:  # only a detail of the message
+            return ""
+        if not isinstance(text, str):
+            return ""
+        return f" holds {text if len(text) <= 40 else text[:37] + '...'!r}"
+
+
+# What a driver or SQLAlchemy raises converting a cell (a ValueError from a date's
+# parser, a TypeError or decimal.InvalidOperation from a decimal's, a LookupError
+# from an enum's); the driver's own conversion errors are SQLAlchemy DataErrors.
+_UNCONVERTED = (ValueError, TypeError, ArithmeticError, LookupError)
+
+
+def _said(exc: BaseException) -> str:
+    """The first line of what the driver (or SQLAlchemy) said, without SQLAlchemy's wrapping."""
+    said = str(getattr(exc, "orig", None) or exc).strip()
+    return said.splitlines()[0] if said else type(exc).__name__
 
 
 _KINDS = {"postgresql": "PostgreSQL", "mysql": "MySQL", "mariadb": "MariaDB", "sqlite": "SQLite",
@@ -203,6 +314,21 @@ _KINDS = {"postgresql": "PostgreSQL", "mysql": "MySQL", "mariadb": "MariaDB", "s
 _PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521}
 _REASONS = (  # what a driver's message says -> what we say
     ("connection refused", "connection refused"),
+    ("server closed the connection", "the server closed the connection"),
+    ("unexpected postmaster exit", "the server stopped"),
+    ("terminating connection due to administrator command", "the server is shutting down"),
+    ("the database system is shutting down", "the server is shutting down"),
+    ("the database system is starting up", "the server is starting up"),
+    ("the database system is in recovery mode", "the server is recovering"),
+    ("consuming input failed", "the connection was lost"),
+    ("lost connection", "the connection was lost"),
+    ("server has gone away", "the server has gone away"),
+    ("connection reset", "the connection was reset"),
+    ("broken pipe", "the connection was lost"),
+    ("the connection is closed", "the connection was closed"),
+    ("connection is lost", "the connection was lost"),
+    ("database is locked", "the database is locked"),
+    ("disk i/o error", "disk I/O error"),
     ("timed out", "timed out"),
     ("timeout expired", "timed out"),
     ("could not translate host name", "unknown host"),
@@ -234,9 +360,11 @@ def _engine(sa: Any, url: str) -> Any:
         database = parsed.database or ""
         uri = database.startswith("file:") or parsed.query.get("uri") == "true"
         if database not in ("", ":memory:") and not uri and not Path(database).is_file():
+            why = "the file does not exist"
+            if Path(database).is_dir():
+                why += " (it is a folder)"
             raise SourceUnavailableError(
-                f"no SQLite database at {database}: the file does not exist"
-                + (" (it is a folder)" if Path(database).is_dir() else "")
+                f"no SQLite database at {database}: {why}", kind="SQLite", why=why
             )
     try:
         return sa.create_engine(parsed)
@@ -265,20 +393,28 @@ _DRIVER_PACKAGES = {
 }
 
 
-def _unreachable(url: Any, exc: BaseException) -> str:
-    """One line: which database could not be reached, and why (from the driver's message)."""
+def _unavailable(url: Any, exc: BaseException, doing: str | None = None) -> SourceUnavailableError:
+    """The database of ``url`` could not be reached (or failed while ``doing``), and why.
+
+    One line naming the kind, host and port (a SQLite file's path) and the
+    reason, read from the driver's message.
+    """
     backend = url.get_backend_name()
     kind = _KINDS.get(backend, backend)
+    host: str | None = None
+    port: int | None = None
     if backend == "sqlite":
         where = url.database or ":memory:"
     else:
-        where = f"{url.host or 'localhost'}:{url.port or _PORTS.get(backend, '?')}"
-    said = str(getattr(exc, "orig", None) or exc)
-    lowered = said.lower()
-    reason = next((ours for theirs, ours in _REASONS if theirs in lowered), None)
-    if reason is None:
-        reason = said.strip().splitlines()[0] if said.strip() else type(exc).__name__
-    return f"cannot connect to {kind} at {where}: {reason}"
+        host, port = url.host or "localhost", url.port or _PORTS.get(backend)
+        where = f"{host}:{port or '?'}"
+    lowered = str(getattr(exc, "orig", None) or exc).lower()
+    reason = next((ours for theirs, ours in _REASONS if theirs in lowered), None) or _said(exc)
+    if doing is None:
+        message = f"cannot connect to {kind} at {where}: {reason}"
+    else:
+        message = f"{kind} at {where} failed while {doing}: {reason}"
+    return SourceUnavailableError(message, kind=kind, host=host, port=port, why=reason)
 
 
 class _FetchSource(Generic[F]):

@@ -16,10 +16,12 @@
   chunk; its successor resumes after the cursor, and the late worker's
   commits are refused. So every row lands once, whatever dies when.
 * **Give back.** A worker interrupted mid-chunk (KeyboardInterrupt, a
-  signal turned into one, a cancelled thread, an error of its source)
-  gives its claim back before the exception goes on (``ingest_release``,
-  resend-safe), so the chunk is free at once and the next claim resumes
-  after its cursor; a worker killed outright leaves its lease to run out.
+  signal turned into one, a cancelled thread, an error of its source: its
+  database lost, :class:`~tenure.SourceUnavailableError`; a row with no
+  strict JSON form, :class:`~tenure.SourceRowError`) gives its claim back
+  before the exception goes on (``ingest_release``, resend-safe), so the
+  chunk is free at once and the next claim resumes after its cursor; a
+  worker killed outright leaves its lease to run out.
 * **State stays.** Counters, cursors and the chunks left are kept after the
   job ends, so ``status`` can tell, and a rerun does nothing, until
   :meth:`IngestJob.reset` removes the job (and, if asked, its sink).
@@ -51,15 +53,17 @@ from tenure._core.ingest import (
     parse_sink,
     parse_status,
 )
-from tenure._core.values import to_text
+from tenure._core.rows import RowEncoder
+from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._scripting import Client, registry_for
 
 # isort: split
-from tenure._core.sources import KeyOrder, RowSource, encode_row
+from tenure._core.sources import KeyOrder, RowSource
 
 __all__ = ["IngestJob", "read_status"]
 
 RESET_MARKER_MS = 60_000  # how long a reset's marker recognises a resent call
+SHORTEST_LEASE = 0.1  # seconds: a claim's lease must outlast a batch's round trip
 
 
 class IngestJob:
@@ -70,10 +74,11 @@ class IngestJob:
       or any object with their three methods.
     * ``chunk_size`` — keys per chunk (10,000).
     * ``sink`` — ``"stream:KEY"`` (each row an entry with fields ``key`` and
-      ``row``, JSON) or ``"list:KEY"`` (the row's JSON); default: the job's own
+      ``row``, strict JSON) or ``"list:KEY"`` (the row's JSON); default: the job's own
       stream ``{prefix}{{name}}:rows``. On a cluster the sink key must carry the
       job's ``{name}`` hash tag.
-    * ``lease`` — seconds a claim lasts without progress (30); each batch
+    * ``lease`` — seconds a claim lasts without progress (30; at least 0.1,
+      at most ten years, checked as the locks' durations are); each batch
       renews it, so a worker that hangs loses its chunk after this.
     * ``batch`` — rows per commit (500).
     * ``worker`` — how this worker is named in :meth:`status`'s holders
@@ -99,19 +104,23 @@ class IngestJob:
         for argument, value in (("chunk_size", chunk_size), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ArgumentError(argument, f"must be a positive int, got {value!r}", name=name)
-        if not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
-            raise ArgumentError("lease", f"must be 0.1..86400 seconds, got {lease!r}", name=name)
+        check_seconds("lease", lease, allow_none=False, name=name, positive=True)
+        if lease < SHORTEST_LEASE:
+            raise ArgumentError(
+                "lease", f"must be at least {SHORTEST_LEASE} seconds, got {lease!r}", name=name
+            )
         self.client = client
         self.name = name
         self.source = source
         self.chunk_size = chunk_size
-        self.lease_ms = round(lease * 1000)
+        self.lease_ms = to_ms(lease)
         self.batch = batch
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         self.keys = IngestKeys.for_job(prefix, name)
         self.sink_kind, self.sink_key = parse_sink(sink, self.keys.default_sink(), name)
         self._registry = registry_for(client)
         self._plan: Plan | None = None
+        self._rows = RowEncoder()  # one JSON encoder per worker, not one per row
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} sink={self.sink_kind}:{self.sink_key}>"
@@ -257,7 +266,7 @@ class IngestJob:
                 final = len(rows) < self.batch
                 for key, _ in rows:
                     order.check(key)
-                batch = [part for key, row in rows for part in (str(key), encode_row(row))]
+                batch = self._rows.parts(rows, name=self.name)
                 if not self._commit(claim.chunk, token, after, batch, final=final):
                     return False, added
                 added += len(rows)

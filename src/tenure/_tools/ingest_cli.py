@@ -4,8 +4,11 @@
 progress line (rows, rows/s, chunks, ETA) until the job is done. Ctrl-C (or
 SIGTERM) stops the workers, which give their claims back as they stop, so
 the same command resumes at once where the job stood (a finished job is a
-no-op). ``status`` reads a job's counters without its source; ``reset``
-removes a job (and its sink with ``--sink``) so it can start over.
+no-op). A worker stopped by its source (the database lost mid-read, a row
+with no strict JSON form) gives its claim back and tells the command, which
+stops the others and says why in one line. ``status`` reads a job's counters
+without its source; ``reset`` removes a job (and its sink with ``--sink``) so
+it can start over.
 """
 
 from __future__ import annotations
@@ -19,20 +22,24 @@ import os
 import signal
 import sys
 import time
+import traceback
 from multiprocessing.process import BaseProcess
+from multiprocessing.queues import SimpleQueue
 from typing import Any, TextIO
 
 import redis
 
 from tenure import (
     ArgumentError,
+    BackendError,
     IngestJob,
     IngestStatus,
     JobBusyError,
     PlanMismatchError,
     SqlSource,
+    TenureError,
 )
-from tenure._tooling import IngestKeys, Plan, parse_sink, read_status
+from tenure._tooling import IngestKeys, Plan, check_seconds, parse_sink, read_status
 from tenure._tools.children import die_with_parent, ignore_sigint, sigint_blocked
 
 __all__ = [
@@ -126,31 +133,53 @@ def _redis(url: str) -> redis.Redis:
         raise ArgumentError("--url", f"{exc} (got {url!r})") from exc
 
 
+# The job's arguments, as the command's options name them.
+_OPTIONS = {"url": "SOURCE_URL", "lease": "--lease", "chunk_size": "--chunk-size", "sink": "--sink"}
+
+
+def _as_option(exc: ArgumentError) -> ArgumentError:
+    """``exc`` naming the command's option for the argument it names (the same if none)."""
+    option = _OPTIONS.get(exc.argument)
+    if option is None:
+        return exc
+    return ArgumentError(option, str(exc.message).removeprefix(f"{exc.argument}: "))
+
+
 def job_from_settings(client: redis.Redis, settings: dict[str, Any]) -> IngestJob:
-    """The job ``settings`` describe (``run``'s options; see :func:`start_worker`)."""
+    """The job ``settings`` describe (``run``'s options; see :func:`start_worker`).
+
+    The lease is checked before the source is reached, as every duration is.
+    """
+    check_seconds("--lease", settings["lease"], allow_none=False, name=None, positive=True)
     try:
         source = SqlSource(settings["source_url"], settings["table"], settings["key"])
+        return IngestJob(
+            client,
+            settings.get("name") or settings["table"],
+            source,
+            chunk_size=settings["chunk_size"],
+            sink=settings.get("sink"),
+            lease=settings["lease"],
+            prefix=settings.get("prefix", PREFIX),
+        )
     except ArgumentError as exc:
-        if exc.argument != "url":
+        named = _as_option(exc)
+        if named is exc:
             raise
-        raise ArgumentError("SOURCE_URL", str(exc).removeprefix("url: ")) from None
-    return IngestJob(
-        client,
-        settings.get("name") or settings["table"],
-        source,
-        chunk_size=settings["chunk_size"],
-        sink=settings.get("sink"),
-        lease=settings["lease"],
-        prefix=settings.get("prefix", PREFIX),
-    )
+        raise named from None
 
 
-def _work(url: str, options: dict[str, Any], parent: int) -> None:
+def _work(
+    url: str, options: dict[str, Any], parent: int, failures: SimpleQueue[Any] | None = None
+) -> None:
     """One worker process: work the job to its end (Ctrl-C is the parent's to handle).
 
     It dies with its parent: a killed ``tenure ingest run`` leaves no worker.
     SIGTERM (the parent's ``terminate()``) interrupts it, and it gives its
-    claim back before it exits.
+    claim back before it exits. A tenure error other than the server's (the
+    source lost, a row refused) is put on ``failures`` as ``(exit status,
+    line, traceback)`` for the parent to say once, and the worker exits with
+    :data:`FAILED_EXIT`; without ``failures`` it is raised.
     """
     die_with_parent(parent)
     ignore_sigint()
@@ -168,13 +197,25 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-    reset = False
+    reset = failed = False
     try:
         try:
             with redis.Redis.from_url(url) as client:
                 job_from_settings(client, options).work()
         except PlanMismatchError:  # the job was reset under it: the parent says so, in one line
             reset = True
+        except TenureError as exc:
+            # The source lost or a row refused (its claim given back): the parent stops
+            # the run and says so in one line. The server's own errors (BackendError)
+            # end the worker as before, and the parent starts it again.
+            if isinstance(exc, BackendError) or failures is None or interrupted:
+                raise
+            from tenure._tools.cli import _failure
+
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the message is not cut
+            code, why = _failure(exc)
+            failures.put((code, why, traceback.format_exc()))
+            failed = True
     except KeyboardInterrupt:
         pass
     except Exception:
@@ -189,18 +230,23 @@ def _work(url: str, options: dict[str, Any], parent: int) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if reset:
         sys.exit(RESET_EXIT)
+    if failed:
+        sys.exit(FAILED_EXIT)
 
 
-def start_worker(url: str, settings: dict[str, Any]) -> BaseProcess:
+def start_worker(
+    url: str, settings: dict[str, Any], failures: SimpleQueue[Any] | None = None
+) -> BaseProcess:
     """Start one worker process of the job ``settings`` describe (``run``'s options).
 
     ``settings``: ``source_url``, ``table``, ``key``, ``chunk_size``, ``sink``,
     ``name``, ``lease`` and optionally ``prefix``. The worker ignores Ctrl-C; stop it with
     ``terminate()`` (it gives its claim back first), or kill it: the job loses nothing, but
-    the worker's chunk waits for its lease to run out.
+    the worker's chunk waits for its lease to run out. ``failures`` (a spawn context's
+    ``SimpleQueue``) receives what stopped it, if its source or a row did (see :func:`_work`).
     """
     worker = multiprocessing.get_context("spawn").Process(
-        target=_work, args=(url, settings, os.getpid()), daemon=True
+        target=_work, args=(url, settings, os.getpid(), failures), daemon=True
     )
     with sigint_blocked():
         worker.start()
@@ -362,6 +408,9 @@ class _Stopped(Exception):
 RESET_EXIT = 3
 """A worker's exit status when the job was reset (or planned anew) while it worked."""
 
+FAILED_EXIT = 4
+"""A worker's exit status when its source or a row stopped it (said on its failures queue)."""
+
 
 def _reset_under_us(status: IngestStatus, workers: list[BaseProcess]) -> bool:
     """Whether the job was reset while this run worked: its plan gone, or a worker told so."""
@@ -398,6 +447,7 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
     progress = ProgressWriter(sys.stderr)
     workers: list[BaseProcess] = []
     count = min(options.workers, left)
+    failures: SimpleQueue[Any] = multiprocessing.get_context("spawn").SimpleQueue()
 
     def stop(*_: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -405,12 +455,17 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        workers += [start_worker(redis_url, settings) for _ in range(count)]
+        workers += [start_worker(redis_url, settings, failures) for _ in range(count)]
         while True:
             status = job.status()
             progress.show(progress_line(status, started, before.rows))
             if status.finished:
                 break
+            alive = any(worker.is_alive() for worker in workers)  # before the queue is read
+            if not failures.empty():
+                return _failed(
+                    job, workers, progress, failures.get(), debug=getattr(options, "debug", False)
+                )
             if _reset_under_us(status, workers):
                 # never plan it again from here: the rows written so far stay in the sink
                 for worker in workers:
@@ -421,9 +476,9 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
                     "stopped, and not planned anew",
                     name=job.name,
                 )
-            if not any(worker.is_alive() for worker in workers):
-                # they ended (an error, a lost server): start them again
-                workers = [start_worker(redis_url, settings) for _ in range(count)]
+            if not alive:
+                # they ended (a lost server): start them again
+                workers = [start_worker(redis_url, settings, failures) for _ in range(count)]
             time.sleep(0.25)
     except (KeyboardInterrupt, _Stopped) as exc:
         for worker in workers:
@@ -448,3 +503,35 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
     took = time.monotonic() - started
     print(f"{job.name}: done, {status.rows:,} rows in {_chunks(plan.chunks)}, {took:,.1f} s")
     return 0
+
+
+def _failed(
+    job: IngestJob,
+    workers: list[BaseProcess],
+    progress: ProgressWriter,
+    failure: tuple[int, str, str],
+    *,
+    debug: bool,
+) -> int:
+    """A worker's source or row stopped the run: stop the others, say why in one line.
+
+    The failed worker gave its claim back, and the others give theirs as they
+    stop, so the same command resumes where the job stood (once the database
+    is back, or the row mended). ``--debug`` prints the worker's traceback first.
+    """
+    code, why, trace = failure
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=10)
+    progress.end()
+    status = job.status()
+    held = f", {status.claimed} chunk(s) still claimed" if status.claimed else ""
+    if debug:
+        print(trace, end="", file=sys.stderr)
+    print(
+        f"tenure: ingest: {why} ({status.rows:,} rows ingested{held}; run the same "
+        "command again to resume)",
+        file=sys.stderr,
+    )
+    return code
