@@ -27,8 +27,9 @@ from typing import Any, TypeVar, cast
 from tenure._async._cache import AsyncHerdCache
 from tenure._core.cache import DEFAULT_HERD_TIMEOUT, DEFAULT_LOAD_LEASE, check_herd_timeout
 from tenure._core.cached import UNKNOWN_ERROR, CallNaming, ErrorCodec
+from tenure._core.clients import require_bytes_replies, require_client
 from tenure._core.codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
-from tenure._core.exceptions import ArgumentError, ClientTypeError
+from tenure._core.exceptions import ArgumentError
 from tenure._core.values import check_seconds
 from tenure._sync._cache import HerdCache
 
@@ -88,12 +89,13 @@ def cached(
     ):
         raise ArgumentError("cache_errors", "must be a tuple of exception classes")
     # Checked here, as HerdCache checks them, so a bad one fails at the decorator.
-    check_seconds("ttl", ttl, name="cached", allow_none=True, positive=True)
-    check_herd_timeout(herd_timeout, "cached")
-    check_seconds("load_lease", load_lease, name="cached", allow_none=False, positive=True)
-    check_seconds("early", early, name="cached", allow_none=False, longest=None)  # a factor
+    # The function, and so its cache's name, is not known yet: "@cached" stands for it.
+    check_seconds("ttl", ttl, name="@cached", allow_none=True, positive=True)
+    check_herd_timeout(herd_timeout, "@cached")
+    check_seconds("load_lease", load_lease, name="@cached", allow_none=False, positive=True)
+    check_seconds("early", early, name="@cached", allow_none=False, longest=None)  # a factor
     error_seconds = check_seconds(
-        "error_ttl", error_ttl, name="cached", allow_none=False, positive=True
+        "error_ttl", error_ttl, name="@cached", allow_none=False, positive=True
     )
     errors = ErrorCodec(cache_errors, error_seconds)
 
@@ -103,28 +105,33 @@ def cached(
         is_async = inspect.iscoroutinefunction(func)
         cache_prefix = prefix if prefix is not None else "tenure:cached:"
         cache_name = name or _name_of(func, cache_prefix)
+        # Checked here, in @cached's words: the cache beneath is not what the user made.
+        require_client(
+            client,
+            is_async=is_async,
+            owner="@cached on an async function" if is_async else "@cached on a function",
+            name=cache_name,
+            twin="cache a plain function" if is_async else "cache an async function",
+        )
+        require_bytes_replies(
+            client,
+            owner="@cached",
+            stores="results as binary entries (serialized, compressed when large)",
+            name=cache_name,
+        )
         kind: type[Any] = AsyncHerdCache if is_async else HerdCache
-        try:
-            cache = kind(
-                client,
-                cache_name,
-                ttl=ttl,
-                herd_timeout=herd_timeout,
-                load_lease=load_lease,
-                early=early,
-                fallback=fallback,
-                serializer=serializer,
-                compressor=compressor,
-                prefix=cache_prefix,
-            )
-        except ClientTypeError as exc:
-            wanted = "a redis.asyncio client" if is_async else "a redis.Redis or RedisCluster"
-            what = "async function" if is_async else "function"
-            raise ClientTypeError(
-                "client",
-                f"@cached {what} {cache_name} needs {wanted}: {exc}",
-                name=cache_name,
-            ) from None
+        cache = kind(
+            client,
+            cache_name,
+            ttl=ttl,
+            herd_timeout=herd_timeout,
+            load_lease=load_lease,
+            early=early,
+            fallback=fallback,
+            serializer=serializer,
+            compressor=compressor,
+            prefix=cache_prefix,
+        )
         key_of = CallNaming(func, cache.key_of, cache_key, cache_name).key_of
 
         if is_async:

@@ -96,7 +96,7 @@ class _AsyncCacheBase:
         require_bytes_replies(
             client,
             owner=type(self).__name__,
-            stores="bytes (compressed values among them)",
+            stores="binary entries (serialized values, compressed when large)",
             name=str(name),
         )
         self._naming = CacheNaming(

@@ -150,7 +150,7 @@ class AsyncConnectionLock(TwinHints):
         deadline = None if timeout is None else time.monotonic() + timeout
         connection = self._dedicated()
         try:
-            with map_exceptions(name=self.name, doing="CLIENT ID", refine=self._refine):
+            with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
                 my_id = str(await connection.client_id())
             while True:
                 if await self._try_book(connection, my_id):
@@ -185,7 +185,7 @@ class AsyncConnectionLock(TwinHints):
 
     async def _try_book(self, connection: redis.asyncio.Redis, my_id: str) -> bool:
         """WATCH, check the owner is gone, and book, as one transaction."""
-        with map_exceptions(name=self.name, doing="booking", refine=self._refine):
+        with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
             try:
                 async with connection.pipeline(transaction=True) as transaction:
                     pipe: Any = transaction  # redis-py leaves watch/multi untyped
@@ -204,7 +204,8 @@ class AsyncConnectionLock(TwinHints):
                 return False  # someone booked between the check and EXEC
 
     async def _alive(self, pipe: Any, owner: str) -> bool:
-        with map_exceptions(name=self.name, doing="CLIENT LIST", refine=self._refine):
+        doing = "checking the holder's connection"
+        with map_exceptions(name=self.name, doing=doing, refine=self._refine):
             found = await pipe.client_list(client_id=[owner])
         return bool(found)
 

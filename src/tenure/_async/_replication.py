@@ -40,7 +40,7 @@ from tenure._core.replication import (
     parse_wait,
     unsupported_wait,
 )
-from tenure._core.scripts import load_script
+from tenure._core.scripts import load_script, operation
 
 __all__ = ["AsyncAcknowledger"]
 
@@ -72,13 +72,14 @@ class AsyncAcknowledger:
         required = await self.required(keys[0])
         wait = self.policy.wait_command(required)
         call: tuple[Any, ...] = ("EVALSHA", loaded.sha, len(keys), *keys, *args)
-        replies = await self._send(keys[0], [call, wait], f"running {loaded.name}")
+        replies = await self._send(keys[0], [call, wait], operation(script))
         if isinstance(replies[0], redis_errors.NoScriptError):
             call = ("EVAL", loaded.source, len(keys), *keys, *args)
-            replies = await self._send(keys[0], [call, wait], f"running {loaded.name}")
+            replies = await self._send(keys[0], [call, wait], operation(script))
         reply, waited = replies
         if isinstance(reply, BaseException):
-            raise translate_error(reply, name=self.name, doing=f"running {loaded.name}") from reply
+            doing = operation(script)
+            raise translate_error(reply, name=self.name, doing=doing, script=script) from reply
         if isinstance(waited, BaseException):
             clear = unsupported_wait(waited, self.policy)
             if clear is None:
@@ -106,7 +107,7 @@ class AsyncAcknowledger:
         """
         reply, ack = await self.run(script, keys, args)
         if ack.short and took(reply):
-            raise ack.error(f"{script} was not acknowledged", name=self.name)
+            raise ack.error(f"not acknowledged while {operation(script)}", name=self.name)
         return reply
 
     async def required(self, key: str) -> int:
@@ -119,7 +120,9 @@ class AsyncAcknowledger:
         if counted is None or now - counted[1] > REPLICA_COUNT_TTL:
             (reply,) = await self._send(key, [("ROLE",)], "counting the primary's replicas")
             if isinstance(reply, BaseException):
-                raise translate_error(reply, name=self.name, doing="reading ROLE") from reply
+                raise translate_error(
+                    reply, name=self.name, doing="counting the primary's replicas"
+                ) from reply
             role, replicas = parse_role(reply)
             if role != "master":
                 raise BackendError(

@@ -22,6 +22,8 @@ from typing import Any, ClassVar, cast
 
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import RW_LIMIT, AsyncPermitRules, AsyncPermits
+from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
@@ -194,6 +196,7 @@ class AsyncReadWriteLock:
         **options: Any,
     ) -> None:
         name = check_lock_name(name)
+        require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         if "interop" in options:
             raise ArgumentError(

@@ -28,7 +28,7 @@ from tenure._core.clients import (
     stale_connection,
 )
 from tenure._core.exceptions import BackendError
-from tenure._core.scripts import Script, ScriptStatistics, load_script
+from tenure._core.scripts import Script, ScriptStatistics, load_script, operation
 
 __all__ = ["AsyncClient", "AsyncScriptRegistry", "primary_node", "registry_for"]
 
@@ -55,18 +55,22 @@ class AsyncScriptRegistry:
         args: tuple[str | int | float | bytes, ...],
         *,
         name: str | None = None,
+        doing: str | None = None,
     ) -> Any:
         """Run ``script`` with ``keys`` and ``args`` and return the raw reply.
 
         Raises tenure's :class:`~tenure.BackendError` subclasses for server
-        failures; the redis-py error is kept as ``__cause__``.
+        failures, saying ``while <doing>``: the caller's operation, by default
+        the script's in :data:`~tenure._core.scripts.OPERATIONS` (never the
+        script's name, which is the error's ``script``); the redis-py error is
+        kept as ``__cause__``.
         """
         if isinstance(script, str):
             script = load_script(script)
         script.check_call(keys, args)
         self._stats.calls += 1
         client = self._client
-        with map_exceptions(name=name, doing=f"running {script.name}"):
+        with map_exceptions(name=name, doing=doing or operation(script.name), script=script.name):
             for attempt in itertools.count(1):
                 try:
                     return await client.evalsha(script.sha, len(keys), *keys, *args)
@@ -101,12 +105,14 @@ class AsyncScriptRegistry:
         calls: Sequence[tuple[tuple[str, ...], tuple[str | int | float | bytes, ...]]],
         *,
         name: str | None = None,
+        doing: str | None = None,
     ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in ``calls``, in one round trip.
 
         A pipeline (on a cluster, one per node, sent together); the calls a
         server lost the script for are sent again with EVAL. Returns the
-        replies in order; the first call that failed raises, translated.
+        replies in order; the first call that failed raises, translated
+        (``doing`` as :meth:`run`'s).
         """
         if isinstance(script, str):
             script = load_script(script)
@@ -116,7 +122,8 @@ class AsyncScriptRegistry:
             return []
         self._stats.calls += len(calls)
         client = self._client
-        with map_exceptions(name=name, doing=f"running {script.name}"):
+        doing = doing or operation(script.name)
+        with map_exceptions(name=name, doing=doing, script=script.name):
             if is_cluster(client):
                 replies = await self._by_node(script, calls)
             else:
@@ -130,7 +137,7 @@ class AsyncScriptRegistry:
                 if isinstance(reply, (redis_errors.NoScriptError, redis_errors.MovedError)):
                     keys, args = calls[i]
                     self._stats.calls -= 1  # counted again by run()
-                    replies[i] = await self.run(script, keys, args, name=name)
+                    replies[i] = await self.run(script, keys, args, name=name, doing=doing)
             for reply in replies:
                 if isinstance(reply, BaseException):
                     raise reply

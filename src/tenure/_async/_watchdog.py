@@ -33,7 +33,7 @@ from redis import exceptions as redis_errors
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._backends.for_asyncio import Event, Mutex, scope_key, start_background
 from tenure._core.clients import is_cluster, translate_error
-from tenure._core.scripts import load_script
+from tenure._core.scripts import load_script, operation
 
 __all__ = ["AsyncWatchdog", "Job", "JobRunner", "watchdog"]
 
@@ -242,7 +242,10 @@ class AsyncWatchdog:
             if isinstance(reply, redis_errors.NoScriptError):
                 results.append(await self._call_one(job))
             elif isinstance(reply, BaseException):
-                results.append((None, translate_error(reply, name=job.name, doing=job.script)))
+                error = translate_error(
+                    reply, name=job.name, doing=operation(job.script), script=job.script
+                )
+                results.append((None, error))
             else:
                 results.append((reply, None))
         return results

@@ -84,10 +84,19 @@ class CallNaming:
         try:
             stored = self._key_of(ENTRY_KEY, self._param_of(args, kwargs, closure))
         except ArgumentError as exc:
+            # Said in the words of this call: the cache's own argument names are not the user's.
+            why = str(exc.message).removeprefix(f"{exc.argument}: ")
+            # The function is the cache's name= (its qualified name unless given one).
+            if self._cache_key is not None:
+                raise ArgumentError(
+                    "cache_key",
+                    f"cannot name this call by what cache_key returned: {why}",
+                    name=self._name,
+                ) from None
             raise ArgumentError(
                 "cache_key",
-                f"cannot name a call of {self._func.__qualname__} by its arguments ({exc}); "
-                "pass cache_key=",
+                f"cannot name this call by its arguments: {why}; pass cache_key= to name "
+                "calls another way",
                 name=self._name,
             ) from None
         if memo is not None:

@@ -6,12 +6,16 @@ call them, so the rules live in one place.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.client
 import redis.asyncio.cluster
+import redis.client
 import redis.cluster
 from redis import exceptions as redis_errors
 
@@ -40,23 +44,55 @@ __all__ = [
 SYNC_CLIENT_TYPES: tuple[type, ...] = (redis.Redis, redis.cluster.RedisCluster)
 ASYNC_CLIENT_TYPES: tuple[type, ...] = (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
 
+_PIPELINE_TYPES: tuple[type, ...] = (
+    redis.client.Pipeline,
+    redis.asyncio.client.Pipeline,
+    redis.cluster.ClusterPipeline,
+    redis.asyncio.cluster.ClusterPipeline,
+)
+
+_accepted: set[tuple[type, bool]] = set()
+"""Client classes found fit, with the kind of primitive (asyncio or not) they suit."""
+
 
 def _describe_type(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def require_client(client: object, *, is_async: bool, owner: str, name: str | None = None) -> None:
-    """Raise :class:`ClientTypeError` unless ``client`` suits a sync/async ``owner``."""
+def require_client(
+    client: object,
+    *,
+    is_async: bool,
+    owner: str,
+    name: str | None = None,
+    twin: str | None = None,
+) -> None:
+    """Raise :class:`ClientTypeError` unless ``client`` suits a sync/async ``owner``.
+
+    ``twin`` is what to use instead with a client of the other kind (default:
+    the primitive's sync or Async twin).
+    """
+    kind = type(client)
+    if (kind, is_async) in _accepted:
+        return
     wanted = ASYNC_CLIENT_TYPES if is_async else SYNC_CLIENT_TYPES
-    if isinstance(client, wanted):
+    if issubclass(kind, wanted) and not issubclass(kind, _PIPELINE_TYPES):
+        # Cached per class: the checks go through typing's protocol machinery
+        # (redis-py's clients are Protocols), microseconds on every constructor.
+        _accepted.add((kind, is_async))
         return
     other = SYNC_CLIENT_TYPES if is_async else ASYNC_CLIENT_TYPES
-    if isinstance(client, other):
-        hint = (
-            "it is a synchronous client; pass a redis.asyncio client, or use the sync twin"
-            if is_async
-            else "it is an asyncio client; pass a redis.Redis, or use the Async twin"
-        )
+    if isinstance(client, _PIPELINE_TYPES):  # a Redis subclass, whose calls only queue
+        hint = "a pipeline sends its commands only at execute(); pass the client it came from"
+    elif isinstance(client, other):
+        if is_async:
+            hint = "it is a synchronous client; pass a redis.asyncio client, or " + (
+                twin or "use the sync twin"
+            )
+        else:
+            hint = "it is an asyncio client; pass a redis.Redis, or " + (
+                twin or "use the Async twin"
+            )
     else:
         hint = "expected " + " or ".join(_describe_type(t) for t in wanted)
     raise ClientTypeError(
@@ -67,14 +103,16 @@ def require_client(client: object, *, is_async: bool, owner: str, name: str | No
 def require_bytes_replies(client: object, *, owner: str, stores: str, name: str) -> None:
     """Raise :class:`ClientTypeError` for a client made with ``decode_responses=True``.
 
-    For primitives that store binary values (``stores`` says which): decoding
-    them as text would fail, or alter them, on every read.
+    For primitives that store binary values (``stores`` says which): such a
+    client decodes every reply as text, which would fail, or alter the
+    values, on every read.
     """
     settings: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
     if settings.get("decode_responses"):
         raise ClientTypeError(
             "client",
-            f"{owner} stores {stores}: use a client with decode_responses=False, "
+            f"{owner} stores {stores}, which a client that decodes replies as text "
+            "(decode_responses=True) cannot read back: pass one with decode_responses=False, "
             "redis-py's default",
             name=name,
         )
@@ -114,14 +152,24 @@ _cluster_kinds: dict[type, bool] = {}
 
 
 def translate_error(
-    exc: BaseException, *, name: str | None = None, doing: str = ""
+    exc: BaseException, *, name: str | None = None, doing: str = "", script: str | None = None
 ) -> BaseException:
     """Map a redis-py exception to tenure's tree; anything else passes through.
 
-    The caller raises the result ``from exc`` so the original stays attached.
+    ``doing`` names the operation in the caller's words ("acquiring"; a
+    script's are :func:`tenure._core.scripts.operation`'s), never a script:
+    ``script`` is kept as the error's ``script`` attribute instead. The
+    caller raises the result ``from exc`` so the original stays attached.
     """
     if isinstance(exc, TenureError):
         return exc  # translated already (tenure's errors are redis-py's too)
+    error = _translated(exc, name=name, doing=doing)
+    if isinstance(error, BackendError):
+        error.script = script
+    return error
+
+
+def _translated(exc: BaseException, *, name: str | None, doing: str) -> BaseException:
     where = f" while {doing}" if doing else ""
     if isinstance(exc, redis_errors.NoPermissionError) or (
         isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("NOPERM")
@@ -131,7 +179,9 @@ def translate_error(
     if exhausted is not None:
         return exhausted
     if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
-        unavailable = ServerUnavailableError(f"server unavailable{where}: {exc}", name=name)
+        unavailable = ServerUnavailableError(
+            f"server unavailable{where}: {_connection_failure(exc)}", name=name
+        )
         unavailable.never_sent = _while_connecting(exc)
         return unavailable
     if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("WRONGTYPE"):
@@ -143,17 +193,37 @@ def translate_error(
     return exc
 
 
+_CONNECT_CALL_FAILED = re.compile(
+    r"^(?P<head>Error (?P<errno>\d+) connecting to \S+?\.) Connect call failed \(.*\)\.?$"
+)
+
+
+def _connection_failure(exc: BaseException) -> str:
+    """redis-py's text for a connection that failed, its address said once.
+
+    Its asyncio client adds asyncio's "Connect call failed ('127.0.0.1', 6379)"
+    to "Error 111 connecting to 127.0.0.1:6379."; the sync client says
+    "Connection refused." instead: so do both.
+    """
+    text = str(exc)
+    found = _CONNECT_CALL_FAILED.match(text)
+    if found is None:
+        return text
+    return f"{found['head']} {os.strerror(int(found['errno']))}."
+
+
 class map_exceptions:  # lower case: used as a function, ``with map_exceptions(...)``
     """Translate redis-py's errors raised in the block into tenure's (httpcore's way).
 
     The one place where a redis-py error becomes a :class:`BackendError`
-    subclass, with the original as ``__cause__``; tenure's own errors and
-    anything else pass through untouched. ``refine(translated, original)``
+    subclass, with the original as ``__cause__`` (and ``script``, when one
+    ran, as its ``script``); tenure's own errors and anything else pass
+    through untouched. ``refine(translated, original)``
     may replace the translated error (say which commands an ACL refused).
     A plain class rather than a generator: it wraps every call, hits included.
     """
 
-    __slots__ = ("doing", "name", "refine")
+    __slots__ = ("doing", "name", "refine", "script")
 
     def __init__(
         self,
@@ -161,10 +231,12 @@ class map_exceptions:  # lower case: used as a function, ``with map_exceptions(.
         name: str | None = None,
         doing: str = "",
         refine: Callable[[BaseException, BaseException], BaseException] | None = None,
+        script: str | None = None,
     ) -> None:
         self.name = name
         self.doing = doing
         self.refine = refine
+        self.script = script
 
     def __enter__(self) -> None:
         return None
@@ -173,7 +245,7 @@ class map_exceptions:  # lower case: used as a function, ``with map_exceptions(.
         if exc is None or isinstance(exc, TenureError):
             return
         if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):
-            error = translate_error(exc, name=self.name, doing=self.doing)
+            error = translate_error(exc, name=self.name, doing=self.doing, script=self.script)
             if self.refine is not None:
                 error = self.refine(error, exc)
             raise error from exc

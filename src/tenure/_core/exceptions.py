@@ -107,12 +107,18 @@ class TenureError(Exception):
         self.lock_name = name  # redis-py's LockError attribute
 
     def __str__(self) -> str:
-        if self.name is None:
-            return str(self.message)
-        return f"{self.message} (name {self.name!r})"
+        message = str(self.message)
+        if self.name is None or repr(self.name) in message:
+            return message  # a message that names its primitive already says it once
+        return f"{message} (name {self.name!r})"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
+
+
+def _prefixed(argument: str, message: str) -> str:
+    """``argument: message``, said once (a message passed on from another error has it)."""
+    return message if message.startswith(f"{argument}: ") else f"{argument}: {message}"
 
 
 class ArgumentError(TenureError, ValueError):
@@ -122,7 +128,7 @@ class ArgumentError(TenureError, ValueError):
     """
 
     def __init__(self, argument: str, message: str, *, name: str | None = None) -> None:
-        super().__init__(f"{argument}: {message}", name=name)
+        super().__init__(_prefixed(argument, message), name=name)
         self.argument = argument
 
 
@@ -135,7 +141,7 @@ class ClientTypeError(TenureError, TypeError):
     """
 
     def __init__(self, argument: str, message: str, *, name: str | None = None) -> None:
-        super().__init__(f"{argument}: {message}", name=name)
+        super().__init__(_prefixed(argument, message), name=name)
         self.argument = argument
 
 
@@ -204,9 +210,13 @@ class BackendError(TenureError, _redis.RedisError):
     no free connection, or no connection to the server could be opened.
     Nothing changed on the server then, and the same call can be retried
     (a ``release()`` that failed so still holds, and can be called again).
+    ``script`` is the name of the tenure Lua script that was running, for
+    debugging (None for a plain command); the message names the operation
+    the caller asked for instead.
     """
 
     never_sent: bool = False
+    script: str | None = None
 
 
 class ServerUnavailableError(BackendError, _redis.ConnectionError):

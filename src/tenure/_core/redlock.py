@@ -11,6 +11,8 @@ the I/O is in :mod:`tenure._async._redlock`.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -227,7 +229,19 @@ def describe_failure(error: BaseException, timeout: float) -> str:
     if isinstance(error, TimeoutError):
         return f"no answer within {timeout:g}s"
     text = str(error) or type(error).__name__
-    return text.split(" while ")[0].removeprefix("server unavailable: ")
+    text = text.split(" while ")[0].removeprefix("server unavailable: ")
+    connecting = _CONNECTING.match(text)
+    if connecting is None:
+        return text
+    # redis-py's "Error 111 connecting to host:port. Connection refused.": the
+    # listing names the master already (asyncio's text names it a third time).
+    why = connecting["why"]
+    if why.startswith("Connect call failed"):
+        why = os.strerror(int(connecting["errno"]))
+    return why.rstrip(".")
+
+
+_CONNECTING = re.compile(r"^Error (?P<errno>\d+) connecting to \S+?\. (?P<why>.+)$")
 
 
 @dataclass
@@ -293,7 +307,10 @@ class Tally:
         """The :class:`~tenure.QuorumError` of a call that too many masters failed."""
         failures = {self.masters[i]: why for i, why in sorted(self.failed.items())}
         answered = len(self.masters) - len(self.failed)
-        listed = "; ".join(f"{where}: {why}" for where, why in failures.items())
+        masters_by_why: dict[str, list[str]] = {}  # masters that failed alike, said once
+        for where, why in failures.items():
+            masters_by_why.setdefault(why, []).append(where)
+        listed = "; ".join(f"{', '.join(where)}: {why}" for why, where in masters_by_why.items())
         error = QuorumError(
             f"{doing}: {len(self.failed)} of {len(self.masters)} masters failed and a quorum "
             f"needs {self.quorum} ({listed})",

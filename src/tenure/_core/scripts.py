@@ -35,6 +35,13 @@ Below the header, a line ``--! include <lib>`` is replaced by the text of
 lock to the next waiter, purge dead waiters) are written once. The SHA1 is
 that of the expanded source, which is what the server sees.
 
+A script's name is for its file and for debugging, never for the user: an
+error raised while a script ran names the operation the user called, in
+their words (:data:`OPERATIONS`: ``lock_try`` is "acquiring"), and keeps the
+script's name in the error's ``script`` attribute. ``tests/test_error_texts.py``
+fails while a script in ``tenure/lua`` or ``tenure/_tools/demo/lua`` has no
+entry there.
+
 The I/O half (EVALSHA, reload on NOSCRIPT, error translation) is in
 ``tenure._async._scripting`` and its generated sync twin.
 """
@@ -49,7 +56,14 @@ from importlib import resources
 
 from tenure._core.exceptions import ArgumentError, ScriptError
 
-__all__ = ["Script", "ScriptStatistics", "load_script", "script_names"]
+__all__ = [
+    "OPERATIONS",
+    "Script",
+    "ScriptStatistics",
+    "load_script",
+    "operation",
+    "script_names",
+]
 
 _HEADER_NAME = re.compile(r"^--\s*tenure script:\s*(?P<name>[a-z0-9_]+)\s*$")
 _INCLUDE = re.compile(r"^--!\s*include\s+(?P<lib>[a-z0-9_]+)\s*$", re.MULTILINE)
@@ -57,6 +71,66 @@ _READ_ONLY = re.compile(r"^--\s*read only\s*$")
 _ON_RESEND = re.compile(r"^--\s*on resend:\s*(?P<how>.*)$")
 _CONTINUED = re.compile(r"^--\s{2,}(?P<more>\S.*)$")
 _DECL = re.compile(r"^--\s*(?P<kind>KEYS|ARGV)\[(?P<index>\d+)(?P<more>\.\.\.)?\]\s+(?P<doc>.+)$")
+
+
+OPERATIONS: dict[str, str] = {
+    # tenure/lua: the words follow "while", as in "server unavailable while acquiring".
+    "cache_commit": "writing a cache entry",
+    "cache_fetch": "fetching from the cache",
+    "cache_lease": "updating a cache load's lease",
+    "compare_and_delete": "compacting the id set",
+    "connlock_refresh": "refreshing",
+    "connlock_release": "releasing",
+    "fenced_set": "writing the fenced key",
+    "idset_clear": "clearing the id set",
+    "idset_read": "reading the id set",
+    "idset_swap": "compacting the id set",
+    "idset_write": "writing to the id set",
+    "ingest_claim": "claiming a chunk",
+    "ingest_commit": "committing a batch",
+    "ingest_plan": "planning the job",
+    "ingest_release": "giving a claim back",
+    "ingest_reset": "resetting the job",
+    "ingest_status": "reading the job's status",
+    "lock_acquire": "acquiring",
+    "lock_extend": "extending the lease",
+    "lock_leave": "leaving the line of waiters",
+    "lock_line": "waiting in line",
+    "lock_release": "releasing",
+    "lock_try": "acquiring",
+    "pexpire_if": "resetting a key's expiry",
+    "redlock_acquire": "acquiring",
+    "redlock_fence": "acquiring",
+    "redlock_release": "releasing",
+    "rw_downgrade": "downgrading to a read lock",
+    "semaphore_acquire": "acquiring",
+    "semaphore_extend": "extending the lease",
+    "semaphore_holders": "counting the holders",
+    "semaphore_leave": "leaving the line of waiters",
+    "semaphore_line": "waiting in line",
+    "semaphore_release": "releasing",
+    "semaphore_set_limit": "setting the limit",
+    "semaphore_try": "acquiring",
+    "stream_claim": "claiming abandoned messages",
+    "stream_touch": "keeping a message claimed",
+    # tenure/_tools/demo/lua
+    "market_list": "listing an item",
+    "market_purchase": "buying an item",
+}
+"""What the user was doing when each script ran, in their words (never the script's name).
+
+Errors raised while a script ran say ``while <words>``; one entry per script
+of ``tenure/lua`` and ``tenure/_tools/demo/lua`` (``tests/test_error_texts.py``).
+"""
+
+
+def operation(script: str) -> str:
+    """The words naming what the user was doing when ``script`` ran (see :data:`OPERATIONS`).
+
+    A script missing from the table (a test fails then) is "calling the server",
+    never its own name.
+    """
+    return OPERATIONS.get(script, "calling the server")
 
 
 @dataclass(frozen=True)

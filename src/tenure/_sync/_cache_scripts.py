@@ -82,7 +82,7 @@ class HerdScripts:
             raw = self._client.get(stored)
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
             # Out of reach (the client's retries spent): the caller falls back or raises.
-            raise translate_error(exc, name=self._name, doing="reading an entry") from exc
+            raise translate_error(exc, name=self._name, doing="fetching from the cache") from exc
         except redis_errors.RedisError:
             return MISS  # the script path decides, and raises a translated error
         if raw is None:

@@ -149,7 +149,7 @@ class ConnectionLock(TwinHints):
         deadline = None if timeout is None else time.monotonic() + timeout
         connection = self._dedicated()
         try:
-            with map_exceptions(name=self.name, doing="CLIENT ID", refine=self._refine):
+            with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
                 my_id = str(connection.client_id())
             while True:
                 if self._try_book(connection, my_id):
@@ -184,7 +184,7 @@ class ConnectionLock(TwinHints):
 
     def _try_book(self, connection: redis.Redis, my_id: str) -> bool:
         """WATCH, check the owner is gone, and book, as one transaction."""
-        with map_exceptions(name=self.name, doing="booking", refine=self._refine):
+        with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
             try:
                 with connection.pipeline(transaction=True) as transaction:
                     pipe: Any = transaction  # redis-py leaves watch/multi untyped
@@ -203,7 +203,8 @@ class ConnectionLock(TwinHints):
                 return False  # someone booked between the check and EXEC
 
     def _alive(self, pipe: Any, owner: str) -> bool:
-        with map_exceptions(name=self.name, doing="CLIENT LIST", refine=self._refine):
+        doing = "checking the holder's connection"
+        with map_exceptions(name=self.name, doing=doing, refine=self._refine):
             found = pipe.client_list(client_id=[owner])
         return bool(found)
 

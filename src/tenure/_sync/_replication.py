@@ -40,7 +40,7 @@ from tenure._core.replication import (
     parse_wait,
     unsupported_wait,
 )
-from tenure._core.scripts import load_script
+from tenure._core.scripts import load_script, operation
 from tenure._sync._scripting import Client, primary_node
 
 __all__ = ["Acknowledger"]
@@ -73,13 +73,14 @@ class Acknowledger:
         required = self.required(keys[0])
         wait = self.policy.wait_command(required)
         call: tuple[Any, ...] = ("EVALSHA", loaded.sha, len(keys), *keys, *args)
-        replies = self._send(keys[0], [call, wait], f"running {loaded.name}")
+        replies = self._send(keys[0], [call, wait], operation(script))
         if isinstance(replies[0], redis_errors.NoScriptError):
             call = ("EVAL", loaded.source, len(keys), *keys, *args)
-            replies = self._send(keys[0], [call, wait], f"running {loaded.name}")
+            replies = self._send(keys[0], [call, wait], operation(script))
         reply, waited = replies
         if isinstance(reply, BaseException):
-            raise translate_error(reply, name=self.name, doing=f"running {loaded.name}") from reply
+            doing = operation(script)
+            raise translate_error(reply, name=self.name, doing=doing, script=script) from reply
         if isinstance(waited, BaseException):
             clear = unsupported_wait(waited, self.policy)
             if clear is None:
@@ -107,7 +108,7 @@ class Acknowledger:
         """
         reply, ack = self.run(script, keys, args)
         if ack.short and took(reply):
-            raise ack.error(f"{script} was not acknowledged", name=self.name)
+            raise ack.error(f"not acknowledged while {operation(script)}", name=self.name)
         return reply
 
     def required(self, key: str) -> int:
@@ -120,7 +121,9 @@ class Acknowledger:
         if counted is None or now - counted[1] > REPLICA_COUNT_TTL:
             (reply,) = self._send(key, [("ROLE",)], "counting the primary's replicas")
             if isinstance(reply, BaseException):
-                raise translate_error(reply, name=self.name, doing="reading ROLE") from reply
+                raise translate_error(
+                    reply, name=self.name, doing="counting the primary's replicas"
+                ) from reply
             role, replicas = parse_role(reply)
             if role != "master":
                 raise BackendError(

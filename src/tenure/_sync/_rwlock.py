@@ -21,6 +21,8 @@ from __future__ import annotations
 import weakref
 from typing import Any, ClassVar, cast
 
+from tenure._backends.for_threads import IS_ASYNC
+from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
@@ -195,6 +197,7 @@ class ReadWriteLock:
         **options: Any,
     ) -> None:
         name = check_lock_name(name)
+        require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
         if "interop" in options:
             raise ArgumentError(
