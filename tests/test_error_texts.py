@@ -229,6 +229,7 @@ ASYNC_KINDS: dict[str, Callable[[Any], object]] = {
     "AsyncIngestJob": lambda c: AsyncIngestJob(c, "j", _source()),
 }
 
+
 def _refused_client(make: Callable[[Any], object], client: object, kind: str) -> str:
     with pytest.raises(ClientTypeError) as refused:
         make(client)
