@@ -32,7 +32,10 @@ How it works (each step is one atomic Lua script, see ``tenure/lua``):
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from tenure._async._holds import AsyncHolds
 from tenure._async._lease import AsyncLease
@@ -46,7 +49,13 @@ from tenure._async._line import (
 )
 from tenure._async._rules import AsyncRules
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter, listen
-from tenure._backends.for_asyncio import before_waiting, current_holder, shielded
+from tenure._backends.for_asyncio import (
+    before_waiting,
+    current_holder,
+    race,
+    shielded,
+    start_background,
+)
 from tenure._core.exceptions import BackendError, PrimitiveError
 from tenure._core.leased import (
     KEPT,
@@ -58,8 +67,23 @@ from tenure._core.leased import (
 
 __all__ = ["AsyncQueue"]
 
-GIVE_UP_PATIENCE = 10.0
-"""Seconds a waiter giving up waits for its line's answer before leaving on its own."""
+GRACE = 0.2
+"""Seconds past its deadline an acquire waits for the server's answer to a call.
+
+A call the server has not answered by then (the server paused, dead behind a
+client's retries, cut off) goes on alone; whatever it took is given back when
+it ends, and ``acquire()`` returns False: ``blocking_timeout`` is kept within
+a quarter of a second whatever the server does."""
+
+logger = logging.getLogger("tenure.lock")
+
+
+def _answered(outcomes: dict[int, Any]) -> bool:
+    return bool(outcomes)
+
+
+class _Overdue(Exception):
+    """The server did not answer a call by the acquire's deadline (and GRACE)."""
 
 
 class AsyncQueue:
@@ -96,10 +120,13 @@ class AsyncQueue:
                 # wasted.
                 sent = time.monotonic()
                 keys, args = self._rules.try_call(token, attempt)
-                reply = await shielded(
-                    self._rules.run_taking(
+                reply = await self._by(
+                    deadline if wait else None,
+                    lambda: self._rules.run_taking(
                         self._rules.scripts.try_, keys, args, self._rules.took_on_try
-                    )
+                    ),
+                    token,
+                    attempt,
                 )
                 fence = self._rules.parse_try(reply)
                 if fence > 0:
@@ -123,15 +150,31 @@ class AsyncQueue:
                 )
             in_line = True
             return await self._wait_in_process_line(token, started, deadline, holder)
+        except _Overdue:
+            # Given back in the background when the server answers.
+            logger.warning(
+                "tenure: %s %r: the server did not answer by the deadline of acquire() "
+                "(blocking_timeout=%s, and %ss more): not acquired; what the call took "
+                "is given back when it answers",
+                self._rules.noun,
+                self._rules.name,
+                blocking_timeout,
+                GRACE,
+            )
+            return self._holds.timed_out()
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
-                await shielded(
-                    self._rules.leave_quietly(
-                        token, quiet=isinstance(exc, BackendError), attempt=attempt
-                    )
-                )
+                quiet = isinstance(exc, BackendError)
+
+                def leave() -> Any:
+                    return self._rules.leave_quietly(token, quiet=quiet, attempt=attempt)
+
+                if deadline is None:
+                    await shielded(leave())
+                else:  # by the deadline: a leave the server does not answer goes on alone
+                    await race([leave], _room(deadline), _answered, _ignore)
             raise
         finally:
             if tried is not None:
@@ -162,13 +205,18 @@ class AsyncQueue:
                 # Plain: a call that queues needs no acknowledgement, and one that
                 # takes the lock is confirmed like a handoff (replicated kinds).
                 answer = self._rules.answer(
-                    await shielded(self._rules.run(self._rules.scripts.acquire, keys, args))
+                    await self._by(
+                        deadline,
+                        lambda: self._rules.run(self._rules.scripts.acquire, keys, args),
+                        token,
+                        attempt,
+                    )
                 )
                 if tried is not None:
                     end_try(tried)  # in line (or holding): the joins behind may go
                     tried = None
                 if isinstance(answer, Acquired):
-                    confirmed = await self._lease.confirm_grant(token, answer, sent)
+                    confirmed = await self._confirm(deadline, token, answer, sent, attempt)
                     if confirmed is None:
                         continue  # lapsed before it was confirmed: ask again
                     self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
@@ -180,7 +228,7 @@ class AsyncQueue:
                     self._holds.add_waiter(1)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return await self._give_up(token, started, holder, attempt)
+                    return await self._give_up(token, started, holder, deadline, attempt)
                 # Wake at the first of: a grant, our deadline, the owner's lease
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
@@ -193,7 +241,7 @@ class AsyncQueue:
                 granted = await waiter.wait(wake_at - now)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
-                    confirmed = await self._lease.confirm_grant(token, granted, at)
+                    confirmed = await self._confirm(deadline, token, granted, at, attempt)
                     if confirmed is None:
                         continue  # the handoff lapsed before it was confirmed: wait on
                     self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
@@ -224,7 +272,13 @@ class AsyncQueue:
             while True:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return await self._give_up_in_line(line, waiter, started, holder)
+                    kept = await self._give_up_in_line(line, waiter, started, holder, deadline)
+                    if kept is None:
+                        # No answer by the deadline: the line takes it out of
+                        # the queue with its next rounds, passing on any grant.
+                        left = False
+                        return self._holds.timed_out()
+                    return kept
                 granted = await waiter.wait(None if deadline is None else deadline - now)
                 if granted is None:
                     if waiter.recheck:
@@ -234,9 +288,7 @@ class AsyncQueue:
                         waiter.recheck = False
                         line.join(waiter, self._rules.owner_name)
                     continue
-                confirmed = await self._lease.confirm_grant(
-                    token, granted, line.local_time(granted)
-                )
+                confirmed = await self._confirm(deadline, token, granted, line.local_time(granted))
                 if confirmed is None:
                     line.join(waiter, self._rules.owner_name)  # the handoff lapsed: in line again
                     continue
@@ -253,29 +305,71 @@ class AsyncQueue:
             self._holds.add_waiter(-1)
 
     async def _give_up_in_line(
-        self, line: AsyncLine, waiter: AsyncWaiter, started: float, holder: object
-    ) -> bool:
+        self,
+        line: AsyncLine,
+        waiter: AsyncWaiter,
+        started: float,
+        holder: object,
+        deadline: float,
+    ) -> bool | None:
         """The deadline passed: leave the line with the others giving up (one call).
 
         A lock (or permit) handed over meanwhile is kept and confirmed, as
-        :meth:`_give_up` does for a lone waiter.
+        :meth:`_give_up` does for a lone waiter. None: the line did not answer
+        within :data:`GRACE` (the server stalls): the caller leaves it to the line.
         """
         line.give_up(waiter)
-        patience = time.monotonic() + GIVE_UP_PATIENCE
+        patience = deadline + GRACE
         while True:
             # The line's round answers (a grant kept, then dismissed), or fails
             # (raised here); a grant heard on the channel may come first.
             granted = await waiter.wait(max(0.0, patience - time.monotonic()))
             if granted is not None:
                 at = line.local_time(granted)
-                if await self._keep_handed(waiter.token, granted, at, started, holder):
+                if await self._keep_handed(waiter.token, granted, at, started, holder, deadline):
                     return True
             if waiter.dismissed:
                 return self._holds.timed_out()
             if time.monotonic() >= patience:
-                # The line never answered (its job ended): leave on our own.
-                return await self._give_up(waiter.token, started, holder)
+                return None
             waiter.recheck = False
+
+    async def _by(
+        self, deadline: float | None, call: Callable[[], Any], token: str, attempt: str
+    ) -> Any:
+        """``call()``, a script call that may take or queue for ``token``, by ``deadline``.
+
+        Without a deadline it runs to its reply (shielded). With one, a call
+        the server has not answered :data:`GRACE` seconds past it goes on
+        alone: whatever it took for ``token`` is given back when it ends
+        (leaving the queue, passing on a hold), and :class:`_Overdue` is raised.
+        """
+        if deadline is None:
+            return await shielded(call())
+        rules = self._rules
+
+        def give_back_later(index: int, outcome: object) -> None:
+            async def give_back() -> None:
+                await rules.leave_quietly(token, quiet=True, attempt=attempt)
+
+            start_background(give_back, "tenure-give-back")
+
+        outcomes = await race([call], _room(deadline), _answered, give_back_later)
+        if not outcomes:
+            raise _Overdue
+        outcome = outcomes[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def _confirm(
+        self, deadline: float | None, token: str, granted: Acquired, at: float, attempt: str = ""
+    ) -> tuple[Acquired, float] | None:
+        """Confirm a grant (:meth:`AsyncLease.confirm_grant`) by ``deadline``."""
+        confirmed: tuple[Acquired, float] | None = await self._by(
+            deadline, lambda: self._lease.confirm_grant(token, granted, at), token, attempt
+        )
+        return confirmed
 
     def _may_try(self, wait: bool) -> tuple[object, ...] | bool | None:
         """Whether to try before queueing.
@@ -309,23 +403,46 @@ class AsyncQueue:
             self._rules.outsider_poll,
         )
 
-    async def _give_up(self, token: str, started: float, holder: object, attempt: str = "") -> bool:
+    async def _give_up(
+        self, token: str, started: float, holder: object, deadline: float, attempt: str = ""
+    ) -> bool:
         """The deadline passed: leave the queue, unless it was handed over meanwhile."""
         sent = time.monotonic()
         keys, args = self._rules.leave_call(token, "keep", attempt)
-        reply = await shielded(self._rules.run(self._rules.scripts.leave, keys, args))
+        reply = await self._by(
+            deadline,
+            lambda: self._rules.run(self._rules.scripts.leave, keys, args),
+            token,
+            attempt,
+        )
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            if await self._keep_handed(token, granted, sent, started, holder):
+            if await self._keep_handed(token, granted, sent, started, holder, deadline, attempt):
                 return True
         return self._holds.timed_out()
 
     async def _keep_handed(
-        self, token: str, granted: Acquired, at: float, started: float, holder: object
+        self,
+        token: str,
+        granted: Acquired,
+        at: float,
+        started: float,
+        holder: object,
+        deadline: float,
+        attempt: str = "",
     ) -> bool:
         """A waiter giving up was handed the lock meanwhile: keep it if it is confirmed."""
-        confirmed = await self._lease.confirm_grant(token, granted, at)
+        confirmed = await self._confirm(deadline, token, granted, at, attempt)
         if confirmed is None:
             return False
         self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
         return True
+
+
+def _room(deadline: float) -> float:
+    """Seconds left for a call made now, by ``deadline`` and :data:`GRACE`."""
+    return max(0.0, deadline + GRACE - time.monotonic())
+
+
+def _ignore(index: int, outcome: object) -> None:
+    """A leave the server answers late: it did its work; nothing more to do."""

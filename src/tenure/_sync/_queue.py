@@ -33,9 +33,18 @@ How it works (each step is one atomic Lua script, see ``tenure/lua``):
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
-from tenure._backends.for_threads import before_waiting, current_holder, shielded
+from tenure._backends.for_threads import (
+    before_waiting,
+    current_holder,
+    race,
+    shielded,
+    start_background,
+)
 from tenure._core.exceptions import BackendError, PrimitiveError
 from tenure._core.leased import (
     KEPT,
@@ -59,8 +68,23 @@ from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter, listen
 
 __all__ = ["Queue"]
 
-GIVE_UP_PATIENCE = 10.0
-"""Seconds a waiter giving up waits for its line's answer before leaving on its own."""
+GRACE = 0.2
+"""Seconds past its deadline an acquire waits for the server's answer to a call.
+
+A call the server has not answered by then (the server paused, dead behind a
+client's retries, cut off) goes on alone; whatever it took is given back when
+it ends, and ``acquire()`` returns False: ``blocking_timeout`` is kept within
+a quarter of a second whatever the server does."""
+
+logger = logging.getLogger("tenure.lock")
+
+
+def _answered(outcomes: dict[int, Any]) -> bool:
+    return bool(outcomes)
+
+
+class _Overdue(Exception):
+    """The server did not answer a call by the acquire's deadline (and GRACE)."""
 
 
 class Queue:
@@ -97,10 +121,13 @@ class Queue:
                 # wasted.
                 sent = time.monotonic()
                 keys, args = self._rules.try_call(token, attempt)
-                reply = shielded(
-                    self._rules.run_taking(
+                reply = self._by(
+                    deadline if wait else None,
+                    lambda: self._rules.run_taking(
                         self._rules.scripts.try_, keys, args, self._rules.took_on_try
-                    )
+                    ),
+                    token,
+                    attempt,
                 )
                 fence = self._rules.parse_try(reply)
                 if fence > 0:
@@ -122,15 +149,31 @@ class Queue:
                 return self._wait_in_line(token, started, deadline, holder, tried, attempt=attempt)
             in_line = True
             return self._wait_in_process_line(token, started, deadline, holder)
+        except _Overdue:
+            # Given back in the background when the server answers.
+            logger.warning(
+                "tenure: %s %r: the server did not answer by the deadline of acquire() "
+                "(blocking_timeout=%s, and %ss more): not acquired; what the call took "
+                "is given back when it answers",
+                self._rules.noun,
+                self._rules.name,
+                blocking_timeout,
+                GRACE,
+            )
+            return self._holds.timed_out()
         except BaseException as exc:
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
-                shielded(
-                    self._rules.leave_quietly(
-                        token, quiet=isinstance(exc, BackendError), attempt=attempt
-                    )
-                )
+                quiet = isinstance(exc, BackendError)
+
+                def leave() -> Any:
+                    return self._rules.leave_quietly(token, quiet=quiet, attempt=attempt)
+
+                if deadline is None:
+                    shielded(leave())
+                else:  # by the deadline: a leave the server does not answer goes on alone
+                    race([leave], _room(deadline), _answered, _ignore)
             raise
         finally:
             if tried is not None:
@@ -161,13 +204,18 @@ class Queue:
                 # Plain: a call that queues needs no acknowledgement, and one that
                 # takes the lock is confirmed like a handoff (replicated kinds).
                 answer = self._rules.answer(
-                    shielded(self._rules.run(self._rules.scripts.acquire, keys, args))
+                    self._by(
+                        deadline,
+                        lambda: self._rules.run(self._rules.scripts.acquire, keys, args),
+                        token,
+                        attempt,
+                    )
                 )
                 if tried is not None:
                     end_try(tried)  # in line (or holding): the joins behind may go
                     tried = None
                 if isinstance(answer, Acquired):
-                    confirmed = self._lease.confirm_grant(token, answer, sent)
+                    confirmed = self._confirm(deadline, token, answer, sent, attempt)
                     if confirmed is None:
                         continue  # lapsed before it was confirmed: ask again
                     self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
@@ -179,7 +227,7 @@ class Queue:
                     self._holds.add_waiter(1)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return self._give_up(token, started, holder, attempt)
+                    return self._give_up(token, started, holder, deadline, attempt)
                 # Wake at the first of: a grant, our deadline, the owner's lease
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
@@ -192,7 +240,7 @@ class Queue:
                 granted = waiter.wait(wake_at - now)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
-                    confirmed = self._lease.confirm_grant(token, granted, at)
+                    confirmed = self._confirm(deadline, token, granted, at, attempt)
                     if confirmed is None:
                         continue  # the handoff lapsed before it was confirmed: wait on
                     self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
@@ -223,7 +271,13 @@ class Queue:
             while True:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return self._give_up_in_line(line, waiter, started, holder)
+                    kept = self._give_up_in_line(line, waiter, started, holder, deadline)
+                    if kept is None:
+                        # No answer by the deadline: the line takes it out of
+                        # the queue with its next rounds, passing on any grant.
+                        left = False
+                        return self._holds.timed_out()
+                    return kept
                 granted = waiter.wait(None if deadline is None else deadline - now)
                 if granted is None:
                     if waiter.recheck:
@@ -233,7 +287,7 @@ class Queue:
                         waiter.recheck = False
                         line.join(waiter, self._rules.owner_name)
                     continue
-                confirmed = self._lease.confirm_grant(token, granted, line.local_time(granted))
+                confirmed = self._confirm(deadline, token, granted, line.local_time(granted))
                 if confirmed is None:
                     line.join(waiter, self._rules.owner_name)  # the handoff lapsed: in line again
                     continue
@@ -249,28 +303,70 @@ class Queue:
             line.done(token, left=left)
             self._holds.add_waiter(-1)
 
-    def _give_up_in_line(self, line: Line, waiter: Waiter, started: float, holder: object) -> bool:
+    def _give_up_in_line(
+        self,
+        line: Line,
+        waiter: Waiter,
+        started: float,
+        holder: object,
+        deadline: float,
+    ) -> bool | None:
         """The deadline passed: leave the line with the others giving up (one call).
 
         A lock (or permit) handed over meanwhile is kept and confirmed, as
-        :meth:`_give_up` does for a lone waiter.
+        :meth:`_give_up` does for a lone waiter. None: the line did not answer
+        within :data:`GRACE` (the server stalls): the caller leaves it to the line.
         """
         line.give_up(waiter)
-        patience = time.monotonic() + GIVE_UP_PATIENCE
+        patience = deadline + GRACE
         while True:
             # The line's round answers (a grant kept, then dismissed), or fails
             # (raised here); a grant heard on the channel may come first.
             granted = waiter.wait(max(0.0, patience - time.monotonic()))
             if granted is not None:
                 at = line.local_time(granted)
-                if self._keep_handed(waiter.token, granted, at, started, holder):
+                if self._keep_handed(waiter.token, granted, at, started, holder, deadline):
                     return True
             if waiter.dismissed:
                 return self._holds.timed_out()
             if time.monotonic() >= patience:
-                # The line never answered (its job ended): leave on our own.
-                return self._give_up(waiter.token, started, holder)
+                return None
             waiter.recheck = False
+
+    def _by(self, deadline: float | None, call: Callable[[], Any], token: str, attempt: str) -> Any:
+        """``call()``, a script call that may take or queue for ``token``, by ``deadline``.
+
+        Without a deadline it runs to its reply (shielded). With one, a call
+        the server has not answered :data:`GRACE` seconds past it goes on
+        alone: whatever it took for ``token`` is given back when it ends
+        (leaving the queue, passing on a hold), and :class:`_Overdue` is raised.
+        """
+        if deadline is None:
+            return shielded(call())
+        rules = self._rules
+
+        def give_back_later(index: int, outcome: object) -> None:
+            def give_back() -> None:
+                rules.leave_quietly(token, quiet=True, attempt=attempt)
+
+            start_background(give_back, "tenure-give-back")
+
+        outcomes = race([call], _room(deadline), _answered, give_back_later)
+        if not outcomes:
+            raise _Overdue
+        outcome = outcomes[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _confirm(
+        self, deadline: float | None, token: str, granted: Acquired, at: float, attempt: str = ""
+    ) -> tuple[Acquired, float] | None:
+        """Confirm a grant (:meth:`Lease.confirm_grant`) by ``deadline``."""
+        confirmed: tuple[Acquired, float] | None = self._by(
+            deadline, lambda: self._lease.confirm_grant(token, granted, at), token, attempt
+        )
+        return confirmed
 
     def _may_try(self, wait: bool) -> tuple[object, ...] | bool | None:
         """Whether to try before queueing.
@@ -304,23 +400,46 @@ class Queue:
             self._rules.outsider_poll,
         )
 
-    def _give_up(self, token: str, started: float, holder: object, attempt: str = "") -> bool:
+    def _give_up(
+        self, token: str, started: float, holder: object, deadline: float, attempt: str = ""
+    ) -> bool:
         """The deadline passed: leave the queue, unless it was handed over meanwhile."""
         sent = time.monotonic()
         keys, args = self._rules.leave_call(token, "keep", attempt)
-        reply = shielded(self._rules.run(self._rules.scripts.leave, keys, args))
+        reply = self._by(
+            deadline,
+            lambda: self._rules.run(self._rules.scripts.leave, keys, args),
+            token,
+            attempt,
+        )
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            if self._keep_handed(token, granted, sent, started, holder):
+            if self._keep_handed(token, granted, sent, started, holder, deadline, attempt):
                 return True
         return self._holds.timed_out()
 
     def _keep_handed(
-        self, token: str, granted: Acquired, at: float, started: float, holder: object
+        self,
+        token: str,
+        granted: Acquired,
+        at: float,
+        started: float,
+        holder: object,
+        deadline: float,
+        attempt: str = "",
     ) -> bool:
         """A waiter giving up was handed the lock meanwhile: keep it if it is confirmed."""
-        confirmed = self._lease.confirm_grant(token, granted, at)
+        confirmed = self._confirm(deadline, token, granted, at, attempt)
         if confirmed is None:
             return False
         self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
         return True
+
+
+def _room(deadline: float) -> float:
+    """Seconds left for a call made now, by ``deadline`` and :data:`GRACE`."""
+    return max(0.0, deadline + GRACE - time.monotonic())
+
+
+def _ignore(index: int, outcome: object) -> None:
+    """A leave the server answers late: it did its work; nothing more to do."""
