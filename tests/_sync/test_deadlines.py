@@ -14,17 +14,19 @@ from typing import Any
 import pytest
 import redis
 
-from tenure import Lock, ReadWriteLock, Semaphore
+from tenure import ConnectionLock, Lock, ReadWriteLock, Semaphore
 from tests._backend_threads import join, spawn, until
 from tests.conftest import ServerFactory
 
-BOUND = 0.25
-"""How far past ``blocking_timeout`` an acquire may return (issue 39)."""
+BOUND = 0.25 + 0.35
+"""How far past ``blocking_timeout`` an acquire may return: 0.25 s (issue 39; 0.2 s of
+GRACE in the library), and what a CI worker starved of CPU adds to its scheduling."""
 
 KINDS: dict[str, Callable[..., Any]] = {
     "lock": lambda client, name: Lock(client, name, timeout=30),
     "semaphore": lambda client, name: Semaphore(client, name, limit=1, timeout=30),
     "write": lambda client, name: ReadWriteLock(client, name, timeout=30).write,
+    "connlock": lambda client, name: ConnectionLock(client, name),
 }
 
 
@@ -46,7 +48,8 @@ def test_a_paused_server_costs_blocking_timeout_and_nothing_stays_held(
         finally:
             server.resume()
         assert took <= 0.3 + BOUND, took
-        assert primitive.statistics().timeouts == 1
+        if kind != "connlock":  # it keeps no statistics
+            assert primitive.statistics().timeouts == 1
 
         # The try ran when the server resumed, and was given back.
         def free() -> bool:

@@ -26,6 +26,7 @@ Standalone servers only: a cluster client raises ClientTypeError.
 
 from __future__ import annotations
 
+import logging
 import time
 from types import TracebackType
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import redis.asyncio
 from redis import exceptions as redis_errors
 
+from tenure._async._queue import GRACE, Overdue, by_deadline, ignore_late
 from tenure._async._scripting import registry_for
 from tenure._backends.for_asyncio import IS_ASYNC, TwinHints, shielded, sleep
 from tenure._backends.owners import generation
@@ -58,6 +60,9 @@ __all__ = ["AsyncConnectionLock"]
 
 _parents: list[Any] = []
 """Dedicated connections a fork's parent held: kept, never closed, in the child."""
+
+
+logger = logging.getLogger("tenure.lock")
 
 
 class AsyncConnectionLock(TwinHints):
@@ -147,13 +152,17 @@ class AsyncConnectionLock(TwinHints):
         wait = self.blocking if blocking is None else blocking
         timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
         check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None or not wait else time.monotonic() + timeout
         connection = self._dedicated()
         try:
             with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
-                my_id = str(await connection.client_id())
+                my_id = str(
+                    await by_deadline(deadline, lambda: connection.client_id(), ignore_late)
+                )
             while True:
-                if await self._try_book(connection, my_id):
+                if await by_deadline(
+                    deadline, lambda: self._try_book(connection, my_id), ignore_late
+                ):
                     self._connection, self._owner_id = connection, my_id
                     self._generation = generation()
                     return True
@@ -164,6 +173,17 @@ class AsyncConnectionLock(TwinHints):
                 if deadline is not None:
                     pause = min(pause, max(0.0, deadline - time.monotonic()))
                 await sleep(pause)
+        except Overdue:
+            # Closed: a booking the late call makes names a connection that is gone.
+            logger.warning(
+                "tenure: connection lock %r: the server did not answer by the deadline of "
+                "acquire() (blocking_timeout=%s, and %ss more): not acquired",
+                self.name,
+                timeout,
+                GRACE,
+            )
+            await shielded(self._close(connection))
+            return False
         except BaseException:
             await shielded(self._close(connection))
             raise

@@ -65,7 +65,7 @@ from tenure._core.leased import (
     grant_time,
 )
 
-__all__ = ["AsyncQueue"]
+__all__ = ["GRACE", "AsyncQueue", "Overdue", "by_deadline", "ignore_late"]
 
 GRACE = 0.2
 """Seconds past its deadline an acquire waits for the server's answer to a call.
@@ -78,12 +78,45 @@ a quarter of a second whatever the server does."""
 logger = logging.getLogger("tenure.lock")
 
 
-def _answered(outcomes: dict[int, Any]) -> bool:
+def answered(outcomes: dict[int, Any]) -> bool:
+    """Whether a raced call answered (with a reply or an error)."""
     return bool(outcomes)
 
 
-class _Overdue(Exception):
+class Overdue(Exception):
     """The server did not answer a call by the acquire's deadline (and GRACE)."""
+
+
+async def by_deadline(
+    deadline: float | None, call: Callable[[], Any], late: Callable[[int, Any], None]
+) -> Any:
+    """``call()``'s reply, or :class:`Overdue` if the server has not answered by ``deadline``.
+
+    Without a deadline the call runs to its reply (shielded). With one, a call
+    the server has not answered :data:`GRACE` seconds past it goes on alone,
+    its outcome handed to ``late(0, outcome)`` when it ends.
+    """
+    if deadline is None:
+        return await shielded(call())
+    outcomes = await race([call], _room(deadline), answered, late)
+    if not outcomes:
+        raise Overdue
+    outcome = outcomes[0]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def _giving_back(rules: AsyncRules, token: str, attempt: str) -> Callable[[int, Any], None]:
+    """A late call's handler: give back whatever it took for ``token``, in the background."""
+
+    def give_back_later(index: int, outcome: object) -> None:
+        async def give_back() -> None:
+            await rules.leave_quietly(token, quiet=True, attempt=attempt)
+
+        start_background(give_back, "tenure-give-back")
+
+    return give_back_later
 
 
 class AsyncQueue:
@@ -150,7 +183,7 @@ class AsyncQueue:
                 )
             in_line = True
             return await self._wait_in_process_line(token, started, deadline, holder)
-        except _Overdue:
+        except Overdue:
             # Given back in the background when the server answers.
             logger.warning(
                 "tenure: %s %r: the server did not answer by the deadline of acquire() "
@@ -174,7 +207,7 @@ class AsyncQueue:
                 if deadline is None:
                     await shielded(leave())
                 else:  # by the deadline: a leave the server does not answer goes on alone
-                    await race([leave], _room(deadline), _answered, _ignore)
+                    await race([leave], _room(deadline), answered, ignore_late)
             raise
         finally:
             if tried is not None:
@@ -337,30 +370,12 @@ class AsyncQueue:
     async def _by(
         self, deadline: float | None, call: Callable[[], Any], token: str, attempt: str
     ) -> Any:
-        """``call()``, a script call that may take or queue for ``token``, by ``deadline``.
+        """``call()``, which may take or queue for ``token``, by ``deadline`` (:func:`by_deadline`).
 
-        Without a deadline it runs to its reply (shielded). With one, a call
-        the server has not answered :data:`GRACE` seconds past it goes on
-        alone: whatever it took for ``token`` is given back when it ends
-        (leaving the queue, passing on a hold), and :class:`_Overdue` is raised.
+        What a call answered late took for ``token`` is given back when it ends
+        (leaving the queue, passing on a hold).
         """
-        if deadline is None:
-            return await shielded(call())
-        rules = self._rules
-
-        def give_back_later(index: int, outcome: object) -> None:
-            async def give_back() -> None:
-                await rules.leave_quietly(token, quiet=True, attempt=attempt)
-
-            start_background(give_back, "tenure-give-back")
-
-        outcomes = await race([call], _room(deadline), _answered, give_back_later)
-        if not outcomes:
-            raise _Overdue
-        outcome = outcomes[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        return await by_deadline(deadline, call, _giving_back(self._rules, token, attempt))
 
     async def _confirm(
         self, deadline: float | None, token: str, granted: Acquired, at: float, attempt: str = ""
@@ -444,5 +459,5 @@ def _room(deadline: float) -> float:
     return max(0.0, deadline + GRACE - time.monotonic())
 
 
-def _ignore(index: int, outcome: object) -> None:
+def ignore_late(index: int, outcome: object) -> None:
     """A leave the server answers late: it did its work; nothing more to do."""

@@ -12,6 +12,7 @@ keys, and the node that lacks the script gets it the same way.
 from __future__ import annotations
 
 import itertools
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -20,11 +21,15 @@ import redis.asyncio
 import redis.asyncio.cluster
 from redis import exceptions as redis_errors
 
-from tenure._backends.for_asyncio import node_pipeline
+from tenure._backends.for_asyncio import node_pipeline, sleep
 from tenure._core.clients import (
+    SLOT_MOVE_PATIENCE,
+    SLOT_MOVE_PAUSE,
     STALE_CONNECTION_RETRIES,
     is_cluster,
     map_exceptions,
+    slot_moving,
+    slot_moving_error,
     stale_connection,
 )
 from tenure._core.exceptions import BackendError
@@ -33,6 +38,14 @@ from tenure._core.scripts import Script, ScriptStatistics, load_script, operatio
 __all__ = ["AsyncClient", "AsyncScriptRegistry", "primary_node", "registry_for"]
 
 AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+
+_SENT_AGAIN = (
+    redis_errors.NoScriptError,
+    redis_errors.MovedError,
+    redis_errors.AskError,
+    redis_errors.TryAgainError,
+)
+"""Replies to a pipelined call that :meth:`AsyncScriptRegistry.run` sends again alone."""
 
 _registries: weakref.WeakKeyDictionary[Any, AsyncScriptRegistry] = weakref.WeakKeyDictionary()
 
@@ -70,19 +83,39 @@ class AsyncScriptRegistry:
         script.check_call(keys, args)
         self._stats.calls += 1
         client = self._client
-        with map_exceptions(name=name, doing=doing or operation(script.name), script=script.name):
-            for attempt in itertools.count(1):
+        doing = doing or operation(script.name)
+        with map_exceptions(name=name, doing=doing, script=script.name):
+            stale = 0
+            moving_since: float | None = None
+            reload = False
+            while True:
                 try:
+                    if reload:
+                        return await client.eval(script.source, len(keys), *keys, *args)
                     return await client.evalsha(script.sha, len(keys), *keys, *args)
                 except redis_errors.NoScriptError:
                     self._stats.reloads += 1
-                    return await client.eval(script.source, len(keys), *keys, *args)
+                    reload = True
                 except RuntimeError as exc:
-                    if attempt > STALE_CONNECTION_RETRIES or not stale_connection(exc):
+                    stale += 1
+                    if stale > STALE_CONNECTION_RETRIES or not stale_connection(exc):
                         raise
                     # redis-py dropped that connection: the next call connects
                     # anew. Every script is safe to run twice, so resend it.
-        raise AssertionError("unreachable")  # pragma: no cover
+                except (redis_errors.ClusterError, redis_errors.TryAgainError) as exc:
+                    if not slot_moving(exc):
+                        raise
+                    # The slot's keys are on their way to another node: the call
+                    # was refused, not run. Asked again (redis-py paused between
+                    # its own tries) until the move ends or patience runs out.
+                    now = time.monotonic()
+                    if moving_since is None:
+                        moving_since = now
+                    elif now - moving_since >= SLOT_MOVE_PATIENCE:
+                        moving = slot_moving_error(keys[0], doing, SLOT_MOVE_PATIENCE, name=name)
+                        raise moving from exc
+                    if isinstance(exc, redis_errors.TryAgainError):
+                        await sleep(SLOT_MOVE_PAUSE)
 
     async def command(self, *args: Any, name: str | None, doing: str) -> Any:
         """Send one plain command (``execute_command``'s arguments), errors translated.
@@ -134,7 +167,7 @@ class AsyncScriptRegistry:
             # Sent again one by one, routed and reloaded as run() does: calls
             # whose node lost the script, or whose slot moved.
             for i, reply in enumerate(replies):
-                if isinstance(reply, (redis_errors.NoScriptError, redis_errors.MovedError)):
+                if isinstance(reply, _SENT_AGAIN):
                     keys, args = calls[i]
                     self._stats.calls -= 1  # counted again by run()
                     replies[i] = await self.run(script, keys, args, name=name, doing=doing)

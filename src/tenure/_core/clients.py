@@ -32,11 +32,15 @@ from tenure._core.exceptions import (
 
 __all__ = [
     "ASYNC_CLIENT_TYPES",
+    "SLOT_MOVE_PATIENCE",
+    "SLOT_MOVE_PAUSE",
     "STALE_CONNECTION_RETRIES",
     "SYNC_CLIENT_TYPES",
     "is_cluster",
     "map_exceptions",
     "require_client",
+    "slot_moving",
+    "slot_moving_error",
     "stale_connection",
     "translate_error",
 ]
@@ -254,6 +258,38 @@ class map_exceptions:  # lower case: used as a function, ``with map_exceptions(.
 def _is_script_failure(message: str) -> bool:
     lowered = message.lower()
     return "script" in lowered or "user_script" in lowered or lowered.startswith("err error")
+
+
+SLOT_MOVE_PATIENCE = 10.0
+"""Seconds a script call is asked again while its cluster slot moves between nodes."""
+
+SLOT_MOVE_PAUSE = 0.05
+"""Seconds between those calls when the node answered TRYAGAIN itself."""
+
+
+def slot_moving(exc: BaseException) -> bool:
+    """Whether ``exc`` says the call's cluster slot is moving: the call was refused, not run.
+
+    A node answers TRYAGAIN to a call on several keys of a slot while they
+    are split between it and the slot's next node, and ASK to one whose keys
+    left; redis-py's cluster client follows those answers up to its request
+    TTL, then raises ``ClusterError("TTL exhausted.")``.
+    """
+    if isinstance(exc, (redis_errors.TryAgainError, redis_errors.AskError)):
+        return True
+    return isinstance(exc, redis_errors.ClusterError) and "TTL exhausted" in str(exc)
+
+
+def slot_moving_error(key: str, doing: str, patience: float, *, name: str | None) -> BackendError:
+    """The error of a call refused for ``patience`` seconds while its slot moved."""
+    error = BackendError(
+        f"the cluster is moving the slot of {key!r} to another node (a reshard: "
+        f"TRYAGAIN/ASK) and refused the call for {patience:g}s while {doing}; "
+        "nothing was done: call again once the slot has moved",
+        name=name,
+    )
+    error.never_sent = True  # refused before it ran: nothing changed
+    return error
 
 
 _TOO_MANY = "Too many connections"

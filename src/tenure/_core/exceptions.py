@@ -206,10 +206,12 @@ class SourceRowError(TenureError, ValueError):
 class BackendError(TenureError, _redis.RedisError):
     """A call tenure made failed: the server refused or failed it, or the client could not.
 
-    ``never_sent`` is True when the call never left the client: its pool had
-    no free connection, or no connection to the server could be opened.
-    Nothing changed on the server then, and the same call can be retried
-    (a ``release()`` that failed so still holds, and can be called again).
+    ``never_sent`` is True when the call never ran: it never left the client
+    (its pool had no free connection, or no connection to the server could be
+    opened), or the cluster kept refusing it while its slot moved to another
+    node (a reshard). Nothing changed on the server then, and the same call
+    can be retried (a ``release()`` that failed so still holds, and can be
+    called again).
     ``script`` is the name of the tenure Lua script that was running, for
     debugging (None for a plain command); the message names the operation
     the caller asked for instead.

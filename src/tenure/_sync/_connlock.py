@@ -27,6 +27,7 @@ Standalone servers only: a cluster client raises ClientTypeError.
 
 from __future__ import annotations
 
+import logging
 import time
 from types import TracebackType
 from typing import Any
@@ -53,12 +54,16 @@ from tenure._core.leased import (
     default_owner_name,
 )
 from tenure._core.values import check_seconds, to_ms, to_text
+from tenure._sync._queue import GRACE, Overdue, by_deadline, ignore_late
 from tenure._sync._scripting import registry_for
 
 __all__ = ["ConnectionLock"]
 
 _parents: list[Any] = []
 """Dedicated connections a fork's parent held: kept, never closed, in the child."""
+
+
+logger = logging.getLogger("tenure.lock")
 
 
 class ConnectionLock(TwinHints):
@@ -146,13 +151,13 @@ class ConnectionLock(TwinHints):
         wait = self.blocking if blocking is None else blocking
         timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
         check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None or not wait else time.monotonic() + timeout
         connection = self._dedicated()
         try:
             with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
-                my_id = str(connection.client_id())
+                my_id = str(by_deadline(deadline, lambda: connection.client_id(), ignore_late))
             while True:
-                if self._try_book(connection, my_id):
+                if by_deadline(deadline, lambda: self._try_book(connection, my_id), ignore_late):
                     self._connection, self._owner_id = connection, my_id
                     self._generation = generation()
                     return True
@@ -163,6 +168,17 @@ class ConnectionLock(TwinHints):
                 if deadline is not None:
                     pause = min(pause, max(0.0, deadline - time.monotonic()))
                 sleep(pause)
+        except Overdue:
+            # Closed: a booking the late call makes names a connection that is gone.
+            logger.warning(
+                "tenure: connection lock %r: the server did not answer by the deadline of "
+                "acquire() (blocking_timeout=%s, and %ss more): not acquired",
+                self.name,
+                timeout,
+                GRACE,
+            )
+            shielded(self._close(connection))
+            return False
         except BaseException:
             shielded(self._close(connection))
             raise
