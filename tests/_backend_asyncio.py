@@ -73,3 +73,19 @@ async def unlocked(primitive: Any) -> bool:
 async def nonempty(items: list[Any]) -> bool:
     """Whether ``items`` (what a callback recorded) has anything yet."""
     return bool(items)
+
+
+async def calls_settled(seconds: float) -> None:
+    """Wait until tenure's calls that outlived an acquire's deadline, and the give-backs
+    that follow them, have ended (before the test's event loop closes under them)."""
+    from tenure._backends import for_asyncio
+
+    def busy() -> bool:
+        giving_back = any(t.get_name() == "tenure-give-back" for t in for_asyncio._background)
+        return bool(for_asyncio._racing) or giving_back
+
+    deadline = time.monotonic() + seconds
+    while busy():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"tenure's late calls did not end within {seconds}s")
+        await asyncio.sleep(0.01)

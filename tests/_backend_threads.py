@@ -78,3 +78,8 @@ def unlocked(primitive: Any) -> bool:
 def nonempty(items: list[Any]) -> bool:
     """Whether ``items`` (what a callback recorded) has anything yet."""
     return bool(items)
+
+
+def calls_settled(seconds: float) -> None:
+    """Nothing to wait for: calls that outlived an acquire's deadline run in daemon
+    threads, which end on their own (an event loop would close under its tasks)."""

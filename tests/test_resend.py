@@ -818,6 +818,27 @@ def semaphore_try(run: Run) -> tuple[object, object]:
     return got, run.snapshot()
 
 
+@case("semaphore_try")
+def semaphore_try_with_a_chosen_token(run: Run) -> tuple[object, object]:
+    """A chosen token's permit: its resend is answered as taken, not refused."""
+    sem = semaphore(run, 2)
+    run.arm()
+    got = sem.acquire(blocking=False, token=f"{run.name}-worker-1")
+    return got, run.snapshot()
+
+
+@case("semaphore_leave")
+def semaphore_second_owner_of_a_token_gives_up(run: Run) -> tuple[object, object]:
+    """A second owner that chose a holder's token gives up: the holder's permit stays."""
+    token = f"{run.name}-worker-2"
+    holder = semaphore(run, 1)
+    assert holder.acquire(blocking=False, token=token)
+    second = semaphore(run, 1)
+    run.arm()
+    got = second.acquire(blocking_timeout=0.2, token=token)
+    return (got, holder.owned()), run.snapshot()
+
+
 @case("semaphore_acquire")
 def semaphore_handed_over(run: Run) -> tuple[object, object]:
     return handed_over(run, lambda: semaphore(run))

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio
 
 from tenure import AsyncConnectionLock, AsyncLock, AsyncReadWriteLock, AsyncSemaphore
-from tests._backend_asyncio import join, spawn, until
+from tests._backend_asyncio import calls_settled, join, spawn, until
 from tests.conftest import ServerFactory
 
 BOUND = 0.25 + 0.35
@@ -59,6 +59,7 @@ async def test_a_paused_server_costs_blocking_timeout_and_nothing_stays_held(
             return got
 
         await until(free, 10, "the late call's hold given back")
+        await calls_settled(30)
     finally:
         await client.aclose()
         await admin.aclose()
@@ -92,6 +93,7 @@ async def test_a_waiter_whose_server_pauses_leaves_by_its_deadline(
             return not await admin.zcard(holder.keys.queue)
 
         await until(left, 10, "the waiter out of line")
+        await calls_settled(30)
         assert await holder.owned()
         await holder.release()
     finally:
@@ -118,5 +120,7 @@ async def test_a_dead_server_behind_the_default_retry_costs_blocking_timeout(
                 got = False
             assert not got
             assert time.monotonic() - started <= timeout + BOUND
+        server.restart()  # the calls still retrying (and their give-backs) end sooner
+        await calls_settled(30)
     finally:
         await client.aclose()

@@ -12,6 +12,7 @@ import redis.asyncio.cluster
 from tenure import (
     AlreadyHeldError,
     ArgumentError,
+    AsyncReadWriteLock,
     AsyncSemaphore,
     SemaphoreLostError,
     SemaphoreNotOwnedError,
@@ -197,3 +198,34 @@ async def test_cluster_client(
             assert await second.acquire()
             assert await first.holders() == 2
             await second.release()
+
+
+@pytest.mark.parametrize("side", ["semaphore", "write"])
+async def test_a_second_owner_of_a_chosen_token_gets_no_permit_of_its_own(
+    tenure_async_client: redis.asyncio.Redis, side: str
+) -> None:
+    """Two objects acquiring with the same chosen token: one permit, not two holders."""
+
+    def make() -> Any:
+        if side == "semaphore":
+            return AsyncSemaphore(tenure_async_client, "chosen", limit=2)
+        return AsyncReadWriteLock(tenure_async_client, "chosen").write
+
+    token = "worker-1" if side == "semaphore" else "w-worker-1"  # a write token starts "w"
+    first, second = make(), make()
+    assert await first.acquire(token=token)
+    fence = first.statistics().fencing_token
+    assert fence is not None
+    assert not await second.acquire(blocking=False, token=token)
+    assert not await second.acquire(blocking_timeout=0.1, token=token)
+    assert await first.owned() and second.statistics().fencing_token is None
+    waiting = spawn(lambda: second.acquire(blocking_timeout=10, token=token))
+    await first.release()
+    assert await join(waiting)  # once the first let go, in its turn
+    await second.release()  # adopted from the task that took it
+    assert second.statistics().acquisitions == 1
+    assert not await first.owned() and not await second.owned()
+    third = make()
+    assert await third.acquire(blocking=False, token=token)  # nothing left behind
+    assert third.statistics().fencing_token is not None
+    await third.release()

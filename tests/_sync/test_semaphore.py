@@ -13,6 +13,7 @@ import redis.cluster
 from tenure import (
     AlreadyHeldError,
     ArgumentError,
+    ReadWriteLock,
     Semaphore,
     SemaphoreLostError,
     SemaphoreNotOwnedError,
@@ -198,3 +199,34 @@ def test_cluster_client(
             assert second.acquire()
             assert first.holders() == 2
             second.release()
+
+
+@pytest.mark.parametrize("side", ["semaphore", "write"])
+def test_a_second_owner_of_a_chosen_token_gets_no_permit_of_its_own(
+    tenure_client: redis.Redis, side: str
+) -> None:
+    """Two objects acquiring with the same chosen token: one permit, not two holders."""
+
+    def make() -> Any:
+        if side == "semaphore":
+            return Semaphore(tenure_client, "chosen", limit=2)
+        return ReadWriteLock(tenure_client, "chosen").write
+
+    token = "worker-1" if side == "semaphore" else "w-worker-1"  # a write token starts "w"
+    first, second = make(), make()
+    assert first.acquire(token=token)
+    fence = first.statistics().fencing_token
+    assert fence is not None
+    assert not second.acquire(blocking=False, token=token)
+    assert not second.acquire(blocking_timeout=0.1, token=token)
+    assert first.owned() and second.statistics().fencing_token is None
+    waiting = spawn(lambda: second.acquire(blocking_timeout=10, token=token))
+    first.release()
+    assert join(waiting)  # once the first let go, in its turn
+    second.release()  # adopted from the thread that took it
+    assert second.statistics().acquisitions == 1
+    assert not first.owned() and not second.owned()
+    third = make()
+    assert third.acquire(blocking=False, token=token)  # nothing left behind
+    assert third.statistics().fencing_token is not None
+    third.release()

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 import redis.asyncio
 from redis import exceptions as redis_errors
 
-from tenure._async._queue import GRACE, Overdue, by_deadline, ignore_late
+from tenure._async._queue import GRACE, Overdue, by_deadline
 from tenure._async._scripting import registry_for
-from tenure._backends.for_asyncio import IS_ASYNC, TwinHints, shielded, sleep
+from tenure._backends.for_asyncio import IS_ASYNC, TwinHints, shielded, sleep, start_background
 from tenure._backends.owners import generation
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
@@ -154,15 +155,12 @@ class AsyncConnectionLock(TwinHints):
         check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
         deadline = None if timeout is None or not wait else time.monotonic() + timeout
         connection = self._dedicated()
+        late = self._closing_later(connection)
         try:
             with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
-                my_id = str(
-                    await by_deadline(deadline, lambda: connection.client_id(), ignore_late)
-                )
+                my_id = str(await by_deadline(deadline, lambda: connection.client_id(), late))
             while True:
-                if await by_deadline(
-                    deadline, lambda: self._try_book(connection, my_id), ignore_late
-                ):
+                if await by_deadline(deadline, lambda: self._try_book(connection, my_id), late):
                     self._connection, self._owner_id = connection, my_id
                     self._generation = generation()
                     return True
@@ -174,7 +172,9 @@ class AsyncConnectionLock(TwinHints):
                     pause = min(pause, max(0.0, deadline - time.monotonic()))
                 await sleep(pause)
         except Overdue:
-            # Closed: a booking the late call makes names a connection that is gone.
+            # The connection is closed when the late call ends (closed now, the
+            # client's retry would open another): a booking it made then names a
+            # connection that is gone.
             logger.warning(
                 "tenure: connection lock %r: the server did not answer by the deadline of "
                 "acquire() (blocking_timeout=%s, and %ss more): not acquired",
@@ -182,11 +182,21 @@ class AsyncConnectionLock(TwinHints):
                 timeout,
                 GRACE,
             )
-            await shielded(self._close(connection))
             return False
         except BaseException:
             await shielded(self._close(connection))
             raise
+
+    def _closing_later(self, connection: redis.asyncio.Redis) -> Callable[[int, Any], None]:
+        """A late call's handler: close the dedicated connection once the call ended."""
+
+        def late(index: int, outcome: object) -> None:
+            async def close() -> None:
+                await self._close(connection)
+
+            start_background(close, "tenure-give-back")
+
+        return late
 
     async def _close(self, connection: redis.asyncio.Redis) -> bool:
         await connection.aclose()

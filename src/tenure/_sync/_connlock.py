@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 import redis
 from redis import exceptions as redis_errors
 
-from tenure._backends.for_threads import IS_ASYNC, TwinHints, shielded, sleep
+from tenure._backends.for_threads import IS_ASYNC, TwinHints, shielded, sleep, start_background
 from tenure._backends.owners import generation
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
@@ -54,7 +55,7 @@ from tenure._core.leased import (
     default_owner_name,
 )
 from tenure._core.values import check_seconds, to_ms, to_text
-from tenure._sync._queue import GRACE, Overdue, by_deadline, ignore_late
+from tenure._sync._queue import GRACE, Overdue, by_deadline
 from tenure._sync._scripting import registry_for
 
 __all__ = ["ConnectionLock"]
@@ -153,11 +154,12 @@ class ConnectionLock(TwinHints):
         check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
         deadline = None if timeout is None or not wait else time.monotonic() + timeout
         connection = self._dedicated()
+        late = self._closing_later(connection)
         try:
             with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
-                my_id = str(by_deadline(deadline, lambda: connection.client_id(), ignore_late))
+                my_id = str(by_deadline(deadline, lambda: connection.client_id(), late))
             while True:
-                if by_deadline(deadline, lambda: self._try_book(connection, my_id), ignore_late):
+                if by_deadline(deadline, lambda: self._try_book(connection, my_id), late):
                     self._connection, self._owner_id = connection, my_id
                     self._generation = generation()
                     return True
@@ -169,7 +171,9 @@ class ConnectionLock(TwinHints):
                     pause = min(pause, max(0.0, deadline - time.monotonic()))
                 sleep(pause)
         except Overdue:
-            # Closed: a booking the late call makes names a connection that is gone.
+            # The connection is closed when the late call ends (closed now, the
+            # client's retry would open another): a booking it made then names a
+            # connection that is gone.
             logger.warning(
                 "tenure: connection lock %r: the server did not answer by the deadline of "
                 "acquire() (blocking_timeout=%s, and %ss more): not acquired",
@@ -177,11 +181,21 @@ class ConnectionLock(TwinHints):
                 timeout,
                 GRACE,
             )
-            shielded(self._close(connection))
             return False
         except BaseException:
             shielded(self._close(connection))
             raise
+
+    def _closing_later(self, connection: redis.Redis) -> Callable[[int, Any], None]:
+        """A late call's handler: close the dedicated connection once the call ended."""
+
+        def late(index: int, outcome: object) -> None:
+            def close() -> None:
+                self._close(connection)
+
+            start_background(close, "tenure-give-back")
+
+        return late
 
     def _close(self, connection: redis.Redis) -> bool:
         connection.close()

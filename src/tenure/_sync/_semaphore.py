@@ -77,7 +77,7 @@ class PermitRules(Rules):
     def try_call(self, token: str, attempt: str = "") -> Call:
         k = self.keys
         keys = (k.owner, k.queue, k.fence, k.limit, k.owners, k.grants)
-        args = (token, self.settings.lease_ms, self.limit, IDLE_TTL_MS, self.owner_name)
+        args = (token, self.settings.lease_ms, self.limit, IDLE_TTL_MS, self.owner_name, attempt)
         return keys, args
 
     def acquire_call(
@@ -93,6 +93,7 @@ class PermitRules(Rules):
             channel,
             IDLE_TTL_MS,
             self.owner_name,
+            attempt,
         )
         return self.keys.all, args
 
@@ -104,7 +105,7 @@ class PermitRules(Rules):
         return keys, (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS)
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS)
+        args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS, attempt)
         return self.keys.all, args
 
     def extend_call(self, token: str, ms: int, mode: str) -> Call:

@@ -18,12 +18,15 @@
 -- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[7] idle time in ms after which the counter and the limit expire
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
+-- ARGV[9] this acquire call's id when the token is the caller's choice, else ''
 -- returns {1, fence, lease ms} when the caller holds a permit,
 --         {0, ms until the first permit expires (-2 none), 0-based place in queue
 --          (-1 none), server time in ms}, or
 --         {2, stored limit} if the stored limit differs from ARGV[4]
--- on resend: the token holds its permit already (answered as a confirmation,
---         with the same fence), or keeps its place in line (ZADD NX)
+-- on resend: the token holds its permit already, taken by this call (ARGV[9]) or
+--         granted (answered as a confirmation, with the same fence), or keeps its
+--         place in line (ZADD NX). A second owner that chose the same token is
+--         answered as not holding, not queued: it asks again.
 
 --! include queue
 --! include semaphore
@@ -31,7 +34,7 @@ local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3],
 local names, owners = KEYS[8], KEYS[9]
 local token, lease = ARGV[1], tonumber(ARGV[2])
 local waiter_lease = tonumber(ARGV[3])
-local channel, idle_ms, name = ARGV[6], ARGV[7], ARGV[8]
+local channel, idle_ms, name, attempt = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 -- The limit lives at least as long as a permit taken now.
 local limit, differs = stored_limit(KEYS[7], ARGV[4], math.max(tonumber(idle_ms), lease))
 if differs then
@@ -43,7 +46,12 @@ purge_waiters(queue, waiters, wakes, now, names)
 grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[5], now, idle_ms,
     names, owners)
 
-if redis.call('ZSCORE', holders, token) then
+local held = redis.call('ZSCORE', holders, token)
+if held and not same_permit_attempt(grants, token, attempt) then
+    -- Held by a second owner that chose the same token: not this call's.
+    return {0, tonumber(held) - now, -1, now}
+end
+if held then
     -- Granted while we waited (or just now): confirm the full lease.
     redis.call('ZADD', holders, string.format('%d', now + lease), token)
     keep_alive(holders, lease)
@@ -53,7 +61,8 @@ if redis.call('ZSCORE', holders, token) then
     return {1, f, lease}
 end
 if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
-    return {1, take_permit(holders, grants, fence, token, lease, now, idle_ms, owners, name), lease}
+    local f = take_permit(holders, grants, fence, token, lease, now, idle_ms, owners, name, attempt)
+    return {1, f, lease}
 end
 
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')

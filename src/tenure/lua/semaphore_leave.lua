@@ -17,6 +17,8 @@
 -- ARGV[3] keep | pass
 -- ARGV[4] limit, if none is stored
 -- ARGV[5] idle time in ms after which the counter and the limit expire
+-- ARGV[6] the acquire call's id when the token is the caller's choice, else '': a
+--         permit its token holds under another call's id is a second owner's, left alone
 -- returns {1, fence, remaining lease ms} if the caller keeps a permit (the
 --         fence is 0 if the permit was not a grant), {0} otherwise
 -- on resend: keep finds the permit kept (with its fence); pass finds it gone
@@ -32,6 +34,9 @@ purge_holders(holders, grants, now, owners)
 purge_waiters(queue, waiters, wakes, now, names)
 local expiry = redis.call('ZSCORE', holders, token)
 local granted = redis.call('HGET', grants, token)
+if expiry and not same_permit_attempt(grants, token, ARGV[6]) then
+    expiry = false -- a second owner's permit of the same token: left alone
+end
 if expiry then
     if ARGV[3] == 'keep' then
         return {1, tonumber(granted or '0'), tonumber(expiry) - now}

@@ -12,16 +12,18 @@
 -- ARGV[3] limit: how many permits exist (must match the stored one)
 -- ARGV[4] idle time in ms after which the counter and the limit expire
 -- ARGV[5] the caller's owner name (shown by tenure inspect)
+-- ARGV[6] this acquire call's id when the token is the caller's choice, else ''
 -- returns the permit's fencing token (> 0) if taken, 0 if not, or -(stored
 --         limit) if the stored limit differs from ARGV[3]
--- on resend: the token holds a permit already; its fence is answered again
+-- on resend: the token holds a permit already, taken by this call (ARGV[6]); its
+--   fence is answered again. A second owner that chose the same token is refused.
 
 --! include queue
 --! include semaphore
 local now = server_time()
 local mine = live_fence(KEYS[1], KEYS[6], ARGV[1], now)
 if mine then
-    return mine
+    return same_permit_attempt(KEYS[6], ARGV[1], ARGV[6]) and mine or 0
 end
 -- The limit lives at least as long as the permit taken now.
 local limit, differs = stored_limit(KEYS[4], ARGV[3], math.max(tonumber(ARGV[4]), tonumber(ARGV[2])))
@@ -32,4 +34,5 @@ purge_holders(KEYS[1], KEYS[6], now, KEYS[5])
 if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], limit) then
     return 0
 end
-return take_permit(KEYS[1], KEYS[6], KEYS[3], ARGV[1], ARGV[2], now, ARGV[4], KEYS[5], ARGV[5])
+return take_permit(KEYS[1], KEYS[6], KEYS[3], ARGV[1], ARGV[2], now, ARGV[4], KEYS[5], ARGV[5],
+    ARGV[6])

@@ -6,8 +6,10 @@
 --            (an entry goes with its permit, the key lives as long as the zset)
 --   grants   hash token -> fence of each live permit (a permit handed to a waiter
 --            and not yet confirmed too: its wake-up message may have been
---            missed); a resent call finds its fence here. It lives as long as
---            the longest permit
+--            missed); a resent call finds its fence here. Beside it, field
+--            token .. "\0attempt": the id of the acquire call that took it, when
+--            the token was the caller's choice. It lives as long as the longest
+--            permit
 --   done, done_old   receipts, as in lib/receipt
 --   limit    the semaphore's limit, stored by its first user and kept while it is
 --            used; a caller with another limit is refused (set_limit changes it)
@@ -48,11 +50,23 @@ local function admissible(holders, token, limit)
     return not is_writer(redis.call('ZRANGE', holders, 0, 0)[1], limit)
 end
 
--- Take `token`'s permit away, with its owner name and its fence.
+-- Take `token`'s permit away, with its owner name, its fence and its call's id.
 local function drop_permit(holders, grants, owners, token)
     redis.call('ZREM', holders, token)
     redis.call('HDEL', owners, token)
-    redis.call('HDEL', grants, token)
+    redis.call('HDEL', grants, token, token .. '\0attempt')
+end
+
+-- Whether a call for `token`, found holding a permit, is that permit's own (a
+-- resend, a waiter granted it asking again) rather than a second owner that
+-- chose the same token: the permit's call id is none or `attempt`, or the call
+-- has none (a random token, unique to its acquisition).
+local function same_permit_attempt(grants, token, attempt)
+    if attempt == '' then
+        return true
+    end
+    local stored = redis.call('HGET', grants, token .. '\0attempt')
+    return (not stored) or stored == attempt
 end
 
 -- Drop the permits whose lease ran out, with their names and fences.
@@ -75,13 +89,18 @@ local function name_permit(owners, grants, token, name, lease_ms)
     keep_alive(grants, lease_ms)
 end
 
--- Give `token` (owner name `name`) a permit until now + lease_ms; return its
--- fencing token (kept in grants).
-local function take_permit(holders, grants, fence, token, lease_ms, now, idle_ms, owners, name)
+-- Give `token` (owner name `name`) a permit until now + lease_ms, taken by
+-- acquire call `attempt` ('' or nil: none); return its fencing token (kept in grants).
+local function take_permit(holders, grants, fence, token, lease_ms, now, idle_ms, owners, name,
+                           attempt)
     local f = next_fence(fence, idle_ms)
     redis.call('ZADD', holders, string.format('%d', now + tonumber(lease_ms)), token)
     keep_alive(holders, lease_ms)
-    redis.call('HSET', grants, token, string.format('%d', f))
+    if attempt and attempt ~= '' then
+        redis.call('HSET', grants, token, string.format('%d', f), token .. '\0attempt', attempt)
+    else
+        redis.call('HSET', grants, token, string.format('%d', f))
+    end
     name_permit(owners, grants, token, name, lease_ms)
     return f
 end
