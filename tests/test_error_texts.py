@@ -20,19 +20,6 @@ import redis.asyncio
 import tenure
 from tenure import (
     ArgumentError,
-    AsyncCache,
-    AsyncClusterLock,
-    AsyncConnectionLock,
-    AsyncFencedKey,
-    AsyncHerdCache,
-    AsyncIdSet,
-    AsyncIngestJob,
-    AsyncLock,
-    AsyncReadWriteLock,
-    AsyncRedlock,
-    AsyncReentrantLock,
-    AsyncSemaphore,
-    AsyncStreamConsumer,
     Cache,
     CallableSource,
     ClientTypeError,
@@ -197,37 +184,44 @@ def test_a_bad_argument_is_said_once_naming_it(case: str, tenure_client: redis.R
 
 # -- clients a primitive cannot use --------------------------------------------------
 
-SYNC_KINDS: dict[str, Callable[[Any], object]] = {
-    "Lock": lambda c: Lock(c, "a"),
-    "ReentrantLock": lambda c: ReentrantLock(c, "a"),
-    "Semaphore": lambda c: Semaphore(c, "a", limit=2),
-    "ReadWriteLock": lambda c: ReadWriteLock(c, "a"),
-    "Redlock": lambda c: Redlock([c], "a"),
-    "ClusterLock": lambda c: ClusterLock(c, "a"),
-    "ConnectionLock": lambda c: ConnectionLock(c, "a"),
-    "FencedKey": lambda c: FencedKey(c, "a"),
-    "Cache": lambda c: Cache(c, "a"),
-    "HerdCache": lambda c: HerdCache(c, "a", ttl=1),
-    "StreamConsumer": lambda c: StreamConsumer(c, "s", "g"),
-    "IdSet": lambda c: IdSet(c, "a"),
-    "IngestJob": lambda c: IngestJob(c, "j", _source()),
+_MADE_WITH: dict[str, tuple[Any, ...]] = {
+    "Lock": ("a",),
+    "ReentrantLock": ("a",),
+    "Semaphore": ("a", 2),
+    "ReadWriteLock": ("a",),
+    "ClusterLock": ("a",),
+    "ConnectionLock": ("a",),
+    "FencedKey": ("a",),
+    "Cache": ("a",),
+    "HerdCache": ("a", 1),
+    "StreamConsumer": ("s", "g"),
+    "IdSet": ("a",),
 }
+"""Each primitive's arguments after its client (a Redlock's and an ingestion job's below)."""
 
-ASYNC_KINDS: dict[str, Callable[[Any], object]] = {
-    "AsyncLock": lambda c: AsyncLock(c, "a"),
-    "AsyncReentrantLock": lambda c: AsyncReentrantLock(c, "a"),
-    "AsyncSemaphore": lambda c: AsyncSemaphore(c, "a", limit=2),
-    "AsyncReadWriteLock": lambda c: AsyncReadWriteLock(c, "a"),
-    "AsyncRedlock": lambda c: AsyncRedlock([c], "a"),
-    "AsyncClusterLock": lambda c: AsyncClusterLock(c, "a"),
-    "AsyncConnectionLock": lambda c: AsyncConnectionLock(c, "a"),
-    "AsyncFencedKey": lambda c: AsyncFencedKey(c, "a"),
-    "AsyncCache": lambda c: AsyncCache(c, "a"),
-    "AsyncHerdCache": lambda c: AsyncHerdCache(c, "a", ttl=1),
-    "AsyncStreamConsumer": lambda c: AsyncStreamConsumer(c, "s", "g"),
-    "AsyncIdSet": lambda c: AsyncIdSet(c, "a"),
-    "AsyncIngestJob": lambda c: AsyncIngestJob(c, "j", _source()),
-}
+
+def _kinds(prefix: str) -> dict[str, Callable[[Any], object]]:
+    """How to make each primitive of one API (``""`` threads, ``"Async"`` asyncio)."""
+
+    def make(cls: Any, args: tuple[Any, ...]) -> Callable[[Any], object]:
+        if cls.__name__.endswith("Semaphore"):
+            return lambda c: cls(c, args[0], limit=args[1])
+        if cls.__name__.endswith("HerdCache"):
+            return lambda c: cls(c, args[0], ttl=args[1])
+        return lambda c: cls(c, *args)
+
+    kinds = {
+        prefix + name: make(getattr(tenure, prefix + name), args)
+        for name, args in _MADE_WITH.items()
+    }
+    redlock, ingest = getattr(tenure, prefix + "Redlock"), getattr(tenure, prefix + "IngestJob")
+    kinds[prefix + "Redlock"] = lambda c: redlock([c], "a")
+    kinds[prefix + "IngestJob"] = lambda c: ingest(c, "j", _source())
+    return kinds
+
+
+SYNC_KINDS = _kinds("")
+ASYNC_KINDS = _kinds("Async")
 
 
 def _refused_client(make: Callable[[Any], object], client: object, kind: str) -> str:
