@@ -268,6 +268,18 @@ def _stop(pid: int) -> None:
     wait_for(stopped, 5, "the process stopped")
 
 
+def _held_with_a_stall_waiter(
+    api: str, server: ServerProcess, client: redis.Redis, workers: list[Worker], name: str
+) -> tuple[Lock, Worker]:
+    """A lock held here, and a "stall" worker waiting for it (in line, or about to be)."""
+    holder = Lock(client, name)
+    assert holder.acquire()
+    waiter = Worker(api, "stall", server.url, name, "30")
+    workers.append(waiter)
+    assert waiter.read()["event"] == "waiting"
+    return holder, waiter
+
+
 def _a_later_grant_than(busy: Worker, got: dict[str, Any], fence: int) -> None:
     """``busy``'s acquire() returned a grant made after ``fence``, never the lapsed one.
 
@@ -295,11 +307,7 @@ def test_a_busy_waiter_is_never_handed_a_lock_that_is_gone(
     is gone. It waits again and gets the lock after the other's release.
     """
     name = "busy-waiter"
-    holder = Lock(client, name)
-    assert holder.acquire()
-    busy = Worker(api, "stall", tenure_server.url, name, "30")
-    workers.append(busy)
-    assert busy.read()["event"] == "waiting"
+    holder, busy = _held_with_a_stall_waiter(api, tenure_server, client, workers, name)
     _wait_for_queue(client, name, 1)
     third = Worker(api, "wait", tenure_server.url, name, "30")
     workers.append(third)
@@ -332,11 +340,7 @@ def test_a_new_owner_stopped_right_after_a_handoff_keeps_the_lock(
     longer than the 1 s handoff lease: its hold was confirmed (full lease) before
     acquire() returned, so it is kept; nobody else got the lock meanwhile."""
     name = "stopped-new-owner"
-    holder = Lock(client, name)
-    assert holder.acquire()
-    owner = Worker(api, "stall", tenure_server.url, name, "30")
-    workers.append(owner)
-    assert owner.read()["event"] == "waiting"
+    holder, owner = _held_with_a_stall_waiter(api, tenure_server, client, workers, name)
     owner.send("hold 2.5")
     _wait_for_queue(client, name, 1)
     holder.release()  # handed to the worker
@@ -366,11 +370,7 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
     wait for the newcomer's release.
     """
     name = "stopped-waiter"
-    holder = Lock(client, name)
-    assert holder.acquire()
-    busy = Worker(api, "stall", tenure_server.url, name, "30")
-    workers.append(busy)
-    assert busy.read()["event"] == "waiting"
+    holder, busy = _held_with_a_stall_waiter(api, tenure_server, client, workers, name)
     _wait_for_queue(client, name, 1)
     if api == "async":
         busy.send("block 2.2")
