@@ -32,6 +32,7 @@ KINDS: dict[str, Callable[[redis.Redis, str], Any]] = {
     "Semaphore": lambda client, name: Semaphore(client, name, limit=1),
     "WriteLock": lambda client, name: ReadWriteLock(client, name).write,
     "Redlock": lambda client, name: Redlock([client], name),
+    "ConnectionLock": lambda client, name: ConnectionLock(client, name),
 }
 
 

@@ -31,7 +31,7 @@ from tenure import (
 from tenure._sync._scripting import registry_for
 from tenure.server import FaultProxy, ServerProcess
 from tenure.testing import ProxyFactory
-from tests._backend_threads import gather, join, off_loop, sleep, spawn, until
+from tests._backend_threads import calls_settled, gather, join, off_loop, sleep, spawn, until
 
 
 @pytest.fixture
@@ -669,3 +669,29 @@ def test_owned_and_locked_do_not_wait_for_a_dead_master(proxies: list[FaultProxy
         lock.release()
     finally:
         _close(proxies, clients)
+
+
+def test_a_waiter_that_gave_up_on_unreachable_masters_leaves_their_lines(
+    masters: list[Any], proxies: list[FaultProxy]
+) -> None:
+    """Two masters cut off while a waiter waits: it gives up (QuorumError, or False at its
+    deadline) and its place in their lines is taken out once they answer again -- not
+    left first in line while this process's other waiters keep its waiter lease alive."""
+    holder = Redlock(masters, "gave-up", timeout=10, thread_local=False)
+    assert holder.acquire()
+    waiter = Redlock(masters, "gave-up", timeout=10)
+    waiting = spawn(lambda: waiter.acquire(blocking_timeout=0.6))
+    sleep(0.2)  # a fault under test: the masters are cut off while it waits
+    proxies[0].blackhole()
+    proxies[1].blackhole()
+    try:
+        join(waiting)
+    except QuorumError:
+        pass
+    for proxy in proxies[:2]:
+        proxy.clear()
+    holder.release()
+    fresh = Redlock(masters, "gave-up", timeout=10)
+    assert fresh.acquire(blocking_timeout=10)  # not behind the waiter that left
+    fresh.release()
+    calls_settled(30)

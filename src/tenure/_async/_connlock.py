@@ -37,7 +37,16 @@ from redis import exceptions as redis_errors
 
 from tenure._async._queue import GRACE, Overdue, by_deadline
 from tenure._async._scripting import registry_for
-from tenure._backends.for_asyncio import IS_ASYNC, TwinHints, shielded, sleep, start_background
+from tenure._backends.for_asyncio import (
+    IS_ASYNC,
+    TwinHints,
+    before_waiting,
+    dropped_on_loop,
+    shielded,
+    sleep,
+    start_background,
+    taken_on_loop,
+)
 from tenure._backends.owners import generation
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
@@ -111,6 +120,7 @@ class AsyncConnectionLock(TwinHints):
         self._connection: redis.asyncio.Redis | None = None
         self._owner_id: str | None = None
         self._generation = generation()  # of the process that holds (see _held)
+        self._loop_thread = 0  # the thread it was taken on while its event loop ran (sync)
 
     @property
     def owner_name(self) -> str:
@@ -162,6 +172,7 @@ class AsyncConnectionLock(TwinHints):
             while True:
                 if await by_deadline(deadline, lambda: self._try_book(connection, my_id), late):
                     self._connection, self._owner_id = connection, my_id
+                    self._loop_thread = taken_on_loop(self.key)
                     self._generation = generation()
                     return True
                 if not wait or (deadline is not None and time.monotonic() >= deadline):
@@ -170,6 +181,7 @@ class AsyncConnectionLock(TwinHints):
                 pause = self.poll_interval
                 if deadline is not None:
                     pause = min(pause, max(0.0, deadline - time.monotonic()))
+                before_waiting(type(self).__name__, self.key, self.name)
                 await sleep(pause)
         except Overdue:
             # The connection is closed when the late call ends (closed now, the
@@ -245,6 +257,9 @@ class AsyncConnectionLock(TwinHints):
         if connection is None or my_id is None:
             raise LockNotOwnedError("cannot release: this object does not hold", name=self.name)
         self._connection = self._owner_id = None
+        if self._loop_thread:
+            dropped_on_loop(self._loop_thread, self.key)
+            self._loop_thread = 0
         try:
             deleted = await shielded(
                 registry_for(connection).run(

@@ -189,13 +189,17 @@ def _translated(exc: BaseException, *, name: str | None, doing: str) -> BaseExce
         unavailable.never_sent = _while_connecting(exc)
         return unavailable
     if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("WRONGTYPE"):
-        return WrongTypeError(f"a key holds another type{where}: {exc}", name=name)
+        said = _SCRIPT_PLACE.sub("", str(exc)).rstrip(" .")
+        return WrongTypeError(f"a key holds another type{where}: {said}", name=name)
     if isinstance(exc, redis_errors.ResponseError) and _is_script_failure(str(exc)):
         return ScriptError(f"script failed{where}: {exc}", name=name)
     if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):
         return BackendError(f"server error{where}: {exc}", name=name)
     return exc
 
+
+_SCRIPT_PLACE = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?")
+"""Where in a Lua script a server error arose: not the caller's business (it names no key)."""
 
 _CONNECT_CALL_FAILED = re.compile(
     r"^(?P<head>Error (?P<errno>\d+) connecting to \S+?\.) Connect call failed \(.*\)\.?$"

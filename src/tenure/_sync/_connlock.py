@@ -36,7 +36,16 @@ from typing import Any
 import redis
 from redis import exceptions as redis_errors
 
-from tenure._backends.for_threads import IS_ASYNC, TwinHints, shielded, sleep, start_background
+from tenure._backends.for_threads import (
+    IS_ASYNC,
+    TwinHints,
+    before_waiting,
+    dropped_on_loop,
+    shielded,
+    sleep,
+    start_background,
+    taken_on_loop,
+)
 from tenure._backends.owners import generation
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
@@ -112,6 +121,7 @@ class ConnectionLock(TwinHints):
         self._connection: redis.Redis | None = None
         self._owner_id: str | None = None
         self._generation = generation()  # of the process that holds (see _held)
+        self._loop_thread = 0  # the thread it was taken on while its process ran (sync)
 
     @property
     def owner_name(self) -> str:
@@ -161,6 +171,7 @@ class ConnectionLock(TwinHints):
             while True:
                 if by_deadline(deadline, lambda: self._try_book(connection, my_id), late):
                     self._connection, self._owner_id = connection, my_id
+                    self._loop_thread = taken_on_loop(self.key)
                     self._generation = generation()
                     return True
                 if not wait or (deadline is not None and time.monotonic() >= deadline):
@@ -169,6 +180,7 @@ class ConnectionLock(TwinHints):
                 pause = self.poll_interval
                 if deadline is not None:
                     pause = min(pause, max(0.0, deadline - time.monotonic()))
+                before_waiting(type(self).__name__, self.key, self.name)
                 sleep(pause)
         except Overdue:
             # The connection is closed when the late call ends (closed now, the
@@ -244,6 +256,9 @@ class ConnectionLock(TwinHints):
         if connection is None or my_id is None:
             raise LockNotOwnedError("cannot release: this object does not hold", name=self.name)
         self._connection = self._owner_id = None
+        if self._loop_thread:
+            dropped_on_loop(self._loop_thread, self.key)
+            self._loop_thread = 0
         try:
             deleted = shielded(
                 registry_for(connection).run(

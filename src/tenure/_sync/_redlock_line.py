@@ -77,6 +77,12 @@ class _Attempt:
 SLOW_PATIENCE = 4
 """Attempts' timeouts an acquisition keeps trying while the masters failing it were only slow."""
 
+LEAVE_PATIENCE = 600.0
+"""Seconds a waiter that gave up keeps telling the masters that did not hear it."""
+
+LEAVE_PAUSE = 0.5
+"""Seconds between those tries."""
+
 SPLIT_GRACE = 0.01
 """Seconds an attempt split with another contender waits, at least, for its other masters."""
 
@@ -161,9 +167,17 @@ class RedlockLine:
                     if unreachable == 1:
                         unreachable_since = time.monotonic()
                     patience = patience_for_slow() if tried.slow else 0
-                    if unreachable > 1 and time.monotonic() - unreachable_since >= patience:
-                        shielded(self._give_back(None, token, "leave", patient=False))
-                        raise tried.unreachable
+                    now = time.monotonic()
+                    given_up = unreachable > 1 and now - unreachable_since >= patience
+                    if given_up or (deadline is not None and now >= deadline):
+                        if not shielded(self._give_back(None, token, "leave", patient=False)):
+                            # A master that did not hear it would keep this token
+                            # in its line, first, while this process's other
+                            # waiters keep its waiter lease alive: it must hear.
+                            self._leave_later(token)
+                        if given_up:
+                            raise tried.unreachable
+                        return self._holds.timed_out()  # the deadline came first
                     if unreachable > 1:
                         sleep(RETRY_PAUSE)  # a skipped master fails an attempt at once
                     continue
@@ -359,6 +373,18 @@ class RedlockLine:
         if len(left) < self._masters.quorum or left[self._masters.quorum - 1] == float("inf"):
             return None
         return left[self._masters.quorum - 1]
+
+    def _leave_later(self, token: str) -> None:
+        """Take ``token`` out of every master's line in the background, until all heard."""
+        give_up = time.monotonic() + LEAVE_PATIENCE
+
+        def leave() -> None:
+            while not self._give_back(None, token, "leave"):
+                if time.monotonic() >= give_up:
+                    return
+                sleep(LEAVE_PAUSE)
+
+        _in_background(leave)
 
     def _give_back(
         self, only: list[int] | None, token: str, mode: str, mark: str = "", *, patient: bool = True
