@@ -37,7 +37,10 @@ def test_a_ctrl_c_during_the_block_is_raised_when_it_ends() -> None:
 
     def send() -> None:
         go.wait(10)
-        os.kill(os.getpid(), signal.SIGINT)
+        # To this thread, which does not block it: a Ctrl-C sent to the process may
+        # go to any such thread, and one that only runs later (a daemon thread left
+        # by an earlier test, on a busy machine) would take it after the block.
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
     sender = threading.Thread(target=send)
     sender.start()

@@ -150,22 +150,23 @@ def test_a_long_job_stays_claimed_while_its_consumer_lives(
     tenure_client: redis.Redis, other_client: redis.Redis
 ) -> None:
     add(tenure_client, "{jobs}", 1)
-    # claim_idle 1 s: the heartbeat touches every 1/3 s, so a worker starved of CPU for up to
-    # ~0.6 s (a busy 2-core CI machine) still keeps its message; longer is a dead consumer.
-    worker = StreamConsumer(tenure_client, "{jobs}", "g", "slow", claim_idle=1.0)
-    thief = StreamConsumer(other_client, "{jobs}", "g", "thief", block=0.05, claim_idle=1.0)
+    # claim_idle 2 s: the heartbeat touches every 2/3 s, so a worker starved of CPU for up to
+    # ~1.3 s (a busy 2-core CI machine, four test workers) still keeps its message; longer is
+    # a dead consumer.
+    worker = StreamConsumer(tenure_client, "{jobs}", "g", "slow", claim_idle=2.0)
+    thief = StreamConsumer(other_client, "{jobs}", "g", "thief", block=0.05, claim_idle=2.0)
 
     working = Event()
 
     def slow(message: StreamMessage) -> None:
         working.set()
-        sleep(2.6)  # the long job under test: over two claim_idle periods
+        sleep(4.6)  # the long job under test: over two claim_idle periods
         worker.stop()
 
     running = spawn(lambda: worker.run(slow))
     assert working.wait(5)  # the worker has it before the thief looks
     stolen = []
-    deadline = time.monotonic() + 2.2
+    deadline = time.monotonic() + 4.2
     while time.monotonic() < deadline:  # the window in which nothing must be stolen
         stolen += thief.read()  # each read waits its block (50 ms) for new messages
     assert join(running) == 1
