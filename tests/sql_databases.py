@@ -10,6 +10,7 @@ package to install, unless ``TENURE_REQUIRE_SQL=1`` (CI) makes that a failure.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from tenure.server._spawner import PR_SET_PDEATHSIG, PRCTL
@@ -89,8 +91,19 @@ class SqlServer:
         self._wait_ready(self._connect)
 
     def kill(self) -> None:
-        """Kill the server with SIGKILL, by its PID (a crash: its folder stays)."""
+        """Kill the server with SIGKILL, by its PID, and its children (a crash: its folder stays).
+
+        PostgreSQL's backends are children of its postmaster: left alive, they would
+        serve the connections they have a moment longer.
+        """
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.Error:
+            children = []
         self.process.send_signal(signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
         self.process.wait()
 
     def restart(self) -> None:
