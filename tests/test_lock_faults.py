@@ -505,7 +505,7 @@ def test_semaphore_holds_at_most_limit_under_kills_and_stops(
     # Past the 1 s lease of every permit held now: the stopped process loses its own.
     wait_server_past(client, max(leases, default=0), 10, "the leases held at the stop")
     os.kill(stopped.pid, signal.SIGCONT)
-    windows: list[tuple[float, float]] = []
+    windows: list[dict[str, Any]] = []
     for worker in workers:
         if worker is killed:
             continue
@@ -514,14 +514,24 @@ def test_semaphore_holds_at_most_limit_under_kills_and_stops(
             if event["event"] == "done":
                 break
             if event["kept"]:
-                windows.append((event["start"], event["end"]))
+                windows.append(event)
     # Sweep the kept hold windows: never more than `limit` at once.
-    edges = sorted([(start, 1) for start, _ in windows] + [(end, -1) for _, end in windows])
-    inside = most = 0
-    for _, step in edges:
-        inside += step
-        most = max(most, inside)
-    assert most <= limit
+    edges = sorted(
+        [(w["start"], 1, i) for i, w in enumerate(windows)]
+        + [(w["end"], -1, i) for i, w in enumerate(windows)]
+    )
+    inside: set[int] = set()
+    most = 0
+    for _, step, index in edges:
+        if step > 0:
+            inside.add(index)
+        else:
+            inside.discard(index)
+        most = max(most, len(inside))
+        assert len(inside) <= limit, (
+            f"{len(inside)} permits held at once (stopped: {stopped.pid}, killed: "
+            f"{killed.pid}): {[windows[i] for i in sorted(inside)]}"
+        )
     assert len(windows) >= (processes - 2) * count
     # The dead process's permit came back: its lease ran out, so both permits are
     # free (an expired entry may stay in the set until the next acquire purges it),

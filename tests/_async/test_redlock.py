@@ -516,15 +516,15 @@ async def test_an_earlier_attempt_arriving_late_cannot_take_a_later_attempts_gra
     run = registry_for(masters[0]).run
 
     def acquire(attempt: str) -> tuple[str | int, ...]:
-        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me", "")
 
     assert (await run("redlock_acquire", keys, acquire("2")))[0] == 1
     assert (await run("redlock_acquire", keys, acquire("1")))[0] == 1  # late: ours already
     release_keys = (*keys[:4], *lock.keys.receipts)
-    given_back = await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000))
+    given_back = await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, ""))
     assert given_back == 0  # attempt 1's give-back releases nothing
     assert owner_of(redlock_servers[0], "late-attempt") == "tok"
-    released = await run("redlock_release", release_keys, ("tok", "leave", "", 60_000))
+    released = await run("redlock_release", release_keys, ("tok", "leave", "", 60_000, ""))
     assert released == 1
 
 
@@ -540,16 +540,16 @@ async def test_an_attempt_given_back_before_its_acquire_arrives_takes_nothing(
     run = registry_for(masters[0]).run
 
     def acquire(attempt: str) -> tuple[str | int, ...]:
-        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me", "")
 
-    assert await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 0
-    assert await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 0
+    assert await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, "")) == 0
+    assert await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, "")) == 0
     refused = await run("redlock_acquire", keys, acquire("1"))
     assert refused[0] == 0
     assert owner_of(redlock_servers[0], "given-back-first") is None
     assert (await run("redlock_acquire", keys, acquire("2")))[0] == 1
     assert owner_of(redlock_servers[0], "given-back-first") == "tok"
-    assert await run("redlock_release", release_keys, ("tok", "leave", "", 60_000)) == 1
+    assert await run("redlock_release", release_keys, ("tok", "leave", "", 60_000, "")) == 1
 
 
 async def test_a_given_back_attempt_does_not_take_over_an_earlier_attempts_grant(
@@ -564,12 +564,12 @@ async def test_a_given_back_attempt_does_not_take_over_an_earlier_attempts_grant
     run = registry_for(masters[0]).run
 
     def acquire(attempt: str) -> tuple[str | int, ...]:
-        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me", "")
 
     assert (await run("redlock_acquire", keys, acquire("1")))[0] == 1
-    assert await run("redlock_release", release_keys, ("tok", "leave", "2", 60_000)) == 0
+    assert await run("redlock_release", release_keys, ("tok", "leave", "2", 60_000, "")) == 0
     assert (await run("redlock_acquire", keys, acquire("2")))[0] == 0  # given back already
-    assert await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 1
+    assert await run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, "")) == 1
     assert owner_of(redlock_servers[0], "taken-over") is None
 
 
@@ -697,3 +697,27 @@ async def test_a_waiter_that_gave_up_on_unreachable_masters_leaves_their_lines(
     assert await fresh.acquire(blocking_timeout=10)  # not behind the waiter that left
     await fresh.release()
     await calls_settled(30)
+
+
+async def test_a_second_owner_of_a_chosen_token_is_refused_and_takes_nothing_back(
+    masters: list[Any], other_masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    """Two Redlocks acquiring with ``token="worker-1"``: one holds; the other's attempts,
+    and the give-backs of its attempts when it gives up, leave that hold alone."""
+    first = AsyncRedlock(masters, "chosen", timeout=10)
+    second = AsyncRedlock(other_masters, "chosen", timeout=10)
+    assert await first.acquire(token="worker-1")
+    fence = first.fencing_token
+    await eventually(lambda: held_everywhere(redlock_servers, "chosen"), 5, "held everywhere")
+    assert not await second.acquire(blocking=False, token="worker-1")
+    assert not await second.acquire(blocking_timeout=0.3, token="worker-1")
+    await calls_settled(30)  # its give-backs, in the background too, have all landed
+    assert held_everywhere(redlock_servers, "chosen")
+    assert await first.owned() and first.fencing_token == fence
+    assert not await second.owned()
+    await first.extend(1)  # still this owner's on a quorum
+    await first.release()
+    assert await second.acquire(blocking=False, token="worker-1")
+    assert second.fencing_token is not None and fence is not None
+    assert second.fencing_token > fence
+    await second.release()

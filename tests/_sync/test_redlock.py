@@ -514,15 +514,15 @@ def test_an_earlier_attempt_arriving_late_cannot_take_a_later_attempts_grant(
     run = registry_for(masters[0]).run
 
     def acquire(attempt: str) -> tuple[str | int, ...]:
-        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me", "")
 
     assert (run("redlock_acquire", keys, acquire("2")))[0] == 1
     assert (run("redlock_acquire", keys, acquire("1")))[0] == 1  # late: ours already
     release_keys = (*keys[:4], *lock.keys.receipts)
-    given_back = run("redlock_release", release_keys, ("tok", "leave", "1", 60_000))
+    given_back = run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, ""))
     assert given_back == 0  # attempt 1's give-back releases nothing
     assert owner_of(redlock_servers[0], "late-attempt") == "tok"
-    released = run("redlock_release", release_keys, ("tok", "leave", "", 60_000))
+    released = run("redlock_release", release_keys, ("tok", "leave", "", 60_000, ""))
     assert released == 1
 
 
@@ -538,16 +538,16 @@ def test_an_attempt_given_back_before_its_acquire_arrives_takes_nothing(
     run = registry_for(masters[0]).run
 
     def acquire(attempt: str) -> tuple[str | int, ...]:
-        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me", "")
 
-    assert run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 0
-    assert run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 0
+    assert run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, "")) == 0
+    assert run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, "")) == 0
     refused = run("redlock_acquire", keys, acquire("1"))
     assert refused[0] == 0
     assert owner_of(redlock_servers[0], "given-back-first") is None
     assert (run("redlock_acquire", keys, acquire("2")))[0] == 1
     assert owner_of(redlock_servers[0], "given-back-first") == "tok"
-    assert run("redlock_release", release_keys, ("tok", "leave", "", 60_000)) == 1
+    assert run("redlock_release", release_keys, ("tok", "leave", "", 60_000, "")) == 1
 
 
 def test_a_given_back_attempt_does_not_take_over_an_earlier_attempts_grant(
@@ -562,12 +562,12 @@ def test_a_given_back_attempt_does_not_take_over_an_earlier_attempts_grant(
     run = registry_for(masters[0]).run
 
     def acquire(attempt: str) -> tuple[str | int, ...]:
-        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me")
+        return ("tok", 10_000, 0, 1, "", 60_000, attempt, "me", "")
 
     assert (run("redlock_acquire", keys, acquire("1")))[0] == 1
-    assert run("redlock_release", release_keys, ("tok", "leave", "2", 60_000)) == 0
+    assert run("redlock_release", release_keys, ("tok", "leave", "2", 60_000, "")) == 0
     assert (run("redlock_acquire", keys, acquire("2")))[0] == 0  # given back already
-    assert run("redlock_release", release_keys, ("tok", "leave", "1", 60_000)) == 1
+    assert run("redlock_release", release_keys, ("tok", "leave", "1", 60_000, "")) == 1
     assert owner_of(redlock_servers[0], "taken-over") is None
 
 
@@ -695,3 +695,27 @@ def test_a_waiter_that_gave_up_on_unreachable_masters_leaves_their_lines(
     assert fresh.acquire(blocking_timeout=10)  # not behind the waiter that left
     fresh.release()
     calls_settled(30)
+
+
+def test_a_second_owner_of_a_chosen_token_is_refused_and_takes_nothing_back(
+    masters: list[Any], other_masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    """Two Redlocks acquiring with ``token="worker-1"``: one holds; the other's attempts,
+    and the give-backs of its attempts when it gives up, leave that hold alone."""
+    first = Redlock(masters, "chosen", timeout=10)
+    second = Redlock(other_masters, "chosen", timeout=10)
+    assert first.acquire(token="worker-1")
+    fence = first.fencing_token
+    eventually(lambda: held_everywhere(redlock_servers, "chosen"), 5, "held everywhere")
+    assert not second.acquire(blocking=False, token="worker-1")
+    assert not second.acquire(blocking_timeout=0.3, token="worker-1")
+    calls_settled(30)  # its give-backs, in the background too, have all landed
+    assert held_everywhere(redlock_servers, "chosen")
+    assert first.owned() and first.fencing_token == fence
+    assert not second.owned()
+    first.extend(1)  # still this owner's on a quorum
+    first.release()
+    assert second.acquire(blocking=False, token="worker-1")
+    assert second.fencing_token is not None and fence is not None
+    assert second.fencing_token > fence
+    second.release()

@@ -38,6 +38,7 @@ Roles:
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -182,6 +183,7 @@ def permits(url: str, name: str, count: int, limit: int) -> None:
     for _ in range(count):
         assert permit.acquire(blocking_timeout=60)
         began = time.monotonic()
+        token, fence = permit.local.token, permit.fencing_token
         sleep(0.001)  # the hold: 1 ms
         ended = time.monotonic()
         try:
@@ -189,7 +191,16 @@ def permits(url: str, name: str, count: int, limit: int) -> None:
             kept = True
         except SemaphoreNotOwnedError:
             kept = False  # stopped past its lease: the permit went to someone else
-        emit(event="window", start=began, end=ended, kept=kept)
+        emit(
+            event="window",
+            start=began,
+            end=ended,
+            kept=kept,
+            released=time.monotonic(),
+            token=token.decode() if isinstance(token, bytes) else token,
+            fence=fence,
+            pid=os.getpid(),
+        )
     emit(event="done")
     client.close()
 

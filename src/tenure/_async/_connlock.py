@@ -35,7 +35,7 @@ from typing import Any
 import redis.asyncio
 from redis import exceptions as redis_errors
 
-from tenure._async._queue import GRACE, Overdue, by_deadline
+from tenure._async._deadline import GRACE, Overdue, by_deadline
 from tenure._async._scripting import registry_for
 from tenure._backends.for_asyncio import (
     IS_ASYNC,

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tenure._async._deadline import GRACE, Overdue, answered, by_deadline, ignore_late, room_left
 from tenure._async._holds import AsyncHolds
 from tenure._async._lease import AsyncLease
 from tenure._async._line import (
@@ -65,46 +66,9 @@ from tenure._core.leased import (
     grant_time,
 )
 
-__all__ = ["GRACE", "AsyncQueue", "Overdue", "by_deadline", "ignore_late"]
-
-GRACE = 0.2
-"""Seconds past its deadline an acquire waits for the server's answer to a call.
-
-A call the server has not answered by then (the server paused, dead behind a
-client's retries, cut off) goes on alone; whatever it took is given back when
-it ends, and ``acquire()`` returns False: ``blocking_timeout`` is kept within
-a quarter of a second whatever the server does."""
+__all__ = ["AsyncQueue"]
 
 logger = logging.getLogger("tenure.lock")
-
-
-def answered(outcomes: dict[int, Any]) -> bool:
-    """Whether a raced call answered (with a reply or an error)."""
-    return bool(outcomes)
-
-
-class Overdue(Exception):
-    """The server did not answer a call by the acquire's deadline (and GRACE)."""
-
-
-async def by_deadline(
-    deadline: float | None, call: Callable[[], Any], late: Callable[[int, Any], None]
-) -> Any:
-    """``call()``'s reply, or :class:`Overdue` if the server has not answered by ``deadline``.
-
-    Without a deadline the call runs to its reply (shielded). With one, a call
-    the server has not answered :data:`GRACE` seconds past it goes on alone,
-    its outcome handed to ``late(0, outcome)`` when it ends.
-    """
-    if deadline is None:
-        return await shielded(call())
-    outcomes = await race([call], _room(deadline), answered, late)
-    if not outcomes:
-        raise Overdue
-    outcome = outcomes[0]
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return outcome
 
 
 def _giving_back(rules: AsyncRules, token: str, attempt: str) -> Callable[[int, Any], None]:
@@ -207,7 +171,7 @@ class AsyncQueue:
                 if deadline is None:
                     await shielded(leave())
                 else:  # by the deadline: a leave the server does not answer goes on alone
-                    await race([leave], _room(deadline), answered, ignore_late)
+                    await race([leave], room_left(deadline), answered, ignore_late)
             raise
         finally:
             if tried is not None:
@@ -452,12 +416,3 @@ class AsyncQueue:
             return False
         self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
         return True
-
-
-def _room(deadline: float) -> float:
-    """Seconds left for a call made now, by ``deadline`` and :data:`GRACE`."""
-    return max(0.0, deadline + GRACE - time.monotonic())
-
-
-def ignore_late(index: int, outcome: object) -> None:
-    """A leave the server answers late: it did its work; nothing more to do."""

@@ -146,10 +146,11 @@ class AsyncRedlockRules(AsyncLockRules):
         }
 
     def release_call(self, token: str) -> Call:
-        return self.release_keys(), (token, "leave", "", IDLE_TTL_MS)
+        return self.release_keys(), (token, "leave", "", IDLE_TTL_MS, "")
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        return self.release_call(token)
+        # A chosen token's acquire call gives back only what that call took.
+        return self.release_keys(), (token, "leave", "", IDLE_TTL_MS, attempt)
 
     def release_keys(self) -> tuple[str, ...]:
         """The redlock_release script's keys: the queue's, then the receipts."""

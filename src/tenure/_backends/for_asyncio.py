@@ -153,11 +153,11 @@ class Mutex:
 _NO_LOCK: Mutex = object.__new__(Mutex)
 
 
-_background: set[asyncio.Task[None]] = set()
+_background: set[asyncio.Task[object]] = set()
 """Background tasks, referenced until they end (the loop keeps only weak references)."""
 
 
-def start_background(job: Callable[[], Coroutine[Any, Any, None]], name: str) -> Any:
+def start_background(job: Callable[[], Coroutine[Any, Any, object]], name: str) -> Any:
     """Run ``job`` as a task on the running loop; return the task (kept alive until it ends)."""
     task = asyncio.get_running_loop().create_task(job(), name=name)
     _background.add(task)

@@ -118,7 +118,7 @@ class Mutex:
 _renewing = threading.Lock()
 
 
-def start_background(job: Callable[[], None], name: str) -> Any:
+def start_background(job: Callable[[], object], name: str) -> Any:
     """Run ``job`` in a daemon thread; return the thread."""
     thread = threading.Thread(target=job, name=name, daemon=True)
     thread.start()

@@ -64,7 +64,7 @@ from tenure._core.leased import (
     default_owner_name,
 )
 from tenure._core.values import check_seconds, to_ms, to_text
-from tenure._sync._queue import GRACE, Overdue, by_deadline
+from tenure._sync._deadline import GRACE, Overdue, by_deadline
 from tenure._sync._scripting import registry_for
 
 __all__ = ["ConnectionLock"]

@@ -53,6 +53,7 @@ from tenure._core.leased import (
     Acquired,
     grant_time,
 )
+from tenure._sync._deadline import GRACE, Overdue, answered, by_deadline, ignore_late, room_left
 from tenure._sync._holds import Holds
 from tenure._sync._lease import Lease
 from tenure._sync._line import (
@@ -66,46 +67,9 @@ from tenure._sync._line import (
 from tenure._sync._rules import Rules
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter, listen
 
-__all__ = ["GRACE", "Queue", "Overdue", "by_deadline", "ignore_late"]
-
-GRACE = 0.2
-"""Seconds past its deadline an acquire waits for the server's answer to a call.
-
-A call the server has not answered by then (the server paused, dead behind a
-client's retries, cut off) goes on alone; whatever it took is given back when
-it ends, and ``acquire()`` returns False: ``blocking_timeout`` is kept within
-a quarter of a second whatever the server does."""
+__all__ = ["Queue"]
 
 logger = logging.getLogger("tenure.lock")
-
-
-def answered(outcomes: dict[int, Any]) -> bool:
-    """Whether a raced call answered (with a reply or an error)."""
-    return bool(outcomes)
-
-
-class Overdue(Exception):
-    """The server did not answer a call by the acquire's deadline (and GRACE)."""
-
-
-def by_deadline(
-    deadline: float | None, call: Callable[[], Any], late: Callable[[int, Any], None]
-) -> Any:
-    """``call()``'s reply, or :class:`Overdue` if the server has not answered by ``deadline``.
-
-    Without a deadline the call runs to its reply (shielded). With one, a call
-    the server has not answered :data:`GRACE` seconds past it goes on alone,
-    its outcome handed to ``late(0, outcome)`` when it ends.
-    """
-    if deadline is None:
-        return shielded(call())
-    outcomes = race([call], _room(deadline), answered, late)
-    if not outcomes:
-        raise Overdue
-    outcome = outcomes[0]
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return outcome
 
 
 def _giving_back(rules: Rules, token: str, attempt: str) -> Callable[[int, Any], None]:
@@ -206,7 +170,7 @@ class Queue:
                 if deadline is None:
                     shielded(leave())
                 else:  # by the deadline: a leave the server does not answer goes on alone
-                    race([leave], _room(deadline), answered, ignore_late)
+                    race([leave], room_left(deadline), answered, ignore_late)
             raise
         finally:
             if tried is not None:
@@ -449,12 +413,3 @@ class Queue:
             return False
         self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
         return True
-
-
-def _room(deadline: float) -> float:
-    """Seconds left for a call made now, by ``deadline`` and :data:`GRACE`."""
-    return max(0.0, deadline + GRACE - time.monotonic())
-
-
-def ignore_late(index: int, outcome: object) -> None:
-    """A leave the server answers late: it did its work; nothing more to do."""

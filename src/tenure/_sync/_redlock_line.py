@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,22 +85,6 @@ LEAVE_PAUSE = 0.5
 SPLIT_GRACE = 0.01
 """Seconds an attempt split with another contender waits, at least, for its other masters."""
 
-_late_jobs: set[Any] = set()  # give-backs of late grants, referenced until they end
-
-
-def _in_background(job: Callable[[], Any]) -> None:
-    """Run ``job`` in the background, keeping a reference to it until it ends."""
-    started: list[Any] = []
-
-    def run() -> None:
-        try:
-            job()
-        finally:
-            _late_jobs.difference_update(started)
-
-    started.append(start_background(run, "tenure-redlock-give-back"))
-    _late_jobs.update(started)
-
 
 class _Listener:
     """A waiter's wake-ups from every master, on one event."""
@@ -157,7 +140,7 @@ class RedlockLine:
                 if listener is None and wait and self.seen_busy:
                     listener = self._listen(token)
                 sent = time.monotonic()
-                tried = shielded(self._attempt(token, ticket, listener))
+                tried = shielded(self._attempt(token, ticket, listener, attempt))
                 if tried.unreachable is not None:
                     # Once may be a stall (of this process, or of the network):
                     # twice in a row, the masters are out of reach -- unless
@@ -170,11 +153,13 @@ class RedlockLine:
                     now = time.monotonic()
                     given_up = unreachable > 1 and now - unreachable_since >= patience
                     if given_up or (deadline is not None and now >= deadline):
-                        if not shielded(self._give_back(None, token, "leave", patient=False)):
+                        if not shielded(
+                            self._give_back(None, token, "leave", call=attempt, patient=False)
+                        ):
                             # A master that did not hear it would keep this token
                             # in its line, first, while this process's other
                             # waiters keep its waiter lease alive: it must hear.
-                            self._leave_later(token)
+                            self._leave_later(token, attempt)
                         if given_up:
                             raise tried.unreachable
                         return self._holds.timed_out()  # the deadline came first
@@ -201,7 +186,7 @@ class RedlockLine:
                     continue
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    shielded(self._rules.leave_quietly(token, quiet=True))
+                    shielded(self._rules.leave_quietly(token, quiet=True, attempt=attempt))
                     return self._holds.timed_out()
                 if listener is None:
                     before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
@@ -225,7 +210,8 @@ class RedlockLine:
             with self._holds.mutex:
                 self._live.discard(token)
             if not isinstance(exc, (PrimitiveError, QuorumError)):
-                shielded(self._rules.leave_quietly(token, quiet=isinstance(exc, BackendError)))
+                quiet = isinstance(exc, BackendError)
+                shielded(self._rules.leave_quietly(token, quiet=quiet, attempt=attempt))
             raise
         finally:
             if listener is not None:
@@ -251,8 +237,11 @@ class RedlockLine:
             up += waiter.subscribed(deadline - time.monotonic())
         return listener
 
-    def _attempt(self, token: str, ticket: int, listener: _Listener | None) -> _Attempt:
-        """Send one attempt to every master; keep it if a quorum granted it in time."""
+    def _attempt(self, token: str, ticket: int, listener: _Listener | None, call: str) -> _Attempt:
+        """Send one attempt to every master; keep it if a quorum granted it in time.
+
+        ``call``: the acquire call's id when the caller chose ``token`` (else ``""``).
+        """
         masters, settings = self._masters, self._rules.settings
         sent = time.monotonic()
         self._rules.attempts += 1
@@ -275,6 +264,7 @@ class RedlockLine:
                 FENCE_LIFETIME_MS,
                 mark,
                 self._rules.owner_name,
+                call,
             )
             return masters.script("redlock_acquire", acquire_keys, args)(index)
 
@@ -288,7 +278,10 @@ class RedlockLine:
                     return
                 keep = token in self._live
             if not keep:
-                _in_background(lambda: self._give_back([index], token, "leave", mark))
+                start_background(
+                    lambda: self._give_back([index], token, "leave", mark, call=call),
+                    "tenure-redlock-give-back",
+                )
 
         def until(tally: Tally) -> bool | float:
             if tally.settled:
@@ -318,7 +311,7 @@ class RedlockLine:
             # Marked with this attempt: a give-back that is still on its way
             # when a later attempt of the same token takes that master again
             # must not release the later grant.
-            self._give_back(taken, token, stay, mark)
+            self._give_back(taken, token, stay, mark, call=call)
         answered = {*taken, *tally.refused}
         unanswered = [index for index in range(len(self._masters.clients)) if index not in answered]
         if unanswered:
@@ -327,7 +320,10 @@ class RedlockLine:
             # give-back that arrives first leaves a receipt that refuses it,
             # one that arrives after releases its grant. In the background: a
             # master that is down must not hold up the next attempt.
-            _in_background(lambda: self._give_back(unanswered, token, stay, mark))
+            start_background(
+                lambda: self._give_back(unanswered, token, stay, mark, call=call),
+                "tenure-redlock-give-back",
+            )
         if tally.unreachable:
             attempt.unreachable = tally.error("acquiring", self._rules.name)
             attempt.slow = tally.may_recover
@@ -374,29 +370,39 @@ class RedlockLine:
             return None
         return left[self._masters.quorum - 1]
 
-    def _leave_later(self, token: str) -> None:
+    def _leave_later(self, token: str, call: str) -> None:
         """Take ``token`` out of every master's line in the background, until all heard."""
         give_up = time.monotonic() + LEAVE_PATIENCE
 
         def leave() -> None:
-            while not self._give_back(None, token, "leave"):
+            while not self._give_back(None, token, "leave", call=call):
                 if time.monotonic() >= give_up:
                     return
                 sleep(LEAVE_PAUSE)
 
-        _in_background(leave)
+        start_background(leave, "tenure-redlock-give-back")
 
     def _give_back(
-        self, only: list[int] | None, token: str, mode: str, mark: str = "", *, patient: bool = True
+        self,
+        only: list[int] | None,
+        token: str,
+        mode: str,
+        mark: str = "",
+        *,
+        call: str = "",
+        patient: bool = True,
     ) -> bool:
         """Release ``token``'s grants (attempt ``mark``'s only, if given) without raising.
+
+        ``call``: the acquire call's id when the caller chose ``token``: only
+        that call's grants are released.
 
         Returns whether every master asked answered (one that did not keeps
         a grant until its lease ends). Waits up to the settle timeout, or
         only ``master_timeout`` if not ``patient`` (the masters are known to
         be out of reach).
         """
-        keys, args = self._rules.release_keys(), (token, mode, mark, IDLE_TTL_MS)
+        keys, args = self._rules.release_keys(), (token, mode, mark, IDLE_TTL_MS, call)
         masters = self._masters
         if patient:
             within = min(self._rules.settings.lease, RELEASE_PATIENCE)

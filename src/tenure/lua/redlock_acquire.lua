@@ -4,7 +4,7 @@
 -- The line is ordered by a ticket the caller chose (its clock when it began
 -- to acquire), so every master agrees on who is first and hands the free lock
 -- to the same caller: contenders do not split the masters between them.
--- KEYS[1] owner hash {token, fence, attempt, owner}, PEXPIRE = lease
+-- KEYS[1] owner hash {token, fence, attempt, owner, call}, PEXPIRE = lease
 -- KEYS[2] queue zset: token -> ticket
 -- KEYS[3] waiter leases zset: channel -> expiry (ms, server clock) of each waiting process
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
@@ -21,6 +21,10 @@
 --         grant of a failed attempt is given back by it, never one of the same
 --         token's later attempt)
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
+-- ARGV[9] the acquire call's id when the caller chose the token ('' for a random
+--         token, unique to its acquisition): a second owner that chose the same
+--         token is refused while the first holds, and its give-backs leave that
+--         hold alone (redlock_release)
 -- returns {1, fence, lease ms} when the caller holds the lock on this master,
 --         {0, owner's remaining lease ms (-2 none), 0-based place in line (-1 none)}
 -- on resend: the token holds already (answered as "ours already"), or keeps
@@ -36,12 +40,18 @@
 local owner_key, queue, waiters, wakes, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, lease, ticket, channel = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local waiter_lease = tonumber(ARGV[3])
+local call = ARGV[9] or ''
 
 local owner = redis.call('HGET', owner_key, 'token')
-if receipt(KEYS[6], KEYS[7], token .. '/' .. ARGV[7]) then
+if receipt(KEYS[6], KEYS[7], attempt_id(token, call, ARGV[7])) then
     -- This attempt ended (failed) and was given back before this call arrived.
     -- Nor does it take over an earlier attempt's grant still here: marked as
     -- this attempt's, it would outlive that attempt's give-back (on its way).
+    local place = redis.call('ZRANK', queue, token)
+    return {0, redis.call('PTTL', owner_key), place or -1}
+end
+if owner == token and (redis.call('HGET', owner_key, 'call') or '') ~= call then
+    -- Held by a second owner that chose the same token: not this call's.
     local place = redis.call('ZRANK', queue, token)
     return {0, redis.call('PTTL', owner_key), place or -1}
 end
@@ -77,6 +87,9 @@ if not owner then
         local f = next_redlock_fence(fence, ARGV[6])
         redis.call('HSET', owner_key, 'token', token, 'fence', string.format('%d', f),
             'attempt', ARGV[7], 'owner', ARGV[8])
+        if call ~= '' then
+            redis.call('HSET', owner_key, 'call', call)
+        end
         redis.call('PEXPIRE', owner_key, lease)
         return {1, f, tonumber(lease)}
     end

@@ -32,3 +32,12 @@ local function wake_first(queue, waiters, wakes)
         end
     end
 end
+
+-- The receipt id of attempt `mark` of `token` (by acquire call `call` when the
+-- token was the caller's choice: two owners that chose it never share one).
+local function attempt_id(token, call, mark)
+    if call == '' then
+        return token .. '/' .. mark
+    end
+    return token .. '/' .. call .. ':' .. mark
+end
