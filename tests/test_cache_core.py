@@ -188,3 +188,27 @@ def test_durations() -> None:
         check_seconds("ttl", 1e16, name=None, allow_none=False)
     with pytest.raises(ArgumentError, match=r"^ttl: must be at most 60 seconds, got 61$"):
         check_seconds("ttl", 61, name=None, allow_none=False, longest=60)
+
+
+@pytest.mark.parametrize(
+    ("make", "text"),
+    [
+        (
+            lambda: ZlibCompressor(level=99),
+            "^level: zlib takes a whole number from -1 to 9, got 99$",
+        ),
+        (lambda: ZlibCompressor(level=True), "^level: zlib takes .* got True$"),
+        (lambda: ZstdCompressor(level=23), "^level: zstd takes .* to 22, got 23$"),
+        (lambda: ZlibCompressor(threshold=-1), "^threshold: must be a whole number of bytes"),
+        (
+            lambda: ZstdCompressor(threshold=0.5),  # type: ignore[arg-type]
+            "^threshold: must be a whole number of bytes",
+        ),
+    ],
+)
+def test_a_compressor_refuses_levels_and_thresholds_its_library_would_not_take(
+    make: Any, text: str
+) -> None:
+    """Refused when made, not at the first large value a cache stores."""
+    with pytest.raises(ArgumentError, match=text):
+        make()

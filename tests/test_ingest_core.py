@@ -8,10 +8,11 @@ import math
 from typing import Any
 
 import pytest
+import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenure import ArgumentError, SourceRowError
+from tenure import ArgumentError, CallableSource, IngestJob, SourceRowError
 from tenure._core.ingest import REPLANNED, Claim, IngestKeys, Plan, chunk_range, parse_claim
 from tenure._core.rows import RowEncoder, _json_default, encode_row
 from tenure._core.stream import StreamMessage, parse_claimed, read_messages
@@ -174,3 +175,30 @@ def test_values_with_no_json_form_are_refused_and_decimals_stay_strict_strings()
         encode_row({(1, 2): "a"}, key=3)  # type: ignore[dict-item]
     with pytest.raises(SourceRowError, match=r"^row 4 cannot be stored as JSON: Out of range"):
         encode_row([math.inf], key=4)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "text"),
+    [
+        ({"low": 10, "high": 9, "name": "n"}, r"^high: the key range is empty \(10..9\)$"),
+        ({"low": "0", "high": 9, "name": "n"}, "^low: must be an int key, got '0'$"),
+        ({"low": 0, "high": True, "name": "n"}, "^high: must be an int key, got True$"),
+        ({"low": 0, "high": 9, "name": ""}, "^name: must be a non-empty str, got ''$"),
+    ],
+)
+def test_a_callable_sources_range_and_name_are_checked_when_it_is_made(
+    arguments: dict[str, Any], text: str
+) -> None:
+    with pytest.raises(ArgumentError, match=text):
+        CallableSource(lambda first, last: [], **arguments)
+
+
+def test_a_job_given_something_that_is_no_row_source_says_what_it_lacks() -> None:
+    client = redis.Redis()  # never connected: refused before any call
+    with pytest.raises(
+        ArgumentError,
+        match=r"^source: must be a row source .* got str without "
+        r"describe, key_range, rows \(an SqlSource takes the URL",
+    ):
+        IngestJob(client, "job", "sqlite:///rows.db")  # type: ignore[arg-type]
+    client.close()

@@ -117,6 +117,21 @@ class AsyncIngestJob:
         for argument, value in (("chunk_size", chunk_size), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ArgumentError(argument, f"must be a positive int, got {value!r}", name=name)
+        missing = [
+            m for m in ("describe", "key_range", "rows") if not callable(getattr(source, m, None))
+        ]
+        if missing:
+            hint = (
+                " (an SqlSource takes the URL: SqlSource(url, table, key))"
+                if isinstance(source, str)
+                else ""
+            )
+            raise ArgumentError(
+                "source",
+                f"must be a row source (SqlSource, CallableSource...), got {type(source).__name__}"
+                f" without {', '.join(missing)}{hint}",
+                name=name,
+            )
         check_seconds("lease", lease, allow_none=False, name=name, positive=True)
         if lease < SHORTEST_LEASE:
             raise ArgumentError(

@@ -323,8 +323,8 @@ class ZlibCompressor:
     tag = "zlib"
 
     def __init__(self, *, threshold: int = 1024, level: int = 6) -> None:
-        self.threshold = threshold
-        self.level = level
+        self.threshold = _threshold(threshold)
+        self.level = _level(level, -1, 9, "zlib")
 
     def compress(self, data: bytes) -> bytes | None:
         """The zlib bytes, or ``None`` below the threshold or when nothing is saved."""
@@ -350,8 +350,8 @@ class ZstdCompressor:
             raise MissingDependencyError(
                 'ZstdCompressor needs zstandard: pip install zstandard (or "tenure[zstd]")'
             ) from None
-        self.threshold = threshold
-        self._compressor = zstandard.ZstdCompressor(level=level)
+        self.threshold = _threshold(threshold)
+        self._compressor = zstandard.ZstdCompressor(level=_level(level, -131072, 22, "zstd"))
         self._decompressor = zstandard.ZstdDecompressor()
 
     def compress(self, data: bytes) -> bytes | None:
@@ -364,6 +364,22 @@ class ZstdCompressor:
     def decompress(self, data: bytes) -> bytes:
         """The bytes Zstandard compressed."""
         return bytes(self._decompressor.decompress(data))
+
+
+def _threshold(threshold: object) -> int:
+    """A compressor's ``threshold``: a whole number of bytes, 0 or more."""
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+        raise ArgumentError("threshold", f"must be a whole number of bytes >= 0, got {threshold!r}")
+    return threshold
+
+
+def _level(level: object, lowest: int, highest: int, what: str) -> int:
+    """A compressor's ``level``: a whole number its library takes."""
+    if isinstance(level, bool) or not isinstance(level, int) or not lowest <= level <= highest:
+        raise ArgumentError(
+            "level", f"{what} takes a whole number from {lowest} to {highest}, got {level!r}"
+        )
+    return level
 
 
 DEFAULT_SERIALIZER = JsonSerializer()

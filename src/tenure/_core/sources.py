@@ -423,6 +423,13 @@ class _FetchSource(Generic[F]):
     def __init__(self, fetch: F, *, low: int, high: int, name: str) -> None:
         if not callable(fetch):
             raise ArgumentError("fetch", "must be callable")
+        for argument, key in (("low", low), ("high", high)):
+            if isinstance(key, bool) or not isinstance(key, int):
+                raise ArgumentError(argument, f"must be an int key, got {key!r}")
+        if high < low:
+            raise ArgumentError("high", f"the key range is empty ({low}..{high})")
+        if not isinstance(name, str) or not name:
+            raise ArgumentError("name", f"must be a non-empty str, got {name!r}")
         self._fetch = fetch
         self.low, self.high, self.name = low, high, name
 
