@@ -165,6 +165,9 @@ BAD_ARGUMENTS: dict[str, BadCall] = {
     "IngestJob chunk_size": lambda c: IngestJob(c, "j", _source(), chunk_size=0),
     "IngestJob batch": lambda c: IngestJob(c, "j", _source(), batch=0),
     "IngestJob lease": lambda c: IngestJob(c, "j", _source(), lease=-1),
+    "IngestJob source": lambda c: IngestJob(c, "j", "sqlite:///x.db"),  # type: ignore[arg-type]
+    "CallableSource range": lambda c: CallableSource(_rows, low=2, high=1, name="n"),
+    "ZlibCompressor level": lambda c: tenure.ZlibCompressor(level=99),
     "PickleSerializer key": lambda c: PickleSerializer(b""),
     "cached ttl": lambda c: cached(c, ttl=-1),
     "cached error_ttl": lambda c: cached(c, ttl=1, error_ttl=0),

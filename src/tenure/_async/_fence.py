@@ -60,12 +60,14 @@ class AsyncFencedKey:
         resent after a dropped connection is answered True without being
         written again, even if a newer token wrote in between.
         """
-        check_fencing_token(fencing_token)
+        check_fencing_token(fencing_token, self.key)
         if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
             raise ArgumentError(
-                "value", f"must be str, bytes, int or float, got {type(value).__name__}"
+                "value",
+                f"must be str, bytes, int or float, got {type(value).__name__}",
+                name=self.key,
             )
-        check_seconds("ttl", ttl, allow_none=True, name=None)
+        check_seconds("ttl", ttl, allow_none=True, name=self.key)
         ttl_ms = 0 if ttl is None else to_ms(ttl)
         reply = await registry_for(self.client).run(
             "fenced_set",

@@ -43,14 +43,22 @@ def fence_keeper(key: str) -> str:
     return "{" + key + "}" + FENCE_KEEPER_SUFFIX
 
 
-def check_fencing_token(fencing_token: object) -> int:
-    """A fencing token a script can compare exactly: an int from 0 to 2**53."""
+def check_fencing_token(fencing_token: object, name: str | None = None) -> int:
+    """A fencing token a script can compare exactly: an int from 0 to 2**53.
+
+    ``name``: the key (or primitive) the error names.
+    """
     if isinstance(fencing_token, bool) or not isinstance(fencing_token, int):
-        raise ArgumentError("fencing_token", "must be an int (a lock's fencing_token)")
+        raise ArgumentError(
+            "fencing_token",
+            f"must be an int (a lock's fencing_token), got {type(fencing_token).__name__}",
+            name=name,
+        )
     if not 0 <= fencing_token <= MAX_FENCE:
         # Lua compares numbers as doubles: above 2**53 two tokens can compare equal.
         raise ArgumentError(
             "fencing_token",
             f"must be from 0 to 2**53 (a lock's fencing_token), got {fencing_token}",
+            name=name,
         )
     return fencing_token
