@@ -91,7 +91,7 @@ def test_a_read_write_sides_token_must_be_its_own(
     ("argument", "value", "said"),
     [
         ("timeout", math.inf, "finite number of seconds \\(None: held until released\\)"),
-        ("timeout", math.nan, ">= 0"),
+        ("timeout", math.nan, "a number of seconds >= 0, got NaN "),
         ("timeout", -1, ">= 0"),
         ("timeout", 1e12, "at most 315360000 seconds"),
         ("max_hold", math.inf, "finite"),

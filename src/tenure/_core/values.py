@@ -86,7 +86,9 @@ def check_seconds(
         raise ArgumentError(
             argument, f"must be a number of seconds, got {type(value).__name__}", name=name
         )
-    if math.isnan(value) or value < 0:
+    if math.isnan(value):
+        raise ArgumentError(argument, "must be a number of seconds >= 0, got NaN", name=name)
+    if value < 0:
         raise ArgumentError(argument, f"must be >= 0 seconds, got {value!r}", name=name)
     if math.isinf(value):
         if forever:
