@@ -544,6 +544,38 @@ def test_semaphore_holds_at_most_limit_under_kills_and_stops(
     assert client.zcard("tenure:semaphore:{permits}") == 0
 
 
+def test_a_grant_read_late_by_a_stopped_waiter_is_confirmed_not_trusted(
+    api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
+) -> None:
+    """A permit handed to a waiter stopped past the handoff lease lapses; its
+    wake-up message, read after SIGCONT, must not pass for a hold. (With the
+    worker's 1 s lease as long as the handoff lease, such a grant was once
+    taken at its word: the waiter held beside the permit's next owner.)"""
+    name = "stale-grant"
+    first = Semaphore(client, name, limit=1, timeout=10)
+    keys = first.keys
+    assert first.acquire()
+    waiter = Worker(api, "permit", tenure_server.url, name, "1")
+    workers.append(waiter)
+    wait_for(lambda: int(client.zcard(keys.queue)) >= 1, 10, "the worker in line")
+    os.kill(waiter.pid, signal.SIGSTOP)
+    first.release()  # handed to the stopped waiter, on the 1 s handoff lease
+    held = cast(list[tuple[bytes, float]], client.zrange(keys.owner, 0, -1, withscores=True))
+    assert len(held) == 1
+    wait_server_past(client, held[0][1], 10, "the handoff lease")
+    second = Semaphore(client, name, limit=1, timeout=10)
+    assert second.acquire(blocking=False)  # the lapsed grant is purged: free again
+    os.kill(waiter.pid, signal.SIGCONT)
+    time.sleep(1.5)  # the waiter reads its message late, asks the server, waits on
+    released, fence = time.monotonic(), second.fencing_token
+    second.release()
+    event = waiter.read(30)
+    assert event["event"] == "acquired"
+    assert event["t"] >= released, "the waiter held while the permit was another's"
+    assert fence is not None and event["fence"] > fence
+    waiter.send()
+
+
 def test_killed_holder_gives_its_permit_back_within_its_lease(
     api: str, tenure_server: ServerProcess, client: redis.Redis, workers: list[Worker]
 ) -> None:

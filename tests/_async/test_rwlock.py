@@ -116,7 +116,7 @@ async def test_a_renewal_under_the_write_token_after_downgrade_renews_the_read_h
     assert await rules.run(rules.scripts.extend, keys, args) > 5000
     assert 5000 < await clients[0].pttl(rules.keys.owner) <= 9000
     # A semaphore-style call without the read token still finds no write hold.
-    assert await rules.run(rules.scripts.extend, keys, (*args[:5], "")) == 0
+    assert await rules.run(rules.scripts.extend, keys, (*args[:5], "", "")) == 0
     assert not await other.write.acquire(blocking=False)
     assert await other.read.acquire(blocking=False)
     await other.read.release()

@@ -117,7 +117,7 @@ def test_a_renewal_under_the_write_token_after_downgrade_renews_the_read_hold(
     assert rules.run(rules.scripts.extend, keys, args) > 5000
     assert 5000 < clients[0].pttl(rules.keys.owner) <= 9000
     # A semaphore-style call without the read token still finds no write hold.
-    assert rules.run(rules.scripts.extend, keys, (*args[:5], "")) == 0
+    assert rules.run(rules.scripts.extend, keys, (*args[:5], "", "")) == 0
     assert not other.write.acquire(blocking=False)
     assert other.read.acquire(blocking=False)
     other.read.release()

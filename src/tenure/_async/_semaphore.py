@@ -107,18 +107,26 @@ class AsyncPermitRules(AsyncRules):
         args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS, attempt)
         return self.keys.all, args
 
-    def extend_call(self, token: str, ms: int, mode: str) -> Call:
+    def extend_call(self, token: str, ms: int, mode: str, fence: int | None = None) -> Call:
+        """The extend script's call; ``fence``: the grant it confirms (None: a renewal)."""
         k = self.keys
         keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
-        return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode), self.downgraded_token(token))
+        grant = "" if fence is None else str(fence)
+        downgraded = self.downgraded_token(token)
+        return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode), downgraded, grant)
 
     def downgraded_token(self, token: str) -> str:
         """The token a hold carries once downgraded ('' : none; see AsyncWriteLock)."""
         return ""
 
     async def confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
-        """A permit's fence is its grant's: the permit's lease is set anew."""
-        keys, args = self.extend_call(token, self.settings.lease_ms, "set")
+        """A permit's fence is its grant's: the permit's lease is set anew.
+
+        Only for that grant: a token queued again since (its grant lapsed,
+        unconfirmed) and handed a newer permit is told None; the newer
+        grant's own answer (a message, or the next call) carries its fence.
+        """
+        keys, args = self.extend_call(token, self.settings.lease_ms, "set", granted.fence)
         reply = int(await self.run_taking(self.scripts.extend, keys, args, extended))
         return None if reply <= 0 else Acquired(fence=granted.fence, lease_ms=reply)
 

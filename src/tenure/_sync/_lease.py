@@ -146,7 +146,15 @@ class Lease:
         kinds confirm every grant.
         """
         rules = self._rules
-        if not rules.confirm_every_grant and granted.lease_ms >= rules.settings.lease_ms:
+        # A full lease heard within the first third of it is trusted as it is;
+        # one heard later (at = -inf: granted before this waiter's last call,
+        # which found it gone, so it lapsed meanwhile) is confirmed first.
+        heard_in_time = at + granted.lease_ms / 1000 * RENEW_AT > time.monotonic()
+        if (
+            not rules.confirm_every_grant
+            and granted.lease_ms >= rules.settings.lease_ms
+            and heard_in_time
+        ):
             return granted, at
         sent = time.monotonic()
         confirmed = rules.confirm_now(token, granted)

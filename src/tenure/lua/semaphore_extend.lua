@@ -15,6 +15,9 @@
 --         side: "r" and the rest of its "w" token), or ''. A renewal sent under
 --         the write token that reaches the server after the downgrade renews the
 --         read hold: the owner still holds, under the token it is changing to
+-- ARGV[7] the fence of the grant being confirmed, or '' (a renewal): a token
+--         queued again and handed a newer permit since that grant is not
+--         confirmed by it (that grant lapsed; the newer one has its own fence)
 -- returns the new remaining lease in ms, or 0 if the caller holds no live permit
 -- on resend: set sets the same expiry again (a few ms later); add finds its
 --         receipt and answers the lease it set, adding nothing
@@ -35,6 +38,9 @@ if not expiry or tonumber(expiry) <= now then
     if expiry then
         drop_permit(KEYS[1], KEYS[4], KEYS[3], token)
     end
+    return 0
+end
+if ARGV[7] ~= '' and redis.call('HGET', KEYS[4], token) ~= ARGV[7] then
     return 0
 end
 local until_ms = now + tonumber(ARGV[2])
