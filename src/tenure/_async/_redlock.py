@@ -115,8 +115,8 @@ class AsyncRedlockRules(AsyncLockRules):
         elif not master_timeout > 0 or master_timeout > settings.lease / 10:
             raise ArgumentError(
                 "master_timeout",
-                f"{master_timeout:g}s must be above 0 and at most a tenth of the lease "
-                f"({settings.lease:g}s)",
+                f"must be above 0 and at most a tenth of the lease (timeout={settings.lease:g}s: "
+                f"at most {settings.lease / 10:g}s), got {master_timeout:g}s",
                 name=name,
             )
         longest = settings.lease / 10
