@@ -232,8 +232,8 @@ class AsyncMasters:
         first call waits ``first`` (by default the settle timeout).
         """
         timeout = self.settle_timeout if first is None else first
+        give_up = time.monotonic() + within  # counted from the first call: ``within`` in all
         tally = await self.call(send, good, only=only, until=until, timeout=timeout)
-        give_up = time.monotonic() + within
         while tally.failed and not done(tally):
             left = give_up - time.monotonic()
             if left <= 0:
@@ -245,10 +245,7 @@ class AsyncMasters:
                 break
             await sleep(RETRY_PAUSE)  # a master skipped as hanging fails at once
             again = await self.call(
-                send,
-                good,
-                only=sorted(tally.failed),
-                timeout=max(self.call_timeout, min(self.settle_timeout, left)),
+                send, good, only=sorted(tally.failed), timeout=min(self.settle_timeout, left)
             )
             tally.merge(again)
         return tally
