@@ -5,6 +5,7 @@ Written once for asyncio and generated for threads (issue 9's contract).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -24,11 +25,12 @@ from tenure import (
     LockNotOwnedError,
     SemaphoreLimitError,
 )
+from tenure._async import _line
 from tenure._async._wakeups import AsyncWakeups, wakeups_for
 from tenure._backends.for_asyncio import IS_ASYNC
 from tenure._core.leased import IDLE_TTL_MS
 from tenure.server import ServerProcess
-from tests._backend_asyncio import gather, in_line, sleep, subscribed, until
+from tests._backend_asyncio import gather, in_line, join, sleep, spawn, subscribed, until
 
 pytestmark = pytest.mark.topologies("standalone", "cluster")
 
@@ -212,6 +214,39 @@ async def test_the_first_to_call_acquire_stays_first_in_its_process(
         assert order == list(range(30))
     else:  # a loaded machine may run a thread late: only the first is sure to call first
         assert order[0] == 0 and sorted(order) == list(range(30)), order
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "write"])
+async def test_acquirers_held_back_behind_a_try_join_once_it_is_in_line(
+    kind: str,
+    tenure_async_client: redis.asyncio.Redis,
+    other_client: redis.asyncio.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Those who call acquire() while the first acquirer's try is on its way wait
+    for it to be in line (end_try), then join at once, not after HOLD_JOINS."""
+    monkeypatch.setattr(_line, "HOLD_JOINS", 60.0)  # a join held back until then: plain to see
+    name = f"held-back-{kind}"
+    holder = _one_of(kind, other_client, name, thread_local=False)
+    assert await holder.acquire()
+    # A waiter lease of 60 s: the line's refresh rounds (every 24 s) cannot join them instead.
+    locks = [
+        _one_of(kind, tenure_async_client, name, blocking_timeout=60, waiter_lease=60)
+        for _ in range(6)
+    ]
+
+    async def take(lock: Any) -> bool:
+        got = bool(await lock.acquire())
+        if got:
+            await lock.release()
+        return got
+
+    waiting = [spawn(functools.partial(take, lock)) for lock in locks]
+    try:
+        await until(lambda: in_line(other_client, holder, 6), 10, "every waiter in line")
+    finally:
+        await holder.release()
+        assert [await join(handle) for handle in waiting] == [True] * 6
 
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])

@@ -132,7 +132,7 @@ class AsyncLine:
         self._worker: Any = None
         self._closed = False
         self._idle_since: float | None = None  # when its last waiter left (None: busy)
-        self._scope = (scope_key(), id(registry), keys[0])  # as start_waiting's and begin_try's
+        self.scope = (scope_key(), id(registry), keys[0])  # as start_waiting's and begin_try's
         self.rounds = 0
 
     @property
@@ -248,7 +248,7 @@ class AsyncLine:
             self._idle_since = None
             if now < self._pause_until:  # a round just failed
                 return _Round(), self._pause_until - now
-            held = _held_back(self._scope, now)  # joins wait for an earlier acquirer
+            held = _held_back(self.scope, now)  # joins wait for an earlier acquirer
             # A lock may be handed to those leaving, giving up or left in the queue.
             urgent = self._giving_up or self._leaving or self._unqueue
             if (held or not self._joining) and not urgent and now < self._next_round:
@@ -490,7 +490,7 @@ def end_try(key: tuple[object, ...]) -> None:
     with _lines_mutex:
         if _trying.pop(key, None) is None:
             return
-        lines = [line for k, line in _lines.items() if k[:3] == key]
+        lines = [line for line in _lines.values() if line.scope == key]
     for line in lines:
         line.wake()
 
