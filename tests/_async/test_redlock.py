@@ -32,6 +32,7 @@ from tenure._async._scripting import registry_for
 from tenure.server import FaultProxy, ServerProcess
 from tenure.testing import ProxyFactory
 from tests._backend_asyncio import calls_settled, gather, join, off_loop, sleep, spawn, until
+from tests.starvation import starvation
 
 
 @pytest.fixture
@@ -721,3 +722,32 @@ async def test_a_second_owner_of_a_chosen_token_is_refused_and_takes_nothing_bac
     assert second.fencing_token is not None and fence is not None
     assert second.fencing_token > fence
     await second.release()
+
+
+async def test_a_waiter_whose_minority_master_is_paused_leaves_by_its_deadline(
+    masters: list[Any], other_masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    """Refused by the holder's quorum while one master is paused (its earlier calls
+    still hanging there): the waiter leaves the lines by its deadline, the paused
+    master told in the background (it took 6 s: a patient give-back)."""
+    earlier = AsyncRedlock(masters, "paused-minority", timeout=5)
+    redlock_servers[0].pause()
+    try:
+        assert await earlier.acquire(blocking_timeout=1.0)  # a quorum without master 0
+    finally:
+        redlock_servers[0].resume()
+    await earlier.release()
+    holder = AsyncRedlock(other_masters, "paused-minority", timeout=5)
+    assert await holder.acquire()
+    waiter = AsyncRedlock(masters, "paused-minority", timeout=5)
+    redlock_servers[0].pause()
+    try:
+        with starvation() as starved:
+            started = time.monotonic()
+            assert not await waiter.acquire(blocking_timeout=1.0)
+            took = time.monotonic() - started
+    finally:
+        redlock_servers[0].resume()
+    assert took <= 1.0 + 0.6 + starved.seconds, (took, starved)
+    await calls_settled(30)
+    await holder.release()

@@ -32,6 +32,7 @@ from tenure._sync._scripting import registry_for
 from tenure.server import FaultProxy, ServerProcess
 from tenure.testing import ProxyFactory
 from tests._backend_threads import calls_settled, gather, join, off_loop, sleep, spawn, until
+from tests.starvation import starvation
 
 
 @pytest.fixture
@@ -719,3 +720,32 @@ def test_a_second_owner_of_a_chosen_token_is_refused_and_takes_nothing_back(
     assert second.fencing_token is not None and fence is not None
     assert second.fencing_token > fence
     second.release()
+
+
+def test_a_waiter_whose_minority_master_is_paused_leaves_by_its_deadline(
+    masters: list[Any], other_masters: list[Any], redlock_servers: tuple[ServerProcess, ...]
+) -> None:
+    """Refused by the holder's quorum while one master is paused (its earlier calls
+    still hanging there): the waiter leaves the lines by its deadline, the paused
+    master told in the background (it took 6 s: a patient give-back)."""
+    earlier = Redlock(masters, "paused-minority", timeout=5)
+    redlock_servers[0].pause()
+    try:
+        assert earlier.acquire(blocking_timeout=1.0)  # a quorum without master 0
+    finally:
+        redlock_servers[0].resume()
+    earlier.release()
+    holder = Redlock(other_masters, "paused-minority", timeout=5)
+    assert holder.acquire()
+    waiter = Redlock(masters, "paused-minority", timeout=5)
+    redlock_servers[0].pause()
+    try:
+        with starvation() as starved:
+            started = time.monotonic()
+            assert not waiter.acquire(blocking_timeout=1.0)
+            took = time.monotonic() - started
+    finally:
+        redlock_servers[0].resume()
+    assert took <= 1.0 + 0.6 + starved.seconds, (took, starved)
+    calls_settled(30)
+    holder.release()

@@ -185,7 +185,12 @@ class AsyncRedlockLine:
                     continue
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    await shielded(self._rules.leave_quietly(token, quiet=True, attempt=attempt))
+                    # By the deadline: a master that does not answer at once (paused,
+                    # cut off) is told in the background, until it hears.
+                    if not await shielded(
+                        self._give_back(None, token, "leave", call=attempt, patient=False)
+                    ):
+                        self._leave_later(token, attempt)
                     return self._holds.timed_out()
                 if listener is None:
                     before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
