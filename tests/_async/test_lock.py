@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -16,10 +17,13 @@ from tenure import (
     ArgumentError,
     AsyncFencedKey,
     AsyncLock,
+    AsyncReadWriteLock,
     AsyncReentrantLock,
+    AsyncSemaphore,
     ClientTypeError,
     LockLostError,
     LockNotOwnedError,
+    NotOwnedError,
 )
 from tenure._async._watchdog import watchdog
 from tenure._backends.for_asyncio import IS_ASYNC, Event
@@ -432,6 +436,35 @@ async def test_a_second_owner_of_a_chosen_token_is_refused_as_redis_py_refuses_i
     assert await join(waiting)  # handed over on release, as to any waiter
     assert second.fencing_token is not None and second.fencing_token > fence
     assert not await first.owned()  # the token is the same: owned() asks this object
+    await second.release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "write"])
+async def test_an_owner_whose_lease_ran_out_cannot_touch_the_next_hold_of_its_token(
+    tenure_async_client: redis.asyncio.Redis, kind: str
+) -> None:
+    """Two owners chose one token; the first's lease ran out and the second holds it
+    now: the first's owned() is False, its extend() and release() refused, and the
+    second's hold is untouched (the fence tells the two acquisitions apart)."""
+
+    def made() -> Any:
+        if kind == "semaphore":
+            return AsyncSemaphore(tenure_async_client, "stale-owner", limit=1, timeout=0.3)
+        if kind == "write":
+            return AsyncReadWriteLock(tenure_async_client, "stale-owner", timeout=0.3).write
+        return AsyncLock(tenure_async_client, "stale-owner", timeout=0.3)
+
+    token = "w-worker-1" if kind == "write" else "worker-1"
+    first, second = made(), made()
+    assert await first.acquire(token=token)
+    assert await second.acquire(token=token, blocking_timeout=5)  # once the lease ran out
+    assert second.fencing_token > first.fencing_token
+    assert not await first.owned()
+    with pytest.raises(NotOwnedError):
+        await first.extend(5)
+    with pytest.raises(NotOwnedError):
+        await first.release()
+    assert await second.owned()
     await second.release()
 
 

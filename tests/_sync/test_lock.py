@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -20,7 +21,10 @@ from tenure import (
     Lock,
     LockLostError,
     LockNotOwnedError,
+    NotOwnedError,
+    ReadWriteLock,
     ReentrantLock,
+    Semaphore,
 )
 from tenure._backends.for_threads import IS_ASYNC, Event
 from tenure._sync._watchdog import watchdog
@@ -429,6 +433,35 @@ def test_a_second_owner_of_a_chosen_token_is_refused_as_redis_py_refuses_it(
     assert join(waiting)  # handed over on release, as to any waiter
     assert second.fencing_token is not None and second.fencing_token > fence
     assert not first.owned()  # the token is the same: owned() asks this object
+    second.release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "write"])
+def test_an_owner_whose_lease_ran_out_cannot_touch_the_next_hold_of_its_token(
+    tenure_client: redis.Redis, kind: str
+) -> None:
+    """Two owners chose one token; the first's lease ran out and the second holds it
+    now: the first's owned() is False, its extend() and release() refused, and the
+    second's hold is untouched (the fence tells the two acquisitions apart)."""
+
+    def made() -> Any:
+        if kind == "semaphore":
+            return Semaphore(tenure_client, "stale-owner", limit=1, timeout=0.3)
+        if kind == "write":
+            return ReadWriteLock(tenure_client, "stale-owner", timeout=0.3).write
+        return Lock(tenure_client, "stale-owner", timeout=0.3)
+
+    token = "w-worker-1" if kind == "write" else "worker-1"
+    first, second = made(), made()
+    assert first.acquire(token=token)
+    assert second.acquire(token=token, blocking_timeout=5)  # once the lease ran out
+    assert second.fencing_token > first.fencing_token
+    assert not first.owned()
+    with pytest.raises(NotOwnedError):
+        first.extend(5)
+    with pytest.raises(NotOwnedError):
+        first.release()
+    assert second.owned()
     second.release()
 
 

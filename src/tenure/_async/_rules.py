@@ -236,8 +236,13 @@ class AsyncRules:
         """Take it, or join (and keep a place in) the queue (``attempt``: see :meth:`try_call`)."""
         raise NotImplementedError
 
-    def release_call(self, token: str) -> Call:
-        """End the hold, handing it to the next waiter."""
+    def release_call(self, token: str, fence: int = 0) -> Call:
+        """End the hold, handing it to the next waiter.
+
+        ``fence``: the hold's fencing token (0: not known); a hold the token
+        has with another fence (a second owner that chose the same token took
+        it after this one's lease ran out) is left alone.
+        """
         raise NotImplementedError
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
@@ -248,8 +253,11 @@ class AsyncRules:
         """
         raise NotImplementedError
 
-    def extend_call(self, token: str, ms: int, mode: str) -> Call:
-        """Set (``mode`` "set") or add to ("add") the lease of ``token``'s hold."""
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
+        """Set (``mode`` "set") or add to ("add") the lease of ``token``'s hold.
+
+        ``fence``: that hold's fencing token, checked as :meth:`release_call`'s.
+        """
         raise NotImplementedError
 
     def line_call(self) -> Call:

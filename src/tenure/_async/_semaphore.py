@@ -36,6 +36,7 @@ from tenure._core.leased import (
     LimitMismatch,
     call_id,
     check_lock_name,
+    fence_arg,
     new_token,
 )
 from tenure._core.statistics import (
@@ -99,21 +100,19 @@ class AsyncPermitRules(AsyncRules):
     def line_call(self) -> Call:
         return self.keys.all, (self.limit,)
 
-    def release_call(self, token: str) -> Call:
+    def release_call(self, token: str, fence: int = 0) -> Call:
         keys = (*self.keys.all, *self.keys.receipts)
-        return keys, (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS)
+        return keys, (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS, fence_arg(fence))
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS, attempt)
         return self.keys.all, args
 
-    def extend_call(self, token: str, ms: int, mode: str, fence: int | None = None) -> Call:
-        """The extend script's call; ``fence``: the grant it confirms (None: a renewal)."""
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
         k = self.keys
         keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
-        grant = "" if fence is None else str(fence)
         downgraded = self.downgraded_token(token)
-        return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode), downgraded, grant)
+        return keys, (token, ms, mode, IDLE_TTL_MS, call_id(mode), downgraded, fence_arg(fence))
 
     def downgraded_token(self, token: str) -> str:
         """The token a hold carries once downgraded ('' : none; see AsyncWriteLock)."""
@@ -178,14 +177,15 @@ class AsyncPermits(AsyncLeased):
         if hold is None:
             return False
         rules = self._rules
-        score = await rules.registry.command(
-            "ZSCORE",
-            rules.keys.owner,
-            hold.token,
-            name=self.name,
-            doing=f"checking the {rules.noun}",
-        )
-        return score is not None
+        doing = f"checking the {rules.noun}"
+        command = rules.registry.command
+        score = await command("ZSCORE", rules.keys.owner, hold.token, name=self.name, doing=doing)
+        if score is None or not hold.fence:
+            return score is not None
+        # The token's permit may be another acquisition's (a second owner that
+        # chose the token took it after this one's lease ran out): its fence says.
+        fence = await command("HGET", rules.keys.grants, hold.token, name=self.name, doing=doing)
+        return fence is not None and int(fence) == hold.fence
 
 
 class AsyncSemaphore(AsyncPermits):

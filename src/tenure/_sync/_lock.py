@@ -30,6 +30,7 @@ from tenure._core.leased import (
     LimitMismatch,
     call_id,
     check_lock_name,
+    fence_arg,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
@@ -75,17 +76,17 @@ class LockRules(Rules):
         )
         return (*self.keys.lock, *self.outer_keys), args
 
-    def release_call(self, token: str) -> Call:
+    def release_call(self, token: str, fence: int = 0) -> Call:
         keys = (*self.keys.lock, *self.keys.receipts, *self.outer_keys)
-        return keys, (token, self.settings.handoff_ms, IDLE_TTL_MS)
+        return keys, (token, self.settings.handoff_ms, IDLE_TTL_MS, fence_arg(fence))
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         keys = (*self.keys.lock, *self.outer_keys)
         return keys, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS, attempt)
 
-    def extend_call(self, token: str, ms: int, mode: str) -> Call:
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
         keys = (self.keys.owner, *self.keys.receipts, *self.outer_keys)
-        return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS)
+        return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS, fence_arg(fence))
 
     def line_call(self) -> Call:
         return (*self.keys.lock, *self.outer_keys), ()
@@ -235,11 +236,19 @@ class Lock(Leased):
         if hold is None:
             return False
         command = self._rules.registry.command
-        current = command(
-            "HGET", self._rules.keys.owner, "token", name=self.name, doing="checking the lock"
+        token, fence = command(
+            "HMGET",
+            self._rules.keys.owner,
+            "token",
+            "fence",
+            name=self.name,
+            doing="checking the lock",
         )
-        if current is None or to_text(current) != hold.token:
+        if token is None or to_text(token) != hold.token:
             return False
+        if hold.fence and fence is not None and int(fence) != hold.fence:
+            return False  # the token's, taken again by another acquisition
+
         for key in self._rules.outer_keys:  # interop: redis-py's key must hold the token too
             theirs = command("GET", key, name=self.name, doing="checking redis-py's key")
             if theirs is None or to_text(theirs) != hold.token:

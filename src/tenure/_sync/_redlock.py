@@ -146,8 +146,13 @@ class RedlockRules(LockRules):
             "master_failures": self.masters.failures,
         }
 
-    def release_call(self, token: str) -> Call:
+    def release_call(self, token: str, fence: int = 0) -> Call:
         return self.release_keys(), (token, "leave", "", IDLE_TTL_MS, "")
+
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
+        # Each master's owner fence may be below the hold's (a quorum's highest):
+        # the masters check the token only.
+        return super().extend_call(token, ms, mode)
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         # A chosen token's acquire call gives back only what that call took.

@@ -10,12 +10,15 @@
 -- ARGV[3] add (remaining lease + ms) | set (lease becomes ms)
 -- ARGV[4] add: the call's id (a fresh random id per call); set: ''
 -- ARGV[5] lifetime in ms of the receipt an add leaves
+-- ARGV[6] the fence of the hold being extended, or '' (not known, or a Redlock
+--         master's): a hold of the token with another fence is not this one
 -- returns the new remaining lease in ms, or 0 if the token does not own the lock
 -- on resend: set sets the same lease again; add finds its receipt and answers
 --         the lease it set, adding nothing
 
 --! include receipt
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
+if held[1] ~= ARGV[1] or (ARGV[6] ~= '' and held[2] ~= ARGV[6]) then
     return 0
 end
 if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[1] then

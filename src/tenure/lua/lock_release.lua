@@ -13,25 +13,39 @@
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] lifetime in ms of a fencing counter started now, and of the receipt
+-- ARGV[4] the fence of the hold being released, or '' (not known): a hold the
+--         token has with another fence is another acquisition's (two owners that
+--         chose one token, the first one's lease run out), left alone
 -- returns 0 not owned by the token (with KEYS[9], also when redis-py's key no longer
 --         holds it: the hold was lost, and tenure's side of it is cleared), 1 released
 --         (and handed on if anyone waited)
--- on resend: the token's receipt answers 1 (the first run released it)
+-- on resend: the receipt of the token (and fence) answers 1 (the first run released it)
 
 --! include queue
 --! include lock
 --! include receipt
 mirror = KEYS[9] or false
 local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token = ARGV[1]
-if redis.call('HGET', owner_key, 'token') ~= token then
-    return tonumber(receipt(KEYS[7], KEYS[8], token) or '0')
+local token, mine = ARGV[1], ARGV[4]
+local held = redis.call('HMGET', owner_key, 'token', 'fence')
+if held[1] ~= token or (mine ~= '' and held[2] ~= mine) then
+    -- Released already (a resend): the receipt of this acquisition of the token.
+    local id = token
+    if mine ~= '' then
+        id = token .. ':' .. mine
+    end
+    return tonumber(receipt(KEYS[7], KEYS[8], id) or '0')
 end
 local done = 1
 if not still_owner(owner_key, token) then
     done = 0  -- redis-py's key was taken from under the hold: it was lost, nothing to release
 else
-    give_receipt(KEYS[7], KEYS[8], token, 1, ARGV[3])
+    -- Receipts for the acquisition (token and fence), and for the token alone
+    -- when the caller knows no fence (a hold taken over by its token).
+    give_receipt(KEYS[7], KEYS[8], token .. ':' .. (held[2] or ''), 1, ARGV[3])
+    if mine == '' then
+        give_receipt(KEYS[7], KEYS[8], token, 1, ARGV[3])
+    end
     mirror_release(token)
 end
 if redis.call('EXISTS', queue) == 1 and not outsider() then

@@ -15,9 +15,10 @@
 --         side: "r" and the rest of its "w" token), or ''. A renewal sent under
 --         the write token that reaches the server after the downgrade renews the
 --         read hold: the owner still holds, under the token it is changing to
--- ARGV[7] the fence of the grant being confirmed, or '' (a renewal): a token
---         queued again and handed a newer permit since that grant is not
---         confirmed by it (that grant lapsed; the newer one has its own fence)
+-- ARGV[7] the fence of the permit being confirmed or renewed, or '' (not known): a
+--         permit the token holds with another fence is another acquisition's (the
+--         token queued again and handed a newer permit after a grant lapsed
+--         unconfirmed, or two owners that chose one token), left alone
 -- returns the new remaining lease in ms, or 0 if the caller holds no live permit
 -- on resend: set sets the same expiry again (a few ms later); add finds its
 --         receipt and answers the lease it set, adding nothing

@@ -15,6 +15,9 @@
 -- ARGV[2] handoff lease in ms
 -- ARGV[3] limit, if none is stored
 -- ARGV[4] idle time in ms after which the counter, the limit and the receipt expire
+-- ARGV[5] the fence of the permit being returned, or '' (not known): a permit the
+--         token holds with another fence is another acquisition's (two owners that
+--         chose one token, the first one's lease run out), left alone
 -- returns 1 released, 0 the caller held no live permit (it had expired)
 -- on resend: the token's receipt answers 1 (the first run released it)
 
@@ -24,16 +27,31 @@
 local holders, queue, waiters, wakes, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local names, owners = KEYS[8], KEYS[9]
 local now = server_time()
-local expiry = redis.call('ZSCORE', holders, ARGV[1])
+local token, mine = ARGV[1], ARGV[5]
+local expiry = redis.call('ZSCORE', holders, token)
+local granted = redis.call('HGET', grants, token)
+if expiry and mine ~= '' and granted ~= mine then
+    expiry = false -- another acquisition's permit of this token: left alone
+end
 local released = 0
 if expiry then
-    drop_permit(holders, grants, owners, ARGV[1])
+    drop_permit(holders, grants, owners, token)
     if tonumber(expiry) > now then
         released = 1
-        give_receipt(KEYS[10], KEYS[11], ARGV[1], 1, ARGV[4])
+        -- Receipts for the acquisition (token and fence), and for the token
+        -- alone when the caller knows no fence (a hold taken over by its token).
+        give_receipt(KEYS[10], KEYS[11], token .. ':' .. (granted or ''), 1, ARGV[4])
+        if mine == '' then
+            give_receipt(KEYS[10], KEYS[11], token, 1, ARGV[4])
+        end
     end
 else
-    released = tonumber(receipt(KEYS[10], KEYS[11], ARGV[1]) or '0')
+    -- Released already (a resend): the receipt of this acquisition of the token.
+    local id = token
+    if mine ~= '' then
+        id = token .. ':' .. mine
+    end
+    released = tonumber(receipt(KEYS[10], KEYS[11], id) or '0')
 end
 if redis.call('EXISTS', queue) == 1 then
     purge_holders(holders, grants, now, owners)
