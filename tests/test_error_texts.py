@@ -143,6 +143,7 @@ BAD_ARGUMENTS: dict[str, BadCall] = {
     "FencedKey token": lambda c: FencedKey(c, "a").write("v", -1),
     "FencedKey value": lambda c: FencedKey(c, "a").write(object(), 1),  # type: ignore[arg-type]
     "FencedKey ttl": lambda c: FencedKey(c, "a").write("v", 1, ttl=-1),
+    "FencedKey ttl 0": lambda c: FencedKey(c, "a").write("v", 1, ttl=0),
     "Cache name": lambda c: Cache(c, ""),
     "Cache ttl": lambda c: Cache(c, "a", ttl=1e17),
     "Cache serializer": lambda c: Cache(c, "a", serializer=3),

@@ -202,3 +202,12 @@ def test_a_job_given_something_that_is_no_row_source_says_what_it_lacks() -> Non
     ):
         IngestJob(client, "job", "sqlite:///rows.db")  # type: ignore[arg-type]
     client.close()
+
+
+def test_keys_the_scripts_cannot_count_exactly_are_refused_before_anything_is_claimed() -> None:
+    with pytest.raises(ArgumentError, match=r"^low: 9007199254740993 is outside \+-"):
+        CallableSource(lambda first, last: [], low=2**53 + 1, high=2**53 + 5, name="n")
+    with pytest.raises(
+        ArgumentError, match=r"^low: the source's key -9223372036854775808 is outside"
+    ):
+        Plan(source={"kind": "x"}, low=-(2**63), high=0, chunk_size=10)

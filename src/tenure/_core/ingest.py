@@ -34,6 +34,7 @@ __all__ = [
 
 REPLANNED = "replanned"  # parse_claim: the job holds no plan or another one (reset meanwhile)
 HOLDERS_LISTED = 100  # running claims listed by a status read
+MAX_KEY = 2**53 - 1  # keys the scripts count exactly (as sources.MAX_KEY)
 MAX_CHUNKS = 100_000  # a plan's chunks, each a member of the job's free set
 
 
@@ -53,6 +54,14 @@ class Plan:
                 raise ArgumentError(name, f"must be an int, got {type(value).__name__}")
         if self.chunk_size < 1:
             raise ArgumentError("chunk_size", f"must be at least 1, got {self.chunk_size}")
+        for name in ("low", "high"):
+            key = getattr(self, name)
+            if not -MAX_KEY <= key <= MAX_KEY:
+                raise ArgumentError(
+                    name,
+                    f"the source's key {key} is outside +-{MAX_KEY:,} (2**53 - 1): the range "
+                    "the server's scripts count exactly",
+                )
         if self.high < self.low:
             raise ArgumentError("high", f"the key range is empty ({self.low}..{self.high})")
         if self.chunks > MAX_CHUNKS:

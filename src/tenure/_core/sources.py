@@ -426,6 +426,12 @@ class _FetchSource(Generic[F]):
         for argument, key in (("low", low), ("high", high)):
             if isinstance(key, bool) or not isinstance(key, int):
                 raise ArgumentError(argument, f"must be an int key, got {key!r}")
+            if not -MAX_KEY <= key <= MAX_KEY:
+                raise ArgumentError(
+                    argument,
+                    f"{key} is outside +-{MAX_KEY:,} (2**53 - 1): the range the server's "
+                    "scripts count exactly",
+                )
         if high < low:
             raise ArgumentError("high", f"the key range is empty ({low}..{high})")
         if not isinstance(name, str) or not name:

@@ -51,8 +51,8 @@ class FencedKey:
         """Store ``value`` unless a newer fencing token already wrote; True if stored.
 
         A token equal to the highest accepted writes too (the same holder
-        writing again). ``ttl`` (seconds) lets the value expire; a write
-        without one keeps the value until the next write, as ``SET`` does.
+        writing again). ``ttl`` (seconds, > 0) lets the value expire; a write
+        without one (None) keeps the value until the next write, as ``SET`` does.
         Either way the fence stays: after the value expired, a write with a
         token below the highest accepted is still refused.
 
@@ -68,7 +68,7 @@ class FencedKey:
                 f"must be str, bytes, int or float, got {type(value).__name__}",
                 name=self.key,
             )
-        check_seconds("ttl", ttl, allow_none=True, name=self.key)
+        check_seconds("ttl", ttl, allow_none=True, name=self.key, positive=True)
         ttl_ms = 0 if ttl is None else to_ms(ttl)
         reply = registry_for(self.client).run(
             "fenced_set",
