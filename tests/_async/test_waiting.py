@@ -249,6 +249,30 @@ async def test_acquirers_held_back_behind_a_try_join_once_it_is_in_line(
         assert [await join(handle) for handle in waiting] == [True] * 6
 
 
+async def test_a_waiting_second_owner_of_a_chosen_token_holds_nobody_back(
+    tenure_async_client: redis.asyncio.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A semaphore with a permit free: an acquirer that came after a second owner of
+    a held chosen token (refused, waiting on its own) takes the free permit at once."""
+    monkeypatch.setattr(_line, "HOLD_JOINS", 60.0)
+    first, second, third = (
+        AsyncSemaphore(tenure_async_client, "second-owner", limit=2, timeout=10) for _ in range(3)
+    )
+    assert await first.acquire(token="worker-1")
+    waiting = spawn(lambda: second.acquire(token="worker-1", blocking_timeout=30))
+    await until(lambda: _waiting(second), 10, "the second owner refused, waiting")
+    assert await third.acquire(blocking_timeout=10)
+    assert third.statistics().wait_max < 5  # not held back until HOLD_JOINS (60 s)
+    await third.release()
+    await first.release()
+    assert await join(waiting)
+    await second.release()
+
+
+async def _waiting(primitive: Any) -> bool:
+    return bool(primitive.statistics().waiters)
+
+
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 async def test_many_waiters_timing_out_together_leave_in_one_call(
     kind: str, client_with: Any, other_client: Any

@@ -137,7 +137,9 @@ class AsyncQueue:
             if self._rules.line_script is None or attempt:
                 # A token of the caller's choosing waits on its own, carrying its
                 # call's id (a process's line joins waiters by token alone).
-                return await self._wait_in_line(token, started, deadline, holder, attempt=attempt)
+                return await self._wait_in_line(
+                    token, started, deadline, holder, tried, attempt=attempt
+                )
             alone = True
             if counted is None:
                 counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)

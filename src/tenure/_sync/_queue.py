@@ -138,7 +138,7 @@ class Queue:
             if self._rules.line_script is None or attempt:
                 # A token of the caller's choosing waits on its own, carrying its
                 # call's id (a process's line joins waiters by token alone).
-                return self._wait_in_line(token, started, deadline, holder, attempt=attempt)
+                return self._wait_in_line(token, started, deadline, holder, tried, attempt=attempt)
             alone = True
             if counted is None:
                 counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)
