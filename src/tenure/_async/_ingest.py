@@ -120,7 +120,7 @@ class AsyncIngestJob:
         missing = [
             m for m in ("describe", "key_range", "rows") if not callable(getattr(source, m, None))
         ]
-        if missing:
+        if missing and source is not None:  # None: a job for status() and reset() alone
             hint = (
                 " (an SqlSource takes the URL: SqlSource(url, table, key))"
                 if isinstance(source, str)
@@ -159,6 +159,10 @@ class AsyncIngestJob:
         """The job's plan: frozen now, or the one frozen before (checked to match)."""
         if self._plan is not None:
             return self._plan
+        if self.source is None:
+            raise ArgumentError(
+                "source", "the job was made without one: status() and reset() only", name=self.name
+            )
         sink = f"{self.sink_kind}:{self.sink_key}"
         frozen, frozen_sink = await self._frozen()
         if frozen is None:

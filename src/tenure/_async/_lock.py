@@ -24,6 +24,7 @@ from tenure._core.exceptions import (
     PrimitiveError,
     TenureError,
 )
+from tenure._core.fence import fence_arg
 from tenure._core.leased import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
@@ -32,7 +33,6 @@ from tenure._core.leased import (
     LimitMismatch,
     call_id,
     check_lock_name,
-    fence_arg,
 )
 from tenure._core.statistics import (
     LeasedStatistics,

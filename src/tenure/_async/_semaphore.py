@@ -28,6 +28,7 @@ from tenure._core.exceptions import (
     SemaphoreNotOwnedError,
     TenureError,
 )
+from tenure._core.fence import fence_arg
 from tenure._core.leased import (
     DEFAULT_HANDOFF_LEASE,
     DEFAULT_WAITER_LEASE,
@@ -36,7 +37,6 @@ from tenure._core.leased import (
     LimitMismatch,
     call_id,
     check_lock_name,
-    fence_arg,
     new_token,
 )
 from tenure._core.statistics import (

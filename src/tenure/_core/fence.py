@@ -12,7 +12,7 @@ from __future__ import annotations
 from tenure._core.exceptions import ArgumentError
 from tenure._core.leased import hash_tag
 
-__all__ = ["FENCE_KEEPER_SUFFIX", "MAX_FENCE", "check_fencing_token", "fence_keeper"]
+__all__ = ["FENCE_KEEPER_SUFFIX", "MAX_FENCE", "check_fencing_token", "fence_arg", "fence_keeper"]
 
 MAX_FENCE = 2**53
 """The largest fencing token a write takes: the scripts compare tokens as doubles."""
@@ -62,3 +62,12 @@ def check_fencing_token(fencing_token: object, name: str | None = None) -> int:
             name=name,
         )
     return fencing_token
+
+
+def fence_arg(fence: int) -> str:
+    """A hold's fencing token as the owner-checked scripts take it ('' when not known).
+
+    Fences are unique per acquisition: with the token, they tell a hold from
+    another acquisition of the same token (two owners that chose one).
+    """
+    return str(fence) if fence else ""

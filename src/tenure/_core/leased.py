@@ -46,7 +46,6 @@ __all__ = [
     "check_name",
     "check_owner_name",
     "default_owner_name",
-    "fence_arg",
     "grant_time",
     "lone_surrogate",
     "new_attempt",
@@ -280,15 +279,6 @@ def new_attempt() -> str:
     the same token another, and is refused (as redis-py's ``SET NX`` is).
     """
     return secrets.token_hex(8)
-
-
-def fence_arg(fence: int) -> str:
-    """A hold's fencing token as the owner-checked scripts take it ('' when not known).
-
-    Fences are unique per acquisition: with the token, they tell a hold from
-    another acquisition of the same token (two owners that chose one).
-    """
-    return str(fence) if fence else ""
 
 
 def call_id(mode: str) -> str:
