@@ -465,6 +465,23 @@ def test_an_owner_whose_lease_ran_out_cannot_touch_the_next_hold_of_its_token(
     second.release()
 
 
+def test_a_reentry_into_a_hold_another_acquisition_of_the_token_took_is_refused(
+    tenure_client: redis.Redis,
+) -> None:
+    """The first owner's hold vanished unseen (here: its key deleted, as a lease run
+    out while its process was stopped) and a second owner of its chosen token took
+    the lock: the first one's re-entry is refused, the second's hold kept."""
+    first = ReentrantLock(tenure_client, "reenter-stale")
+    second = ReentrantLock(tenure_client, "reenter-stale")
+    assert first.acquire(token="worker-1")
+    tenure_client.delete(first.keys.owner)
+    assert second.acquire(token="worker-1", blocking=False)
+    with pytest.raises(LockNotOwnedError, match="re-entry found the lock lost"):
+        first.acquire()
+    assert first.lost and second.owned()
+    second.release()
+
+
 def test_a_fenced_key_keeps_its_fence_when_its_value_expires(
     tenure_client: redis.Redis,
 ) -> None:

@@ -122,7 +122,9 @@ class Lease:
         answer = rules.answer(
             shielded(rules.run_taking(rules.scripts.acquire, keys, args, took_lock))
         )
-        if not isinstance(answer, Acquired):
+        # Another fence: the token's hold is another acquisition's (a second owner
+        # that chose the token took it after this hold's lease ran out).
+        if not isinstance(answer, Acquired) or (hold.fence and answer.fence != hold.fence):
             self._holds.mark_lost(hold)
             raise rules.refused(f"re-entry found the {rules.noun} lost")
         with self._holds.mutex:
