@@ -141,7 +141,7 @@ async def test_a_plan_under_the_same_name_must_match(
     with pytest.raises(PlanMismatchError, match="planned with chunks of 10, not 20: use another"):
         await AsyncIngestJob(tenure_async_client, "job", source, chunk_size=20).work()
     other = CallableSource(lambda a, b: iter(()), low=1, high=5, name="else")
-    with pytest.raises(PlanMismatchError, match=r"planned with source \{.*\}, not \{.*\}: use"):
+    with pytest.raises(PlanMismatchError, match=r"planned with source \{.*\}, not \{.*\}[:;] "):
         await AsyncIngestJob(tenure_async_client, "job", other, chunk_size=10).plan()
     # another sink would split the job's rows over two places
     with pytest.raises(
@@ -404,3 +404,19 @@ async def test_the_lease_is_checked_as_a_lock_checks_its_durations(
     assert await tenure_async_client.dbsize() == 0  # refused before anything was written
     longest = AsyncIngestJob(tenure_async_client, "durations", source, lease=ten_years)
     assert (await longest.work()).rows == 20  # the server takes the longest lease
+
+
+async def test_a_callable_sources_range_is_part_of_its_plan(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """The same job and source name with another declared range is another plan, refused
+    (it used to find the first plan done and ingest nothing)."""
+
+    def rows(low: int, high: int) -> Any:
+        return CallableSource(
+            lambda a, b: ((k, {"k": k}) for k in range(a, b + 1)), low=low, high=high, name="src"
+        )
+
+    assert (await AsyncIngestJob(tenure_async_client, "ranged", rows(1, 4)).work()).rows == 4
+    with pytest.raises(PlanMismatchError, match=r"keys 1\.\.4, not 100\.\.200"):
+        await AsyncIngestJob(tenure_async_client, "ranged", rows(100, 200)).work()

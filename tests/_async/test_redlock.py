@@ -751,3 +751,22 @@ async def test_a_waiter_whose_minority_master_is_paused_leaves_by_its_deadline(
     assert took <= 1.0 + 0.6 + starved.seconds, (took, starved)
     await calls_settled(30)
     await holder.release()
+
+
+async def test_an_owner_whose_lease_ran_out_cannot_touch_the_next_hold_of_its_token(
+    masters: list[Any], other_masters: list[Any]
+) -> None:
+    """Two Redlocks chose one token; the first's lease ran out and the second holds it:
+    the first one's owned() is False, its extend() and release() are refused (each
+    master keeps the acquire call's id beside a chosen token), the second's hold kept."""
+    first = AsyncRedlock(masters, "stale-owner", timeout=0.5)
+    second = AsyncRedlock(other_masters, "stale-owner", timeout=10)
+    assert await first.acquire(token="worker-1")
+    assert await second.acquire(token="worker-1", blocking_timeout=5)  # once it ran out
+    assert not await first.owned()
+    with pytest.raises(LockNotOwnedError):
+        await first.extend(5)
+    with pytest.raises(LockNotOwnedError):
+        await first.release()
+    assert await second.owned()
+    await second.release()

@@ -58,10 +58,10 @@ from tenure._core.values import check_seconds, to_ms, to_text
 
 # isort: split
 # unasync: async-only
-from tenure._core.sources import AsyncRowSource, KeyOrder, RowSource
+from tenure._core.sources import AsyncRowSource, KeyOrder, RowSource, declared_range
 
 # unasync: sync-only
-# from tenure._core.sources import KeyOrder, RowSource
+# from tenure._core.sources import KeyOrder, RowSource, declared_range
 # unasync: end
 
 __all__ = ["AsyncIngestJob", "read_status"]
@@ -186,6 +186,11 @@ class AsyncIngestJob:
             differences.append(f"source {frozen.source}, not {self.source.describe()}")
         if frozen.chunk_size != self.chunk_size:
             differences.append(f"chunks of {frozen.chunk_size:,}, not {self.chunk_size:,}")
+        declared = declared_range(self.source)  # a callable source's range is its own
+        if declared is not None and declared != (frozen.low, frozen.high):
+            differences.append(
+                f"keys {frozen.low}..{frozen.high}, not {declared[0]}..{declared[1]}"
+            )
         if frozen_sink is not None and frozen_sink != sink:  # plans of 0.1.0 kept no sink
             differences.append(f"sink {frozen_sink}, not {sink}")
         if differences:

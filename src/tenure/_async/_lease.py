@@ -61,10 +61,12 @@ class AsyncLease:
         started: float,
         holder: object,
         queued: bool,
+        call: str = "",
     ) -> None:
         """Record a hold taken for ``token`` (its lease set by a call sent at ``sent``)."""
         now = time.monotonic()
         hold = Hold(
+            call=call,
             token=token,
             fence=answer.fence,
             acquired_at=now,
@@ -99,7 +101,7 @@ class AsyncLease:
         """Set (``mode`` "set") or add ``ms`` to ("add") the lease of ``hold``; raise if lost."""
         rules = self._rules
         sent = time.monotonic()
-        keys, args = rules.extend_call(hold.token, ms, mode, hold.fence)
+        keys, args = rules.extend_call(hold.token, ms, mode, hold.fence, hold.call)
         reply = int(await rules.run_taking(rules.scripts.extend, keys, args, extended))
         if reply <= 0:
             self._holds.mark_lost(hold)
@@ -199,7 +201,7 @@ class AsyncLease:
             return lease._renewed(hold, job, reply, error)
 
         rules = self._rules
-        keys, args = rules.extend_call(hold.token, ms, "set", hold.fence)
+        keys, args = rules.extend_call(hold.token, ms, "set", hold.fence, hold.call)
         job = Job(
             due=due,
             client=rules.client,
@@ -259,9 +261,9 @@ class AsyncLease:
             if job.args[0] != hold.token:
                 # The hold changed its token while the renewal was in flight (a
                 # write lock downgraded): renew under the new token now.
-                job.args = self._rules.extend_call(hold.token, int(job.args[1]), "set", hold.fence)[
-                    1
-                ]
+                ms = int(job.args[1])
+                call = self._rules.extend_call(hold.token, ms, "set", hold.fence, hold.call)
+                job.args = call[1]
                 return time.monotonic()
             ending = hold.ending
             if not ending:
@@ -299,7 +301,7 @@ class AsyncLease:
         # Due within the lease just granted: ``timeout`` set longer meanwhile is
         # set by the next renewal, which must come before the old lease ends.
         call_ms, next_due = self._plan(hold, ms, now + min(ms or 0, granted_ms) / 1000 * RENEW_AT)
-        job.args = rules.extend_call(hold.token, call_ms, "set", hold.fence)[1]
+        job.args = rules.extend_call(hold.token, call_ms, "set", hold.fence, hold.call)[1]
         if hold.ending:
             job.slack = 0.0  # the end is on time, not batched with other renewals
         return next_due, False

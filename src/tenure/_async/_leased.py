@@ -326,7 +326,7 @@ class AsyncLeased(TwinHints):
             return
         renewal = hold.renewal
         self._holds.forget(hold)  # stop renewing before it can change hands
-        keys, args = rules.release_call(hold.token, hold.fence)
+        keys, args = rules.release_call(hold.token, hold.fence, hold.call)
         try:
             reply = int(await shielded(rules.run(rules.scripts.release, keys, args)))
         except BackendError as error:

@@ -75,7 +75,7 @@ class AsyncLockRules(AsyncRules):
         )
         return (*self.keys.lock, *self.outer_keys), args
 
-    def release_call(self, token: str, fence: int = 0) -> Call:
+    def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         keys = (*self.keys.lock, *self.keys.receipts, *self.outer_keys)
         return keys, (token, self.settings.handoff_ms, IDLE_TTL_MS, fence_arg(fence))
 
@@ -83,9 +83,9 @@ class AsyncLockRules(AsyncRules):
         keys = (*self.keys.lock, *self.outer_keys)
         return keys, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS, attempt)
 
-    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         keys = (self.keys.owner, *self.keys.receipts, *self.outer_keys)
-        return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS, fence_arg(fence))
+        return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS, fence_arg(fence), call)
 
     def line_call(self) -> Call:
         return (*self.keys.lock, *self.outer_keys), ()

@@ -74,12 +74,13 @@ from tenure._core.redlock import (
     Tally,
     check_masters,
     check_redlock_lease,
+    holder_of,
     owners_decided,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
 )
-from tenure._core.values import check_seconds, to_text
+from tenure._core.values import check_seconds
 
 __all__ = ["AsyncRedlock", "AsyncRedlockRules"]
 
@@ -145,13 +146,13 @@ class AsyncRedlockRules(AsyncLockRules):
             "master_failures": self.masters.failures,
         }
 
-    def release_call(self, token: str, fence: int = 0) -> Call:
-        return self.release_keys(), (token, "leave", "", IDLE_TTL_MS, "")
+    def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
+        return self.release_keys(), (token, "leave", "", IDLE_TTL_MS, call)
 
-    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         # Each master's owner fence may be below the hold's (a quorum's highest):
-        # the masters check the token only.
-        return super().extend_call(token, ms, mode)
+        # the masters check the token and, when it was chosen, the acquire call.
+        return super().extend_call(token, ms, mode, call=call)
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
         # A chosen token's acquire call gives back only what that call took.
@@ -303,22 +304,22 @@ class AsyncRedlock(AsyncLeased):
 
     # -- queries ---------------------------------------------------------------
 
-    async def _owners(self, token: str | None = None) -> Tally:
-        """Each master's holder, asked until the answers decide for ``token`` (None: anyone)."""
+    async def _owners(self, holder: str | None = None) -> Tally:
+        """Each master's holder (:func:`holder_of`), asked until they decide for ``holder``."""
         owner = self._rules.keys.owner
         clients = self._masters.clients
 
         def send(index: int) -> Any:
-            return clients[index].hget(owner, "token")
+            return clients[index].hmget(owner, ["token", "call"])
 
         # A question changes nothing and nothing runs out while it waits: a
         # busy machine's slow answers are waited for (the settle timeout), and
         # masters only slow are asked again, until a quorum answered.
         def held(reply: Any) -> bool:
-            return reply is not None
+            return reply[0] is not None
 
         def decided(tally: Tally) -> bool:
-            return owners_decided(tally, token)
+            return owners_decided(tally, holder)
 
         return await self._masters.persist(send, held, answered, RELEASE_PATIENCE, until=decided)
 
@@ -331,7 +332,7 @@ class AsyncRedlock(AsyncLeased):
         tally = await self._owners()
         counts: dict[str, int] = {}
         for reply in tally.good.values():
-            counts[to_text(reply)] = counts.get(to_text(reply), 0) + 1
+            counts[holder_of(reply)] = counts.get(holder_of(reply), 0) + 1
         if counts and max(counts.values()) >= self.quorum:
             return True
         if tally.unreachable:
@@ -343,8 +344,9 @@ class AsyncRedlock(AsyncLeased):
         hold = self._holds.current()
         if hold is None:
             return False
-        tally = await self._owners(hold.token)
-        mine = sum(1 for reply in tally.good.values() if to_text(reply) == hold.token)
+        me = holder_of((hold.token, hold.call))  # a chosen token's: with its acquire call
+        tally = await self._owners(me)
+        mine = sum(1 for reply in tally.good.values() if holder_of(reply) == me)
         if mine < self.quorum and tally.unreachable:
             raise tally.error("checking the lock", self.name)
         return mine >= self.quorum

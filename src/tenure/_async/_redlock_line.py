@@ -169,7 +169,7 @@ class AsyncRedlockLine:
                 if tried.fence is not None:
                     drift = drift_ms(settings.lease_ms) / 1000
                     taken = Acquired(fence=tried.fence, lease_ms=settings.lease_ms)
-                    self._lease.took(token, taken, sent - drift, started, holder, queued)
+                    self._lease.took(token, taken, sent - drift, started, holder, queued, attempt)
                     self.seen_busy = queued
                     return True
                 if not wait:

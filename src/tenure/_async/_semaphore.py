@@ -100,7 +100,7 @@ class AsyncPermitRules(AsyncRules):
     def line_call(self) -> Call:
         return self.keys.all, (self.limit,)
 
-    def release_call(self, token: str, fence: int = 0) -> Call:
+    def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         keys = (*self.keys.all, *self.keys.receipts)
         return keys, (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS, fence_arg(fence))
 
@@ -108,7 +108,7 @@ class AsyncPermitRules(AsyncRules):
         args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS, attempt)
         return self.keys.all, args
 
-    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         k = self.keys
         keys = (k.owner, k.limit, k.owners, k.grants, *k.receipts)
         downgraded = self.downgraded_token(token)

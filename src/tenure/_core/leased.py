@@ -489,10 +489,9 @@ class TokenLocal:
 
 @dataclass(slots=True)
 class Hold:
-    """One acquisition, as its owner sees it.
+    """One acquisition, as its owner sees it (``expires_at``: measured from before its call).
 
-    ``expires_at`` is a conservative estimate on the client's monotonic
-    clock: measured from *before* the request that set the lease was sent.
+    ``expires_at`` is a conservative estimate on the client's monotonic clock.
     """
 
     token: str
@@ -509,6 +508,7 @@ class Hold:
     """``max_hold`` is used up: the watchdog's next call ends the lease and tells."""
     loop_thread: int = 0
     """The thread it was taken on while that thread's asyncio event loop ran (sync only), or 0."""
+    call: str = ""  # a Redlock's: its acquire call's id when the token was chosen
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from tenure._core.exceptions import (
 from tenure._core.statistics import (
     LockStatistics,
 )
-from tenure._core.values import to_ms
+from tenure._core.values import to_ms, to_text
 
 __all__ = [
     "ADAPTIVE_MARGIN",
@@ -207,17 +207,28 @@ def is_slow(error: BaseException) -> bool:
     return isinstance(cause, redis_errors.TimeoutError)
 
 
+def holder_of(reply: Any) -> str:
+    """Who a master's ``[token, call]`` answer says holds a Redlock, as one text.
+
+    The token, and the acquire call's id after a NUL when the token was
+    chosen: two owners that chose one token are two holders.
+    """
+    token, call = (to_text(part) if part is not None else "" for part in reply)
+    return f"{token}\0{call}" if call else token
+
+
 def owners_decided(tally: Tally, token: str | None) -> bool:
     """Whether the masters' answers so far decide who holds a Redlock.
 
-    The replies in ``tally.good`` are holders' tokens (as text). With
-    ``token``: whether that token holds on a quorum, or can no longer, whatever
-    the masters yet to answer say; without: the same for whichever token holds
-    the most. A master that is dead or slow then costs nothing more.
+    The replies in ``tally.good`` are ``[token, call]`` answers
+    (:func:`holder_of`). With ``token`` (a :func:`holder_of` text): whether
+    that holder holds on a quorum, or can no longer, whatever the masters yet
+    to answer say; without: the same for whichever holds the most. A master
+    that is dead or slow then costs nothing more.
     """
     counts: dict[str, int] = {}
     for reply in tally.good.values():
-        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        text = holder_of(reply)
         counts[text] = counts.get(text, 0) + 1
     best = counts.get(token, 0) if token is not None else max(counts.values(), default=0)
     missing = len(tally.masters) - len(tally.good) - len(tally.refused) - len(tally.failed)

@@ -29,6 +29,7 @@ __all__ = [
     "KeyOrder",
     "RowSource",
     "SqlSource",
+    "declared_range",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -442,6 +443,13 @@ class _FetchSource(Generic[F]):
     def describe(self) -> dict[str, Any]:
         """Kind and name (a callable and an async callable of one name are one source)."""
         return {"kind": "callable", "name": self.name}
+
+
+def declared_range(source: object) -> tuple[int, int] | None:
+    """The key range a source was given (a callable source's), or None (read from data)."""
+    if isinstance(source, _FetchSource):
+        return source.low, source.high
+    return None
 
 
 class CallableSource(_FetchSource[Callable[[int, int], Iterable[Row]]]):

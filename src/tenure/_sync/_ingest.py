@@ -58,7 +58,7 @@ from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._scripting import Client, registry_for
 
 # isort: split
-from tenure._core.sources import KeyOrder, RowSource
+from tenure._core.sources import KeyOrder, RowSource, declared_range
 
 __all__ = ["IngestJob", "read_status"]
 
@@ -173,6 +173,11 @@ class IngestJob:
             differences.append(f"source {frozen.source}, not {self.source.describe()}")
         if frozen.chunk_size != self.chunk_size:
             differences.append(f"chunks of {frozen.chunk_size:,}, not {self.chunk_size:,}")
+        declared = declared_range(self.source)  # a callable source's range is its own
+        if declared is not None and declared != (frozen.low, frozen.high):
+            differences.append(
+                f"keys {frozen.low}..{frozen.high}, not {declared[0]}..{declared[1]}"
+            )
         if frozen_sink is not None and frozen_sink != sink:  # plans of 0.1.0 kept no sink
             differences.append(f"sink {frozen_sink}, not {sink}")
         if differences:

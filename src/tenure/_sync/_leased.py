@@ -306,7 +306,7 @@ class Leased(TwinHints):
             return
         renewal = hold.renewal
         self._holds.forget(hold)  # stop renewing before it can change hands
-        keys, args = rules.release_call(hold.token, hold.fence)
+        keys, args = rules.release_call(hold.token, hold.fence, hold.call)
         try:
             reply = int(shielded(rules.run(rules.scripts.release, keys, args)))
         except BackendError as error:

@@ -237,12 +237,13 @@ class Rules:
         """Take it, or join (and keep a place in) the queue (``attempt``: see :meth:`try_call`)."""
         raise NotImplementedError
 
-    def release_call(self, token: str, fence: int = 0) -> Call:
+    def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         """End the hold, handing it to the next waiter.
 
         ``fence``: the hold's fencing token (0: not known); a hold the token
         has with another fence (a second owner that chose the same token took
-        it after this one's lease ran out) is left alone.
+        it after this one's lease ran out) is left alone. ``call``: a
+        Redlock's acquire call id (its masters' fences differ), checked alike.
         """
         raise NotImplementedError
 
@@ -254,7 +255,7 @@ class Rules:
         """
         raise NotImplementedError
 
-    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0) -> Call:
+    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         """Set (``mode`` "set") or add to ("add") the lease of ``token``'s hold.
 
         ``fence``: that hold's fencing token, checked as :meth:`release_call`'s.

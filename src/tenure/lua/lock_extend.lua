@@ -12,13 +12,16 @@
 -- ARGV[5] lifetime in ms of the receipt an add leaves
 -- ARGV[6] the fence of the hold being extended, or '' (not known, or a Redlock
 --         master's): a hold of the token with another fence is not this one
+-- ARGV[7] a Redlock's acquire call id when its token was chosen, or '': a hold of
+--         the token by another call (owner-hash field `call`) is not this one
 -- returns the new remaining lease in ms, or 0 if the token does not own the lock
 -- on resend: set sets the same lease again; add finds its receipt and answers
 --         the lease it set, adding nothing
 
 --! include receipt
-local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
-if held[1] ~= ARGV[1] or (ARGV[6] ~= '' and held[2] ~= ARGV[6]) then
+local held = redis.call('HMGET', KEYS[1], 'token', 'fence', 'call')
+if held[1] ~= ARGV[1] or (ARGV[6] ~= '' and held[2] ~= ARGV[6])
+    or (ARGV[7] ~= '' and held[3] ~= ARGV[7]) then
     return 0
 end
 if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[1] then
