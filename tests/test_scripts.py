@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tenure._async._semaphore import RW_LIMIT
@@ -56,3 +58,17 @@ def test_every_header_says_what_a_resend_does() -> None:
         Script.from_source(HEAD + "-- read only\n-- on resend: nothing\n" + BODY)
     with pytest.raises(ScriptError, match="two"):
         Script.from_source(HEAD + "-- on resend: a\n-- on resend: b\n" + BODY)
+
+
+def test_a_script_carries_only_the_library_functions_it_reaches() -> None:
+    """Lua builds every ``local function`` of a script on each call (~0.035 us each on
+    this machine): a script keeps only what it calls, directly or through another."""
+    for name in script_names():
+        source = load_script(name).source
+        defined = re.findall(r"^local function ([A-Za-z_][A-Za-z0-9_]*)\(", source, re.MULTILINE)
+        assert len(defined) == len(set(defined)), name
+        for function in defined:
+            uses = re.findall(rf"\b{function}\b", source)
+            assert len(uses) > 1, f"{name} carries {function} but never calls it"
+    assert "local function grant_permits" not in load_script("semaphore_extend").source
+    assert "local function receipt" in load_script("semaphore_extend").source

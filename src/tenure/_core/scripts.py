@@ -299,16 +299,83 @@ def load_script(name: str, package: str = "tenure") -> Script:
 
 
 def _expand_includes(source: str) -> str:
+    """``source`` with each ``--! include`` line replaced by what it uses of that library.
+
+    A library's functions that the script never reaches (directly, or through
+    another function it keeps) are left out: Lua builds every ``local function``
+    of a script as a closure on each call, so an unused one costs server time
+    on every run. Its constants (top-level ``local`` lines) are always kept.
+    """
+    libraries = {match["lib"]: _library_units(match["lib"]) for match in _INCLUDE.finditer(source)}
+    words = _words(_INCLUDE.sub("", source))
+    kept: set[str] = set()
+    while True:  # functions reached from the script, then from those kept: a fixpoint
+        reached = {
+            unit.name
+            for units in libraries.values()
+            for unit in units
+            if unit.name and unit.name not in kept and unit.name in words
+        }
+        if not reached:
+            break
+        kept |= reached
+        for units in libraries.values():
+            for unit in units:
+                if unit.name in reached:
+                    words |= _words(unit.text)
+
     def include(match: re.Match[str]) -> str:
-        lib = (
-            resources.files("tenure")
-            .joinpath("lua")
-            .joinpath("lib")
-            .joinpath(f"{match['lib']}.lua")
-        )
-        try:
-            return lib.read_text(encoding="utf-8").rstrip("\n")
-        except FileNotFoundError:
-            raise ScriptError(f"script includes unknown library {match['lib']!r}") from None
+        units = libraries[match["lib"]]
+        return "\n".join(unit.text for unit in units if not unit.name or unit.name in kept)
 
     return _INCLUDE.sub(include, source)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A piece of a Lua library: a function (``name``) or a top-level statement (``""``)."""
+
+    name: str
+    text: str
+
+
+_FUNCTION = re.compile(r"^local function (?P<name>[A-Za-z_][A-Za-z0-9_]*)\(")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@functools.cache
+def _library_units(lib: str) -> tuple[_Unit, ...]:
+    """The functions and top-level statements of ``tenure/lua/lib/<lib>.lua``, in order.
+
+    A function runs from its ``local function`` line to the first ``end`` at
+    the start of a line; comments are dropped (they never run).
+    """
+    path = resources.files("tenure").joinpath("lua").joinpath("lib").joinpath(f"{lib}.lua")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScriptError(f"script includes unknown library {lib!r}") from None
+    units: list[_Unit] = []
+    lines = iter(text.splitlines())
+    for line in lines:
+        if not line.strip() or line.startswith("--"):
+            continue
+        function = _FUNCTION.match(line)
+        if function is None:
+            units.append(_Unit("", line))  # a constant: `local RW_LIMIT = ...`
+            continue
+        body = [line]
+        for inner in lines:
+            body.append(inner)
+            if inner == "end":
+                break
+        else:
+            raise ScriptError(f"library {lib!r}: function {function['name']} has no end")
+        units.append(_Unit(function["name"], "\n".join(body)))
+    return tuple(units)
+
+
+def _words(lua: str) -> set[str]:
+    """The identifiers ``lua`` names outside its comments."""
+    code = "\n".join(line.split("--", 1)[0] for line in lua.splitlines())
+    return set(_WORD.findall(code))
