@@ -152,13 +152,7 @@ class AsyncRedlockLine:
                     now = time.monotonic()
                     given_up = unreachable > 1 and now - unreachable_since >= patience
                     if given_up or (deadline is not None and now >= deadline):
-                        if not await shielded(
-                            self._give_back(None, token, "leave", call=attempt, patient=False)
-                        ):
-                            # A master that did not hear it would keep this token
-                            # in its line, first, while this process's other
-                            # waiters keep its waiter lease alive: it must hear.
-                            self._leave_later(token, attempt)
+                        await shielded(self._leave_now(token, attempt))
                         if given_up:
                             raise tried.unreachable
                         return self._holds.timed_out()  # the deadline came first
@@ -185,12 +179,7 @@ class AsyncRedlockLine:
                     continue
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    # By the deadline: a master that does not answer at once (paused,
-                    # cut off) is told in the background, until it hears.
-                    if not await shielded(
-                        self._give_back(None, token, "leave", call=attempt, patient=False)
-                    ):
-                        self._leave_later(token, attempt)
+                    await shielded(self._leave_now(token, attempt))
                     return self._holds.timed_out()
                 if listener is None:
                     before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
@@ -375,6 +364,19 @@ class AsyncRedlockLine:
         if len(left) < self._masters.quorum or left[self._masters.quorum - 1] == float("inf"):
             return None
         return left[self._masters.quorum - 1]
+
+    async def _leave_now(self, token: str, call: str) -> bool:
+        """Leave every master's line (and give back any grant) without waiting on a slow one.
+
+        A master that does not answer at once (paused, cut off) is told in the
+        background until it hears: it would keep this token first in its line
+        while this process's other waiters keep its waiter lease alive. Returns
+        whether every master heard at once.
+        """
+        heard = await self._give_back(None, token, "leave", call=call, patient=False)
+        if not heard:
+            self._leave_later(token, call)
+        return heard
 
     def _leave_later(self, token: str, call: str) -> None:
         """Take ``token`` out of every master's line in the background, until all heard."""

@@ -179,11 +179,14 @@ class AsyncPermits(AsyncLeased):
         rules = self._rules
         doing = f"checking the {rules.noun}"
         command = rules.registry.command
-        score = await command("ZSCORE", rules.keys.owner, hold.token, name=self.name, doing=doing)
-        if score is None or not hold.fence:
+        if not hold.fence:  # a hold taken over by its token: is the token's permit there
+            score = await command(
+                "ZSCORE", rules.keys.owner, hold.token, name=self.name, doing=doing
+            )
             return score is not None
-        # The token's permit may be another acquisition's (a second owner that
-        # chose the token took it after this one's lease ran out): its fence says.
+        # A permit's fence is kept exactly as long as the permit (lib/semaphore):
+        # it says whether the permit is there, and whether it is this acquisition's
+        # (a second owner that chose the token may hold it after this one's lease ran out).
         fence = await command("HGET", rules.keys.grants, hold.token, name=self.name, doing=doing)
         return fence is not None and int(fence) == hold.fence
 

@@ -30,22 +30,13 @@ local token, mine = ARGV[1], ARGV[4]
 local held = redis.call('HMGET', owner_key, 'token', 'fence')
 if held[1] ~= token or (mine ~= '' and held[2] ~= mine) then
     -- Released already (a resend): the receipt of this acquisition of the token.
-    local id = token
-    if mine ~= '' then
-        id = token .. ':' .. mine
-    end
-    return tonumber(receipt(KEYS[7], KEYS[8], id) or '0')
+    return tonumber(release_receipt(KEYS[7], KEYS[8], token, mine) or '0')
 end
 local done = 1
 if not still_owner(owner_key, token) then
     done = 0  -- redis-py's key was taken from under the hold: it was lost, nothing to release
 else
-    -- Receipts for the acquisition (token and fence), and for the token alone
-    -- when the caller knows no fence (a hold taken over by its token).
-    give_receipt(KEYS[7], KEYS[8], token .. ':' .. (held[2] or ''), 1, ARGV[3])
-    if mine == '' then
-        give_receipt(KEYS[7], KEYS[8], token, 1, ARGV[3])
-    end
+    give_release_receipt(KEYS[7], KEYS[8], token, held[2], mine, ARGV[3])
     mirror_release(token)
 end
 if redis.call('EXISTS', queue) == 1 and not outsider() then

@@ -38,20 +38,11 @@ if expiry then
     drop_permit(holders, grants, owners, token)
     if tonumber(expiry) > now then
         released = 1
-        -- Receipts for the acquisition (token and fence), and for the token
-        -- alone when the caller knows no fence (a hold taken over by its token).
-        give_receipt(KEYS[10], KEYS[11], token .. ':' .. (granted or ''), 1, ARGV[4])
-        if mine == '' then
-            give_receipt(KEYS[10], KEYS[11], token, 1, ARGV[4])
-        end
+        give_release_receipt(KEYS[10], KEYS[11], token, granted, mine, ARGV[4])
     end
 else
     -- Released already (a resend): the receipt of this acquisition of the token.
-    local id = token
-    if mine ~= '' then
-        id = token .. ':' .. mine
-    end
-    released = tonumber(receipt(KEYS[10], KEYS[11], id) or '0')
+    released = tonumber(release_receipt(KEYS[10], KEYS[11], token, mine) or '0')
 end
 if redis.call('EXISTS', queue) == 1 then
     purge_holders(holders, grants, now, owners)

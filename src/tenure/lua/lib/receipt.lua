@@ -28,3 +28,22 @@ local function give_receipt(done, done_old, id, reply, receipt_ms)
     redis.call('HSET', done, id, reply)
     redis.call('PEXPIRE', done, receipt_ms)
 end
+
+-- A release's receipt is kept per acquisition: its token and its fence (two
+-- owners that chose one token release different acquisitions), and per token
+-- alone for a caller that knows no fence (a hold taken over by its token).
+-- The reply a release of token (with the fence the caller knows, or '') gave.
+local function release_receipt(done, done_old, token, mine)
+    if mine ~= '' then
+        return receipt(done, done_old, token .. ':' .. mine)
+    end
+    return receipt(done, done_old, token)
+end
+
+-- Keep the receipt of a release of token's acquisition with fence `fence`.
+local function give_release_receipt(done, done_old, token, fence, mine, receipt_ms)
+    give_receipt(done, done_old, token .. ':' .. (fence or ''), 1, receipt_ms)
+    if mine == '' then
+        give_receipt(done, done_old, token, 1, receipt_ms)
+    end
+end
