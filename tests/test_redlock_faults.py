@@ -116,7 +116,10 @@ def test_a_restart_without_persistence_can_give_a_second_holder_with_a_larger_fe
 ) -> None:
     servers, proxies = _masters(tenure_server_factory, tenure_proxy_factory)
     told: list[float] = []
-    lease = 3.0
+    # A lease long enough for a starved CI worker: the first holder's renewal
+    # (every lease / 3) must not come before the second holder is in, and the
+    # restart plus the second acquire took over a second there (twice in CI).
+    lease = 6.0
     # master_timeout at its most (a tenth of the lease): a CI worker starved for half a
     # second made every master miss the default 0.1 s four attempts in a row.
     first = Redlock(
@@ -138,7 +141,9 @@ def test_a_restart_without_persistence_can_give_a_second_holder_with_a_larger_fe
     proxies[2].clear()
     proxies[2].reset_connections()
     second = Redlock(_clients(proxies), "caveat", timeout=lease, master_timeout=lease / 10)
-    assert second.acquire(blocking_timeout=lease / 3)
+    asked = time.monotonic()
+    acquired = second.acquire(blocking_timeout=lease / 3)
+    assert acquired, (time.monotonic() - asked, second.statistics(), first.statistics())
     both = time.monotonic()
     assert not first.lost  # two holders at once: the caveat
     # Fencing sees it: the second holder's token is larger (master 0's counter
