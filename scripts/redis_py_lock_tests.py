@@ -107,6 +107,11 @@ ENV_OUTCOMES = "TENURE_REDIS_PY_OUTCOMES"
 ENV_SWAP = "TENURE_REDIS_PY_SWAP"
 
 PYTEST_TIMEOUT = 20 * 60  # the whole run; each test has its own 30 s
+TIMED = ("blocking_timeout", "sleep")
+"""redis-py's tests whose names hold one of these assert an elapsed time within a few
+tens of ms (``bt + 0.05 > elapsed``): a CI worker starved by the test passes beside
+them misses that bound (0.094 s late once). One such failure is run again, alone,
+once; a pass then is counted and reported as such, a second failure stands."""
 
 
 class HarnessError(Exception):
@@ -330,6 +335,7 @@ class Verdict:
     unexpected_failures: list[tuple[str, str]] = field(default_factory=list)
     unexpected_passes: list[tuple[str, str]] = field(default_factory=list)
     stale: list[Entry] = field(default_factory=list)
+    second_runs: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -366,6 +372,25 @@ def judge(results: dict[str, Any], entries: list[Entry], *, check_stale: bool) -
     return verdict
 
 
+def timed_failures(verdict: Verdict) -> list[str]:
+    """The unexpected failures of tests with an elapsed-time bound (see ``TIMED``)."""
+    return [
+        nodeid
+        for nodeid, _ in verdict.unexpected_failures
+        if any(word in nodeid.rpartition("::")[2] for word in TIMED)
+    ]
+
+
+def take_second_runs(verdict: Verdict, results: dict[str, Any]) -> None:
+    """Count the timed failures that passed when run again alone (``results``)."""
+    again: dict[str, dict[str, str]] = results["outcomes"]
+    for nodeid, message in list(verdict.unexpected_failures):
+        if again.get(nodeid, {}).get("outcome") == "passed":
+            verdict.unexpected_failures.remove((nodeid, message))
+            verdict.passed.append(nodeid)
+            verdict.second_runs.append((nodeid, message))
+
+
 def report(verdict: Verdict, headline: str, seconds: float, listing: Path) -> None:
     """Print the summary: counts, then every mismatch."""
     print(f"\n=== {headline}")
@@ -376,6 +401,8 @@ def report(verdict: Verdict, headline: str, seconds: float, listing: Path) -> No
         f"{len(verdict.skipped)} skipped, {len(verdict.stale)} stale entries "
         f"({seconds:.1f} s)"
     )
+    for nodeid, message in verdict.second_runs:
+        print(f"PASSED ON A SECOND RUN (a timing bound) {nodeid}\n    first: {message}")
     for nodeid, message in verdict.unexpected_failures:
         print(f"UNEXPECTED FAILURE {nodeid}\n    {message}")
     for nodeid, reason in verdict.unexpected_passes:
@@ -397,8 +424,9 @@ def run_pytest(
     extra: Sequence[str],
     *,
     swap: str,
+    tests: Sequence[str] = TEST_FILES,
 ) -> dict[str, Any]:
-    """Run the two test files with redis-py's conftest and this plugin; return the outcomes."""
+    """Run ``tests`` (the two files) with redis-py's conftest and this plugin; the outcomes."""
     with tempfile.TemporaryDirectory(prefix="tenure-redis-py-run.") as scratch:
         expected_path = Path(scratch) / "expected.json"
         outcomes_path = Path(scratch) / "outcomes.json"
@@ -421,7 +449,7 @@ def run_pytest(
             # module, which is not installed and would warn once per test
             "-o", "filterwarnings=always",
             f"--redis-url={url}/0",
-            *TEST_FILES, *extra,
+            *tests, *extra,
         ]  # fmt: skip
         if "--redis-mod-url" in (folder / "tests" / "conftest.py").read_text():
             # else their conftest probes a modules server at localhost:6479 (5.0.0 does not)
@@ -430,7 +458,9 @@ def run_pytest(
         if done.returncode not in (0, 1) or not outcomes_path.exists():
             raise HarnessError(f"pytest did not run the tests (exit {done.returncode})")
         results: dict[str, Any] = json.loads(outcomes_path.read_text())
-        if not any(record["outcome"] == "passed" for record in results["outcomes"].values()):
+        if tests == TEST_FILES and not any(
+            record["outcome"] == "passed" for record in results["outcomes"].values()
+        ):
             raise HarnessError("no test passed: is the harness broken? (see pytest's output)")
         return results
 
@@ -525,6 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         python, folder, server.url, entries, args.pytest_args, swap=mode
                     )
                     verdict = judge(results, entries, check_stale=not args.pytest_args)
+                    retry = timed_failures(verdict)
+                    if retry:
+                        again = run_pytest(
+                            python, folder, server.url, entries, (), swap=mode, tests=retry
+                        )
+                        take_second_runs(verdict, again)
                     runs.append(
                         (mode, lists[mode], verdict, time.monotonic() - began, engine.version)
                     )

@@ -40,3 +40,19 @@ def test_a_line_without_its_failure_is_refused(tmp_path: Path) -> None:
     listing.write_text("TestLock::test_x | * | key layout: r.get\n")
     with pytest.raises(harness.HarnessError, match="<fails at>"):
         harness.read_expected(listing)
+
+
+def test_only_a_timed_failure_that_passes_alone_counts_as_passed() -> None:
+    timed = "tests/test_lock.py::TestLock::test_blocking_timeout"
+    still = "tests/test_lock.py::TestLock::test_context_manager_blocking_timeout"
+    other = "tests/test_lock.py::TestLock::test_release"
+    verdict = harness.Verdict(
+        unexpected_failures=[(timed, "late"), (still, "late"), (other, "wrong")]
+    )
+    assert harness.timed_failures(verdict) == [timed, still]
+    second = {"outcomes": {timed: {"outcome": "passed"}, still: {"outcome": "failed"}}}
+    harness.take_second_runs(verdict, second)
+    assert verdict.passed == [timed]
+    assert verdict.second_runs == [(timed, "late")]
+    assert verdict.unexpected_failures == [(still, "late"), (other, "wrong")]
+    assert not verdict.ok
