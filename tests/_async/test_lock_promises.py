@@ -139,6 +139,28 @@ async def test_a_collected_lock_is_not_renewed_again(
         await tenure_async_client.ping()
 
 
+async def test_a_released_lock_leaves_nothing_for_the_garbage_collector(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    # A cancelled renewal waits in the watchdog's heaps until compacted away;
+    # it held its hold, its owner and its callbacks (a cycle) alive there, and
+    # the collector ran ~30 times per 1,000 lock cycles (10-14 us a cycle).
+    def holds() -> set[int]:
+        return {id(obj) for obj in gc.get_objects() if type(obj).__name__ == "Hold"}
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = holds()  # another test's, still referenced
+        for i in range(200):
+            async with AsyncLock(tenure_async_client, f"garbage:{i}"):
+                pass
+        left = holds() - before
+    finally:
+        gc.enable()
+    assert not left, f"{len(left)} released holds still alive"
+
+
 async def test_a_read_write_lock_refuses_to_wait_on_its_own_other_side(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:

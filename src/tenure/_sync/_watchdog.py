@@ -73,6 +73,23 @@ class Job:
     queued: int = field(default=-1, repr=False)
     """The number of its entries in the watchdog's heaps while it waits (-1: not waiting)."""
 
+    def drop_payload(self) -> None:
+        """Let go of what a cancelled job would have used (its callbacks, its call).
+
+        Its entries stay in the heaps until they are met or compacted away;
+        emptied, they keep nothing else alive meanwhile (a released hold, its
+        owner, the callbacks' closures), so a process that takes and releases
+        many locks leaves the garbage collector no more to do than the shells.
+        """
+        self.on_result = _dropped
+        self.wanted = None
+        self.runner = None
+        self.keys = self.args = ()
+
+
+def _dropped(reply: Any, error: BaseException | None) -> None:
+    """A cancelled job's callback: nothing to do."""
+
 
 class Watchdog:
     """Runs due jobs in the background, batching those of one client."""
@@ -140,6 +157,7 @@ class Watchdog:
                 return  # running now (its result is ignored) or never queued
             job.queued = -1
             self._waiting -= 1
+            job.drop_payload()
             self._compact()
 
     def _compact(self) -> None:
