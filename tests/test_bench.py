@@ -173,8 +173,8 @@ def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
         assert crowd["handoff_p50_ms"] > 0
     names = {r["key"]: r for r in results["names"]}
     assert names["redis-py"]["keys_after"] == 0  # redis-py deletes its only key on release
-    # A fencing counter and a release receipt each, for IDLE_TTL.
-    assert names["tenure"]["keys_after"] == 600
+    # One marker each (the last fence and the release's receipt), for IDLE_TTL.
+    assert names["tenure"]["keys_after"] == 300
     for result in names.values():
         assert result["errors"] == 0, result["first_error"]
         assert result["keys_idle"] is None and result["idle_waited"] is None  # wait skipped
@@ -346,9 +346,9 @@ def test_names_wait_stops_at_its_cap(tenure_client: redis.Redis) -> None:
     kwargs = tenure_client.connection_pool.connection_kwargs
     url = f"redis://{kwargs['host']}:{kwargs['port']}"
     used = measure_names(url, "tenure", 10, processes=0, concurrency=4)
-    assert used.keys_after == 20  # a counter and a receipt each, for the real IDLE_TTL: a minute
+    assert used.keys_after == 10  # a marker each (fence, receipt), for the real IDLE_TTL: a minute
     waited = wait_idle(url, used, cap=0.5)
-    assert waited.keys_idle == 20 and waited.zero_after is None
+    assert waited.keys_idle == 10 and waited.zero_after is None
     assert waited.idle_waited is not None and waited.idle_waited < 5
 
 

@@ -87,12 +87,11 @@ def test_a_server_clock_stepped_back_stretches_leases_and_can_repeat_fences(
         clock.write_text("-3600")  # an hour back: the lease now ends an hour later
         time.sleep(1.3)
         assert Lock(client, "back").locked()  # still held past its 1 s lease
-        client.delete(first.keys.owner)  # as if its holder had released it
-        # The fencing counter idles out after a minute of the server's time;
-        # deleting it stands for that. The next token restarts from the
-        # server's clock, an hour behind: the documented case where tokens
-        # can go backwards.
-        client.delete(first.keys.fence)
+        # As if its holder had released it and the marker holding the last
+        # fence had idled out (a minute of the server's time): the next token
+        # restarts from the server's clock, an hour behind, the documented case
+        # where tokens can go backwards.
+        client.delete(first.keys.owner)
         second = Lock(client, "back", timeout=1)
         assert second.acquire()
         assert second.fencing_token is not None and second.fencing_token < fence

@@ -70,7 +70,7 @@ def test_a_wait_for_a_hold_taken_on_the_same_loop_raises_at_once(
     assert isinstance(error, AlreadyHeldError), repr(error)
     text = str(error)
     assert f"tenure.Async{kind}" in text and "event loop is running" in text
-    assert not tenure_client.exists(f"tenure:lock:{{{name}}}")  # the first released it
+    assert not tenure_client.hexists(f"tenure:lock:{{{name}}}", "token")  # the first released it
     assert make(tenure_client, name).acquire(blocking=False)  # nothing left behind
 
 

@@ -181,8 +181,16 @@ def test_no_two_holds_overlap_through_a_sentinel_failover(
         ]
         try:
             with topology.master_client() as primary:  # cycles run before the failover
-                fence = ClusterLock(primary, "cycles").keys.fence
-                wait_for(lambda: int(primary.get(fence) or 0) >= 30, 60, "30 holds")
+                owner = ClusterLock(primary, "cycles").keys.owner
+                seen: list[int] = []  # the fences (one per hold) seen in the owner hash
+
+                def thirty_holds() -> bool:
+                    fence = int(primary.hget(owner, "fence") or 0)
+                    if fence:
+                        seen.append(fence)
+                    return bool(seen) and seen[-1] - seen[0] >= 30
+
+                wait_for(thirty_holds, 60, "30 holds")
             old = topology.master_address()
             topology.primary.kill()
             wait_for(lambda: topology.master_address() != old, 30, "the promotion")

@@ -237,14 +237,14 @@ async def test_cancelled_fast_path_acquire_leaves_no_hold(
     task = asyncio.create_task(lock.acquire())
 
     async def taken() -> bool:  # the script ran on the server; its reply is delayed
-        return bool(await tenure_async_client.exists("tenure:lock:{in-flight}"))
+        return bool(await tenure_async_client.hexists("tenure:lock:{in-flight}", "token"))
 
     await until(taken, 5, "the acquire's script on the server")
     assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not await tenure_async_client.exists("tenure:lock:{in-flight}")
+    assert not await tenure_async_client.hexists("tenure:lock:{in-flight}", "token")
     assert lock.fencing_token is None
     tenure_proxy.clear()
     await client.aclose()
@@ -290,7 +290,7 @@ async def test_cancelled_reentry_is_counted_down(
         await task
     tenure_proxy.clear()
     await lock.release()  # the one acquisition that returned
-    assert not await tenure_async_client.exists("tenure:lock:{re-in-flight}")
+    assert not await tenure_async_client.hexists("tenure:lock:{re-in-flight}", "token")
     await client.aclose()
 
 

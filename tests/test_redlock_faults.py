@@ -162,7 +162,9 @@ def test_a_restart_with_persistence_keeps_the_hold(
     tenure_server_factory: ServerFactory, tenure_proxy_factory: ProxyFactory
 ) -> None:
     servers, proxies = _masters(tenure_server_factory, tenure_proxy_factory, appendonly=True)
-    first = Redlock(_clients(proxies), "kept", timeout=10)
+    # A tenth of the lease to answer: a starved CI worker made all three masters
+    # miss the default 0.1 s (master 2 is blackholed next, but not yet).
+    first = Redlock(_clients(proxies), "kept", timeout=10, master_timeout=1.0)
     proxies[2].blackhole()
     assert first.acquire()
     servers[0].restart()  # the AOF brings the hold back

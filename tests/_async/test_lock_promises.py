@@ -24,6 +24,7 @@ from tenure import (
     AsyncSemaphore,
     LockNotOwnedError,
 )
+from tenure._core.leased import IDLE_TTL_MS
 from tests._backend_asyncio import until
 
 
@@ -195,3 +196,32 @@ async def test_re_entries_are_counted_by_the_owner_and_a_lost_hold_is_told(
     with pytest.raises(LockNotOwnedError):
         await lock.release()  # an inner release of a lost hold says so
     assert not await lock.locked()
+
+
+async def test_a_release_receipt_lasts_until_the_next_release(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    first = AsyncLock(tenure_async_client, "receipt", timeout=10)
+    assert await first.acquire()
+    hold = first._holds.current()
+    assert hold is not None
+    rules = first._rules
+    keys, args = rules.release_call(hold.token, hold.fence)
+    await first.release()
+    owner = first.keys.owner
+    # The marker: no holder, the last fence and the release's receipt, for IDLE_TTL.
+    marker = await tenure_async_client.hgetall(owner)
+    assert marker == {
+        b"fence": str(hold.fence).encode(),
+        b"done": f"{hold.token}:{hold.fence}".encode(),
+    }
+    assert 0 < await tenure_async_client.pttl(owner) <= IDLE_TTL_MS
+    assert not await first.locked()
+    resend = rules.scripts.release
+    assert await rules.run(resend, keys, args) == 1  # a resend: recognised
+    second = AsyncLock(tenure_async_client, "receipt", timeout=10)
+    assert await second.acquire()
+    assert second.fencing_token == hold.fence + 1
+    assert await rules.run(resend, keys, args) == 1  # still, while the next one holds
+    await second.release()
+    assert await rules.run(resend, keys, args) == 0  # gone with the next release

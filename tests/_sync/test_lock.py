@@ -565,7 +565,7 @@ def test_cluster_client(
             assert lock.owned()
             slot = key_slot(lock.keys.owner.encode())
             assert key_slot(lock.keys.queue.encode()) == slot
-            assert key_slot(lock.keys.fence.encode()) == slot
+            assert key_slot(lock.keys.names.encode()) == slot
             assert key_slot(lock.keys.wakes.encode()) == slot
         assert not lock.locked()
 

@@ -25,6 +25,7 @@ from tenure import (
     ReentrantLock,
     Semaphore,
 )
+from tenure._core.leased import IDLE_TTL_MS
 from tests._backend_threads import until
 
 
@@ -194,3 +195,32 @@ def test_re_entries_are_counted_by_the_owner_and_a_lost_hold_is_told(
     with pytest.raises(LockNotOwnedError):
         lock.release()  # an inner release of a lost hold says so
     assert not lock.locked()
+
+
+def test_a_release_receipt_lasts_until_the_next_release(
+    tenure_client: redis.Redis,
+) -> None:
+    first = Lock(tenure_client, "receipt", timeout=10)
+    assert first.acquire()
+    hold = first._holds.current()
+    assert hold is not None
+    rules = first._rules
+    keys, args = rules.release_call(hold.token, hold.fence)
+    first.release()
+    owner = first.keys.owner
+    # The marker: no holder, the last fence and the release's receipt, for IDLE_TTL.
+    marker = tenure_client.hgetall(owner)
+    assert marker == {
+        b"fence": str(hold.fence).encode(),
+        b"done": f"{hold.token}:{hold.fence}".encode(),
+    }
+    assert 0 < tenure_client.pttl(owner) <= IDLE_TTL_MS
+    assert not first.locked()
+    resend = rules.scripts.release
+    assert rules.run(resend, keys, args) == 1  # a resend: recognised
+    second = Lock(tenure_client, "receipt", timeout=10)
+    assert second.acquire()
+    assert second.fencing_token == hold.fence + 1
+    assert rules.run(resend, keys, args) == 1  # still, while the next one holds
+    second.release()
+    assert rules.run(resend, keys, args) == 0  # gone with the next release

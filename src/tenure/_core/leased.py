@@ -66,9 +66,9 @@ DEFAULT_HANDOFF_LEASE = 1.0
 IDLE_TTL = 60.0
 """Seconds after its last use (acquisition or renewal) that a released primitive leaves no key.
 
-The fencing counter (and a semaphore's stored limit) expire then; the next
-acquisition goes on from the server's clock in microseconds, so fencing
-tokens still only grow for a name.
+A lock's marker (its owner hash: last fence, release receipt), a semaphore's
+fencing counter and limit expire then; the next acquisition goes on from the
+server's clock in microseconds, so fencing tokens still only grow for a name.
 """
 
 IDLE_TTL_MS = int(IDLE_TTL * 1000)
@@ -298,8 +298,8 @@ class LockKeys(NamedTuple):
     is announced; ``names`` maps each waiter to its owner name. A lock keeps
     its holder's owner name in the owner hash (field ``owner``), a
     semaphore in ``owners`` (token -> owner name) and each permit's fence in
-    ``grants``. ``done`` and ``done_old`` keep the receipts by which a resent
-    release (or extend by an amount) is recognised (``lua/lib/receipt.lua``).
+    ``grants``. ``done`` and ``done_old`` (not a lock's) keep the receipts of
+    releases, so a resend is recognised (``lua/lib/receipt.lua``).
     """
 
     owner: str
@@ -338,9 +338,9 @@ class LockKeys(NamedTuple):
         return (self.owner, self.queue, self.waiters, self.wakes, self.fence)
 
     @property
-    def lock(self) -> tuple[str, str, str, str, str, str]:
-        """The KEYS of the lock scripts that queue: :attr:`queued`, then ``names``."""
-        return (*self.queued, self.names)
+    def lock(self) -> tuple[str, str, str, str, str]:
+        """The lock scripts' KEYS: owner (its fence and receipts too: lua/lib/lock), the line's."""
+        return (self.owner, self.queue, self.waiters, self.wakes, self.names)
 
     @property
     def receipts(self) -> tuple[str, str]:

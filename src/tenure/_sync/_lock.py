@@ -56,8 +56,8 @@ class LockRules(Rules):
 
     def try_call(self, token: str, attempt: str = "") -> Call:
         k = self.keys
-        args = (token, self.settings.lease_ms, IDLE_TTL_MS, self.owner_name, attempt)
-        return (k.owner, k.queue, k.fence, *self.outer_keys), args
+        args = (token, self.settings.lease_ms, self.owner_name, attempt)
+        return (k.owner, k.queue, *self.outer_keys), args
 
     def acquire_call(
         self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
@@ -70,14 +70,14 @@ class LockRules(Rules):
             int(reenter),
             settings.handoff_ms,
             channel,
-            IDLE_TTL_MS,
+            "",
             self.owner_name,
             attempt,
         )
         return (*self.keys.lock, *self.outer_keys), args
 
     def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
-        keys = (*self.keys.lock, *self.keys.receipts, *self.outer_keys)
+        keys = (*self.keys.lock, *self.outer_keys)
         return keys, (token, self.settings.handoff_ms, IDLE_TTL_MS, fence_arg(fence))
 
     def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
@@ -85,8 +85,8 @@ class LockRules(Rules):
         return keys, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS, attempt)
 
     def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
-        keys = (self.keys.owner, *self.keys.receipts, *self.outer_keys)
-        return keys, (token, ms, mode, call_id(mode), IDLE_TTL_MS, fence_arg(fence), call)
+        keys = (self.keys.owner, *self.outer_keys)
+        return keys, (token, ms, mode, call_id(mode), fence_arg(fence), call)
 
     def line_call(self) -> Call:
         return (*self.keys.lock, *self.outer_keys), ()
@@ -220,11 +220,18 @@ class Lock(Leased):
     def locked(self) -> bool:
         """True if anyone holds the lock (one round trip).
 
-        With ``interop="redis-py"``, a holder of redis-py's key counts too.
+        With ``interop="redis-py"``, a holder of redis-py's key counts too
+        (a second round trip when tenure's hash names nobody).
         """
-        exists = self._rules.registry.command
-        keys = (self._rules.keys.owner, *self._rules.outer_keys)
-        return bool(exists("EXISTS", *keys, name=self.name, doing="checking"))
+        command = self._rules.registry.command
+        owner = self._rules.keys.owner
+        # The owner hash without a token is the marker a release left (its fence).
+        if command("HEXISTS", owner, "token", name=self.name, doing="checking"):
+            return True
+        for key in self._rules.outer_keys:  # interop: a holder of redis-py's key
+            if command("EXISTS", key, name=self.name, doing="checking redis-py's key"):
+                return True
+        return False
 
     def owned(self) -> bool:
         """True if this owner holds the lock, as the server sees it (one round trip).

@@ -1,13 +1,12 @@
 -- tenure script: lock_acquire
 -- Take the lock if it is free and the caller is first in line; else join the
 -- FIFO queue (or refresh the caller's place and waiter lease in it).
--- KEYS[1] owner hash {token, fence, owner}, PEXPIRE = lease
+-- KEYS[1] owner hash (lib/lock), PEXPIRE = lease
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: channel -> expiry (ms, server clock) of each waiting process
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
--- KEYS[5] fencing counter
--- KEYS[6] waiters' names hash: token -> owner name
--- KEYS[7] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
+-- KEYS[5] waiters' names hash: token -> owner name
+-- KEYS[6] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
 -- ARGV[1] token
 -- ARGV[2] lease in ms
 -- ARGV[3] waiter lease in ms; 0 = do not queue (a non-blocking attempt)
@@ -16,7 +15,7 @@
 --         0 = plain acquire
 -- ARGV[5] handoff lease in ms, for granting a free lock to the first waiter
 -- ARGV[6] the caller's wake-up channel (a pub/sub channel, not a key)
--- ARGV[7] lifetime in ms of a fencing counter started now
+-- ARGV[7] unused ('')
 -- ARGV[8] the caller's owner name (shown by tenure inspect)
 -- ARGV[9] this acquire call's id when the token is the caller's choice, else ''
 -- returns {1, fence, lease ms} when the caller holds the lock, or
@@ -28,19 +27,19 @@
 
 --! include queue
 --! include lock
-mirror = KEYS[7] or false
-local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, lease, channel, idle_ms, name = ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8]
+mirror = KEYS[6] or false
+local owner_key, queue, waiters, wakes, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, lease, channel, name = ARGV[1], ARGV[2], ARGV[6], ARGV[8]
 local attempt = ARGV[9]
 
 -- Fast path: free and nobody waiting.
 local owner = still_owner(owner_key, redis.call('HGET', owner_key, 'token'))
 if ARGV[4] == '1' and owner ~= token then
-    return {0, redis.call('PTTL', owner_key), -1, 0, 0}  -- a re-entry that found it gone
+    return {0, holder_ttl(owner_key), -1, 0, 0}  -- a re-entry that found it gone
 end
 local held_outside = (not owner) and outsider()
 if (not owner) and (not held_outside) and redis.call('EXISTS', queue) == 0 then
-    return {1, take(owner_key, fence, token, lease, idle_ms, name, attempt), tonumber(lease)}
+    return {1, take(owner_key, token, lease, name, attempt), tonumber(lease)}
 end
 
 local waiter_lease = tonumber(ARGV[3])
@@ -60,11 +59,11 @@ if not owner and not held_outside then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if (not head) or head == token then
         leave_queue(queue, waiters, wakes, token, names)
-        return {1, take(owner_key, fence, token, lease, idle_ms, name, attempt), tonumber(lease)}
+        return {1, take(owner_key, token, lease, name, attempt), tonumber(lease)}
     end
     -- Free, but a live waiter is ahead of us (its owner's lease ran out with
     -- nobody to hand it on): give it to that waiter now, then queue behind.
-    grant_next(owner_key, queue, waiters, wakes, fence, ARGV[5], now, idle_ms, names)
+    grant_next(owner_key, queue, waiters, wakes, ARGV[5], now, names)
 end
 
 local outside = held_outside and 1 or 0

@@ -4,17 +4,16 @@
 -- leave it (waiters that gave up and could not say so), refresh the
 -- process's waiter lease (all its waiters at once), and hand a free lock to
 -- the first waiter (its owner crashed, or nobody was there to hand it on).
--- KEYS[1] owner hash {token, fence, owner}, PEXPIRE = lease
+-- KEYS[1] owner hash (lib/lock), PEXPIRE = lease
 -- KEYS[2] queue zset: token -> arrival (us, server clock)
 -- KEYS[3] waiter leases zset: channel -> expiry (ms, server clock) of each waiting process
 -- KEYS[4] waiters' channels hash: token -> pub/sub channel of its process
--- KEYS[5] fencing counter
--- KEYS[6] waiters' names hash: token -> owner name
--- KEYS[7] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
+-- KEYS[5] waiters' names hash: token -> owner name
+-- KEYS[6] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)
 -- ARGV[1] the process's wake-up channel (a pub/sub channel, not a key)
 -- ARGV[2] waiter lease in ms
 -- ARGV[3] handoff lease in ms, for granting a free lock to the first waiter
--- ARGV[4] lifetime in ms of a fencing counter started now
+-- ARGV[4] how long in ms the marker of a lock let go here lives (lib/lock)
 -- ARGV[5] how many waiters join (J), then how many leave (L)
 -- ARGV[6] L
 -- ARGV[7] a waiter of the process that joined in an earlier round ('' none), to check
@@ -35,8 +34,8 @@
 
 --! include queue
 --! include lock
-mirror = KEYS[7] or false
-local owner_key, queue, waiters, wakes, fence, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+mirror = KEYS[6] or false
+local owner_key, queue, waiters, wakes, names = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local channel, waiter_lease, handoff, idle_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local joining, leaving = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now, now_us = server_time()
@@ -55,7 +54,7 @@ for i = first_leave, first_leave + leaving - 1 do
     local token = ARGV[i]
     leave_queue(queue, waiters, wakes, token, names)
     if redis.call('HGET', owner_key, 'token') == token then
-        redis.call('DEL', owner_key)  -- handed to a waiter that is gone: pass it on
+        let_go(owner_key, idle_ms)  -- handed to a waiter that is gone: pass it on
         mirror_release(token)
     end
 end
@@ -76,7 +75,7 @@ keep_alive(names, waiter_lease * 2)
 
 local held_outside = (not owner) and outsider()
 if not owner and not held_outside then
-    owner = grant_next(owner_key, queue, waiters, wakes, fence, handoff, now, idle_ms, names)
+    owner = grant_next(owner_key, queue, waiters, wakes, handoff, now, names)
 end
 local reply = {owner or '', 0, -2, alive and 1 or 0, now, missing, held_outside and 1 or 0}
 if owner then

@@ -6,10 +6,10 @@ leaves it (release), with no contention. tenure's ``Lock`` / ``AsyncLock``
 beside redis-py's ``client.lock(name)`` (sync and asyncio), in two variants:
 
 * fresh: names never used before (``{prefix}{i}`` with ``i`` growing), so
-  tenure seeds a fencing counter on each;
+  tenure starts each one's fencing tokens from the server's clock;
 * reused: the names the fresh run of the same round has just used (at most
   ``REUSE_SPACE``), again in order, ``i % n``: each was used less than a
-  minute before, so tenure's fencing counter is still there.
+  minute before, so tenure's marker (the last fence) is still there.
 
 asyncio runs one task doing sequential cycles on a ``redis.asyncio.Redis``.
 Each timed run lasts ``seconds``; rounds interleave the contenders (every

@@ -1,8 +1,8 @@
 """Memory per lock name: N distinct names, each acquired and released once.
 
 A lock used once and released should leave nothing behind for long. tenure
-keeps a released name's fencing counter and release receipts for
-``IDLE_TTL`` (so fencing tokens keep growing across quick re-use, and a
+keeps a released name's marker (its last fencing token and release
+receipt) for ``IDLE_TTL`` (so fencing tokens keep growing across quick re-use, and a
 resent release is recognised) and then lets them expire; redis-py's Lock
 deletes its only key on release. This module drives ``N`` names through
 each, from ``NAME_PROCESSES`` spawned processes running

@@ -222,11 +222,11 @@ def names_section(names: Sequence[NamesResult], idle_cap: float | None) -> str:
         f"{first.names:,} distinct lock names, each acquired and released once (10 s "
         f"lease), driven from {where} (`tenure.AsyncLock`, redis-py's asyncio "
         "`Lock`), after `FLUSHDB`. Keys and `used_memory` are read right after the "
-        f"last release. tenure keeps a released name's fencing counter and its "
-        f"release receipts for `IDLE_TTL` = {IDLE_TTL:g} s of idleness (so tokens "
-        f"keep growing when a name is re-used soon, and a resent release is "
-        f"recognised); the run itself takes long enough that the first names' "
-        f"counters may already be gone when it ends. {wait} "
+        f"last release. tenure keeps a released name's marker (one hash: its last "
+        f"fencing token and release receipt) for `IDLE_TTL` = {IDLE_TTL:g} s of "
+        f"idleness (so tokens keep growing when a name is re-used soon, and a resent "
+        f"release is recognised); the run itself takes long enough that the first "
+        f"names' markers may already be gone when it ends. {wait} "
         "Bytes per key left = (`used_memory` right after - `used_memory` before) / keys "
         "right after.",
         "",

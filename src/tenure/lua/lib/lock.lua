@@ -1,12 +1,24 @@
 -- Shared by the lock scripts (included after lib/queue, not run on its own).
 -- Key layout of one lock, all under one {hash tag} so a cluster keeps them in one slot:
---   owner   hash {token, fence, owner, attempt}; its PEXPIRE is the lease; owner is
---           the holder's owner name (it expires with the hold); attempt is the id
---           of the acquire call that took it when its token was the caller's own
---           choice ('' otherwise, and for a hold handed over). Re-entries are
+--   owner   hash, the lock's one key:
+--             token    the holder's token (no field: nobody holds)
+--             fence    the fencing token of the name's last acquisition
+--             owner    the holder's owner name (shown by tenure inspect)
+--             attempt  the id of the acquire call that took it when its token
+--                      was the caller's own choice ('' otherwise, and for a
+--                      hold handed over)
+--             done     "token:fence" of the last release: its receipt (a
+--                      resent release finds it and answers as the first did)
+--             added    "call id:ms" of the last extend by an amount: its receipt
+--           While held, its PEXPIRE is the lease. A release that hands the
+--           lock to nobody leaves it as a marker (fence and done, no token)
+--           for idle_ms, so the next acquisition's fence is the last one + 1;
+--           a name with no marker (new, idle longer, a lease run out, a
+--           restart without persistence) starts from the server's clock in
+--           microseconds, above every fence handed out before (each took
+--           more than a microsecond of this server's time). Re-entries are
 --           counted by the owner's process, not here.
---   queue, waiters, wakes, fence, names   as in lib/queue
---   done, done_old   receipts, as in lib/receipt
+--   queue, waiters, wakes, names   as in lib/queue: they exist only while someone waits
 
 -- redis-py's own key of the lock (a Lock made with interop="redis-py"), or
 -- false. Each lock script sets it from the optional key after its own layout;
@@ -26,11 +38,13 @@ end
 -- The remaining lease in ms of whoever holds (tenure's owner, else a foreign
 -- holder of redis-py's key: -1 when that key never expires), -2 nobody.
 local function holder_ttl(owner_key)
-    local left = redis.call('PTTL', owner_key)
-    if left == -2 and outsider() then
+    if redis.call('HEXISTS', owner_key, 'token') == 1 then
+        return redis.call('PTTL', owner_key)
+    end
+    if outsider() then
         return redis.call('PTTL', mirror)
     end
-    return left
+    return -2  -- nobody (the hash, if there, is a release's marker)
 end
 
 -- The owner `owner` (its token, false: none), or false if redis-py's key no
@@ -71,18 +85,31 @@ local function same_attempt(owner_key, attempt)
     return (not stored) or stored == '' or stored == attempt
 end
 
+-- The fencing token of the next acquisition: the marker's (or the last
+-- holder's) + 1, else the server's clock in microseconds (a name without one).
+local function next_lock_fence(last)
+    if last then
+        return tonumber(last) + 1
+    end
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- Make `token` (owner name `name`, false: none known) the owner for
 -- `lease_ms`, taken by acquire call `attempt` ('' none); return its fencing
--- token. The hash may still hold the previous owner (a handoff): its fields
--- are overwritten.
-local function take(owner, fence, token, lease_ms, idle_ms, name, attempt)
-    local f = next_fence(fence, idle_ms)
+-- token. `last` is the hash's fence field as read by the caller (nil: read
+-- here). The hash may hold the previous owner (a handoff) or the marker a
+-- release left: its fields are overwritten.
+local function take(owner, token, lease_ms, name, attempt, last)
+    if last == nil then
+        last = redis.call('HGET', owner, 'fence')
+    end
+    local f = next_lock_fence(last)
+    local fence = string.format('%d', f)
     if name then
-        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f), 'owner', name,
-            'attempt', attempt)
+        redis.call('HSET', owner, 'token', token, 'fence', fence, 'owner', name, 'attempt', attempt)
     else
-        redis.call('HSET', owner, 'token', token, 'fence', string.format('%d', f),
-            'attempt', attempt)
+        redis.call('HSET', owner, 'token', token, 'fence', fence, 'attempt', attempt)
         redis.call('HDEL', owner, 'owner')
     end
     redis.call('PEXPIRE', owner, lease_ms)
@@ -92,12 +119,19 @@ local function take(owner, fence, token, lease_ms, idle_ms, name, attempt)
     return f
 end
 
+-- Nobody holds the lock any more: the hash becomes the marker (its fence and
+-- its last release's receipt) for idle_ms.
+local function let_go(owner, idle_ms)
+    redis.call('HDEL', owner, 'token', 'owner', 'attempt', 'added')
+    redis.call('PEXPIRE', owner, idle_ms)
+end
+
 -- Hand the (free) lock to the first live waiter, inside this script, so no
 -- newcomer can barge in, and announce it on the waiter's channel. The
 -- handed-over lease is short (handoff_ms) until the new owner confirms it
 -- with its full lease, so a waiter that died just before its turn delays the
 -- others by at most that.
-local function grant_next(owner, queue, waiters, wakes, fence, handoff_ms, now, idle_ms, names)
+local function grant_next(owner, queue, waiters, wakes, handoff_ms, now, names)
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
         return false
@@ -105,7 +139,7 @@ local function grant_next(owner, queue, waiters, wakes, fence, handoff_ms, now, 
     local channel = channel_of(wakes, head)
     local name = name_of(names, head)
     leave_queue(queue, waiters, wakes, head, names)
-    local f = take(owner, fence, head, handoff_ms, idle_ms, name, '')
+    local f = take(owner, head, handoff_ms, name, '')
     announce(channel, head, f, handoff_ms, now)
     return head
 end
