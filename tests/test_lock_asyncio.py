@@ -26,7 +26,7 @@ from tenure import (
     ServerUnavailableError,
 )
 from tenure._async._line import _lines
-from tenure._async._watchdog import watchdog
+from tenure._async._watchdog import Deferred, Job, watchdog
 from tenure.server import FaultProxy, ServerProcess
 from tests._backend_asyncio import in_line, until
 from tests.conftest import ServerFactory, upstream_bytes
@@ -309,7 +309,12 @@ async def test_a_renewal_in_flight_during_downgrade_does_not_lose_the_hold(
     lost: list[object] = []
     rw.write._holds.on_lost = lost.append
     assert await rw.write.acquire()
+    deferred = rw.write._holds.peek().renewal  # type: ignore[union-attr]
+    assert isinstance(deferred, Deferred)  # its first renewal is not planned yet: plan it now
+    watchdog().cancel(deferred)
+    deferred.start(deferred)
     renewal = rw.write._holds.peek().renewal  # type: ignore[union-attr]
+    assert isinstance(renewal, Job)
     tenure_proxy.set_latency(0.2, direction="upstream")
     before = upstream_bytes(tenure_proxy)
     downgrade = asyncio.create_task(rw.write.downgrade())

@@ -26,6 +26,7 @@ from tenure import (
     Semaphore,
 )
 from tenure._core.leased import IDLE_TTL_MS
+from tenure._sync._watchdog import watchdog
 from tests._backend_threads import until
 
 
@@ -148,7 +149,11 @@ def test_a_released_lock_leaves_nothing_for_the_garbage_collector(
     def holds() -> set[int]:
         return {id(obj) for obj in gc.get_objects() if type(obj).__name__ == "Hold"}
 
+    def deferred() -> int:
+        return sum(len(waiting) for waiting in watchdog()._deferred.values())
+
     gc.collect()
+    planned = deferred()  # another test's holds' renewals, in this process
     gc.disable()
     try:
         before = holds()  # another test's, still referenced
@@ -159,6 +164,7 @@ def test_a_released_lock_leaves_nothing_for_the_garbage_collector(
     finally:
         gc.enable()
     assert not left, f"{len(left)} released holds still alive"
+    assert deferred() <= planned  # no renewal of theirs is still planned
 
 
 def test_a_read_write_lock_refuses_to_wait_on_its_own_other_side(

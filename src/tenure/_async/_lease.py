@@ -25,7 +25,7 @@ from typing import Any
 
 from tenure._async._holds import AsyncHolds
 from tenure._async._rules import AsyncRules, extended, took_lock
-from tenure._async._watchdog import Job, watchdog
+from tenure._async._watchdog import Deferred, Job, watchdog
 from tenure._backends.for_asyncio import shielded
 from tenure._core.leased import (
     RENEW_AT,
@@ -81,8 +81,10 @@ class AsyncLease:
                 # Handed over on a short lease: confirm the full lease at a third
                 # of it. A short hold is released before then and never pays.
                 self._schedule(hold, sent + answer.lease_ms / 1000 * RENEW_AT)
-            elif settings.auto_renew or settings.max_hold is not None:
+            elif settings.max_hold is not None:
                 self._schedule(hold, sent + settings.lease * RENEW_AT)
+            elif settings.auto_renew:
+                self._defer(hold, sent + settings.lease * RENEW_AT, now)
 
     def ran_out(self, hold: Hold) -> bool:
         """Whether ``hold``'s lease ran out: a fixed lease (or one past ``max_hold``) ended.
@@ -163,7 +165,7 @@ class AsyncLease:
         confirmed = await rules.confirm_now(token, granted)
         return None if confirmed is None else (confirmed, sent)
 
-    def resume(self, hold: Hold, renewal: Job | None) -> None:
+    def resume(self, hold: Hold, renewal: Job | Deferred | None) -> None:
         """Track ``hold`` again after a release that never left the client.
 
         It is renewed from where its last renewal job (``renewal``, None if it
@@ -178,6 +180,23 @@ class AsyncLease:
                 self._schedule(hold, renewal.due)  # at once if it fell due meanwhile
 
     # -- renewal -----------------------------------------------------------------
+
+    def _defer(self, hold: Hold, due: float, now: float) -> None:
+        """Plan ``hold``'s first renewal (due at ``due``) only once its window opens.
+
+        Most holds are released long before: they never cost a job. The
+        window opens halfway to ``due``, as a planned job's slack would (the
+        mutex held).
+        """
+        lease = self
+
+        def start(deferred: Deferred) -> None:
+            with lease._holds.mutex:
+                if hold.renewal is deferred and lease._holds.holds(hold):
+                    lease._schedule(hold, deferred.due)
+
+        bucket = self._rules.settings.lease_ms
+        hold.renewal = watchdog().defer(Deferred(bucket, due, now + (due - now) / 2, start))
 
     def _schedule(self, hold: Hold, due: float) -> None:
         ms, due = self._plan(hold, self._renewal_ms(hold), due)

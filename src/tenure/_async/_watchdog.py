@@ -35,7 +35,7 @@ from tenure._backends.for_asyncio import Event, Mutex, scope_key, start_backgrou
 from tenure._core.clients import is_cluster, translate_error
 from tenure._core.scripts import load_script, operation
 
-__all__ = ["AsyncWatchdog", "Job", "JobRunner", "watchdog"]
+__all__ = ["AsyncWatchdog", "Deferred", "Job", "JobRunner", "watchdog"]
 
 IDLE_LINGER = 1.0
 """Seconds the background task stays alive with nothing to do."""
@@ -90,6 +90,28 @@ def _dropped(reply: Any, error: BaseException | None) -> None:
     """A cancelled job's callback: nothing to do."""
 
 
+class Deferred:
+    """A renewal not planned yet: most holds end long before their first renewal.
+
+    Keeping one costs an entry in an insertion-ordered dict (one per lease
+    length, so each is in the order its renewals fall due) where a
+    :class:`Job` costs its callbacks, its call and two heap entries; when its
+    window ``opens``, the watchdog calls ``start(deferred)`` (outside its
+    mutex), which plans the real job (or nothing, if the hold ended meanwhile).
+    """
+
+    __slots__ = ("bucket", "due", "opens", "start")
+
+    def __init__(
+        self, bucket: int, due: float, opens: float, start: Callable[[Deferred], None]
+    ) -> None:
+        self.bucket = bucket
+        """The lease in ms: deferred renewals of one bucket fall due in their order."""
+        self.due = due
+        self.opens = opens
+        self.start = start
+
+
 class AsyncWatchdog:
     """Runs due jobs in the background, batching those of one client."""
 
@@ -101,6 +123,7 @@ class AsyncWatchdog:
         self._by_opening: list[tuple[float, int, Job]] = []
         self._entries = itertools.count()
         self._waiting = 0  # jobs waiting (each has one live entry in each heap)
+        self._deferred: dict[int, dict[Deferred, None]] = {}  # bucket -> in order of opening
         self._wakeup = Event()
         self._running = False
         self._idle_since: float | None = None
@@ -138,16 +161,35 @@ class AsyncWatchdog:
         heapq.heappush(self._by_due, (job.due, entry, job))
         heapq.heappush(self._by_opening, (job.due - job.slack, entry, job))
         self._compact()
+        self._rouse(job.due)
+
+    def defer(self, deferred: Deferred) -> Deferred:
+        """Keep ``deferred`` until its window opens, then call its ``start``; return it."""
+        with self._mutex:
+            self._deferred.setdefault(deferred.bucket, {})[deferred] = None
+            self._rouse(deferred.opens)
+        return deferred
+
+    def _rouse(self, at: float) -> None:
+        """Make sure the background task runs by ``at`` (under the mutex)."""
         if not self._running:
             self._running = True
             self._sleep_until = float("-inf")
             # Kept in self._worker: see start_background.
             self._worker = start_background(self._run, "tenure-watchdog")
-        elif job.due < self._sleep_until:
-            self._wakeup.set()  # it sleeps past this job's window: wake it to re-plan
+        elif at < self._sleep_until:
+            self._wakeup.set()  # it sleeps past this window: wake it to re-plan
 
-    def cancel(self, job: Job | None) -> None:
+    def cancel(self, job: Job | Deferred | None) -> None:
         """Drop ``job`` if it has not run yet (a running job's result is ignored)."""
+        if isinstance(job, Deferred):
+            with self._mutex:
+                waiting = self._deferred.get(job.bucket)
+                if waiting is not None and job in waiting:
+                    del waiting[job]
+                    if not waiting:
+                        del self._deferred[job.bucket]
+            return
         if job is None or job.cancelled:
             return
         job.cancelled = True
@@ -188,11 +230,13 @@ class AsyncWatchdog:
             while by_due and by_due[0][2].queued != by_due[0][1]:
                 heapq.heappop(by_due)  # taken, planned again or cancelled
             wake = by_due[0][0] if by_due else float("inf")
+            for waiting in self._deferred.values():
+                wake = min(wake, next(iter(waiting)).opens)
             if due:
                 self._idle_since = None
                 self._sleep_until = float("-inf")  # busy: it re-plans when done
                 return due, 0.0
-            if not by_due:
+            if wake == float("inf"):
                 if self._idle_since is None:
                     self._idle_since = now
                 idle = now - self._idle_since
@@ -206,9 +250,31 @@ class AsyncWatchdog:
             self._sleep_until = wake
             return [], max(0.0, wake - now)
 
+    def _take_opened(self) -> list[Deferred]:
+        """Split off the deferred renewals whose window has opened."""
+        opened: list[Deferred] = []
+        with self._mutex:
+            if not self._deferred:
+                return opened
+            now = time.monotonic() + 0.001
+            for bucket, waiting in list(self._deferred.items()):
+                ready = []
+                for deferred in waiting:
+                    if deferred.opens > now:
+                        break
+                    ready.append(deferred)
+                for deferred in ready:
+                    del waiting[deferred]
+                if not waiting:
+                    del self._deferred[bucket]
+                opened += ready
+        return opened
+
     async def _run(self) -> None:
         try:
             while True:
+                for deferred in self._take_opened():
+                    deferred.start(deferred)  # plans its job (it takes the mutex)
                 due, wait = self._take_due()
                 if wait is None:
                     return

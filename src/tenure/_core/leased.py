@@ -393,7 +393,6 @@ class LockSettings:
         Settings are immutable and shared: the same arguments (of the same
         types) give the same object, validated once.
         """
-        checked = check_lock_name(name)
         key: tuple[object, ...] = (
             timeout,
             type(timeout),
@@ -417,6 +416,7 @@ class LockSettings:
             found, key = None, ()
         if found is not None:
             return found
+        checked = check_lock_name(name)  # for the messages (the caller checked it)
         check_seconds("timeout", timeout, allow_none=True, name=checked)
         blocking_timeout = check_seconds(
             "blocking_timeout", blocking_timeout, allow_none=True, name=checked, forever=True

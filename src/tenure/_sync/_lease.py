@@ -35,7 +35,7 @@ from tenure._core.leased import (
 from tenure._core.values import to_ms
 from tenure._sync._holds import Holds
 from tenure._sync._rules import Rules, extended, took_lock
-from tenure._sync._watchdog import Job, watchdog
+from tenure._sync._watchdog import Deferred, Job, watchdog
 
 __all__ = ["Lease"]
 
@@ -82,8 +82,10 @@ class Lease:
                 # Handed over on a short lease: confirm the full lease at a third
                 # of it. A short hold is released before then and never pays.
                 self._schedule(hold, sent + answer.lease_ms / 1000 * RENEW_AT)
-            elif settings.auto_renew or settings.max_hold is not None:
+            elif settings.max_hold is not None:
                 self._schedule(hold, sent + settings.lease * RENEW_AT)
+            elif settings.auto_renew:
+                self._defer(hold, sent + settings.lease * RENEW_AT, now)
 
     def ran_out(self, hold: Hold) -> bool:
         """Whether ``hold``'s lease ran out: a fixed lease (or one past ``max_hold``) ended.
@@ -164,7 +166,7 @@ class Lease:
         confirmed = rules.confirm_now(token, granted)
         return None if confirmed is None else (confirmed, sent)
 
-    def resume(self, hold: Hold, renewal: Job | None) -> None:
+    def resume(self, hold: Hold, renewal: Job | Deferred | None) -> None:
         """Track ``hold`` again after a release that never left the client.
 
         It is renewed from where its last renewal job (``renewal``, None if it
@@ -179,6 +181,23 @@ class Lease:
                 self._schedule(hold, renewal.due)  # at once if it fell due meanwhile
 
     # -- renewal -----------------------------------------------------------------
+
+    def _defer(self, hold: Hold, due: float, now: float) -> None:
+        """Plan ``hold``'s first renewal (due at ``due``) only once its window opens.
+
+        Most holds are released long before: they never cost a job. The
+        window opens halfway to ``due``, as a planned job's slack would (the
+        mutex held).
+        """
+        lease = self
+
+        def start(deferred: Deferred) -> None:
+            with lease._holds.mutex:
+                if hold.renewal is deferred and lease._holds.holds(hold):
+                    lease._schedule(hold, deferred.due)
+
+        bucket = self._rules.settings.lease_ms
+        hold.renewal = watchdog().defer(Deferred(bucket, due, now + (due - now) / 2, start))
 
     def _schedule(self, hold: Hold, due: float) -> None:
         ms, due = self._plan(hold, self._renewal_ms(hold), due)

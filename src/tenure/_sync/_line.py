@@ -419,6 +419,7 @@ def _joins_hear(members: dict[str, tuple[Waiter, str]], joins: list[tuple[str, s
 
 
 _lines: dict[tuple[object, ...], Line] = {}
+_by_scope: dict[tuple[object, ...], list[Line]] = {}  # each line under its scope too
 _waiting: dict[tuple[object, ...], int] = {}  # (scope, registry, owner key) -> waiters now
 _waiting_keys: dict[tuple[object, ...], tuple[object, ...]] = {}  # each key of _waiting, shared
 _trying: dict[tuple[object, ...], float] = {}  # (scope, registry, owner key) -> when its try began
@@ -429,6 +430,16 @@ def _forget(line: Line) -> None:
     with _lines_mutex:
         for key in [k for k, v in _lines.items() if v is line]:
             del _lines[key]
+        _unscope(line)
+
+
+def _unscope(line: Line) -> None:
+    """Drop ``line`` from :data:`_by_scope` (the mutex held)."""
+    scoped = _by_scope.get(line.scope)
+    if scoped is not None and line in scoped:
+        scoped.remove(line)
+        if not scoped:
+            del _by_scope[line.scope]
 
 
 def start_waiting(registry: ScriptRegistry, owner_key: str) -> tuple[tuple[object, ...], bool]:
@@ -489,7 +500,7 @@ def end_try(key: tuple[object, ...]) -> None:
     with _lines_mutex:
         if _trying.pop(key, None) is None:
             return
-        lines = [line for line in _lines.values() if line.scope == key]
+        lines = list(_by_scope.get(key, ()))  # not a scan of every line of the process
     for line in lines:
         line.wake()
 
@@ -533,6 +544,8 @@ def line_for(
     with _lines_mutex:
         found = _lines.get(key)
         if found is None or found.closed:
+            if found is not None:
+                _unscope(found)
             found = _lines[key] = Line(
                 registry,
                 script,
@@ -546,4 +559,5 @@ def line_for(
                 refuse,
                 outsider_poll,
             )
+            _by_scope.setdefault(found.scope, []).append(found)
         return found

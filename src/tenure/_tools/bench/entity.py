@@ -32,6 +32,7 @@ import redis.asyncio
 
 import tenure
 from tenure._tools.bench import BenchmarkError
+from tenure._tools.bench.costs import COST_CYCLES, COST_VARIANTS, measure_costs
 
 __all__ = [
     "ENTITY_CONTENDERS",
@@ -69,10 +70,10 @@ class EntityResult:
 
     key: str
     mode: str  # "sync" or "asyncio"
-    variant: str  # "fresh", "reused" or "constructor"
-    runs: tuple[float, ...]  # cycles/s per round (µs per object for "constructor")
+    variant: str  # "fresh", "reused", "constructor", or one of COST_VARIANTS
+    runs: tuple[float, ...]  # cycles/s per round (constructor: µs per object; costs: per cycle)
     median: float
-    names: tuple[int, ...]  # distinct names used per round (0 for "constructor")
+    names: tuple[int, ...]  # distinct names used per round (0: constructor; costs: cycles)
 
 
 # -- sync --------------------------------------------------------------------------
@@ -250,6 +251,7 @@ def measure_entity(
     reused: dict[str, list[float]] = {k: [] for k in order}
     names: dict[str, list[int]] = {k: [] for k in order}
     built: dict[str, list[float]] = {k: [] for k in order}
+    costs: dict[str, dict[str, list[float]]] = {k: {v: [] for v in COST_VARIANTS} for k in order}
     construct = min(CONSTRUCT_SECONDS, seconds)
     with redis.Redis.from_url(url) as admin:
         for round_ in range(rounds):
@@ -261,6 +263,8 @@ def measure_entity(
                 reused[key].append(again)
                 names[key].append(used)
                 built[key].append(_constructor(url, key, f"made:{tag}", construct))
+                for variant, value in measure_costs(url, key, ENTITY_CONTENDERS[key][0]).items():
+                    costs[key][variant].append(value)
                 progress(
                     f"entity {round_ + 1}/{rounds} {key}: fresh {first:,.0f}/s, "
                     f"reused {again:,.0f}/s ({min(used, REUSE_SPACE):,} names), "
@@ -291,6 +295,17 @@ def measure_entity(
                 statistics.median(built[key]),
                 tuple(0 for _ in used_names),
             ),
+        ]
+        results += [
+            EntityResult(
+                key,
+                mode,
+                variant,
+                tuple(costs[key][variant]),
+                statistics.median(costs[key][variant]),
+                tuple(COST_CYCLES for _ in used_names),
+            )
+            for variant in COST_VARIANTS
         ]
     return results
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from tenure._tooling import IDLE_TTL
+from tenure._tools.bench.costs import COST_VARIANTS
 from tenure._tools.bench.entity import (
     CONSTRUCT_SECONDS,
     ENTITY_CONTENDERS,
@@ -268,7 +269,37 @@ def entity_section(entity: Sequence[EntityResult], command: str, seconds: float)
                 f"| {ENTITY_CONTENDERS[key][1]} | {made.median:.2f} | "
                 f"{', '.join(f'{x:.2f}' for x in made.runs)} | {times} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _cost_lines(by)) + "\n"
+
+
+def _cost_lines(by: dict[tuple[str, str], EntityResult]) -> list[str]:
+    """Where a cycle's time goes (tenure._tools.bench.costs), medians of the rounds."""
+    rows = [key for key in ENTITY_CONTENDERS if (key, "server_us") in by]
+    if not rows:
+        return []
+    cycles = by[(rows[0], "server_us")].names[0]
+    lines = [
+        "",
+        f"Where a cycle goes: {cycles:,} cycles on fresh names after `FLUSHDB` and `CONFIG "
+        "RESETSTAT`, each lock alone, per cycle: the server's µs in the commands the "
+        "client sent (`EVALSHA`, `EVAL`, `SET`, from `INFO commandstats`; a script's own "
+        "commands count in its `EVALSHA`), those commands (round trips), the client's CPU "
+        "µs (its thread's CPU time: waiting for the server is not counted; the object is "
+        "made inside the acquire), and the keys and bytes (`used_memory` over the empty "
+        "database's) each released name leaves. Medians of the rounds.",
+        "",
+        "| Lock | server µs | round trips | acquire CPU µs | release CPU µs "
+        "| keys per idle name | bytes per idle name |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key in rows:
+        f = {variant: by[(key, variant)].median for variant in COST_VARIANTS}
+        lines.append(
+            f"| {ENTITY_CONTENDERS[key][1]} | {f['server_us']:.1f} | {f['round_trips']:.1f} | "
+            f"{f['acquire_cpu_us']:.0f} | {f['release_cpu_us']:.0f} | {f['keys_idle']:.1f} | "
+            f"{f['bytes_idle']:.0f} |"
+        )
+    return lines
 
 
 def scale_section(
@@ -398,6 +429,15 @@ def entity_lines(entity: Sequence[EntityResult]) -> list[str]:
                 f"  {mode:<8}constructor: tenure {made.median:.2f} us, "
                 f"redis-py {peer_made.median:.2f} us"
             )
+        for key in (mine, theirs):
+            if (key, "server_us") in by:
+                f = {variant: by[(key, variant)].median for variant in COST_VARIANTS}
+                lines.append(
+                    f"  {mode:<8}{key}: server {f['server_us']:.1f} us, "
+                    f"{f['round_trips']:.1f} round trips, CPU acquire {f['acquire_cpu_us']:.0f} "
+                    f"us + release {f['release_cpu_us']:.0f} us, {f['keys_idle']:.1f} keys and "
+                    f"{f['bytes_idle']:.0f} bytes per idle name"
+                )
     return lines
 
 

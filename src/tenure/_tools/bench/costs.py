@@ -1,0 +1,133 @@
+"""What one per-entity lock cycle costs: server time, round trips, client CPU, idle keys.
+
+A breakdown beside the per-entity cycles/s (:mod:`tenure._tools.bench.entity`),
+so a gap can be placed: ``COST_CYCLES`` cycles on fresh names after
+``FLUSHDB`` and ``CONFIG RESETSTAT``, each contender alone, then
+
+* server µs per cycle: the ``usec`` of the commands a client sent (``EVALSHA``,
+  ``EVAL``, ``SET``; what a script runs inside counts in its ``EVALSHA``), from
+  ``INFO commandstats``;
+* round trips per cycle: the calls of those commands;
+* client CPU µs per acquire and per release (the thread's CPU time, so
+  waiting for the server is not counted; the lock object is made inside the
+  acquire's time);
+* keys and bytes per idle name: ``DBSIZE`` and ``used_memory`` (over the
+  empty database's) right after the last release, per name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import redis.asyncio
+
+import tenure
+
+__all__ = ["COST_CYCLES", "COST_VARIANTS", "SENT_COMMANDS", "measure_costs"]
+
+COST_CYCLES = 2000
+SENT_COMMANDS = ("evalsha", "eval", "set")
+"""The commands a contender's client sends in a cycle (default arguments): tenure's
+scripts, redis-py's ``SET NX PX`` and its release script."""
+
+COST_VARIANTS = (
+    "server_us",
+    "round_trips",
+    "acquire_cpu_us",
+    "release_cpu_us",
+    "keys_idle",
+    "bytes_idle",
+)
+"""The per-cycle figures :func:`measure_costs` returns, in this order."""
+
+PREFIX = "bench:cost:"
+
+
+def _sent(admin: redis.Redis) -> tuple[int, int]:
+    """(calls, usec) of the commands clients sent, from INFO commandstats."""
+    stats: dict[str, Any] = admin.info("commandstats")
+    calls = usec = 0
+    for command in SENT_COMMANDS:
+        found = stats.get(f"cmdstat_{command}")
+        if found:
+            calls += int(found["calls"])
+            usec += int(found["usec"])
+    return calls, usec
+
+
+def _sync_cycles(url: str, key: str, cycles: int) -> tuple[float, float]:
+    """CPU seconds spent in acquires and in releases over ``cycles`` sync cycles."""
+    acquiring = releasing = 0.0
+    with redis.Redis.from_url(url) as client:
+        make: Callable[[str], Any] = (
+            (lambda n: tenure.Lock(client, n)) if key == "tenure" else (lambda n: client.lock(n))
+        )
+        for i in range(cycles):
+            start = time.thread_time()
+            lock = make(f"{PREFIX}{i}")
+            lock.acquire()
+            taken = time.thread_time()
+            lock.release()
+            acquiring += taken - start
+            releasing += time.thread_time() - taken
+    return acquiring, releasing
+
+
+async def _async_cycles(url: str, key: str, cycles: int) -> tuple[float, float]:
+    acquiring = releasing = 0.0
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        make: Callable[[str], Any] = (
+            (lambda n: tenure.AsyncLock(client, n))
+            if key == "tenure-async"
+            else (lambda n: client.lock(n))
+        )
+        for i in range(cycles):
+            start = time.thread_time()
+            lock = make(f"{PREFIX}{i}")
+            await lock.acquire()
+            taken = time.thread_time()
+            await lock.release()
+            acquiring += taken - start
+            releasing += time.thread_time() - taken
+    finally:
+        await client.aclose()
+    return acquiring, releasing
+
+
+def _warm(url: str, key: str, mode: str) -> None:
+    """Load the scripts and open the connections, so the timed cycles pay neither."""
+    if mode == "sync":
+        _sync_cycles(url, key, 20)
+    else:
+        asyncio.run(_async_cycles(url, key, 20))
+
+
+def measure_costs(url: str, key: str, mode: str, cycles: int = COST_CYCLES) -> dict[str, float]:
+    """One contender's figures per cycle (see the module docstring), keyed as ``COST_VARIANTS``."""
+    with redis.Redis.from_url(url) as admin:
+        _warm(url, key, mode)
+        admin.flushdb()
+        empty = int(admin.info("memory")["used_memory"])
+        admin.config_resetstat()
+        calls_before, usec_before = _sent(admin)
+        if mode == "sync":
+            acquiring, releasing = _sync_cycles(url, key, cycles)
+        else:
+            acquiring, releasing = asyncio.run(_async_cycles(url, key, cycles))
+        calls, usec = _sent(admin)
+        keys = int(admin.dbsize())
+        used = int(admin.info("memory")["used_memory"])
+        admin.flushdb()
+    return {
+        "server_us": (usec - usec_before) / cycles,
+        "round_trips": (calls - calls_before) / cycles,
+        "acquire_cpu_us": acquiring / cycles * 1e6,
+        "release_cpu_us": releasing / cycles * 1e6,
+        "keys_idle": keys / cycles,
+        "bytes_idle": max(0, used - empty) / cycles,
+    }
