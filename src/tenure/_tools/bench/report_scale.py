@@ -285,8 +285,8 @@ def _cost_lines(by: dict[tuple[str, str], EntityResult]) -> list[str]:
         "client sent (`EVALSHA`, `EVAL`, `SET`, from `INFO commandstats`; a script's own "
         "commands count in its `EVALSHA`), those commands (round trips), the client's CPU "
         "µs (its thread's CPU time: waiting for the server is not counted; the object is "
-        "made inside the acquire), and the keys and bytes (`used_memory` over the empty "
-        "database's) each released name leaves. Medians of the rounds.",
+        "made inside the acquire), and the keys and bytes (`MEMORY USAGE`, the mean of "
+        "up to 200 of its keys) each released name leaves. Medians of the rounds.",
         "",
         "| Lock | server µs | round trips | acquire CPU µs | release CPU µs "
         "| keys per idle name | bytes per idle name |",
