@@ -185,12 +185,14 @@ async def test_a_client_clock_jump_changes_nothing(
     # Leases run on the server's clock and waits on the monotonic clock: the
     # client's wall clock jumping an hour either way moves nothing.
     real = time.time
-    holder = AsyncLock(tenure_async_client, "jump", timeout=0.6, auto_renew=True)
-    other = AsyncLock(other_client, "jump", timeout=0.6)
+    # A 1.5 s lease renewed every 0.5 s: a starved CI worker once ran a renewal of a
+    # 0.6 s lease over 0.4 s late, and the hold was lost.
+    holder = AsyncLock(tenure_async_client, "jump", timeout=1.5, auto_renew=True)
+    other = AsyncLock(other_client, "jump", timeout=1.5)
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
     assert await holder.acquire()
     monkeypatch.setattr(time, "time", lambda: real() - 3600)
-    assert not await other.acquire(blocking_timeout=0.9)  # renewed past its lease meanwhile
+    assert not await other.acquire(blocking_timeout=2.0)  # renewed past its lease meanwhile
     assert await holder.owned()
     await holder.release()
     assert await other.acquire(blocking=False)

@@ -184,12 +184,14 @@ def test_a_client_clock_jump_changes_nothing(
     # Leases run on the server's clock and waits on the monotonic clock: the
     # client's wall clock jumping an hour either way moves nothing.
     real = time.time
-    holder = Lock(tenure_client, "jump", timeout=0.6, auto_renew=True)
-    other = Lock(other_client, "jump", timeout=0.6)
+    # A 1.5 s lease renewed every 0.5 s: a starved CI worker once ran a renewal of a
+    # 0.6 s lease over 0.4 s late, and the hold was lost.
+    holder = Lock(tenure_client, "jump", timeout=1.5, auto_renew=True)
+    other = Lock(other_client, "jump", timeout=1.5)
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
     assert holder.acquire()
     monkeypatch.setattr(time, "time", lambda: real() - 3600)
-    assert not other.acquire(blocking_timeout=0.9)  # renewed past its lease meanwhile
+    assert not other.acquire(blocking_timeout=2.0)  # renewed past its lease meanwhile
     assert holder.owned()
     holder.release()
     assert other.acquire(blocking=False)
