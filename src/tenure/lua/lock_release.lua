@@ -44,7 +44,9 @@ end
 if redis.call('EXISTS', queue) == 1 and not outsider() then
     local now = server_time()
     purge_waiters(queue, waiters, wakes, now, names)
-    if grant_next(owner_key, queue, waiters, wakes, ARGV[2], now, names) then
+    -- the fence read above, unless still_owner cleared the hash
+    local last = done == 1 and held[2] or false
+    if grant_next(owner_key, queue, waiters, wakes, ARGV[2], now, names, last) then
         return done  -- the owner hash now names the next waiter
     end
 end

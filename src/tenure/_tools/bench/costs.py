@@ -30,7 +30,14 @@ import redis.asyncio
 
 import tenure
 
-__all__ = ["COST_CYCLES", "COST_VARIANTS", "SENT_COMMANDS", "measure_costs"]
+__all__ = [
+    "COST_CYCLES",
+    "COST_VARIANTS",
+    "SENT_COMMANDS",
+    "async_maker",
+    "measure_costs",
+    "sync_maker",
+]
 
 COST_CYCLES = 2000
 SENT_COMMANDS = ("evalsha", "eval", "set")
@@ -73,13 +80,25 @@ def _sent(admin: redis.Redis) -> tuple[int, int]:
     return calls, usec
 
 
+def sync_maker(key: str, client: redis.Redis) -> Callable[[str], Any]:
+    """How contender ``key`` (sync) makes a lock object for a name, with its defaults."""
+    if key == "tenure":
+        return lambda name: tenure.Lock(client, name)
+    return lambda name: client.lock(name)
+
+
+def async_maker(key: str, client: redis.asyncio.Redis) -> Callable[[str], Any]:
+    """How contender ``key`` (asyncio) makes a lock object for a name, with its defaults."""
+    if key == "tenure-async":
+        return lambda name: tenure.AsyncLock(client, name)
+    return lambda name: client.lock(name)
+
+
 def _sync_cycles(url: str, key: str, cycles: int) -> tuple[float, float]:
     """CPU seconds spent in acquires and in releases over ``cycles`` sync cycles."""
     acquiring = releasing = 0.0
     with redis.Redis.from_url(url) as client:
-        make: Callable[[str], Any] = (
-            (lambda n: tenure.Lock(client, n)) if key == "tenure" else (lambda n: client.lock(n))
-        )
+        make = sync_maker(key, client)
         for i in range(cycles):
             start = time.thread_time()
             lock = make(f"{PREFIX}{i}")
@@ -95,11 +114,7 @@ async def _async_cycles(url: str, key: str, cycles: int) -> tuple[float, float]:
     acquiring = releasing = 0.0
     client = redis.asyncio.Redis.from_url(url)
     try:
-        make: Callable[[str], Any] = (
-            (lambda n: tenure.AsyncLock(client, n))
-            if key == "tenure-async"
-            else (lambda n: client.lock(n))
-        )
+        make = async_maker(key, client)
         for i in range(cycles):
             start = time.thread_time()
             lock = make(f"{PREFIX}{i}")

@@ -32,7 +32,13 @@ import redis.asyncio
 
 import tenure
 from tenure._tools.bench import BenchmarkError
-from tenure._tools.bench.costs import COST_CYCLES, COST_VARIANTS, measure_costs
+from tenure._tools.bench.costs import (
+    COST_CYCLES,
+    COST_VARIANTS,
+    async_maker,
+    measure_costs,
+    sync_maker,
+)
 
 __all__ = [
     "ENTITY_CONTENDERS",
@@ -93,12 +99,6 @@ def _sync_cycle(key: str, client: redis.Redis) -> Callable[[str], None]:
             pass
 
     return redis_py_cycle
-
-
-def _sync_make(key: str, client: redis.Redis) -> Callable[[str], object]:
-    if key == "tenure":
-        return lambda name: tenure.Lock(client, name)
-    return lambda name: client.lock(name)
 
 
 def _timed(cycle: Callable[[str], None], names: Callable[[int], str], seconds: float) -> int:
@@ -163,12 +163,6 @@ def _async_cycle(key: str, client: redis.asyncio.Redis) -> Callable[[str], Any]:
     return redis_py_cycle
 
 
-def _async_make(key: str, client: redis.asyncio.Redis) -> Callable[[str], object]:
-    if key == "tenure-async":
-        return lambda name: tenure.AsyncLock(client, name)
-    return lambda name: client.lock(name)
-
-
 async def _async_timed(
     cycle: Callable[[str], Any], names: Callable[[int], str], seconds: float
 ) -> int:
@@ -206,7 +200,7 @@ async def _async_round_in_loop(
 async def _async_constructor_in_loop(url: str, key: str, tag: str, seconds: float) -> float:
     client = redis.asyncio.Redis.from_url(url)
     try:
-        return _constructor_us(_async_make(key, client), tag, seconds)
+        return _constructor_us(async_maker(key, client), tag, seconds)
     finally:
         await client.aclose()
 
@@ -225,7 +219,7 @@ def _constructor(url: str, key: str, tag: str, seconds: float) -> float:
     mode = ENTITY_CONTENDERS[key][0]
     if mode == "sync":
         with redis.Redis.from_url(url) as client:
-            return _constructor_us(_sync_make(key, client), tag, seconds)
+            return _constructor_us(sync_maker(key, client), tag, seconds)
     return asyncio.run(_async_constructor_in_loop(url, key, tag, seconds))
 
 

@@ -130,8 +130,8 @@ end
 -- newcomer can barge in, and announce it on the waiter's channel. The
 -- handed-over lease is short (handoff_ms) until the new owner confirms it
 -- with its full lease, so a waiter that died just before its turn delays the
--- others by at most that.
-local function grant_next(owner, queue, waiters, wakes, handoff_ms, now, names)
+-- others by at most that. `last`: the hash's fence, if the caller read it (nil: read here).
+local function grant_next(owner, queue, waiters, wakes, handoff_ms, now, names, last)
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
         return false
@@ -139,7 +139,7 @@ local function grant_next(owner, queue, waiters, wakes, handoff_ms, now, names)
     local channel = channel_of(wakes, head)
     local name = name_of(names, head)
     leave_queue(queue, waiters, wakes, head, names)
-    local f = take(owner, head, handoff_ms, name, '')
+    local f = take(owner, head, handoff_ms, name, '', last)
     announce(channel, head, f, handoff_ms, now)
     return head
 end
