@@ -15,6 +15,7 @@ import redis
 import tenure._async._lock
 from tenure._tools.bench import BENCHMARKS, BenchmarkError, require_peer
 from tenure._tools.bench.costs import COST_VARIANTS
+from tenure._tools.bench.entity import ENTITY_CONTENDERS
 from tenure._tools.bench.locks import (
     DEFAULT_PARTS,
     PARTS,
@@ -232,7 +233,8 @@ def test_bench_locks_entity_part(tmp_path: Path) -> None:
     assert results["solo"] == results["names"] == []
     assert results["scale"] == {"holds": [], "waiters": []}
     entity = {(r["key"], r["variant"]): r for r in results["entity"]}
-    keys = ("tenure", "redis-py", "tenure-async", "redis-py-async")
+    keys = tuple(ENTITY_CONTENDERS)  # the two locks, redis-py's, and tenure's other kinds
+    assert {"tenure-semaphore", "tenure-read", "tenure-write-async"} <= set(keys)
     variants = ("fresh", "reused", "constructor", *COST_VARIANTS)
     assert set(entity) == {(k, v) for k in keys for v in variants}
     for (key, variant), result in entity.items():
@@ -254,7 +256,12 @@ def test_bench_locks_entity_part(tmp_path: Path) -> None:
                 "redis-py's `client.lock(name)`"
             )
             assert isinstance(goals[goal, key]["met"], bool)  # checked, whatever the outcome
-    assert len(results["targets"]) == 4
+    kin = (
+        "per-entity tenure `Semaphore(client, name, limit=5)` (fresh names): cycles/s >= "
+        "0.9x tenure's Lock"
+    )
+    assert isinstance(goals[kin, "tenure-default"]["met"], bool)
+    assert len(results["targets"]) == 4 + 2 * 6  # redis-py's lock; tenure's other kinds
     text = report.read_text()
     assert "## Per-entity locks" in text and "## Scale: holds and waiters" not in text
     assert "this part alone: `tenure bench locks --parts entity`" in text
@@ -269,6 +276,9 @@ def test_bench_locks_entity_part(tmp_path: Path) -> None:
     assert entity["tenure", "round_trips"]["median"] == 2.0
     assert entity["redis-py", "round_trips"]["median"] == 2.0
     assert entity["tenure", "keys_idle"]["median"] == 1.0
+    # A semaphore's cycle: two scripts too (the SETs inside them are not round trips).
+    assert entity["tenure-semaphore", "round_trips"]["median"] == 2.0
+    assert "| tenure `ReadWriteLock(client, name).write` | fresh |" in text  # beside the lock
     assert "tenure `AsyncLock()` (30 s lease, background renewal)" in text  # a target row
     assert "per-entity locks (a new lock object per cycle" in done.stdout
     assert "solo/s" not in done.stdout  # no empty solo/contended table

@@ -33,16 +33,26 @@ import tenure
 __all__ = [
     "COST_CYCLES",
     "COST_VARIANTS",
+    "SEMAPHORE_LIMIT",
     "SENT_COMMANDS",
     "async_maker",
     "measure_costs",
+    "sent_commands",
     "sync_maker",
 ]
 
 COST_CYCLES = 2000
 SENT_COMMANDS = ("evalsha", "eval", "set")
 """The commands a contender's client sends in a cycle (default arguments): tenure's
-scripts, redis-py's ``SET NX PX`` and its release script."""
+scripts, redis-py's ``SET NX PX`` and its release script. (``INFO commandstats``
+counts a script's own commands too: tenure's scripts may call ``SET``, so for
+tenure's contenders only the first two are counted, see :func:`sent_commands`.)"""
+
+
+def sent_commands(key: str) -> tuple[str, ...]:
+    """The commands contender ``key``'s client sends (the others run inside its scripts)."""
+    return SENT_COMMANDS[:2] if key.startswith("tenure") else SENT_COMMANDS
+
 
 COST_VARIANTS = (
     "server_us",
@@ -68,11 +78,11 @@ def _bytes_per_key(admin: redis.Redis) -> float:
     return sum(sizes) / len(sizes) if sizes else 0.0
 
 
-def _sent(admin: redis.Redis) -> tuple[int, int]:
-    """(calls, usec) of the commands clients sent, from INFO commandstats."""
+def _sent(admin: redis.Redis, key: str) -> tuple[int, int]:
+    """(calls, usec) of the commands contender ``key``'s client sent, from INFO commandstats."""
     stats: dict[str, Any] = admin.info("commandstats")
     calls = usec = 0
-    for command in SENT_COMMANDS:
+    for command in sent_commands(key):
         found = stats.get(f"cmdstat_{command}")
         if found:
             calls += int(found["calls"])
@@ -80,17 +90,35 @@ def _sent(admin: redis.Redis) -> tuple[int, int]:
     return calls, usec
 
 
+SEMAPHORE_LIMIT = 5
+"""The per-entity semaphores' limit (no cycle waits: each name has one holder at a time)."""
+
+
 def sync_maker(key: str, client: redis.Redis) -> Callable[[str], Any]:
     """How contender ``key`` (sync) makes a lock object for a name, with its defaults."""
-    if key == "tenure":
+    kind = key.removesuffix("-async")
+    if kind == "tenure":
         return lambda name: tenure.Lock(client, name)
+    if kind == "tenure-semaphore":
+        return lambda name: tenure.Semaphore(client, name, limit=SEMAPHORE_LIMIT)
+    if kind == "tenure-read":
+        return lambda name: tenure.ReadWriteLock(client, name).read
+    if kind == "tenure-write":
+        return lambda name: tenure.ReadWriteLock(client, name).write
     return lambda name: client.lock(name)
 
 
 def async_maker(key: str, client: redis.asyncio.Redis) -> Callable[[str], Any]:
     """How contender ``key`` (asyncio) makes a lock object for a name, with its defaults."""
-    if key == "tenure-async":
+    kind = key.removesuffix("-async")
+    if kind == "tenure":
         return lambda name: tenure.AsyncLock(client, name)
+    if kind == "tenure-semaphore":
+        return lambda name: tenure.AsyncSemaphore(client, name, limit=SEMAPHORE_LIMIT)
+    if kind == "tenure-read":
+        return lambda name: tenure.AsyncReadWriteLock(client, name).read
+    if kind == "tenure-write":
+        return lambda name: tenure.AsyncReadWriteLock(client, name).write
     return lambda name: client.lock(name)
 
 
@@ -142,12 +170,12 @@ def measure_costs(url: str, key: str, mode: str, cycles: int = COST_CYCLES) -> d
         _warm(url, key, mode)
         admin.flushdb()
         admin.config_resetstat()
-        calls_before, usec_before = _sent(admin)
+        calls_before, usec_before = _sent(admin, key)
         if mode == "sync":
             acquiring, releasing = _sync_cycles(url, key, cycles)
         else:
             acquiring, releasing = asyncio.run(_async_cycles(url, key, cycles))
-        calls, usec = _sent(admin)
+        calls, usec = _sent(admin, key)
         keys = int(admin.dbsize())
         per_key = _bytes_per_key(admin)
         admin.flushdb()

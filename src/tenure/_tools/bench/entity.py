@@ -11,6 +11,9 @@ beside redis-py's ``client.lock(name)`` (sync and asyncio), in two variants:
   ``REUSE_SPACE``), again in order, ``i % n``: each was used less than a
   minute before, so tenure's marker (the last fence) is still there.
 
+tenure's other kinds (``Semaphore``, both sides of a ``ReadWriteLock``, sync
+and asyncio) run the same cycles, measured beside tenure's own lock.
+
 asyncio runs one task doing sequential cycles on a ``redis.asyncio.Redis``.
 Each timed run lasts ``seconds``; rounds interleave the contenders (every
 other round in reverse order) and the median of the rounds is reported.
@@ -30,11 +33,11 @@ from typing import Any
 import redis
 import redis.asyncio
 
-import tenure
 from tenure._tools.bench import BenchmarkError
 from tenure._tools.bench.costs import (
     COST_CYCLES,
     COST_VARIANTS,
+    SEMAPHORE_LIMIT,
     async_maker,
     measure_costs,
     sync_maker,
@@ -43,9 +46,11 @@ from tenure._tools.bench.costs import (
 __all__ = [
     "ENTITY_CONTENDERS",
     "ENTITY_RATIO",
+    "KIN_RATIO",
     "REUSE_SPACE",
     "VARIANTS",
     "EntityResult",
+    "entity_kin",
     "entity_label",
     "entity_pairs",
     "measure_entity",
@@ -66,8 +71,20 @@ ENTITY_CONTENDERS: dict[str, tuple[str, str]] = {
     "redis-py": ("sync", "redis-py `client.lock(name)`"),
     "tenure-async": ("asyncio", "tenure `AsyncLock(client, name)`"),
     "redis-py-async": ("asyncio", "redis-py asyncio `client.lock(name)`"),
+    "tenure-semaphore": ("sync", f"tenure `Semaphore(client, name, limit={SEMAPHORE_LIMIT})`"),
+    "tenure-read": ("sync", "tenure `ReadWriteLock(client, name).read`"),
+    "tenure-write": ("sync", "tenure `ReadWriteLock(client, name).write`"),
+    "tenure-semaphore-async": (
+        "asyncio",
+        f"tenure `AsyncSemaphore(client, name, limit={SEMAPHORE_LIMIT})`",
+    ),
+    "tenure-read-async": ("asyncio", "tenure `AsyncReadWriteLock(client, name).read`"),
+    "tenure-write-async": ("asyncio", "tenure `AsyncReadWriteLock(client, name).write`"),
 }
-"""The contenders, each with its library's defaults; tenure's come first in each mode."""
+"""The contenders, each with its library's defaults; tenure's come first in each mode,
+its other kinds (measured beside its own lock, not redis-py's) after redis-py."""
+
+KIN_RATIO = 0.9  # issue 40: tenure's other kinds within 0.9x of its own lock
 
 
 @dataclass(frozen=True)
@@ -86,19 +103,13 @@ class EntityResult:
 
 
 def _sync_cycle(key: str, client: redis.Redis) -> Callable[[str], None]:
-    if key == "tenure":
+    make = sync_maker(key, client)
 
-        def tenure_cycle(name: str) -> None:
-            with tenure.Lock(client, name):
-                pass
-
-        return tenure_cycle
-
-    def redis_py_cycle(name: str) -> None:
-        with client.lock(name):
+    def cycle(name: str) -> None:
+        with make(name):
             pass
 
-    return redis_py_cycle
+    return cycle
 
 
 def _timed(cycle: Callable[[str], None], names: Callable[[int], str], seconds: float) -> int:
@@ -148,19 +159,13 @@ def _constructor_us(make: Callable[[str], object], tag: str, seconds: float) -> 
 
 
 def _async_cycle(key: str, client: redis.asyncio.Redis) -> Callable[[str], Any]:
-    if key == "tenure-async":
+    make = async_maker(key, client)
 
-        async def tenure_cycle(name: str) -> None:
-            async with tenure.AsyncLock(client, name):
-                pass
-
-        return tenure_cycle
-
-    async def redis_py_cycle(name: str) -> None:
-        async with client.lock(name):
+    async def cycle(name: str) -> None:
+        async with make(name):
             pass
 
-    return redis_py_cycle
+    return cycle
 
 
 async def _async_timed(
@@ -312,3 +317,12 @@ def entity_label(key: str) -> str:
 def entity_pairs() -> tuple[tuple[str, str, str], ...]:
     """(mode, tenure key, redis-py key) for each mode."""
     return (("sync", "tenure", "redis-py"), ("asyncio", "tenure-async", "redis-py-async"))
+
+
+def entity_kin() -> tuple[tuple[str, str, str], ...]:
+    """(mode, kind's key, tenure lock's key): tenure's other kinds beside its own lock."""
+    return tuple(
+        (mode, key, "tenure" if mode == "sync" else "tenure-async")
+        for key, (mode, _) in ENTITY_CONTENDERS.items()
+        if key.startswith("tenure-") and key != "tenure-async"
+    )

@@ -16,8 +16,10 @@ from tenure._tools.bench.entity import (
     CONSTRUCT_SECONDS,
     ENTITY_CONTENDERS,
     ENTITY_RATIO,
+    KIN_RATIO,
     REUSE_SPACE,
     EntityResult,
+    entity_kin,
     entity_pairs,
 )
 from tenure._tools.bench.scale import (
@@ -111,6 +113,17 @@ def entity_targets(entity: Sequence[EntityResult]) -> list[Goal]:
                     _TARGET_KEY[mode],
                     f"{ours.median:,.0f}/s vs {peer.median:,.0f}/s: {ratio:.2f}x",
                     ratio >= ENTITY_RATIO,
+                )
+            )
+    for mode, kind, lock in entity_kin():
+        for variant, ours, peer, ratio in _versus(by, kind, lock):
+            found.append(
+                (
+                    f"per-entity {ENTITY_CONTENDERS[kind][1]} ({variant} names): cycles/s >= "
+                    f"{KIN_RATIO:g}x tenure's {'Lock' if mode == 'sync' else 'AsyncLock'}",
+                    _TARGET_KEY[mode],
+                    f"{ours.median:,.0f}/s vs {peer.median:,.0f}/s: {ratio:.2f}x",
+                    ratio >= KIN_RATIO,
                 )
             )
     return found
@@ -245,6 +258,27 @@ def entity_section(entity: Sequence[EntityResult], command: str, seconds: float)
                 f"| {mode} | {variant} | {ours.median:,.0f} | "
                 f"{', '.join(f'{x:,.0f}' for x in ours.runs)} | {peer.median:,.0f} | "
                 f"{', '.join(f'{x:,.0f}' for x in peer.runs)} | {ratio:.2f} |"
+            )
+    kin = [
+        (mode, kind, lock, *row)
+        for mode, kind, lock in entity_kin()
+        for row in _versus(by, kind, lock)
+    ]
+    if kin:
+        lines += [
+            "",
+            "tenure's other kinds, the same cycles in the same rounds, beside tenure's own "
+            "lock (a semaphore's and a read-write lock's names hold their holders in a "
+            "sorted set and their fences in a key of their own):",
+            "",
+            "| Kind | Names | cycles/s | rounds | tenure lock cycles/s | kind / lock |",
+            "|---|---|---:|---|---:|---:|",
+        ]
+        for _, kind, _, variant, ours, peer, ratio in kin:
+            lines.append(
+                f"| {ENTITY_CONTENDERS[kind][1]} | {variant} | {ours.median:,.0f} | "
+                f"{', '.join(f'{x:,.0f}' for x in ours.runs)} | {peer.median:,.0f} | "
+                f"{ratio:.2f} |"
             )
     lines += [
         "",
@@ -429,7 +463,14 @@ def entity_lines(entity: Sequence[EntityResult]) -> list[str]:
                 f"  {mode:<8}constructor: tenure {made.median:.2f} us, "
                 f"redis-py {peer_made.median:.2f} us"
             )
-        for key in (mine, theirs):
+        kinds = [kind for kind_mode, kind, _ in entity_kin() if kind_mode == mode]
+        for kind in kinds:
+            for variant, ours, _peer, ratio in _versus(by, kind, mine):
+                lines.append(
+                    f"  {mode:<8}{variant:<8}{kind} {ours.median:>8,.0f}/s  "
+                    f"{kind}/tenure lock {ratio:.2f}"
+                )
+        for key in (mine, theirs, *kinds):
             if (key, "server_us") in by:
                 f = {variant: by[(key, variant)].median for variant in COST_VARIANTS}
                 lines.append(
