@@ -70,7 +70,7 @@ def test_bench_locks_prints_ratios_and_writes_report_json_and_plot(tmp_path: Pat
     done = run(
         "bench", "locks", "--parts", "solo,contended", "--seconds", "0.5",
         "--solo-seconds", "0.3", "--solo-runs", "1", "--rounds", "2", "--processes", "2",
-        "--only", "tenure,redis-py,python-redis-lock,pottery,set-nx",
+        "--only", "tenure,redis-py,python-redis-lock,pottery,set-nx,handoff-floor",
         "--output", str(report), "--json", str(data), "--plot", str(plot),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -83,7 +83,7 @@ def test_bench_locks_prints_ratios_and_writes_report_json_and_plot(tmp_path: Pat
     assert results["run"]["parts"] == ["solo", "contended"]
     assert results["pool"] == results["waiters"] == results["names"] == []
     contended = {r["key"]: r for r in results["contended"]}
-    assert set(contended) == {"tenure", "redis-py", "python-redis-lock", "pottery"}
+    assert set(contended) == {"tenure", "redis-py", "python-redis-lock", "pottery", "handoff-floor"}
     for result in contended.values():
         assert result["acquisitions"] > 0
         assert len(result["rounds"]) == 2  # one throughput per round, the median reported
@@ -92,7 +92,9 @@ def test_bench_locks_prints_ratios_and_writes_report_json_and_plot(tmp_path: Pat
         assert "waits_ms" not in result  # samples go to the plot, not the JSON
     goals = {(t["goal"], t["key"]): t for t in results["targets"]}
     for goal in (
-        "contended acq/s >= 0.85x redis-py's default Lock",
+        "contended acq/s >= 0.9x redis-py's default Lock",
+        "handoff (release to the next holder's acquire returning) p50 <= 2x a token passed "
+        "by `RPUSH`/`BLPOP`",
         "wait p99 <= 2x wait p50",
         "fairness >= 0.95",
         "solo >= 0.95x bare SET NX PX + compare-and-delete",

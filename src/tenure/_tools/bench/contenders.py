@@ -29,6 +29,7 @@ from tenure._tools.bench import require_peer
 __all__ = [
     "ACQUIRE_TIMEOUT",
     "CONTENDERS",
+    "FLOOR",
     "LEASE_SECONDS",
     "REFERENCE",
     "TOPOLOGIES",
@@ -78,6 +79,7 @@ class Contender:
     label: str
     make: Maker
     contended: bool = True  # False: measured solo only (the bare baseline)
+    pooled: bool = True  # False: left out of the pool part (the floor blocks a connection)
     peer: tuple[str, str] | None = None  # (module, package) it needs, for a clear error
     topologies: tuple[str, ...] = ("standalone",)
 
@@ -167,7 +169,29 @@ def _set_nx(client: Client, name: str) -> BenchLock:
     return BenchLock(lock.acquire, lock.release)
 
 
+def _handoff_floor(client: Client, name: str) -> BenchLock:
+    """The floor of a FIFO handoff: one token in a list, taken by ``BLPOP``, given by ``RPUSH``.
+
+    Not a lock (no lease: a holder that dies keeps the token for ever); it
+    measures what handing on costs when the waiter is woken by the server's
+    blocking pop, with nothing else done. The first process to make one puts
+    the token in (``SET NX`` decides which).
+    """
+    queue = f"{name}:floor"
+    if client.set(f"{name}:floor-made", 1, nx=True):
+        client.rpush(queue, "token")
+
+    def acquire() -> bool:
+        return client.blpop([queue], timeout=ACQUIRE_TIMEOUT) is not None
+
+    def release() -> None:
+        client.rpush(queue, "token")
+
+    return BenchLock(acquire, release)
+
+
 REFERENCE = "tenure"
+FLOOR = "handoff-floor"
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender(
@@ -216,6 +240,12 @@ CONTENDERS: tuple[Contender, ...] = (
         "pottery `Redlock(auto_release_time=10)`, one master",
         _pottery,
         peer=("pottery", "pottery"),
+    ),
+    Contender(
+        FLOOR,
+        "floor: one token passed on by `RPUSH`/`BLPOP` (no lease: not a lock)",
+        _handoff_floor,
+        pooled=False,
     ),
     Contender(
         "set-nx",

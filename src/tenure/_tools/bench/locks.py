@@ -254,7 +254,7 @@ def measure_pool(
     A contender whose run had errors is not run again: its failure is the
     finding, and each failing run costs its timeouts.
     """
-    contenders = [c for c in contenders if c.contended]
+    contenders = [c for c in contenders if c.contended and c.pooled]
     runs: dict[str, list[PoolRun]] = {c.key: [] for c in contenders}
     for round_ in range(args.rounds):
         for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
