@@ -463,12 +463,16 @@ def start_waiting(registry: AsyncScriptRegistry, owner_key: str) -> tuple[tuple[
 def stop_waiting(key: tuple[object, ...]) -> None:
     """A waiter counted by :func:`start_waiting` waits no more."""
     with _lines_mutex:
-        left = _waiting.get(key, 1) - 1
-        if left > 0:
-            _waiting[key] = left
-        else:
-            _waiting.pop(key, None)
-            _waiting_keys.pop(key, None)
+        _stop_waiting(key)
+
+
+def _stop_waiting(key: tuple[object, ...]) -> None:
+    left = _waiting.get(key, 1) - 1
+    if left > 0:
+        _waiting[key] = left
+    else:
+        _waiting.pop(key, None)
+        _waiting_keys.pop(key, None)
 
 
 def begin_try(registry: AsyncScriptRegistry, owner_key: str) -> tuple[object, ...] | None:
@@ -493,12 +497,15 @@ def begin_try(registry: AsyncScriptRegistry, owner_key: str) -> tuple[object, ..
     return key
 
 
-def end_try(key: tuple[object, ...]) -> None:
+def end_try(key: tuple[object, ...], stop: bool = False) -> None:
     """The acquirer that :func:`begin_try` allowed holds, or is in line, or gave up.
 
-    Idempotent. The lines holding back joins behind it send them.
+    Idempotent. The lines holding back joins behind it send them. ``stop``:
+    it also waits no more (:func:`stop_waiting`, under the same mutex).
     """
     with _lines_mutex:
+        if stop:
+            _stop_waiting(key)
         if _trying.pop(key, None) is None:
             return
         lines = list(_by_scope.get(key, ()))  # not a scan of every line of the process

@@ -176,10 +176,13 @@ class AsyncQueue:
                     await race([leave], room_left(deadline), answered, ignore_late)
             raise
         finally:
-            if tried is not None:
-                end_try(tried)
-            if counted is not None:
-                stop_waiting(counted)
+            if tried is not None and counted is tried:  # one pass under the mutex
+                end_try(tried, stop=True)
+            else:
+                if tried is not None:
+                    end_try(tried)
+                if counted is not None:
+                    stop_waiting(counted)
 
     async def _wait_in_line(
         self,
@@ -341,6 +344,8 @@ class AsyncQueue:
         What a call answered late took for ``token`` is given back when it ends
         (leaving the queue, passing on a hold).
         """
+        if deadline is None:  # no deadline: the call runs to its reply (shielded)
+            return await shielded(call())
         return await by_deadline(deadline, call, _giving_back(self._rules, token, attempt))
 
     async def _confirm(

@@ -14,6 +14,7 @@ import queue
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -89,33 +90,20 @@ class Event:
 class Mutex:
     """A re-entrant lock guarding state shared between user threads and the watchdog.
 
-    A fork's child gets every one afresh (on its first use there): one held
-    by a thread of the parent at the fork would otherwise be held for ever
-    in the child.
+    Making one returns a plain ``threading.RLock`` (entered and left in C:
+    8 of them per lock cycle), kept in a weak set so that a fork's child
+    re-initialises every one at once: one held by a thread of the parent at
+    the fork would otherwise be held for ever in the child.
     """
 
-    __slots__ = ("_generation", "_lock")
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._generation = generation()
-
-    def __enter__(self) -> None:
-        if self._generation != generation():
-            self._renew()
-        self._lock.acquire()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._lock.release()
-
-    def _renew(self) -> None:
-        with _renewing:
-            if self._generation != generation():
-                self._lock = threading.RLock()
-                self._generation = generation()
+    def __new__(cls) -> Any:
+        lock = threading.RLock()
+        _mutexes.add(lock)
+        return lock
 
 
-_renewing = threading.Lock()
+_mutexes: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Every mutex made (re-initialised in a fork's child)."""
 
 
 def start_background(job: Callable[[], object], name: str) -> Any:
@@ -270,9 +258,9 @@ _workers = _Workers(limit=64)
 
 def _after_fork_in_child() -> None:
     """A fork's child has none of the parent's threads: no worker, no lock held."""
-    global _renewing
     _workers._reset()
-    _renewing = threading.Lock()
+    for mutex in list(_mutexes):
+        mutex._at_fork_reinit()
 
 
 if hasattr(os, "register_at_fork"):

@@ -165,6 +165,8 @@ class BaseOwnerSlot(Generic[T]):
             self._forked()
         if not self._per_owner:
             return self._shared
+        if not self._live:
+            return None  # no hold at all: none to own, inherit or adopt
         owner = self._current()
         if owner is None:
             return None

@@ -173,10 +173,13 @@ class Queue:
                     race([leave], room_left(deadline), answered, ignore_late)
             raise
         finally:
-            if tried is not None:
-                end_try(tried)
-            if counted is not None:
-                stop_waiting(counted)
+            if tried is not None and counted is tried:  # one pass under the mutex
+                end_try(tried, stop=True)
+            else:
+                if tried is not None:
+                    end_try(tried)
+                if counted is not None:
+                    stop_waiting(counted)
 
     def _wait_in_line(
         self,
@@ -336,6 +339,8 @@ class Queue:
         What a call answered late took for ``token`` is given back when it ends
         (leaving the queue, passing on a hold).
         """
+        if deadline is None:  # no deadline: the call runs to its reply (shielded)
+            return shielded(call())
         return by_deadline(deadline, call, _giving_back(self._rules, token, attempt))
 
     def _confirm(

@@ -48,6 +48,9 @@ _SENT_AGAIN = (
 )
 """Replies to a pipelined call that :meth:`ScriptRegistry.run` sends again alone."""
 
+_checked: set[tuple[str, int, int]] = set()
+"""The (script, keys, arguments) shapes whose calls were checked against their headers."""
+
 _registries: weakref.WeakKeyDictionary[Any, ScriptRegistry] = weakref.WeakKeyDictionary()
 
 
@@ -81,16 +84,45 @@ class ScriptRegistry:
         """
         if isinstance(script, str):
             script = load_script(script)
-        script.check_call(keys, args)
+        if (script.sha, len(keys), len(args)) not in _checked:
+            script.check_call(keys, args)
+            _checked.add((script.sha, len(keys), len(args)))
         self._stats.calls += 1
+        try:  # the usual case first, with nothing set up for the others
+            return self._client.evalsha(script.sha, len(keys), *keys, *args)
+        except Exception as exc:
+            first: Exception | None = exc
+        try:
+            return self._run_again(script, keys, args, first, name, doing)
+        finally:
+            # The error's traceback holds this frame: no cycle through it to the
+            # error (it would keep the caller's objects alive until collected).
+            first = None
+
+    def _run_again(
+        self,
+        script: Script,
+        keys: tuple[str, ...],
+        args: tuple[str | int | float | bytes, ...],
+        first: Exception | None,
+        name: str | None,
+        doing: str | None,
+    ) -> Any:
+        """:meth:`run` after its first EVALSHA raised ``first``: reload, resend or translate."""
         client = self._client
         doing = doing or operation(script.name)
+        pending, first = first, None  # held by no frame once raised (see run)
         with map_exceptions(name=name, doing=doing, script=script.name):
             stale = 0
             moving_since: float | None = None
             reload = False
             while True:
                 try:
+                    if pending is not None:
+                        try:
+                            raise pending
+                        finally:
+                            pending = None  # no frame of this call holds the error
                     if reload:
                         return client.eval(script.source, len(keys), *keys, *args)
                     return client.evalsha(script.sha, len(keys), *keys, *args)
