@@ -18,7 +18,10 @@ import redis
 import tenure._backends.event_loops as event_loops
 from tenure import (
     AlreadyHeldError,
+    Cache,
     ConnectionLock,
+    FencedKey,
+    HerdCache,
     Lock,
     ReadWriteLock,
     Redlock,
@@ -162,3 +165,43 @@ def test_await_on_a_sync_acquire_is_refused_before_anything_is_taken(
 
     assert asyncio.run(plain())
     lock.release()
+
+
+def test_every_awaited_sync_call_that_changes_state_is_refused_before_it_acts(
+    tenure_client: redis.Redis,
+) -> None:
+    # Each of these would act (take the lock, write the value, run the loader)
+    # and only then fail to be awaited, leaving a change the caller believes failed.
+    connlock = ConnectionLock(tenure_client, "loop-await-conn")
+    fenced = FencedKey(tenure_client, "loop-await-fenced")
+    cache = Cache(tenure_client, "loop-await-cache", ttl=5)
+    herd = HerdCache(tenure_client, "loop-await-herd", ttl=5)
+    loaded: list[int] = []
+
+    def loader() -> int:
+        loaded.append(1)
+        return 1
+
+    async def connlock_acquire() -> None:
+        await connlock.acquire()  # type: ignore[misc]
+
+    async def fenced_write() -> None:
+        await fenced.write("v", 3)  # type: ignore[misc]
+
+    async def cache_set() -> None:
+        await cache.set("k", 1)  # type: ignore[misc]
+
+    async def herd_fetch() -> None:
+        await herd.fetch("k", loader)
+
+    for main, called, twin in (
+        (connlock_acquire, "ConnectionLock.acquire", "AsyncConnectionLock"),
+        (fenced_write, "FencedKey.write", "AsyncFencedKey"),
+        (cache_set, "Cache.set", "AsyncCache"),
+        (herd_fetch, "HerdCache.fetch", "AsyncHerdCache"),
+    ):
+        pattern = rf"^{called}\(\) is tenure's sync .*nothing was done.*tenure\.{twin}"
+        with pytest.raises(TypeError, match=pattern):
+            asyncio.run(main())
+    assert not connlock.owned() and not loaded
+    assert fenced.read() == (None, None) and cache.get("k") is None

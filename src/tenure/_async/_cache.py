@@ -44,7 +44,7 @@ from tenure._async._cache_loading import AsyncHerdLoading
 from tenure._async._cache_scripts import AsyncHerdScripts
 from tenure._async._cache_store import AsyncCacheStore
 from tenure._async._scripting import AsyncClient
-from tenure._backends.for_asyncio import IS_ASYNC, Mutex
+from tenure._backends.for_asyncio import IS_ASYNC, Mutex, refuse_awaited_call
 from tenure._core.cache import (
     DEFAULT_HERD_TIMEOUT,
     DEFAULT_LOAD_LEASE,
@@ -160,6 +160,7 @@ class _AsyncCacheBase:
 
     async def delete(self, key: str, param: Any = None) -> bool:
         """Delete the entry; True if there was one."""
+        refuse_awaited_call(type(self).__name__, "delete", 1)
         return await self._store.delete_key(self._naming.key_of(key, param))
 
     async def _delete_key(self, stored: str) -> bool:
@@ -167,6 +168,7 @@ class _AsyncCacheBase:
 
     async def delete_many(self, keys: Iterable[str], param: Any = None) -> int:
         """Delete the entries of ``keys`` (all with the same ``param``); how many there were."""
+        refuse_awaited_call(type(self).__name__, "delete_many", 1)
         return await self._store.delete_many(keys, param)
 
     async def ttl(self, key: str, param: Any = None) -> float | None:
@@ -178,6 +180,7 @@ class _AsyncCacheBase:
 
     async def clear(self) -> int:
         """Delete every entry of this cache (SCAN on every primary, never KEYS); how many."""
+        refuse_awaited_call(type(self).__name__, "clear", 1)
         return await self._store.clear()
 
 
@@ -218,12 +221,14 @@ class AsyncCache(_AsyncCacheBase):
 
     async def set(self, key: str, value: Any, param: Any = None, ttl: float | None = None) -> bool:
         """Store ``value``, expiring after ``ttl`` seconds (default: the cache's ``ttl``)."""
+        refuse_awaited_call(type(self).__name__, "set", 1)
         return await self._store.set(key, value, param, ttl)
 
     async def set_many(
         self, values: Mapping[str, Any], param: Any = None, ttl: float | None = None
     ) -> bool:
         """Store every ``key: value`` of ``values`` (one round trip per node)."""
+        refuse_awaited_call(type(self).__name__, "set_many", 1)
         return await self._store.set_many(values, param, ttl)
 
 
@@ -378,6 +383,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         write goes through only if that lease is still its own (False if it
         passed on); otherwise it is an explicit write and always lands.
         """
+        refuse_awaited_call(type(self).__name__, "set", 1)
         self._check_write(ttl, herd_timeout)
         return await self._store_key(self._naming.key_of(key, param), value, ttl, herd_timeout)
 
@@ -416,6 +422,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         herd_timeout: float | None = None,
     ) -> bool:
         """:meth:`set` of every ``key: value`` of ``values``; True if all were stored."""
+        refuse_awaited_call(type(self).__name__, "set_many", 1)
         self._check_write(ttl, herd_timeout)
         results = [await self.set(k, v, param, ttl, herd_timeout) for k, v in values.items()]
         return all(results)
@@ -445,6 +452,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         raises that error, and the load lease is given back: the entry's
         next caller, in any process, loads at once rather than wait it out.
         """
+        refuse_awaited_call(type(self).__name__, "fetch", 1)
         return await self._fetch_key(
             self._naming.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
         )

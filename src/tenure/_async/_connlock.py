@@ -42,6 +42,7 @@ from tenure._backends.for_asyncio import (
     TwinHints,
     before_waiting,
     dropped_on_loop,
+    refuse_awaited_call,
     shielded,
     sleep,
     start_background,
@@ -155,6 +156,7 @@ class AsyncConnectionLock(TwinHints):
         self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> bool:
         """Take the lock on a new dedicated connection; False if busy (or timed out)."""
+        refuse_awaited_call(type(self).__name__, "acquire", 1)
         if self._held()[1] is not None:
             raise AlreadyHeldError(
                 "this ConnectionLock already holds: release it first (it is not re-entrant)",
@@ -253,6 +255,7 @@ class AsyncConnectionLock(TwinHints):
 
     async def release(self) -> None:
         """Delete the booking (if it is still ours) and close the dedicated connection."""
+        refuse_awaited_call(type(self).__name__, "release", 1)
         connection, my_id = self._held()
         if connection is None or my_id is None:
             raise LockNotOwnedError("cannot release: this object does not hold", name=self.name)
@@ -273,6 +276,7 @@ class AsyncConnectionLock(TwinHints):
 
     async def refresh(self) -> None:
         """Reset the opt-in lease; raise :class:`LockNotOwnedError` if no longer held."""
+        refuse_awaited_call(type(self).__name__, "refresh", 1)
         connection, my_id = self._held()
         if connection is None or my_id is None or self.lease is None:
             raise LockNotOwnedError("nothing to refresh: not held with a lease", name=self.name)

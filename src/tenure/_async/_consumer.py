@@ -28,7 +28,7 @@ from redis.crc import key_slot
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._watchdog import Job, watchdog
-from tenure._backends.for_asyncio import IS_ASYNC, on_signals
+from tenure._backends.for_asyncio import IS_ASYNC, on_signals, refuse_awaited_call
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError
 from tenure._core.stream import (
@@ -137,6 +137,7 @@ class AsyncStreamConsumer:
 
     async def setup(self) -> None:
         """Create the group (and the stream) if they do not exist; idempotent."""
+        refuse_awaited_call(type(self).__name__, "setup", 1)
         with map_exceptions(name=self.stream, doing="creating the consumer group"):
             try:
                 await self.client.xgroup_create(self.stream, self.group, self.start, mkstream=True)
@@ -151,6 +152,7 @@ class AsyncStreamConsumer:
         Messages delivered more than ``max_deliveries`` times are moved to the
         dead-letter stream instead of being returned.
         """
+        refuse_awaited_call(type(self).__name__, "read", 1)
         if not self._ready:
             await self.setup()
         messages = await self._claim_abandoned()
@@ -181,6 +183,7 @@ class AsyncStreamConsumer:
 
     async def ack(self, *messages: StreamMessage) -> int:
         """Acknowledge ``messages``: done, never delivered again. How many were pending."""
+        refuse_awaited_call(type(self).__name__, "ack", 1)
         if not messages:
             return 0
         with map_exceptions(name=self.stream, doing="acknowledging messages"):
@@ -214,6 +217,7 @@ class AsyncStreamConsumer:
         the message in hand, acknowledged, and within ``block`` seconds when
         idle.
         """
+        refuse_awaited_call(type(self).__name__, "run", 1)
         with on_signals(stop_signals, self.stop):
             return await self._run(handler)
 

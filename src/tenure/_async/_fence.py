@@ -16,7 +16,7 @@ import secrets
 from typing import Any
 
 from tenure._async._scripting import AsyncClient, registry_for
-from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._backends.for_asyncio import IS_ASYNC, refuse_awaited_call
 from tenure._core.clients import map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError
 from tenure._core.fence import check_fencing_token, fence_keeper
@@ -60,6 +60,7 @@ class AsyncFencedKey:
         resent after a dropped connection is answered True without being
         written again, even if a newer token wrote in between.
         """
+        refuse_awaited_call(type(self).__name__, "write", 1)
         check_fencing_token(fencing_token, self.key)
         if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
             raise ArgumentError(

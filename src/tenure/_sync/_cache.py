@@ -38,7 +38,7 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tenure._backends.for_threads import IS_ASYNC, Mutex
+from tenure._backends.for_threads import IS_ASYNC, Mutex, refuse_awaited_call
 from tenure._core.cache import (
     DEFAULT_HERD_TIMEOUT,
     DEFAULT_LOAD_LEASE,
@@ -161,6 +161,7 @@ class _AsyncCacheBase:
 
     def delete(self, key: str, param: Any = None) -> bool:
         """Delete the entry; True if there was one."""
+        refuse_awaited_call(type(self).__name__, "delete", 1)
         return self._store.delete_key(self._naming.key_of(key, param))
 
     def _delete_key(self, stored: str) -> bool:
@@ -168,6 +169,7 @@ class _AsyncCacheBase:
 
     def delete_many(self, keys: Iterable[str], param: Any = None) -> int:
         """Delete the entries of ``keys`` (all with the same ``param``); how many there were."""
+        refuse_awaited_call(type(self).__name__, "delete_many", 1)
         return self._store.delete_many(keys, param)
 
     def ttl(self, key: str, param: Any = None) -> float | None:
@@ -179,6 +181,7 @@ class _AsyncCacheBase:
 
     def clear(self) -> int:
         """Delete every entry of this cache (SCAN on every primary, never KEYS); how many."""
+        refuse_awaited_call(type(self).__name__, "clear", 1)
         return self._store.clear()
 
 
@@ -217,12 +220,14 @@ class Cache(_AsyncCacheBase):
 
     def set(self, key: str, value: Any, param: Any = None, ttl: float | None = None) -> bool:
         """Store ``value``, expiring after ``ttl`` seconds (default: the cache's ``ttl``)."""
+        refuse_awaited_call(type(self).__name__, "set", 1)
         return self._store.set(key, value, param, ttl)
 
     def set_many(
         self, values: Mapping[str, Any], param: Any = None, ttl: float | None = None
     ) -> bool:
         """Store every ``key: value`` of ``values`` (one round trip per node)."""
+        refuse_awaited_call(type(self).__name__, "set_many", 1)
         return self._store.set_many(values, param, ttl)
 
 
@@ -375,6 +380,7 @@ class HerdCache(_AsyncCacheBase):
         write goes through only if that lease is still its own (False if it
         passed on); otherwise it is an explicit write and always lands.
         """
+        refuse_awaited_call(type(self).__name__, "set", 1)
         self._check_write(ttl, herd_timeout)
         return self._store_key(self._naming.key_of(key, param), value, ttl, herd_timeout)
 
@@ -413,6 +419,7 @@ class HerdCache(_AsyncCacheBase):
         herd_timeout: float | None = None,
     ) -> bool:
         """:meth:`set` of every ``key: value`` of ``values``; True if all were stored."""
+        refuse_awaited_call(type(self).__name__, "set_many", 1)
         self._check_write(ttl, herd_timeout)
         results = [self.set(k, v, param, ttl, herd_timeout) for k, v in values.items()]
         return all(results)
@@ -442,6 +449,7 @@ class HerdCache(_AsyncCacheBase):
         raises that error, and the load lease is given back: the entry's
         next caller, in any process, loads at once rather than wait it out.
         """
+        refuse_awaited_call(type(self).__name__, "fetch", 1)
         return self._fetch_key(
             self._naming.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
         )

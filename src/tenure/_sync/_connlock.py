@@ -41,6 +41,7 @@ from tenure._backends.for_threads import (
     TwinHints,
     before_waiting,
     dropped_on_loop,
+    refuse_awaited_call,
     shielded,
     sleep,
     start_background,
@@ -154,6 +155,7 @@ class ConnectionLock(TwinHints):
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take the lock on a new dedicated connection; False if busy (or timed out)."""
+        refuse_awaited_call(type(self).__name__, "acquire", 1)
         if self._held()[1] is not None:
             raise AlreadyHeldError(
                 "this ConnectionLock already holds: release it first (it is not re-entrant)",
@@ -252,6 +254,7 @@ class ConnectionLock(TwinHints):
 
     def release(self) -> None:
         """Delete the booking (if it is still ours) and close the dedicated connection."""
+        refuse_awaited_call(type(self).__name__, "release", 1)
         connection, my_id = self._held()
         if connection is None or my_id is None:
             raise LockNotOwnedError("cannot release: this object does not hold", name=self.name)
@@ -272,6 +275,7 @@ class ConnectionLock(TwinHints):
 
     def refresh(self) -> None:
         """Reset the opt-in lease; raise :class:`LockNotOwnedError` if no longer held."""
+        refuse_awaited_call(type(self).__name__, "refresh", 1)
         connection, my_id = self._held()
         if connection is None or my_id is None or self.lease is None:
             raise LockNotOwnedError("nothing to refresh: not held with a lease", name=self.name)

@@ -27,7 +27,7 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.crc import key_slot
 
-from tenure._backends.for_threads import IS_ASYNC, on_signals
+from tenure._backends.for_threads import IS_ASYNC, on_signals, refuse_awaited_call
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError
 from tenure._core.stream import (
@@ -138,6 +138,7 @@ class StreamConsumer:
 
     def setup(self) -> None:
         """Create the group (and the stream) if they do not exist; idempotent."""
+        refuse_awaited_call(type(self).__name__, "setup", 1)
         with map_exceptions(name=self.stream, doing="creating the consumer group"):
             try:
                 self.client.xgroup_create(self.stream, self.group, self.start, mkstream=True)
@@ -152,6 +153,7 @@ class StreamConsumer:
         Messages delivered more than ``max_deliveries`` times are moved to the
         dead-letter stream instead of being returned.
         """
+        refuse_awaited_call(type(self).__name__, "read", 1)
         if not self._ready:
             self.setup()
         messages = self._claim_abandoned()
@@ -182,6 +184,7 @@ class StreamConsumer:
 
     def ack(self, *messages: StreamMessage) -> int:
         """Acknowledge ``messages``: done, never delivered again. How many were pending."""
+        refuse_awaited_call(type(self).__name__, "ack", 1)
         if not messages:
             return 0
         with map_exceptions(name=self.stream, doing="acknowledging messages"):
@@ -215,6 +218,7 @@ class StreamConsumer:
         the message in hand, acknowledged, and within ``block`` seconds when
         idle.
         """
+        refuse_awaited_call(type(self).__name__, "run", 1)
         with on_signals(stop_signals, self.stop):
             return self._run(handler)
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tenure._backends.counting import top_counts
-from tenure._backends.for_threads import IS_ASYNC
+from tenure._backends.for_threads import IS_ASYNC, refuse_awaited_call
 from tenure._backends.local_copies import LOCAL_COPIES
 from tenure._core.clients import map_exceptions, require_bytes_replies, require_client
 from tenure._core.exceptions import ArgumentError, IdSetCorruptError
@@ -98,22 +98,27 @@ class IdSet:
 
     def add(self, value: int) -> None:
         """Add one id."""
+        refuse_awaited_call(type(self).__name__, "add", 1)
         self._write(b"+", np.array([one_id(value, name=self.name)], dtype=np.uint32))
 
     def add_many(self, values: npt.ArrayLike | Iterable[int]) -> None:
         """Add ids: a numpy array of integers or an iterable of ints (one write)."""
+        refuse_awaited_call(type(self).__name__, "add_many", 1)
         self._write(b"+", to_ids(values, name=self.name))
 
     def remove(self, value: int) -> None:
         """Remove one id (nothing happens if it is not in the set)."""
+        refuse_awaited_call(type(self).__name__, "remove", 1)
         self._write(b"-", np.array([one_id(value, name=self.name)], dtype=np.uint32))
 
     def remove_many(self, values: npt.ArrayLike | Iterable[int]) -> None:
         """Remove ids: a numpy array of integers or an iterable of ints (one write)."""
+        refuse_awaited_call(type(self).__name__, "remove_many", 1)
         self._write(b"-", to_ids(values, name=self.name))
 
     def clear(self) -> None:
         """Remove every id (the version moves on, like any write)."""
+        refuse_awaited_call(type(self).__name__, "clear", 1)
         registry_for(self.client).run(
             "idset_clear", self.keys.read, (_new_epoch(),), name=self.name
         )
@@ -140,6 +145,7 @@ class IdSet:
         with the log elements it merged; a compactor that dies leaves the
         set as it was (its upload expires, its lease too).
         """
+        refuse_awaited_call(type(self).__name__, "compact", 1)
         token = secrets.token_hex(8)
         # the lease's value names the compactor too (tenure inspect shows it: host:pid)
         lease = f"{token} {default_owner_name()}"

@@ -36,7 +36,14 @@ import os
 import secrets
 import socket
 
-from tenure._backends.for_threads import IS_ASYNC, in_batches, shielded, sleep, source_call
+from tenure._backends.for_threads import (
+    IS_ASYNC,
+    in_batches,
+    refuse_awaited_call,
+    shielded,
+    sleep,
+    source_call,
+)
 from tenure._core.clients import map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
 from tenure._core.ingest import (
@@ -144,6 +151,7 @@ class IngestJob:
 
     def plan(self) -> Plan:
         """The job's plan: frozen now, or the one frozen before (checked to match)."""
+        refuse_awaited_call(type(self).__name__, "plan", 1)
         if self._plan is not None:
             return self._plan
         if self.source is None:
@@ -205,6 +213,7 @@ class IngestJob:
         to run out (``wait=False``: returns instead), since its worker may
         have died.
         """
+        refuse_awaited_call(type(self).__name__, "work", 1)
         plan = self.plan()
         chunks = rows = refused = 0
         claim: Claim | float | str | None = None
@@ -335,6 +344,7 @@ class IngestJob:
         connection deletes nothing more (a marker key of the job's, kept a
         minute, recognises it). A job that does not exist is a no-op.
         """
+        refuse_awaited_call(type(self).__name__, "reset", 1)
         operation = secrets.token_hex(8)
         with map_exceptions(name=self.name, doing="resetting the job"):
             reply = self._registry.run(
