@@ -267,7 +267,8 @@ async def test_a_script_the_server_fails_names_the_operation(
         ):
             error = await _failure(call, BackendError)
             assert f" while {words}: " in str(error), str(error)
-            assert "maxmemory" in str(error)
+            assert "the server is out of memory (its maxmemory)" in str(error), str(error)
+            assert "script" not in str(error) and "(name 'oom')" in str(error), str(error)
     finally:
         await client.config_set("maxmemory", "0")
         await client.aclose()

@@ -501,6 +501,9 @@ async def test_a_fenced_key_keeps_its_fence_when_its_value_expires(
     assert await tenure_async_client.pttl(store.fence_key) == -1
     assert await store.write("v4", 7)
     assert await store.read() == (b"v4", 7)
+    # A ttl under a millisecond is the shortest there is, not none.
+    assert await store.write("v5", 8, ttl=1e-9)
+    await until(lambda: _is_gone(tenure_async_client, store.key), 5, "a 1 ms ttl running out")
     # A key with its own hash tag keeps it; braces that are no tag cannot share a slot.
     tagged = AsyncFencedKey(tenure_async_client, "account:{9}:balance")
     assert tagged.fence_key == "account:{9}:balance:tenure-fence"

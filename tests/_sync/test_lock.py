@@ -498,6 +498,9 @@ def test_a_fenced_key_keeps_its_fence_when_its_value_expires(
     assert tenure_client.pttl(store.fence_key) == -1
     assert store.write("v4", 7)
     assert store.read() == (b"v4", 7)
+    # A ttl under a millisecond is the shortest there is, not none.
+    assert store.write("v5", 8, ttl=1e-9)
+    until(lambda: _is_gone(tenure_client, store.key), 5, "a 1 ms ttl running out")
     # A key with its own hash tag keeps it; braces that are no tag cannot share a slot.
     tagged = FencedKey(tenure_client, "account:{9}:balance")
     assert tagged.fence_key == "account:{9}:balance:tenure-fence"

@@ -295,7 +295,7 @@ class AsyncConnectionLock(TwinHints):
         my_id = self._held()[1]
         if my_id is None:
             return False
-        with map_exceptions(name=self.name, doing="checking", refine=self._refine):
+        with map_exceptions(name=self.name, doing="checking the lock", refine=self._refine):
             async with self.client.pipeline(transaction=False) as pipe:
                 pipe.get(self.key)
                 pipe.client_list(client_id=[my_id])
@@ -304,7 +304,7 @@ class AsyncConnectionLock(TwinHints):
 
     async def locked(self) -> bool:
         """True if a live connection holds the lock (two round trips)."""
-        with map_exceptions(name=self.name, doing="checking", refine=self._refine):
+        with map_exceptions(name=self.name, doing="checking the lock", refine=self._refine):
             owner = await self.client.get(self.key)
         return owner is not None and await self._alive(self.client, to_text(owner))
 

@@ -188,13 +188,28 @@ def _translated(exc: BaseException, *, name: str | None, doing: str) -> BaseExce
         )
         unavailable.never_sent = _while_connecting(exc)
         return unavailable
-    if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("WRONGTYPE"):
-        said = _SCRIPT_PLACE.sub("", str(exc)).rstrip(" .")
+    # Where in a script the server failed is not the caller's business.
+    said = _SCRIPT_PLACE.sub("", str(exc)).rstrip(" .")
+    if isinstance(exc, redis_errors.ResponseError) and said.startswith("WRONGTYPE"):
         return WrongTypeError(f"a key holds another type{where}: {said}", name=name)
+    if isinstance(exc, redis_errors.OutOfMemoryError) or said.startswith("OOM "):
+        return BackendError(
+            f"the server is out of memory (its maxmemory){where}: {said.removeprefix('OOM ')}",
+            name=name,
+        )
+    if isinstance(exc, redis_errors.ReadOnlyError) or said.startswith("READONLY "):
+        return BackendError(
+            f"the server is a read-only replica{where}: give tenure a client of the primary",
+            name=name,
+        )
     if isinstance(exc, redis_errors.ResponseError) and _is_script_failure(str(exc)):
-        return ScriptError(f"script failed{where}: {exc}", name=name)
+        return ScriptError(
+            f"the server could not finish tenure's script{where} (was one of its keys "
+            f"changed outside tenure?): {said}",
+            name=name,
+        )
     if isinstance(exc, (redis_errors.RedisError, redis_errors.RedisClusterException)):
-        return BackendError(f"server error{where}: {exc}", name=name)
+        return BackendError(f"server error{where}: {said}", name=name)
     return exc
 
 

@@ -294,7 +294,7 @@ class ConnectionLock(TwinHints):
         my_id = self._held()[1]
         if my_id is None:
             return False
-        with map_exceptions(name=self.name, doing="checking", refine=self._refine):
+        with map_exceptions(name=self.name, doing="checking the lock", refine=self._refine):
             with self.client.pipeline(transaction=False) as pipe:
                 pipe.get(self.key)
                 pipe.client_list(client_id=[my_id])
@@ -303,7 +303,7 @@ class ConnectionLock(TwinHints):
 
     def locked(self) -> bool:
         """True if a live connection holds the lock (two round trips)."""
-        with map_exceptions(name=self.name, doing="checking", refine=self._refine):
+        with map_exceptions(name=self.name, doing="checking the lock", refine=self._refine):
             owner = self.client.get(self.key)
         return owner is not None and self._alive(self.client, to_text(owner))
 

@@ -70,11 +70,13 @@ class FencedKey:
                 name=self.key,
             )
         check_seconds("ttl", ttl, allow_none=True, name=self.key, positive=True)
-        ttl_ms = 0 if ttl is None else to_ms(ttl)
+        # A ttl under a millisecond is the shortest the server keeps (1 ms), not none.
+        ttl_ms = 0 if ttl is None else max(1, to_ms(ttl))
         reply = registry_for(self.client).run(
             "fenced_set",
             (self.key, self.fence_key),
             (fencing_token, value, ttl_ms, secrets.token_hex(8)),
+            name=self.key,
         )
         return int(reply[0]) == 1
 
@@ -84,7 +86,7 @@ class FencedKey:
         ``(None, None)`` if never written or its time to live ran out (the
         fence is still kept: see :attr:`fence_key`).
         """
-        with map_exceptions(doing=f"reading fenced key {self.key!r}"):
+        with map_exceptions(name=self.key, doing="reading the fenced key"):
             value, fence = self.client.hmget(self.key, ["value", "fence"])
         return value, None if fence is None else int(fence)
 

@@ -226,7 +226,7 @@ class Lock(Leased):
         command = self._rules.registry.command
         owner = self._rules.keys.owner
         # The owner hash without a token is the marker a release left (its fence).
-        if command("HEXISTS", owner, "token", name=self.name, doing="checking"):
+        if command("HEXISTS", owner, "token", name=self.name, doing="checking the lock"):
             return True
         for key in self._rules.outer_keys:  # interop: a holder of redis-py's key
             if command("EXISTS", key, name=self.name, doing="checking redis-py's key"):
