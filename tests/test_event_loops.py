@@ -6,6 +6,8 @@ A sync call blocks its thread and every task of the loop that thread runs.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import threading
 import time
 import warnings
@@ -16,8 +18,10 @@ import pytest
 import redis
 
 import tenure._backends.event_loops as event_loops
+import tenure._backends.for_asyncio as for_asyncio
 from tenure import (
     AlreadyHeldError,
+    AsyncLock,
     Cache,
     ConnectionLock,
     FencedKey,
@@ -28,6 +32,7 @@ from tenure import (
     ReentrantLock,
     Semaphore,
 )
+from tests.conftest import ServerFactory
 
 KINDS: dict[str, Callable[[redis.Redis, str], Any]] = {
     "Lock": lambda client, name: Lock(client, name),
@@ -205,3 +210,29 @@ def test_every_awaited_sync_call_that_changes_state_is_refused_before_it_acts(
             asyncio.run(main())
     assert not connlock.owned() and not loaded
     assert fenced.read() == (None, None) and cache.get("k") is None
+
+
+def test_an_event_loop_ending_after_an_unanswered_acquire_leaves_no_task_behind(
+    tenure_server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The acquire's call to a paused server goes on alone past its deadline; the
+    # loop's end cancels it. Nothing may then start on a loop that is closing
+    # ("Task was destroyed but it is pending!", a traceback from redis-py).
+    server = tenure_server_factory()
+
+    async def main() -> bool:
+        client = server.async_client()
+        assert await client.ping()
+        server.pause()
+        return await AsyncLock(client, "loop-end").acquire(blocking_timeout=0.3)
+
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            assert asyncio.run(main()) is False
+            gc.collect()  # a task left pending is reported when collected
+    finally:
+        server.resume()
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+    # Nor is a task kept for a loop that has ended (reported at the process's exit).
+    left = [t for t in for_asyncio._background if t.get_name() == "tenure-give-back"]
+    assert not left, left

@@ -52,6 +52,7 @@ from tenure._async._rules import AsyncRules
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter, listen
 from tenure._backends.for_asyncio import (
     before_waiting,
+    cancelled,
     current_holder,
     race,
     shielded,
@@ -75,6 +76,11 @@ def _giving_back(rules: AsyncRules, token: str, attempt: str) -> Callable[[int, 
     """A late call's handler: give back whatever it took for ``token``, in the background."""
 
     def give_back_later(index: int, outcome: object) -> None:
+        if cancelled(outcome):
+            # Cancelled as its event loop ends (what still runs is cancelled then):
+            # no loop is left to give back on; what it took ends with its lease.
+            return
+
         async def give_back() -> None:
             await rules.leave_quietly(token, quiet=True, attempt=attempt)
 

@@ -36,6 +36,7 @@ __all__ = [
     "absorb_guard_cancel",
     "before_waiting",
     "cancel_holder",
+    "cancelled",
     "current_holder",
     "dropped_on_loop",
     "guarded",
@@ -155,6 +156,11 @@ _NO_LOCK: Mutex = object.__new__(Mutex)
 
 _background: set[asyncio.Task[object]] = set()
 """Background tasks, referenced until they end (the loop keeps only weak references)."""
+
+
+def cancelled(outcome: object) -> bool:
+    """Whether a call's outcome is its cancellation (its event loop is ending)."""
+    return isinstance(outcome, asyncio.CancelledError)
 
 
 def start_background(job: Callable[[], Coroutine[Any, Any, object]], name: str) -> Any:

@@ -40,6 +40,7 @@ from typing import Any
 
 from tenure._backends.for_threads import (
     before_waiting,
+    cancelled,
     current_holder,
     race,
     shielded,
@@ -76,6 +77,11 @@ def _giving_back(rules: Rules, token: str, attempt: str) -> Callable[[int, Any],
     """A late call's handler: give back whatever it took for ``token``, in the background."""
 
     def give_back_later(index: int, outcome: object) -> None:
+        if cancelled(outcome):
+            # Cancelled as its process ends (what still runs is cancelled then):
+            # no loop is left to give back on; what it took ends with its lease.
+            return
+
         def give_back() -> None:
             rules.leave_quietly(token, quiet=True, attempt=attempt)
 
