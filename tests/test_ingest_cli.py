@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import redis
 import sqlalchemy as sa
 
 from tenure._tools.cli import build_parser
-from tenure._tools.ingest_cli import job_from_settings
+from tenure._tools.ingest_cli import ProgressWriter, job_from_settings
 from tenure.server import ServerProcess
 from tests.conftest import wait_for
 from tests.sql_databases import postgresql
@@ -301,3 +302,15 @@ def test_the_lease_option_is_checked_before_the_source_is_reached(
                                  f"sqlite:///{tmp_path / 'db.sqlite'}", "--table", "events",
                                  "--key", "id", "--lease", "0.05"))  # fmt: skip
     assert (code, err) == (2, "tenure: ingest: --lease: must be at least 0.1 seconds, got 0.05\n")
+
+
+def test_off_a_terminal_progress_waits_its_interval_before_its_first_line() -> None:
+    # A run that fails (or ends) at once prints one line, its outcome, not a
+    # progress line before it; a longer run logs a line every interval.
+    stream = io.StringIO()
+    progress = ProgressWriter(stream, every=60.0)
+    progress.show("[....] 0 rows")
+    assert stream.getvalue() == ""
+    progress = ProgressWriter(stream, every=0.0)
+    progress.show("[#...] 10 rows")
+    assert stream.getvalue() == "[#...] 10 rows\n"

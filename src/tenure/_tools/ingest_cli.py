@@ -258,13 +258,17 @@ def _figures(status: IngestStatus) -> str:
 
 
 class ProgressWriter:
-    """One progress line: redrawn in place on a terminal, else printed every ``every`` s."""
+    """One progress line: redrawn in place on a terminal, else printed every ``every`` s.
+
+    Off a terminal the first line comes ``every`` s after the start: a run that
+    ends (or fails) sooner prints only its outcome, one line.
+    """
 
     def __init__(self, stream: TextIO, *, every: float = 5.0) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.every = every
-        self._last = 0.0
+        self._last = time.monotonic()
         self._drawn = False
 
     def show(self, line: str) -> None:
