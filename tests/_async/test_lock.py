@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -618,6 +619,11 @@ async def test_bad_arguments_are_named(tenure_async_client: redis.asyncio.Redis)
     lock = AsyncLock(tenure_async_client, "x")
     with pytest.raises(ArgumentError, match="^blocking_timeout"):
         await lock.acquire(blocking_timeout=-1)
+    # The constructor and acquire() say the same of sleep=inf.
+    with pytest.raises(ArgumentError, match="^sleep: must be a finite number of seconds"):
+        AsyncLock(tenure_async_client, "x", sleep=math.inf)
+    with pytest.raises(ArgumentError, match="^sleep: must be a finite number of seconds"):
+        await lock.acquire(sleep=math.inf)
     with pytest.raises(ArgumentError, match="^additional_time"):
         await lock.extend(-1)
     with pytest.raises(ClientTypeError, match="^client"):

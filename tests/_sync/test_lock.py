@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -615,6 +616,11 @@ def test_bad_arguments_are_named(tenure_client: redis.Redis) -> None:
     lock = Lock(tenure_client, "x")
     with pytest.raises(ArgumentError, match="^blocking_timeout"):
         lock.acquire(blocking_timeout=-1)
+    # The constructor and acquire() say the same of sleep=inf.
+    with pytest.raises(ArgumentError, match="^sleep: must be a finite number of seconds"):
+        Lock(tenure_client, "x", sleep=math.inf)
+    with pytest.raises(ArgumentError, match="^sleep: must be a finite number of seconds"):
+        lock.acquire(sleep=math.inf)
     with pytest.raises(ArgumentError, match="^additional_time"):
         lock.extend(-1)
     with pytest.raises(ClientTypeError, match="^client"):

@@ -264,7 +264,7 @@ class AsyncLeased(TwinHints):
         rules = self._rules
         settings = rules.settings
         if sleep is not None:
-            check_seconds("sleep", sleep, allow_none=False, name=self.name, forever=True)
+            check_seconds("sleep", sleep, allow_none=False, name=self.name)
         wait = settings.blocking if blocking is None else bool(blocking)
         if blocking_timeout is None:
             blocking_timeout = settings.blocking_timeout

@@ -91,11 +91,11 @@ def require_client(
     elif isinstance(client, other):
         if is_async:
             hint = "it is a synchronous client; pass a redis.asyncio client, or " + (
-                twin or "use the sync twin"
+                twin or f"use tenure.{owner.removeprefix('Async')}"
             )
         else:
             hint = "it is an asyncio client; pass a redis.Redis, or " + (
-                twin or "use the Async twin"
+                twin or f"use tenure.Async{owner}"
             )
     else:
         hint = "expected " + " or ".join(_describe_type(t) for t in wanted)
