@@ -170,7 +170,9 @@ def test_reset_asks_for_yes_refuses_a_busy_job_and_starts_it_over(
 def test_a_forced_reset_stops_a_running_job_without_planning_it_again(
     tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
 ) -> None:
-    make_table(tmp_path / "db.sqlite", 150_000, gaps=False)
+    # 600,000 rows: on a busy CI machine the run once finished 150,000 before the
+    # reset's own process had started (the run then ends on the reset, not the table).
+    make_table(tmp_path / "db.sqlite", 600_000, gaps=False)
     source = f"sqlite:///{tmp_path / 'db.sqlite'}"
     run = tenure(tenure_server.url, "ingest", "run", source, "--table", "events", "--key", "id",
                  "--chunk-size", "2000", "--workers", "2")  # fmt: skip
@@ -188,7 +190,7 @@ def test_a_forced_reset_stops_a_running_job_without_planning_it_again(
     # its workers may have committed the last rows before the reset reached them
     written = tenure_client.xlen(SINK)
     time.sleep(0.5)  # a pause under test: nothing is written during it
-    assert tenure_client.xlen(SINK) == written <= 150_000  # nothing ingested anew
+    assert tenure_client.xlen(SINK) == written < 600_000  # nothing ingested anew
     assert tenure_client.exists("tenure:ingest:{events}:plan") == 0  # and not planned again
 
 
