@@ -245,7 +245,7 @@ def test_the_default_owner_name_follows_a_fork() -> None:
     import os
     import socket
 
-    from tenure._core.leased import default_owner_name
+    from tenure._backends.owners import default_owner_name
 
     assert default_owner_name() == f"{socket.gethostname()}:{os.getpid()}"
     read, write = os.pipe()
@@ -255,6 +255,29 @@ def test_the_default_owner_name_follows_a_fork() -> None:
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read, 200).decode() == f"{socket.gethostname()}:{pid}"
+    os.close(read)
+    os.close(write)
+
+
+def test_tokens_are_unique_and_a_forked_child_draws_its_own() -> None:
+    import os
+    import re
+
+    from tenure._backends.owners import new_token
+
+    made = [new_token() for _ in range(1000)]
+    assert len(set(made)) == 1000
+    assert all(re.fullmatch("[0-9a-f]{32}", token) for token in made)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, " ".join(new_token() for _ in range(3)).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 1000).decode().split()
+    mine = [new_token() for _ in range(3)]  # the same count as the child's: another prefix
+    assert len(child) == 3 and not set(child) & set(mine)
+    assert {token[:16] for token in child} != {token[:16] for token in mine}
     os.close(read)
     os.close(write)
 

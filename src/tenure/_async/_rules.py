@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._watchdog import JobRunner
 from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._backends.owners import default_owner_name, new_token
 from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     ArgumentError,
@@ -46,12 +47,10 @@ from tenure._core.leased import (
     LockSettings,
     Queued,
     check_lock_name,
-    check_owner_name,
     check_prefix,
-    default_owner_name,
-    new_token,
     parse_acquire,
 )
+from tenure._core.owner_names import check_owner_name
 from tenure._core.statistics import (
     LeasedStatistics,
 )

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, cast
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import RW_LIMIT, AsyncPermitRules, AsyncPermits
 from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._backends.owners import new_token
 from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     AlreadyHeldError,
@@ -35,7 +36,6 @@ from tenure._core.exceptions import (
 from tenure._core.leased import (
     IDLE_TTL_MS,
     check_lock_name,
-    new_token,
 )
 from tenure._core.statistics import (
     LeasedStatistics,

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, cast
 from tenure._async._leased import AsyncLeased
 from tenure._async._rules import AsyncRules, Call, LeasedScripts, extended
 from tenure._async._scripting import AsyncClient
+from tenure._backends.owners import new_token
 from tenure._core.exceptions import (
     ArgumentError,
     LostError,
@@ -37,7 +38,6 @@ from tenure._core.leased import (
     LimitMismatch,
     call_id,
     check_lock_name,
-    new_token,
 )
 from tenure._core.statistics import (
     LeasedStatistics,

@@ -10,9 +10,7 @@ and renewal timings are named here.
 from __future__ import annotations
 
 import math
-import os
 import secrets
-import socket
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,7 +24,6 @@ __all__ = [
     "IDLE_TTL_MS",
     "KEPT",
     "LIMIT_MISMATCH",
-    "MAX_OWNER_NAME",
     "NOT_OWNED",
     "OWNER_EXPIRY_SLACK",
     "QUEUED",
@@ -44,12 +41,9 @@ __all__ = [
     "TokenLocal",
     "call_id",
     "check_name",
-    "check_owner_name",
-    "default_owner_name",
     "grant_time",
     "lone_surrogate",
     "new_attempt",
-    "new_token",
     "parse_acquire",
     "parse_grant",
 ]
@@ -145,6 +139,8 @@ def check_lock_name(name: object) -> str:
     ``a{b``, ``x{}``) are refused: Redis would hash such a key whole, and
     no set of keys can both share one slot and contain it.
     """
+    if type(name) is str and name.isascii() and name and "{" not in name and "}" not in name:
+        return name  # the usual name, checked at every lock made: nothing to decode or look at
     if isinstance(name, (bytes, bytearray, memoryview)):
         raw = bytes(name)
         try:
@@ -219,57 +215,6 @@ def lone_surrogate(text: str) -> int | None:
     except UnicodeEncodeError as exc:
         return exc.start
     return None
-
-
-MAX_OWNER_NAME = 200
-"""The longest ``owner_name`` a primitive accepts, in characters."""
-
-_default_owner: tuple[int, str] | None = None
-
-
-def default_owner_name() -> str:
-    """``host:pid`` of this process, the owner name of a hold unless one is given.
-
-    Recomputed in a forked child (its pid differs), so a child's holds name it.
-    """
-    global _default_owner
-    pid = os.getpid()
-    cached = _default_owner
-    if cached is None or cached[0] != pid:
-        cached = _default_owner = (pid, f"{socket.gethostname()}:{pid}")
-    return cached[1]
-
-
-def check_owner_name(owner_name: object, name: str | None = None) -> str | None:
-    """An ``owner_name`` argument: None (``host:pid``), or a printable, non-empty str.
-
-    At most :data:`MAX_OWNER_NAME` characters; it is stored beside each hold
-    and waiter and shown by ``tenure inspect``.
-    """
-    if owner_name is None:
-        return None
-    if not isinstance(owner_name, str):
-        raise ArgumentError(
-            "owner_name", f"must be a str, got {type(owner_name).__name__}", name=name
-        )
-    if not owner_name:
-        raise ArgumentError("owner_name", "must not be empty", name=name)
-    if len(owner_name) > MAX_OWNER_NAME:
-        raise ArgumentError(
-            "owner_name",
-            f"must be at most {MAX_OWNER_NAME} characters, got {len(owner_name)}",
-            name=name,
-        )
-    if not owner_name.isprintable():
-        raise ArgumentError(
-            "owner_name", f"must be printable (no control characters): {owner_name!r}", name=name
-        )
-    return owner_name
-
-
-def new_token() -> str:
-    """A fresh random token for one acquisition."""
-    return secrets.token_hex(16)
 
 
 def new_attempt() -> str:

@@ -78,6 +78,12 @@ def check_seconds(
     (None: no bound) is the longest the value may be: a lease or wait the
     server counts in milliseconds. ``positive`` refuses 0 too.
     """
+    if (
+        (type(value) is float or type(value) is int)
+        and 0 < value < math.inf
+        and (longest is None or value <= longest)
+    ):
+        return value  # the usual case, checked at every lock made: a finite, positive number
     if value is None:
         if allow_none:
             return None

@@ -48,7 +48,7 @@ from tenure._backends.for_threads import (
     start_background,
     taken_on_loop,
 )
-from tenure._backends.owners import generation
+from tenure._backends.owners import default_owner_name, generation
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
     AcquireTimeoutError,
@@ -61,10 +61,9 @@ from tenure._core.exceptions import (
 from tenure._core.leased import (
     base_key,
     check_lock_name,
-    check_owner_name,
     check_prefix,
-    default_owner_name,
 )
+from tenure._core.owner_names import check_owner_name
 from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._deadline import GRACE, Overdue, by_deadline
 from tenure._sync._scripting import registry_for

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from tenure._backends.counting import top_counts
 from tenure._backends.for_threads import IS_ASYNC, refuse_awaited_call
 from tenure._backends.local_copies import LOCAL_COPIES
+from tenure._backends.owners import default_owner_name
 from tenure._core.clients import map_exceptions, require_bytes_replies, require_client
 from tenure._core.exceptions import ArgumentError, IdSetCorruptError
 from tenure._core.idset import (
@@ -46,7 +47,6 @@ from tenure._core.idset import (
     pack,
     to_ids,
 )
-from tenure._core.leased import default_owner_name
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["IdSet"]

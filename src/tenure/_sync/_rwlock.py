@@ -22,6 +22,7 @@ import weakref
 from typing import Any, ClassVar, cast
 
 from tenure._backends.for_threads import IS_ASYNC
+from tenure._backends.owners import new_token
 from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     AlreadyHeldError,
@@ -34,7 +35,6 @@ from tenure._core.exceptions import (
 from tenure._core.leased import (
     IDLE_TTL_MS,
     check_lock_name,
-    new_token,
 )
 from tenure._core.statistics import (
     LeasedStatistics,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
+from tenure._backends.owners import new_token
 from tenure._core.exceptions import (
     ArgumentError,
     LostError,
@@ -35,7 +36,6 @@ from tenure._core.leased import (
     LimitMismatch,
     call_id,
     check_lock_name,
-    new_token,
 )
 from tenure._core.statistics import (
     LeasedStatistics,
