@@ -94,32 +94,34 @@ SEMAPHORE_LIMIT = 5
 """The per-entity semaphores' limit (no cycle waits: each name has one holder at a time)."""
 
 
+_TENURE_KINDS: dict[str, tuple[str, dict[str, Any], str | None]] = {
+    # contender key (without "-async") -> (class name, its arguments, the side taken)
+    "tenure": ("Lock", {}, None),
+    "tenure-semaphore": ("Semaphore", {"limit": SEMAPHORE_LIMIT}, None),
+    "tenure-read": ("ReadWriteLock", {}, "read"),
+    "tenure-write": ("ReadWriteLock", {}, "write"),
+}
+
+
+def _maker(key: str, client: Any, prefix: str) -> Callable[[str], Any]:
+    """Contender ``key``'s maker: tenure's class (``prefix`` "Async": its twin), or redis-py's."""
+    kind = _TENURE_KINDS.get(key.removesuffix("-async"))
+    if kind is None:
+        return lambda name: client.lock(name)
+    cls, arguments, side = getattr(tenure, prefix + kind[0]), kind[1], kind[2]
+    if side is None:
+        return lambda name: cls(client, name, **arguments)
+    return lambda name: getattr(cls(client, name, **arguments), side)
+
+
 def sync_maker(key: str, client: redis.Redis) -> Callable[[str], Any]:
     """How contender ``key`` (sync) makes a lock object for a name, with its defaults."""
-    kind = key.removesuffix("-async")
-    if kind == "tenure":
-        return lambda name: tenure.Lock(client, name)
-    if kind == "tenure-semaphore":
-        return lambda name: tenure.Semaphore(client, name, limit=SEMAPHORE_LIMIT)
-    if kind == "tenure-read":
-        return lambda name: tenure.ReadWriteLock(client, name).read
-    if kind == "tenure-write":
-        return lambda name: tenure.ReadWriteLock(client, name).write
-    return lambda name: client.lock(name)
+    return _maker(key, client, "")
 
 
 def async_maker(key: str, client: redis.asyncio.Redis) -> Callable[[str], Any]:
     """How contender ``key`` (asyncio) makes a lock object for a name, with its defaults."""
-    kind = key.removesuffix("-async")
-    if kind == "tenure":
-        return lambda name: tenure.AsyncLock(client, name)
-    if kind == "tenure-semaphore":
-        return lambda name: tenure.AsyncSemaphore(client, name, limit=SEMAPHORE_LIMIT)
-    if kind == "tenure-read":
-        return lambda name: tenure.AsyncReadWriteLock(client, name).read
-    if kind == "tenure-write":
-        return lambda name: tenure.AsyncReadWriteLock(client, name).write
-    return lambda name: client.lock(name)
+    return _maker(key, client, "Async")
 
 
 def _sync_cycles(url: str, key: str, cycles: int) -> tuple[float, float]:
