@@ -74,7 +74,7 @@ class Line(Protocol):
         """Take it for ``token``, waiting up to ``blocking_timeout`` if ``wait``.
 
         ``attempt`` is the call's id when the caller chose ``token`` (see
-        :meth:`AsyncRules.try_call`), ``""`` for a random token.
+        :meth:`AsyncRules.try_call`), ``""`` for a token of tenure's own.
         """
 
 
@@ -229,7 +229,7 @@ class AsyncLeased(TwinHints):
         order. A blocking acquire waits in FIFO order and is woken by the
         release that hands it over; ``sleep`` (keyword-only here, first in the
         sync API) is accepted for compatibility and ignored: nothing polls.
-        ``token`` overrides the random token (unique per acquisition).
+        ``token`` overrides tenure's token (unique per acquisition).
         """
         return await self._acquire_as_asked(sleep, blocking, blocking_timeout, token)
 
@@ -246,7 +246,7 @@ class AsyncLeased(TwinHints):
     #     The arguments are those of redis-py's ``Lock.acquire``, in its order.
     #     A blocking acquire waits in FIFO order and is woken by the release
     #     that hands it over; ``sleep`` is accepted for compatibility and
-    #     ignored: nothing polls. ``token`` overrides the random token (unique
+    #     ignored: nothing polls. ``token`` overrides tenure's token (unique
     #     per acquisition).
     #     """
     #     return self._acquire_as_asked(sleep, blocking, blocking_timeout, token)

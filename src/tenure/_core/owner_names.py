@@ -2,7 +2,7 @@
 
 A primitive's ``owner_name`` is stored beside each hold and waiter; by
 default it is this process's ``host:pid``
-(:func:`tenure._backends.owners.default_owner_name`).
+(``tenure._backends.owners.default_owner_name``).
 """
 
 from __future__ import annotations

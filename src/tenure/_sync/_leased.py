@@ -75,7 +75,7 @@ class Line(Protocol):
         """Take it for ``token``, waiting up to ``blocking_timeout`` if ``wait``.
 
         ``attempt`` is the call's id when the caller chose ``token`` (see
-        :meth:`Rules.try_call`), ``""`` for a random token.
+        :meth:`Rules.try_call`), ``""`` for a token of tenure's own.
         """
 
 
@@ -227,7 +227,7 @@ class Leased(TwinHints):
         The arguments are those of redis-py's ``Lock.acquire``, in its order.
         A blocking acquire waits in FIFO order and is woken by the release
         that hands it over; ``sleep`` is accepted for compatibility and
-        ignored: nothing polls. ``token`` overrides the random token (unique
+        ignored: nothing polls. ``token`` overrides tenure's token (unique
         per acquisition).
         """
         return self._acquire_as_asked(sleep, blocking, blocking_timeout, token)

@@ -208,7 +208,7 @@ class Rules:
         return token
 
     def new_token(self) -> str:
-        """A fresh random token for one acquisition."""
+        """A fresh token for one acquisition (``tenure._backends.owners.new_token``)."""
         return new_token()
 
     def statistics_extra(self) -> dict[str, Any]:
