@@ -41,7 +41,6 @@ from tenure._backends.for_asyncio import (
     IS_ASYNC,
     TwinHints,
     before_waiting,
-    cancelled,
     dropped_on_loop,
     refuse_awaited_call,
     shielded,
@@ -205,9 +204,6 @@ class AsyncConnectionLock(TwinHints):
         """A late call's handler: close the dedicated connection once the call ended."""
 
         def late(index: int, outcome: object) -> None:
-            if cancelled(outcome):
-                return  # its event loop is ending: the connection goes with it
-
             async def close() -> None:
                 await self._close(connection)
 

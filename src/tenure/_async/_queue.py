@@ -53,7 +53,6 @@ from tenure._async._rules import AsyncRules
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter, listen
 from tenure._backends.for_asyncio import (
     before_waiting,
-    cancelled,
     current_holder,
     race,
     shielded,
@@ -77,11 +76,6 @@ def _giving_back(rules: AsyncRules, token: str, attempt: str) -> Callable[[int, 
     """A late call's handler: give back whatever it took for ``token``, in the background."""
 
     def give_back_later(index: int, outcome: object) -> None:
-        if cancelled(outcome):
-            # Cancelled as its event loop ends (what still runs is cancelled then):
-            # no loop is left to give back on; what it took ends with its lease.
-            return
-
         async def give_back() -> None:
             await rules.leave_quietly(token, quiet=True, attempt=attempt)
 
@@ -175,7 +169,6 @@ class AsyncQueue:
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
                 quiet = isinstance(exc, BackendError)
-
                 leave = partial(self._rules.leave_quietly, token, quiet=quiet, attempt=attempt)
                 if deadline is None:
                     await shielded(leave())
@@ -183,13 +176,10 @@ class AsyncQueue:
                     await race([leave], room_left(deadline), answered, ignore_late)
             raise
         finally:
-            if tried is not None and counted is tried:  # one pass under the mutex
+            if tried is not None:  # counted as this process's first waiter: one pass
                 end_try(tried, stop=True)
-            else:
-                if tried is not None:
-                    end_try(tried)
-                if counted is not None:
-                    stop_waiting(counted)
+            elif counted is not None:
+                stop_waiting(counted)
 
     async def _wait_in_line(
         self,

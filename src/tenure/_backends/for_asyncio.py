@@ -36,7 +36,6 @@ __all__ = [
     "absorb_guard_cancel",
     "before_waiting",
     "cancel_holder",
-    "cancelled",
     "current_holder",
     "dropped_on_loop",
     "guarded",
@@ -156,11 +155,6 @@ _NO_LOCK: Mutex = object.__new__(Mutex)
 
 _background: set[asyncio.Task[object]] = set()
 """Background tasks, referenced until they end (the loop keeps only weak references)."""
-
-
-def cancelled(outcome: object) -> bool:
-    """Whether a call's outcome is its cancellation (its event loop is ending)."""
-    return isinstance(outcome, asyncio.CancelledError)
 
 
 def start_background(job: Callable[[], Coroutine[Any, Any, object]], name: str) -> Any:
@@ -360,7 +354,9 @@ async def race(
     passed; calls still running are not cancelled (their
     effect on a server must not go unseen): each one's outcome goes to
     ``late(index, outcome)`` when it comes. If the caller is cancelled, every
-    call still running is handed to ``late`` the same way.
+    call still running is handed to ``late`` the same way. A call cancelled
+    itself is handed to nobody: only its event loop's end cancels what runs,
+    and no loop is left then to act on it (what it took ends with its lease).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -389,7 +385,8 @@ async def race(
 
             def finished(task: asyncio.Task[T], index: int = index) -> None:
                 _racing.discard(task)
-                late(index, _outcome(task))
+                if not task.cancelled():
+                    late(index, _outcome(task))
 
             task.add_done_callback(finished)
     return outcomes

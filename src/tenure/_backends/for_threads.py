@@ -37,7 +37,6 @@ __all__ = [
     "absorb_guard_cancel",
     "before_waiting",
     "cancel_holder",
-    "cancelled",
     "current_holder",
     "dropped_on_loop",
     "guarded",
@@ -105,11 +104,6 @@ class Mutex:
 
 _mutexes: weakref.WeakSet[Any] = weakref.WeakSet()
 """Every mutex made (re-initialised in a fork's child)."""
-
-
-def cancelled(outcome: object) -> bool:
-    """Whether a call's outcome is its cancellation: threads are never cancelled."""
-    return False
 
 
 def start_background(job: Callable[[], object], name: str) -> Any:

@@ -62,28 +62,29 @@ def generation() -> int:
 
 
 def _after_fork_in_child() -> None:
-    global _generation, _reset_mutex, _token_prefix
+    global _generation, _reset_mutex, _token_prefix, _owner_name
     _generation += 1
     _reset_mutex = threading.Lock()  # it may have been held by a thread the child has not
     _token_prefix = secrets.token_hex(8)  # the parent's would repeat its next tokens
+    _owner_name = None  # the parent's names the parent
 
 
 _token_prefix = secrets.token_hex(8)
 _token_count = itertools.count()
-_owner_name: tuple[int, str] = (-1, "")
+_owner_name: str | None = None
 
 
 def default_owner_name() -> str:
     """``host:pid`` of this process, the owner name of a hold unless one is given.
 
-    Made once per process generation (a fork's child names itself): asked at
-    every acquire, where ``os.getpid()`` would be a system call each time.
+    Made once per process (forgotten in a fork's child, which names itself):
+    asked at every acquire, where ``os.getpid()`` would be a system call each time.
     """
     global _owner_name
     made = _owner_name
-    if made[0] != _generation:
-        made = _owner_name = (_generation, f"{socket.gethostname()}:{os.getpid()}")
-    return made[1]
+    if made is None:
+        made = _owner_name = f"{socket.gethostname()}:{os.getpid()}"
+    return made
 
 
 def new_token() -> str:

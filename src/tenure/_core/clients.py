@@ -192,12 +192,10 @@ def _translated(exc: BaseException, *, name: str | None, doing: str) -> BaseExce
     said = _SCRIPT_PLACE.sub("", str(exc)).rstrip(" .")
     if isinstance(exc, redis_errors.ResponseError) and said.startswith("WRONGTYPE"):
         return WrongTypeError(f"a key holds another type{where}: {said}", name=name)
-    if isinstance(exc, redis_errors.OutOfMemoryError) or said.startswith("OOM "):
-        return BackendError(
-            f"the server is out of memory (its maxmemory){where}: {said.removeprefix('OOM ')}",
-            name=name,
-        )
-    if isinstance(exc, redis_errors.ReadOnlyError) or said.startswith("READONLY "):
+    if isinstance(exc, redis_errors.OutOfMemoryError):  # redis-py took the "OOM" off
+        said = f"the server is out of memory (its maxmemory){where}: {said}"
+        return BackendError(said, name=name)
+    if isinstance(exc, redis_errors.ReadOnlyError):
         return BackendError(
             f"the server is a read-only replica{where}: give tenure a client of the primary",
             name=name,

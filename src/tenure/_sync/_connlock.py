@@ -40,7 +40,6 @@ from tenure._backends.for_threads import (
     IS_ASYNC,
     TwinHints,
     before_waiting,
-    cancelled,
     dropped_on_loop,
     refuse_awaited_call,
     shielded,
@@ -204,9 +203,6 @@ class ConnectionLock(TwinHints):
         """A late call's handler: close the dedicated connection once the call ended."""
 
         def late(index: int, outcome: object) -> None:
-            if cancelled(outcome):
-                return  # its process is ending: the connection goes with it
-
             def close() -> None:
                 self._close(connection)
 

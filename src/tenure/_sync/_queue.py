@@ -41,7 +41,6 @@ from typing import Any
 
 from tenure._backends.for_threads import (
     before_waiting,
-    cancelled,
     current_holder,
     race,
     shielded,
@@ -78,11 +77,6 @@ def _giving_back(rules: Rules, token: str, attempt: str) -> Callable[[int, Any],
     """A late call's handler: give back whatever it took for ``token``, in the background."""
 
     def give_back_later(index: int, outcome: object) -> None:
-        if cancelled(outcome):
-            # Cancelled as its process ends (what still runs is cancelled then):
-            # no loop is left to give back on; what it took ends with its lease.
-            return
-
         def give_back() -> None:
             rules.leave_quietly(token, quiet=True, attempt=attempt)
 
@@ -172,7 +166,6 @@ class Queue:
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
                 quiet = isinstance(exc, BackendError)
-
                 leave = partial(self._rules.leave_quietly, token, quiet=quiet, attempt=attempt)
                 if deadline is None:
                     shielded(leave())
@@ -180,13 +173,10 @@ class Queue:
                     race([leave], room_left(deadline), answered, ignore_late)
             raise
         finally:
-            if tried is not None and counted is tried:  # one pass under the mutex
+            if tried is not None:  # counted as this process's first waiter: one pass
                 end_try(tried, stop=True)
-            else:
-                if tried is not None:
-                    end_try(tried)
-                if counted is not None:
-                    stop_waiting(counted)
+            elif counted is not None:
+                stop_waiting(counted)
 
     def _wait_in_line(
         self,
