@@ -11,7 +11,9 @@ the same machine at the same time:
   cycles per second in one thread / task, nobody else on the name;
 * ``Lock 4 threads``: four threads of one process taking turns on one lock
   (handoffs per second);
-* ``AsyncLock 50 tasks``: fifty tasks of one event loop taking turns.
+* ``AsyncLock 50 tasks``: fifty tasks of one event loop taking turns;
+* ``... entity``: a new object on a new name per cycle, tenure's and
+  redis-py's (redis-py's is the same code in both trees: a gauge of the noise).
 
     python scripts/bench_before_after.py --before 60634b4 --rounds 5 --seconds 2
 
@@ -49,6 +51,17 @@ def solo(make):
     return n / seconds
 
 out["Lock solo"] = solo(lambda: tenure.Lock(client, "ba:solo"))
+
+def entity(make):
+    make("ba:e:warm").acquire()
+    n, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        lock = make(f"ba:e:{n}")
+        lock.acquire(); lock.release(); n += 1
+    return n / seconds
+
+out["Lock entity (new object and name)"] = entity(lambda name: tenure.Lock(client, name))
+out["redis-py Lock entity (the same in both)"] = entity(lambda name: client.lock(name))
 out["Semaphore solo"] = solo(lambda: tenure.Semaphore(client, "ba:sem", limit=3))
 
 def threads(count):
@@ -74,6 +87,17 @@ async def async_parts():
     while time.perf_counter() < end:
         await lock.acquire(); await lock.release(); n += 1
     out["AsyncLock solo"] = n / seconds
+    entities = (
+        ("AsyncLock entity (new object and name)", lambda name: tenure.AsyncLock(aclient, name)),
+        ("redis-py asyncio Lock entity (the same in both)", lambda name: aclient.lock(name)),
+    )
+    for label, make in entities:
+        await make("ba:ae:warm").acquire()
+        n, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            lock = make(f"ba:ae:{label[0]}{n}")
+            await lock.acquire(); await lock.release(); n += 1
+        out[label] = n / seconds
     shared = tenure.AsyncLock(aclient, "ba:tasks")
     await shared.acquire(); await shared.release()
     done, stop = [0], time.perf_counter() + seconds

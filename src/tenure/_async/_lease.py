@@ -188,15 +188,17 @@ class AsyncLease:
         window opens halfway to ``due``, as a planned job's slack would (the
         mutex held).
         """
-        lease = self
-
-        def start(deferred: Deferred) -> None:
-            with lease._holds.mutex:
-                if hold.renewal is deferred and lease._holds.holds(hold):
-                    lease._schedule(hold, deferred.due)
-
         bucket = self._rules.settings.lease_ms
-        hold.renewal = watchdog().defer(Deferred(bucket, due, now + (due - now) / 2, start))
+        hold.renewal = watchdog().defer(
+            Deferred(bucket, due, now + (due - now) / 2, self._start_deferred, hold)
+        )
+
+    def _start_deferred(self, deferred: Deferred) -> None:
+        """A deferred renewal's window opened: plan it, if its hold is still held."""
+        hold = deferred.hold
+        with self._holds.mutex:
+            if hold.renewal is deferred and self._holds.holds(hold):
+                self._schedule(hold, deferred.due)
 
     def _schedule(self, hold: Hold, due: float) -> None:
         ms, due = self._plan(hold, self._renewal_ms(hold), due)

@@ -100,16 +100,23 @@ class Deferred:
     mutex), which plans the real job (or nothing, if the hold ended meanwhile).
     """
 
-    __slots__ = ("bucket", "due", "opens", "start")
+    __slots__ = ("bucket", "due", "hold", "opens", "start")
 
     def __init__(
-        self, bucket: int, due: float, opens: float, start: Callable[[Deferred], None]
+        self,
+        bucket: int,
+        due: float,
+        opens: float,
+        start: Callable[[Deferred], None],
+        hold: Any = None,
     ) -> None:
         self.bucket = bucket
         """The lease in ms: deferred renewals of one bucket fall due in their order."""
         self.due = due
         self.opens = opens
         self.start = start
+        self.hold = hold
+        """The hold it renews (for ``start``; a bound method, not a closure, per hold)."""
 
 
 class AsyncWatchdog:

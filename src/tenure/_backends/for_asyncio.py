@@ -173,13 +173,38 @@ def scope_key() -> object:
     return (asyncio.get_running_loop(), generation())
 
 
+class _SparedTask(asyncio.Task):  # type: ignore[type-arg]
+    """A task that lets its first ``cancel()`` go by: what :func:`shielded` awaits.
+
+    A task cancelled while it awaits another task passes the cancellation on
+    to it; this one refuses the first, so its caller waits for the call's
+    reply and then gets the cancellation (Python marks it pending, as for any
+    refused cancel). A second cancel (the caller cancelled again, or the event
+    loop ending: it cancels every task) goes through. This is what
+    ``asyncio.shield`` plus awaiting the task after a cancel did, without the
+    shield's extra future and its callbacks (a loop turn less per call).
+    """
+
+    _spared = False
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self._spared:
+            self._spared = True
+            return False
+        return super().cancel(msg)
+
+
 async def shielded(call: Awaitable[T]) -> T:
     """Finish ``call`` even if the caller is cancelled meanwhile.
 
     Cleanup that must reach the server (give up a place in a queue, hand a
     lock on) runs to completion; the cancellation is re-raised afterwards.
+    A second cancellation of the caller while it waits cancels the call.
     """
-    task = asyncio.ensure_future(call)
+    if asyncio.iscoroutine(call):
+        result: T = await _SparedTask(call)
+        return result
+    task = asyncio.ensure_future(call)  # a future or task made elsewhere
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:

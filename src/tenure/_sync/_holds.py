@@ -166,6 +166,8 @@ class Holds:
 
     def leave_inner(self, hold: Hold) -> bool:
         """An inner release of a re-entered hold: count it down; whether it was one."""
+        if hold.count <= 1:  # the usual case (only the owner changes the count)
+            return False
         with self.mutex:
             inner = hold.count > 1 and not hold.lost
             if inner:

@@ -118,20 +118,27 @@ class Queue:
                 # it are in line (or one of them is trying), where it would be
                 # wasted.
                 sent = time.monotonic()
-                keys, args = self._rules.try_call(token, attempt)
-                # Partials, not closures: a variable a closure captures is a cell made
-                # at every call of this method (10,000 waiting threads: 60,000 cells more
-                # for the garbage collector to trace).
                 rules = self._rules
-                reply = self._by(
-                    deadline if wait else None,
-                    partial(rules.run_taking, rules.scripts.try_, keys, args, rules.took_on_try),
-                    token,
-                    attempt,
-                )
-                fence = self._rules.parse_try(reply)
+                keys, args = rules.try_call(token, attempt)
+                if deadline is None or not wait:  # the call runs to its reply (shielded)
+                    reply = shielded(
+                        rules.run_taking(rules.scripts.try_, keys, args, rules.took_on_try)
+                    )
+                else:
+                    # Partials, not closures: a variable a closure captures is a cell
+                    # made at every call of this method (10,000 waiting threads: 60,000
+                    # cells more for the garbage collector to trace).
+                    reply = self._by(
+                        deadline,
+                        partial(
+                            rules.run_taking, rules.scripts.try_, keys, args, rules.took_on_try
+                        ),
+                        token,
+                        attempt,
+                    )
+                fence = rules.parse_try(reply)
                 if fence > 0:
-                    taken = Acquired(fence=fence, lease_ms=self._rules.settings.lease_ms)
+                    taken = Acquired(fence=fence, lease_ms=rules.settings.lease_ms)
                     self._lease.took(token, taken, sent, started, holder, queued=False)
                     self.seen_busy = False
                     return True

@@ -312,7 +312,7 @@ class Rules:
         Replica-acknowledged kinds wait for their replicas here and raise
         :class:`~tenure.ReplicationError` when a taking call fell short.
         """
-        return self.run(script, keys, args)
+        return self.registry.run(script, keys, args, name=self.name)
 
     def renewal_runner(self, hold: Hold) -> JobRunner | None:
         """How the watchdog runs ``hold``'s renewals (None: batched EVALSHA)."""
