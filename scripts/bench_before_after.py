@@ -34,7 +34,7 @@ from pathlib import Path
 from tenure.server import ServerProcess
 
 MEASURE = r"""
-import asyncio, json, sys, threading, time
+import asyncio, json, os, sys, threading, time
 import redis, redis.asyncio
 import tenure
 
@@ -53,10 +53,11 @@ def solo(make):
 out["Lock solo"] = solo(lambda: tenure.Lock(client, "ba:solo"))
 
 def entity(make):
-    make("ba:e:warm").acquire()
+    warm = make(f"ba:e:warm:{os.getpid()}")
+    warm.acquire(); warm.release()
     n, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
-        lock = make(f"ba:e:{n}")
+        lock = make(f"ba:e:{os.getpid()}:{n}")
         lock.acquire(); lock.release(); n += 1
     return n / seconds
 
@@ -92,10 +93,11 @@ async def async_parts():
         ("redis-py asyncio Lock entity (the same in both)", lambda name: aclient.lock(name)),
     )
     for label, make in entities:
-        await make("ba:ae:warm").acquire()
+        warm = make(f"ba:ae:warm:{os.getpid()}")
+        await warm.acquire(); await warm.release()
         n, end = 0, time.perf_counter() + seconds
         while time.perf_counter() < end:
-            lock = make(f"ba:ae:{label[0]}{n}")
+            lock = make(f"ba:ae:{os.getpid()}:{label[0]}{n}")
             await lock.acquire(); await lock.release(); n += 1
         out[label] = n / seconds
     shared = tenure.AsyncLock(aclient, "ba:tasks")

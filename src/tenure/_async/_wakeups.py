@@ -107,6 +107,8 @@ class AsyncWaiter:
         delivered with the answer."""
         self._event = Event() if event is None else event
         self._wakeups = wakeups
+        self.owner_name = ""
+        """Its owner name, as the process's line joins it (set at each join)."""
 
     def stop(self) -> None:
         """Stop listening (no I/O)."""

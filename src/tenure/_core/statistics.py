@@ -22,13 +22,16 @@ __all__ = [
 ]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Counters:
     """What one lock object has counted (this process only); times in seconds.
 
     ``contended`` counts acquisitions that had to wait; ``timeouts`` counts
     acquire calls that gave up; ``lost`` counts holds that were lost while
     held; ``waiters`` is how many of this object's acquisitions wait now.
+
+    A primitive's holds count (they subclass it): until a field is first
+    counted it is the class's default, so an object costs no record of its own.
     """
 
     acquisitions: int = 0

@@ -43,8 +43,8 @@ __all__ = ["Holds"]
 logger = logging.getLogger("tenure.lock")
 
 
-class Holds:
-    """The holds of one primitive object in this process, and its counters."""
+class Holds(Counters):
+    """The holds of one primitive object in this process, and its counters (its own fields)."""
 
     def __init__(
         self,
@@ -56,12 +56,11 @@ class Holds:
         cancel_on_lost: bool,
     ) -> None:
         self._rules = rules
-        # Weak: renewals reach the holds, and must not keep the object alive.
-        self._primitive = weakref.ref(primitive)
+        self.primitive = weakref.ref(primitive)
+        """The primitive (weak: renewals reach the holds, and must not keep it alive)."""
         self.kind = type(primitive).__name__
         """The primitive's class name, for messages."""
         self.slot: OwnerSlot[Hold] = OwnerSlot(per_owner=per_owner)
-        self.counters = Counters()
         self.mutex = Mutex()  # the watchdog and the owners' threads share holds and counters
         self.on_lost = on_lost
         self.cancel_on_lost = cancel_on_lost
@@ -83,7 +82,7 @@ class Holds:
     def record(self, hold: Hold, contended: bool) -> None:
         """Make ``hold``, just taken, the current owner's (the mutex held)."""
         self.track(hold)
-        self.counters.record_acquired(hold.waited, contended=contended)
+        self.record_acquired(hold.waited, contended=contended)
 
     def track(self, hold: Hold) -> None:
         """Make ``hold`` the current owner's (the mutex held)."""
@@ -93,12 +92,12 @@ class Holds:
     def add_waiter(self, count: int) -> None:
         """Count a waiter in line (``count`` 1) or out of it (-1)."""
         with self.mutex:
-            self.counters.waiters += count
+            self.waiters += count
 
     def timed_out(self) -> bool:
         """Count a waiter that gave up at its deadline; False, what ``acquire()`` returns."""
         with self.mutex:
-            self.counters.timeouts += 1
+            self.timeouts += 1
         return False
 
     # -- redis-py's local.token -----------------------------------------------------
@@ -135,12 +134,12 @@ class Holds:
             if hold.lost or not self.slot.holds(hold):
                 return
             hold.lost = True
-            self.counters.lost += 1
+            self.lost += 1
         rules = self._rules
         logger.warning("tenure: %s %r: %s (fence %s)", rules.noun, rules.name, why, hold.fence)
         if self.cancel_on_lost and hold.guarded:
             cancel_holder(hold.holder)
-        primitive = self._primitive()
+        primitive = self.primitive()
         if self.on_lost is not None and primitive is not None:
             self.on_lost(primitive)
 
@@ -149,7 +148,7 @@ class Holds:
         with self.mutex:
             if not hold.lost:
                 hold.lost = True
-                self.counters.lost += 1
+                self.lost += 1
 
     def forget(self, hold: Hold) -> None:
         """Stop tracking (and renewing) ``hold``."""
@@ -177,7 +176,7 @@ class Holds:
     def released(self, hold: Hold) -> None:
         """Count ``hold``'s release."""
         with self.mutex:
-            self.counters.record_released(hold)
+            self.record_released(hold)
 
     # -- reporting --------------------------------------------------------------
 
@@ -185,7 +184,7 @@ class Holds:
         """An immutable snapshot of the counters and the current hold."""
         hold = self.slot.get(adopt=False)
         with self.mutex:
-            counters = asdict(self.counters)
+            counters = asdict(self)
         rules = self._rules
         return rules.statistics_type(
             name=rules.name,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import weakref
 from typing import Any
 
 from tenure._backends.for_threads import shielded
@@ -51,7 +50,8 @@ class Lease:
     def __init__(self, rules: Rules, holds: Holds, primitive: object) -> None:
         self._rules = rules
         self._holds = holds
-        self._primitive = weakref.ref(primitive)  # a collected object's holds are not renewed
+        # (weak: a collected object's holds are not renewed)
+        self._primitive = holds.primitive
         self._kind = type(primitive).__name__
 
     def took(
@@ -314,7 +314,7 @@ class Lease:
         granted_ms = int(reply)
         if granted_ms <= 0:
             return None, True
-        self._holds.counters.renewals += 1
+        self._holds.renewals += 1
         # The job was sent no earlier than it was due: a conservative expiry.
         hold.expires_at = job.due + granted_ms / 1000
         if not settings.auto_renew and settings.max_hold is None:

@@ -118,7 +118,7 @@ class Line:
         self._forget = forget
         self._mutex = Mutex()
         self._wakeup = Event()
-        self._members: dict[str, tuple[Waiter, str]] = {}  # token -> (waiter, owner name)
+        self._members: dict[str, Waiter] = {}  # token -> waiter (its owner_name with it)
         self._joining: dict[str, str] = {}  # token -> owner name, in arrival order
         self._leaving: list[str] = []  # tokens to take out of line (what they hold is passed on)
         self._giving_up: dict[str, Waiter] = {}  # deadline passed: out of line, keep grants
@@ -151,7 +151,8 @@ class Line:
         with self._mutex:
             if self._closed:
                 return False
-            self._members[waiter.token] = (waiter, name)
+            waiter.owner_name = name
+            self._members[waiter.token] = waiter
             self._joining[waiter.token] = name
             if self._worker is None:
                 self._worker = start_background(self._serve, "tenure-line")
@@ -203,7 +204,7 @@ class Line:
 
     def _listening(self) -> bool:
         """Whether this line's waiters hear their grants (the channel's subscription is up)."""
-        for waiter, _ in self._members.values():
+        for waiter in self._members.values():
             return waiter.up
         return True
 
@@ -259,8 +260,8 @@ class Line:
                 # No wake-ups (the subscription is down, or refused): a grant
                 # may go unheard and lapse, so each refresh re-checks every
                 # waiter's place by joining it again (one in line keeps it).
-                for token, (_, name) in self._members.items():
-                    self._joining.setdefault(token, name)
+                for token, member in self._members.items():
+                    self._joining.setdefault(token, member.owner_name)
             taken = _Round()
             if not held:
                 taken.joins = list(itertools.islice(self._joining.items(), ROUND_SIZE))
@@ -350,9 +351,9 @@ class Line:
             self._clock = (sent, answer.server_ms)
             due = sent + self._waiter_lease_ms / 1000 * WAITER_REFRESH
             holders = [
-                (entry[0], granted)
+                (member, granted)
                 for token, granted in answer.holds.items()
-                if (entry := self._members.get(token)) is not None
+                if (member := self._members.get(token)) is not None
             ]
             if answer.ttl_ms >= 0 and not holders:
                 due = min(due, sent + answer.ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
@@ -373,8 +374,8 @@ class Line:
                 joined = {token for token, _ in joins}
                 joined.update(self._joining)
                 again = [
-                    (token, name)
-                    for token, (_, name) in self._members.items()
+                    (token, member.owner_name)
+                    for token, member in self._members.items()
                     if token not in joined and token not in answer.holds
                 ]
                 self._joining = {**dict(again), **self._joining}
@@ -401,20 +402,20 @@ class Line:
             self._joins_out = set()
             refresh = everyone or time.monotonic() >= self._next_round
             joined = {token for token, _ in taken.joins}
-            told = [w for t, (w, _) in self._members.items() if refresh or t in joined]
+            told = [w for t, w in self._members.items() if refresh or t in joined]
             told.extend(taken.giving_up)
             self._next_round = self._pause_until = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
 
 
-def _joins_hear(members: dict[str, tuple[Waiter, str]], joins: list[tuple[str, str]]) -> None:
+def _joins_hear(members: dict[str, Waiter], joins: list[tuple[str, str]]) -> None:
     """Wait (up to :data:`CONFIRM_TIMEOUT`) for the wake-up subscription of a round's joiners."""
     for token, _ in joins:
-        entry = members.get(token)
-        if entry is not None:
-            if not entry[0].up:
-                entry[0].subscribed(CONFIRM_TIMEOUT)
+        member = members.get(token)
+        if member is not None:
+            if not member.up:
+                member.subscribed(CONFIRM_TIMEOUT)
             return
 
 
