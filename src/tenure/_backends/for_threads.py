@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
+import logging
 import os
 import queue
 import signal
@@ -26,6 +27,8 @@ from tenure._backends.event_loops import (
     taken_on_loop,
 )
 from tenure._backends.owners import BaseOwnerSlot, generation
+
+logger = logging.getLogger("tenure.lock")
 
 __all__ = [
     "CAN_CANCEL_HOLDER",
@@ -205,12 +208,14 @@ class _Workers:
     """Daemon threads that run the calls of :func:`race`, started on demand up to a limit.
 
     Daemon threads, not a ``ThreadPoolExecutor``: a call stuck on a server
-    that never answers must not keep the interpreter from exiting.
+    that never answers must not keep the interpreter from exiting. Each job
+    is a call and what to do with its outcome (its result, or the exception
+    it raised), run in the worker's thread.
     """
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]]]
         self._mutex: threading.Lock
         self._reset()
 
@@ -221,44 +226,80 @@ class _Workers:
         self._idle = 0  # threads waiting for a job
         self._queued = 0  # jobs no thread took yet
 
-    def submit(self, call: Callable[[], T]) -> concurrent.futures.Future[T]:
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    def submit(self, call: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
+        """Run ``call`` in a worker, then ``deliver(outcome)`` there."""
         with self._mutex:
             self._queued += 1
             start = self._queued > self._idle and self._threads < self._limit
             if start:
                 self._threads += 1
                 self._idle += 1
-        self._jobs.put((call, future))
+        self._jobs.put((call, deliver))
         if start:
             threading.Thread(target=self._work, name="tenure-race", daemon=True).start()
-        return future
 
     def _work(self) -> None:
         while True:
-            call, future = self._jobs.get()
+            call, deliver = self._jobs.get()
             with self._mutex:
                 self._idle -= 1
                 self._queued -= 1
-            if not future.set_running_or_notify_cancel():
-                with self._mutex:
-                    self._idle += 1
-                continue
             try:
-                future.set_result(call())
-            except BaseException as exc:
-                future.set_exception(exc)
+                try:
+                    outcome = call()
+                except BaseException as exc:
+                    outcome = exc
+                deliver(outcome)
+            except Exception:  # a late handler that failed: the worker goes on
+                logger.exception("tenure: handling a late call's outcome failed")
             finally:
+                outcome = None  # (an error's traceback would hold this frame)
                 with self._mutex:
                     self._idle += 1
 
 
 _workers = _Workers(limit=64)
 
+_slots_mutex = threading.Lock()
+"""Guards the hand-over of a :class:`_Slot` past its deadline (held for a few lines)."""
+
+
+class _Slot:
+    """The outcome of one raced call: a lock released when it is in (no Future, no waiter)."""
+
+    __slots__ = ("done", "finished", "late", "outcome")
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.finished = False
+        self.late: Callable[[int, Any], None] | None = None
+        self.outcome: Any = None
+
+    def deliver(self, outcome: Any) -> None:
+        """The call ended with ``outcome``: wake the racer, or hand it to ``late``."""
+        with _slots_mutex:
+            self.outcome = outcome
+            self.finished = True
+            late = self.late
+        self.done.release()
+        if late is not None:
+            late(0, outcome)
+
+    def hand_over(self, late: Callable[[int, Any], None]) -> bool:
+        """The racer gives up: ``late`` gets the outcome; False if it is in already."""
+        with _slots_mutex:
+            if self.finished:
+                return False
+            self.late = late
+            return True
+
 
 def _after_fork_in_child() -> None:
     """A fork's child has none of the parent's threads: no worker, no lock held."""
+    global _slots_mutex
     _workers._reset()
+    _slots_mutex = threading.Lock()
     for mutex in list(_mutexes):
         mutex._at_fork_reinit()
 
@@ -270,6 +311,37 @@ if hasattr(os, "register_at_fork"):
 def _outcome(future: concurrent.futures.Future[Any]) -> Any:
     error = future.exception()
     return future.result() if error is None else error
+
+
+def _settle(future: concurrent.futures.Future[Any]) -> Callable[[Any], None]:
+    def deliver(outcome: Any) -> None:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    return deliver
+
+
+def _race_one(
+    call: Callable[[], T],
+    timeout: float,
+    settled: Callable[[dict[int, T | BaseException]], bool | float],
+    late: Callable[[int, T | BaseException], None],
+) -> dict[int, T | BaseException]:
+    """:func:`race` of one call: the racer waits on the call's own lock."""
+    deadline = time.monotonic() + timeout
+    slot = _Slot()
+    _workers.submit(call, slot.deliver)
+    verdict = settled({})
+    if verdict is not True:
+        if verdict is not False:  # a number: wait at most that much longer
+            deadline = min(deadline, time.monotonic() + verdict)
+        if slot.done.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return {0: slot.outcome}
+    if slot.hand_over(late):
+        return {}
+    return {0: slot.outcome}  # it came in as the racer gave up
 
 
 def race(
@@ -286,8 +358,14 @@ def race(
     passed; each call still running goes on, and its
     outcome goes to ``late(index, outcome)`` when it comes.
     """
+    if len(calls) == 1:
+        return _race_one(calls[0], timeout, settled, late)
     deadline = time.monotonic() + timeout
-    futures = {_workers.submit(call): index for index, call in enumerate(calls)}
+    futures: dict[concurrent.futures.Future[T], int] = {}
+    for index, call in enumerate(calls):
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        _workers.submit(call, _settle(future))
+        futures[future] = index
     outcomes: dict[int, T | BaseException] = {}
     pending = set(futures)
     try:
