@@ -24,7 +24,10 @@ a region::
     # ...sync code, commented out here, uncommented in the sync twin...
     # unasync: end
 
-Keep such regions to a few lines that delegate to shared code.
+Keep such regions to a few lines that delegate to shared code, or to a
+signature alone: a region that ends before a function's body gives both
+twins that one body (the formatter indents its markers with the body; the
+sync lines are placed at the indent of the first marker).
 
 Comments and strings (docstrings, messages) are prose: :data:`PROSE` turns
 asyncio words into their thread equivalents (a task is a thread, an event
@@ -118,17 +121,22 @@ def rename(identifier: str) -> str:
 
 _REGION = re.compile(
     r"^(?P<indent>[ \t]*)# unasync: async-only\n(?P<async>.*?)"
-    r"^[ \t]*# unasync: sync-only\n(?P<sync>.*?)^[ \t]*# unasync: end\n",
+    r"^(?P<sync_indent>[ \t]*)# unasync: sync-only\n(?P<sync>.*?)^[ \t]*# unasync: end\n",
     re.DOTALL | re.MULTILINE,
 )
 
 
 def _sync_region(match: re.Match[str]) -> str:
+    # A region that replaces only a signature sits, after the formatter, at
+    # the body's indent: its lines are placed at the indent of its first marker.
+    base, commented = match.group("indent"), match.group("sync_indent")
     lines = match.group("sync").splitlines(keepends=True)
     out = []
     for line in lines:
         stripped = line.lstrip(" \t")
         indent = line[: len(line) - len(stripped)]
+        if indent.startswith(commented):
+            indent = base + indent[len(commented) :]
         if stripped.startswith("# "):
             out.append(indent + stripped[2:])
         elif stripped.rstrip("\n") == "#":

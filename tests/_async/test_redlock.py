@@ -759,7 +759,9 @@ async def test_an_owner_whose_lease_ran_out_cannot_touch_the_next_hold_of_its_to
     """Two Redlocks chose one token; the first's lease ran out and the second holds it:
     the first one's owned() is False, its extend() and release() are refused (each
     master keeps the acquire call's id beside a chosen token), the second's hold kept."""
-    first = AsyncRedlock(masters, "stale-owner", timeout=0.5)
+    # A 1.5 s lease: its masters get a tenth of it to answer (a 0.5 s lease's
+    # 0.05 s was missed by all three on a starved CI worker).
+    first = AsyncRedlock(masters, "stale-owner", timeout=1.5)
     second = AsyncRedlock(other_masters, "stale-owner", timeout=10)
     assert await first.acquire(token="worker-1")
     assert await second.acquire(token="worker-1", blocking_timeout=5)  # once it ran out

@@ -231,36 +231,26 @@ class AsyncLeased(TwinHints):
         sync API) is accepted for compatibility and ignored: nothing polls.
         ``token`` overrides tenure's token (unique per acquisition).
         """
-        return await self._acquire_as_asked(sleep, blocking, blocking_timeout, token)
-
-    # unasync: sync-only
-    # def acquire(
-    #     self,
-    #     sleep: float | None = None,
-    #     blocking: bool | None = None,
-    #     blocking_timeout: float | None = None,
-    #     token: str | bytes | None = None,
-    # ) -> bool:
-    #     """Acquire; return True if acquired, False if not (non-blocking or timed out).
-    #
-    #     The arguments are those of redis-py's ``Lock.acquire``, in its order.
-    #     A blocking acquire waits in FIFO order and is woken by the release
-    #     that hands it over; ``sleep`` is accepted for compatibility and
-    #     ignored: nothing polls. ``token`` overrides tenure's token (unique
-    #     per acquisition).
-    #     """
-    #     return self._acquire_as_asked(sleep, blocking, blocking_timeout, token)
-    #
-    # unasync: end
-    async def _acquire_as_asked(
-        self,
-        sleep: float | None,
-        blocking: bool | None,
-        blocking_timeout: float | None,
-        token: str | bytes | None,
-    ) -> bool:
+        # unasync: sync-only
+        # def acquire(
+        #     self,
+        #     sleep: float | None = None,
+        #     blocking: bool | None = None,
+        #     blocking_timeout: float | None = None,
+        #     token: str | bytes | None = None,
+        # ) -> bool:
+        #     """Acquire; return True if acquired, False if not (non-blocking or timed out).
+        #
+        #     The arguments are those of redis-py's ``Lock.acquire``, in its order.
+        #     A blocking acquire waits in FIFO order and is woken by the release
+        #     that hands it over; ``sleep`` is accepted for compatibility and
+        #     ignored: nothing polls. ``token`` overrides tenure's token (unique
+        #     per acquisition).
+        #     """
+        # unasync: end
+        # (Only the signature differs between the APIs: one body, one frame.)
         # ``await lock.acquire()`` on a sync lock: refused before anything is taken.
-        refuse_awaited_call(type(self).__name__, "acquire", 2)
+        refuse_awaited_call(type(self).__name__, "acquire", 1)
         rules = self._rules
         settings = rules.settings
         if sleep is not None:

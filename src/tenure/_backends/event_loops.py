@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import os
 import sys
 import threading
 import warnings
@@ -107,8 +108,20 @@ def before_waiting(kind: str, key: str, name: str) -> None:
             f"is running: every task of that loop stops until it returns; in asyncio code "
             f"use {_twin(kind)}",
             RuntimeWarning,
-            stacklevel=5,  # the user's acquire() (queue, acquire, the public method)
+            stacklevel=_callers_level(),  # the user's line that called acquire()
         )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside tenure, seen from the warning's caller."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _awaited(frame: Any) -> bool:

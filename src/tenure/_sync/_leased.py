@@ -230,17 +230,9 @@ class Leased(TwinHints):
         ignored: nothing polls. ``token`` overrides tenure's token (unique
         per acquisition).
         """
-        return self._acquire_as_asked(sleep, blocking, blocking_timeout, token)
-
-    def _acquire_as_asked(
-        self,
-        sleep: float | None,
-        blocking: bool | None,
-        blocking_timeout: float | None,
-        token: str | bytes | None,
-    ) -> bool:
+        # (Only the signature differs between the APIs: one body, one frame.)
         # ``lock.acquire()`` on a sync lock: refused before anything is taken.
-        refuse_awaited_call(type(self).__name__, "acquire", 2)
+        refuse_awaited_call(type(self).__name__, "acquire", 1)
         rules = self._rules
         settings = rules.settings
         if sleep is not None:
