@@ -61,7 +61,8 @@ if held then
     return {1, f, lease}
 end
 if redis.call('EXISTS', queue) == 0 and admissible(holders, token, limit) then
-    local f = take_permit(holders, grants, fence, token, lease, now, idle_ms, owners, name, attempt)
+    local f = take_permit(holders, grants, fence, token, lease, now, idle_ms, owners, name, attempt,
+        now_us)
     return {1, f, lease}
 end
 

@@ -20,7 +20,7 @@
 
 --! include queue
 --! include semaphore
-local now = server_time()
+local now, now_us = server_time()
 local mine = live_fence(KEYS[1], KEYS[6], ARGV[1], now)
 if mine then
     return same_permit_attempt(KEYS[6], ARGV[1], ARGV[6]) and mine or 0
@@ -35,4 +35,4 @@ if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], limit)
     return 0
 end
 return take_permit(KEYS[1], KEYS[6], KEYS[3], ARGV[1], ARGV[2], now, ARGV[4], KEYS[5], ARGV[5],
-    ARGV[6])
+    ARGV[6], now_us)

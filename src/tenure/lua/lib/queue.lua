@@ -28,12 +28,17 @@ end
 -- clock in microseconds, with a lifetime of idle_ms: above every token handed
 -- out before, since each of those took more than a microsecond of this
 -- server's time. (So the counter's expiry needs no refresh on each use: a
--- counter that expires while in use starts again higher.)
-local function next_fence(fence, idle_ms)
+-- counter that expires while in use starts again higher.) `now_us`: that
+-- clock as server_time read it in this script (nil: read here).
+local function next_fence(fence, idle_ms, now_us)
     local f = redis.call('INCR', fence)
     if f == 1 then
-        local t = redis.call('TIME')
-        f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        if now_us then
+            f = tonumber(now_us)
+        else
+            local t = redis.call('TIME')
+            f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        end
         redis.call('SET', fence, string.format('%d', f), 'PX', idle_ms)
     end
     return f

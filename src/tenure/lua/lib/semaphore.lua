@@ -77,31 +77,45 @@ local function purge_holders(holders, grants, now, owners)
     end
 end
 
+-- Keep `key` at least `ms` more; `alone`: nothing else in it is alive (set, no PTTL).
+local function live_for(key, ms, alone)
+    if alone then
+        redis.call('PEXPIRE', key, ms)
+    else
+        keep_alive(key, ms)
+    end
+end
+
 -- Note `token`'s owner name (false: none known) for a permit held `lease_ms`
--- more, and keep its fence as long.
-local function name_permit(owners, grants, token, name, lease_ms)
+-- more, and keep its fence as long. `alone`: the only live permit (as below).
+local function name_permit(owners, grants, token, name, lease_ms, alone)
     if name then
         redis.call('HSET', owners, token, name)
-        keep_alive(owners, lease_ms)
+        live_for(owners, lease_ms, alone)
     else
         redis.call('HDEL', owners, token)
     end
-    keep_alive(grants, lease_ms)
+    live_for(grants, lease_ms, alone)
 end
 
 -- Give `token` (owner name `name`) a permit until now + lease_ms, taken by
 -- acquire call `attempt` ('' or nil: none); return its fencing token (kept in grants).
+-- `now_us`: the server's clock in microseconds as this script read it (nil: none).
+-- With no holder before it, nothing else in holders, grants or owners is alive
+-- (their entries go with their permits, the expired ones purged first): the
+-- three keys live for this permit's lease, set without asking what is left.
 local function take_permit(holders, grants, fence, token, lease_ms, now, idle_ms, owners, name,
-                           attempt)
-    local f = next_fence(fence, idle_ms)
+                           attempt, now_us)
+    local f = next_fence(fence, idle_ms, now_us)
+    local alone = redis.call('EXISTS', holders) == 0
     redis.call('ZADD', holders, string.format('%d', now + tonumber(lease_ms)), token)
-    keep_alive(holders, lease_ms)
+    live_for(holders, lease_ms, alone)
     if attempt and attempt ~= '' then
         redis.call('HSET', grants, token, string.format('%d', f), token .. '\0attempt', attempt)
     else
         redis.call('HSET', grants, token, string.format('%d', f))
     end
-    name_permit(owners, grants, token, name, lease_ms)
+    name_permit(owners, grants, token, name, lease_ms, alone)
     return f
 end
 
