@@ -108,7 +108,7 @@ class AsyncLeased(TwinHints):
         self._holds = AsyncHolds(
             rules, self, per_owner=thread_local, on_lost=on_lost, cancel_on_lost=cancel_on_lost
         )
-        self._lease = AsyncLease(rules, self._holds, self)
+        self._lease = AsyncLease(rules, self._holds)
         self._line = line(rules, self._holds, self._lease)
 
     # -- redis-py's attributes -------------------------------------------------------

@@ -194,23 +194,15 @@ class _SparedTask(asyncio.Task):  # type: ignore[type-arg]
         return super().cancel(msg)
 
 
-async def shielded(call: Awaitable[T]) -> T:
+async def shielded(call: Coroutine[Any, Any, T]) -> T:
     """Finish ``call`` even if the caller is cancelled meanwhile.
 
     Cleanup that must reach the server (give up a place in a queue, hand a
     lock on) runs to completion; the cancellation is re-raised afterwards.
     A second cancellation of the caller while it waits cancels the call.
     """
-    if asyncio.iscoroutine(call):
-        result: T = await _SparedTask(call)
-        return result
-    task = asyncio.ensure_future(call)  # a future or task made elsewhere
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            await task
-        raise
+    result: T = await _SparedTask(call)
+    return result
 
 
 def current_holder() -> object:
@@ -262,7 +254,7 @@ class OwnerSlot(BaseOwnerSlot[T]):
         super().__init__(per_owner, _current_task, _task_finished)
 
 
-async def guarded(call: Awaitable[T], undo: Callable[[T], Awaitable[object]]) -> T:
+async def guarded(call: Awaitable[T], undo: Callable[[T], Coroutine[Any, Any, object]]) -> T:
     """Await ``call``; if the caller is cancelled meanwhile, let it finish and undo it.
 
     For a call whose effect on the server must not be left without a local

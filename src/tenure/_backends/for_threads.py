@@ -6,7 +6,6 @@ code imports this module wherever the async source imports that one.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -17,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from tenure._backends.event_loops import (
@@ -260,88 +260,67 @@ class _Workers:
 
 _workers = _Workers(limit=64)
 
-_slots_mutex = threading.Lock()
-"""Guards the hand-over of a :class:`_Slot` past its deadline (held for a few lines)."""
 
+class _Race:
+    """The outcomes of one race's calls, as their workers deliver them.
 
-class _Slot:
-    """The outcome of one raced call: a lock released when it is in (no Future, no waiter)."""
+    The racer waits on one plain lock, released when an outcome comes in
+    (no Future per call, no waiter object per wait); once it gives up, later
+    outcomes go to its ``late`` handler, in the worker's thread.
+    """
 
-    __slots__ = ("done", "finished", "late", "outcome")
+    __slots__ = ("late", "mutex", "outcomes", "ready", "signal")
 
     def __init__(self) -> None:
-        self.done = threading.Lock()
-        self.done.acquire()
-        self.finished = False
+        self.mutex = threading.Lock()
+        self.signal = threading.Lock()
+        self.signal.acquire()
+        self.ready = False  # ``signal`` released and not yet taken back by the racer
+        self.outcomes: dict[int, Any] = {}
         self.late: Callable[[int, Any], None] | None = None
-        self.outcome: Any = None
 
-    def deliver(self, outcome: Any) -> None:
-        """The call ended with ``outcome``: wake the racer, or hand it to ``late``."""
-        with _slots_mutex:
-            self.outcome = outcome
-            self.finished = True
+    def deliver(self, index: int, outcome: Any) -> None:
+        """Call ``index`` ended with ``outcome``: wake the racer, or hand it to ``late``."""
+        with self.mutex:
             late = self.late
-        self.done.release()
+            wake = False
+            if late is None:
+                self.outcomes[index] = outcome
+                wake, self.ready = not self.ready, True
         if late is not None:
-            late(0, outcome)
+            late(index, outcome)
+        elif wake:
+            self.signal.release()
 
-    def hand_over(self, late: Callable[[int, Any], None]) -> bool:
-        """The racer gives up: ``late`` gets the outcome; False if it is in already."""
-        with _slots_mutex:
-            if self.finished:
-                return False
+    def wait(self, timeout: float) -> dict[int, Any]:
+        """The outcomes in, once a new one came or ``timeout`` seconds passed."""
+        taken = self.signal.acquire(timeout=max(0.0, timeout))
+        with self.mutex:
+            if taken:
+                self.ready = False
+            return dict(self.outcomes)
+
+    def give_up(self, seen: dict[int, Any], late: Callable[[int, Any], None]) -> None:
+        """The racer returns ``seen``: every other outcome, in or to come, goes to ``late``."""
+        with self.mutex:
             self.late = late
-            return True
+            unseen = [(i, o) for i, o in self.outcomes.items() if i not in seen]
+        for index, outcome in unseen:
+            try:
+                late(index, outcome)
+            except Exception:  # as a worker does: the racer returns all the same
+                logger.exception("tenure: handling a late call's outcome failed")
 
 
 def _after_fork_in_child() -> None:
     """A fork's child has none of the parent's threads: no worker, no lock held."""
-    global _slots_mutex
     _workers._reset()
-    _slots_mutex = threading.Lock()
     for mutex in list(_mutexes):
         mutex._at_fork_reinit()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _outcome(future: concurrent.futures.Future[Any]) -> Any:
-    error = future.exception()
-    return future.result() if error is None else error
-
-
-def _settle(future: concurrent.futures.Future[Any]) -> Callable[[Any], None]:
-    def deliver(outcome: Any) -> None:
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-
-    return deliver
-
-
-def _race_one(
-    call: Callable[[], T],
-    timeout: float,
-    settled: Callable[[dict[int, T | BaseException]], bool | float],
-    late: Callable[[int, T | BaseException], None],
-) -> dict[int, T | BaseException]:
-    """:func:`race` of one call: the racer waits on the call's own lock."""
-    deadline = time.monotonic() + timeout
-    slot = _Slot()
-    _workers.submit(call, slot.deliver)
-    verdict = settled({})
-    if verdict is not True:
-        if verdict is not False:  # a number: wait at most that much longer
-            deadline = min(deadline, time.monotonic() + verdict)
-        if slot.done.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            return {0: slot.outcome}
-    if slot.hand_over(late):
-        return {}
-    return {0: slot.outcome}  # it came in as the racer gave up
 
 
 def race(
@@ -358,18 +337,13 @@ def race(
     passed; each call still running goes on, and its
     outcome goes to ``late(index, outcome)`` when it comes.
     """
-    if len(calls) == 1:
-        return _race_one(calls[0], timeout, settled, late)
     deadline = time.monotonic() + timeout
-    futures: dict[concurrent.futures.Future[T], int] = {}
+    racing = _Race()
     for index, call in enumerate(calls):
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        _workers.submit(call, _settle(future))
-        futures[future] = index
+        _workers.submit(call, partial(racing.deliver, index))
     outcomes: dict[int, T | BaseException] = {}
-    pending = set(futures)
     try:
-        while pending:
+        while len(outcomes) < len(calls):
             verdict = settled(outcomes)
             if verdict is True:
                 break
@@ -378,17 +352,7 @@ def race(
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            done, pending = concurrent.futures.wait(
-                pending, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            for future in done:
-                outcomes[futures[future]] = _outcome(future)
+            outcomes = racing.wait(left)
     finally:
-        for future in pending:
-            index = futures[future]
-
-            def finished(future: concurrent.futures.Future[T], index: int = index) -> None:
-                late(index, _outcome(future))
-
-            future.add_done_callback(finished)
+        racing.give_up(outcomes, late)
     return outcomes

@@ -47,12 +47,9 @@ ENDING_MS = 1
 class Lease:
     """Takes, renews and extends the holds of one primitive object."""
 
-    def __init__(self, rules: Rules, holds: Holds, primitive: object) -> None:
+    def __init__(self, rules: Rules, holds: Holds) -> None:
         self._rules = rules
         self._holds = holds
-        # (weak: a collected object's holds are not renewed)
-        self._primitive = holds.primitive
-        self._kind = type(primitive).__name__
 
     def took(
         self,
@@ -203,8 +200,9 @@ class Lease:
 
     def _schedule(self, hold: Hold, due: float) -> None:
         ms, due = self._plan(hold, self._renewal_ms(hold), due)
-        primitive = self._primitive  # the object nobody holds any more is not renewed
-        kind = self._kind
+        # (weak: the object nobody holds any more is not renewed)
+        primitive = self._holds.primitive
+        kind = self._holds.kind
         lease = self
 
         def wanted() -> bool:

@@ -109,7 +109,7 @@ class Leased(TwinHints):
         self._holds = Holds(
             rules, self, per_owner=thread_local, on_lost=on_lost, cancel_on_lost=cancel_on_lost
         )
-        self._lease = Lease(rules, self._holds, self)
+        self._lease = Lease(rules, self._holds)
         self._line = line(rules, self._holds, self._lease)
 
     # -- redis-py's attributes -------------------------------------------------------

@@ -120,22 +120,16 @@ class Queue:
                 sent = time.monotonic()
                 rules = self._rules
                 keys, args = rules.try_call(token, attempt)
-                if deadline is None or not wait:  # the call runs to its reply (shielded)
-                    reply = shielded(
-                        rules.run_taking(rules.scripts.try_, keys, args, rules.took_on_try)
-                    )
-                else:
-                    # Partials, not closures: a variable a closure captures is a cell
-                    # made at every call of this method (10,000 waiting threads: 60,000
-                    # cells more for the garbage collector to trace).
-                    reply = self._by(
-                        deadline,
-                        partial(
-                            rules.run_taking, rules.scripts.try_, keys, args, rules.took_on_try
-                        ),
-                        token,
-                        attempt,
-                    )
+                reply = self._by(
+                    deadline if wait else None,
+                    token,
+                    attempt,
+                    rules.run_taking,
+                    rules.scripts.try_,
+                    keys,
+                    args,
+                    rules.took_on_try,
+                )
                 fence = rules.parse_try(reply)
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=rules.settings.lease_ms)
@@ -210,9 +204,12 @@ class Queue:
                 answer = self._rules.answer(
                     self._by(
                         deadline,
-                        partial(self._rules.run, self._rules.scripts.acquire, keys, args),
                         token,
                         attempt,
+                        self._rules.run,
+                        self._rules.scripts.acquire,
+                        keys,
+                        args,
                     )
                 )
                 if tried is not None:
@@ -337,22 +334,35 @@ class Queue:
                 return None
             waiter.recheck = False
 
-    def _by(self, deadline: float | None, call: Callable[[], Any], token: str, attempt: str) -> Any:
-        """``call()``, which may take or queue for ``token``, by ``deadline`` (:func:`by_deadline`).
+    def _by(
+        self,
+        deadline: float | None,
+        token: str,
+        attempt: str,
+        call: Callable[..., Any],
+        *args: Any,
+    ) -> Any:
+        """``call(*args)``, which may take or queue for ``token``, by ``deadline``.
 
         What a call answered late took for ``token`` is given back when it ends
-        (leaving the queue, passing on a hold).
+        (leaving the queue, passing on a hold; :func:`by_deadline`). Its
+        arguments are passed along, not captured: a partial is made only for a
+        call raced by a deadline (a closure's variables are cells made at every
+        call: 10,000 waiting threads would be 60,000 cells more for the garbage
+        collector to trace).
         """
         if deadline is None:  # no deadline: the call runs to its reply (shielded)
-            return shielded(call())
-        return by_deadline(deadline, call, _giving_back(self._rules, token, attempt))
+            return shielded(call(*args))
+        return by_deadline(
+            deadline, partial(call, *args), _giving_back(self._rules, token, attempt)
+        )
 
     def _confirm(
         self, deadline: float | None, token: str, granted: Acquired, at: float, attempt: str = ""
     ) -> tuple[Acquired, float] | None:
         """Confirm a grant (:meth:`Lease.confirm_grant`) by ``deadline``."""
         confirmed: tuple[Acquired, float] | None = self._by(
-            deadline, lambda: self._lease.confirm_grant(token, granted, at), token, attempt
+            deadline, token, attempt, self._lease.confirm_grant, token, granted, at
         )
         return confirmed
 
@@ -395,10 +405,7 @@ class Queue:
         sent = time.monotonic()
         keys, args = self._rules.leave_call(token, "keep", attempt)
         reply = self._by(
-            deadline,
-            lambda: self._rules.run(self._rules.scripts.leave, keys, args),
-            token,
-            attempt,
+            deadline, token, attempt, self._rules.run, self._rules.scripts.leave, keys, args
         )
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
