@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-import tenure._async._lock
+import tenure._async._lock_rules
 from tenure._tools.bench import BENCHMARKS, BenchmarkError, require_peer
 from tenure._tools.bench.costs import COST_VARIANTS
 from tenure._tools.bench.entity import ENTITY_CONTENDERS
@@ -352,7 +352,7 @@ def test_names_keys_reach_zero_after_the_idle_time(
 ) -> None:
     # IDLE_TTL (60 s) is passed to the scripts by the client, so a shorter one
     # here exercises the idle wait for real without a minute of waiting.
-    monkeypatch.setattr(tenure._async._lock, "IDLE_TTL_MS", 300)
+    monkeypatch.setattr(tenure._async._lock_rules, "IDLE_TTL_MS", 300)
     kwargs = tenure_client.connection_pool.connection_kwargs
     url = f"redis://{kwargs['host']}:{kwargs['port']}"
     used = measure_names(url, "tenure", 40, processes=0, concurrency=8)

@@ -37,7 +37,8 @@ import math
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from tenure._async._lock import AsyncLock, AsyncLockRules
+from tenure._async._lock import AsyncLock
+from tenure._async._lock_rules import AsyncLockRules
 from tenure._async._replication import AsyncAcknowledger
 from tenure._async._rules import extended
 from tenure._async._scripting import AsyncClient

@@ -13,99 +13,13 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from tenure._async._leased import AsyncLeased
-from tenure._async._rules import AsyncRules, Call, LeasedScripts, took_lock
+from tenure._async._lock_rules import AsyncLockRules, holding_redis_py_key
 from tenure._async._scripting import AsyncClient
-from tenure._core.exceptions import (
-    ArgumentError,
-    LockLostError,
-    LockNotOwnedError,
-    LostError,
-    NotOwnedError,
-    PrimitiveError,
-    TenureError,
-)
-from tenure._core.fence import fence_arg
-from tenure._core.leased import (
-    DEFAULT_HANDOFF_LEASE,
-    DEFAULT_WAITER_LEASE,
-    IDLE_TTL_MS,
-    Acquired,
-    LimitMismatch,
-    call_id,
-    check_lock_name,
-)
-from tenure._core.statistics import (
-    LeasedStatistics,
-    LockStatistics,
-)
+from tenure._core.exceptions import ArgumentError
+from tenure._core.leased import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
 from tenure._core.values import check_seconds, to_text
 
-__all__ = ["AsyncLock", "AsyncLockRules", "AsyncReentrantLock"]
-
-
-class AsyncLockRules(AsyncRules):
-    """The lock's rules: one owner (a hash), re-entry counted by its owner, the lock's errors."""
-
-    scripts = LeasedScripts.of("lock")
-    line_script: ClassVar[str | None] = "lock_line"
-    not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
-    lost_error: ClassVar[type[LostError]] = LockLostError
-    statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics
-    reentry_hint = "make it with reentrant=True (or use AsyncReentrantLock) to re-enter"
-
-    def try_call(self, token: str, attempt: str = "") -> Call:
-        k = self.keys
-        args = (token, self.settings.lease_ms, self.owner_name, attempt)
-        return (k.owner, k.queue, *self.outer_keys), args
-
-    def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
-    ) -> Call:
-        settings = self.settings
-        args = (
-            token,
-            settings.lease_ms,
-            waiter_lease_ms,
-            int(reenter),
-            settings.handoff_ms,
-            channel,
-            "",
-            self.owner_name,
-            attempt,
-        )
-        return (*self.keys.lock, *self.outer_keys), args
-
-    def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
-        keys = (*self.keys.lock, *self.outer_keys)
-        return keys, (token, self.settings.handoff_ms, IDLE_TTL_MS, fence_arg(fence))
-
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        keys = (*self.keys.lock, *self.outer_keys)
-        return keys, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS, attempt)
-
-    def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
-        keys = (self.keys.owner, *self.outer_keys)
-        return keys, (token, ms, mode, call_id(mode), fence_arg(fence), call)
-
-    def line_call(self) -> Call:
-        return (*self.keys.lock, *self.outer_keys), ()
-
-    def parse_try(self, reply: Any) -> int:
-        return int(reply)
-
-    def limit_mismatch(self, answer: LimitMismatch) -> TenureError:
-        return PrimitiveError(f"unexpected reply {answer!r}", name=self.name)
-
-    async def confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
-        """The lock's: its acquire script, re-entering, checks that the token holds.
-
-        It sets the lease and answers the hold's fence as the server has it --
-        newer than ``granted``'s if the token was handed the lock again since
-        (its line joined it again).
-        """
-        keys, args = self.acquire_call(token, 0, reenter=True)
-        answer = self.answer(await self.run_taking(self.scripts.acquire, keys, args, took_lock))
-        return answer if isinstance(answer, Acquired) else None
+__all__ = ["AsyncLock", "AsyncReentrantLock"]
 
 
 class AsyncLock(AsyncLeased):
@@ -182,13 +96,15 @@ class AsyncLock(AsyncLeased):
         owner_name: str | None = None,
         interop: str | None = None,
     ) -> None:
-        name = check_lock_name(name)
-        check_seconds("sleep", sleep, allow_none=False, name=name)
         if interop not in (None, "redis-py"):
             raise ArgumentError(
-                "interop", f"must be None or 'redis-py', got {interop!r}", name=name
+                "interop",
+                f"must be None or 'redis-py', got {interop!r}",
+                name=check_lock_name(name),
             )
-        rules = self._rules_type(
+        # Only the locks that hold redis-py's key too pay for it (lock_rules.py).
+        rules_type = self._rules_type if interop is None else holding_redis_py_key(self._rules_type)
+        rules = rules_type(
             client,
             name,
             kind=type(self).__name__,
@@ -203,6 +119,15 @@ class AsyncLock(AsyncLeased):
             prefix=prefix,
             owner_name=owner_name,
         )
+        check_seconds("sleep", sleep, allow_none=False, name=rules.name)
+        if interop is not None:
+            if not sleep > 0:
+                raise ArgumentError(
+                    "sleep",
+                    "must be > 0 with interop='redis-py' (how often waiters look)",
+                    name=rules.name,
+                )
+            rules.outsider_poll = float(sleep)
         super().__init__(
             rules,
             thread_local=thread_local,
@@ -215,16 +140,6 @@ class AsyncLock(AsyncLeased):
         )
         self.sleep = sleep
         self.interop = interop
-        if interop is not None:
-            if not sleep > 0:
-                raise ArgumentError(
-                    "sleep",
-                    "must be > 0 with interop='redis-py' (how often waiters look)",
-                    name=name,
-                )
-            # redis-py's key of the lock: its name, as redis-py's Lock encodes it.
-            rules.outer_keys = (name,)
-            rules.outsider_poll = float(sleep)
 
     async def locked(self) -> bool:
         """True if anyone holds the lock (one round trip).

@@ -22,11 +22,12 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenure._async._holds import AsyncHolds
 from tenure._async._lease import AsyncLease
 from tenure._async._masters import RELEASE_PATIENCE, RETRY_PAUSE, positive
+from tenure._async._redlock_rules import AsyncRedlockRules
 from tenure._async._wakeups import AsyncWaiter, listen
 from tenure._backends.for_asyncio import (
     Event,
@@ -45,9 +46,6 @@ from tenure._core.leased import (
     Hold,
 )
 from tenure._core.redlock import FENCE_LIFETIME_MS, Tally, drift_ms
-
-if TYPE_CHECKING:
-    from tenure._async._redlock import AsyncRedlockRules
 
 __all__ = ["AsyncRedlockLine"]
 

@@ -109,6 +109,11 @@ class AsyncRules:
     noun: str = "lock"
     reentry_hint: str = "it is not re-entrant: release it before acquiring again"
     """What an :class:`~tenure.AlreadyHeldError` suggests: only what this kind has."""
+    outer_keys: tuple[str, ...] = ()
+    """Keys held beside the primitive's own: redis-py's key of a lock made with
+    ``interop="redis-py"`` (:class:`~tenure._async._lock_rules.AsyncRedisPyKeyRules`)."""
+    outsider_poll: float = 0.1
+    """How often waiters look while a holder outside tenure holds an outer key."""
 
     def __init__(
         self,
@@ -148,10 +153,6 @@ class AsyncRules:
         self._auto_renew_asked = auto_renew
         self.keys = LockKeys.for_name(prefix, name)
         self.registry = registry_for(client)
-        # Keys held beside the primitive's own (redis-py's key, interop="redis-py"),
-        # and how often waiters look while a holder outside tenure holds them.
-        self.outer_keys: tuple[str, ...] = ()
-        self.outsider_poll = 0.1
 
     # -- settings --------------------------------------------------------------
 

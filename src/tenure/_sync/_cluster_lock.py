@@ -50,7 +50,8 @@ from tenure._core.statistics import (
     LeasedStatistics,
 )
 from tenure._core.values import MAX_SECONDS
-from tenure._sync._lock import Lock, LockRules
+from tenure._sync._lock import Lock
+from tenure._sync._lock_rules import LockRules
 from tenure._sync._replication import Acknowledger
 from tenure._sync._rules import extended
 from tenure._sync._scripting import Client

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenure._backends.for_threads import (
     Event,
@@ -45,10 +45,8 @@ from tenure._core.redlock import FENCE_LIFETIME_MS, Tally, drift_ms
 from tenure._sync._holds import Holds
 from tenure._sync._lease import Lease
 from tenure._sync._masters import RELEASE_PATIENCE, RETRY_PAUSE, positive
+from tenure._sync._redlock_rules import RedlockRules
 from tenure._sync._wakeups import Waiter, listen
-
-if TYPE_CHECKING:
-    from tenure._sync._redlock import RedlockRules
 
 __all__ = ["RedlockLine"]
 
