@@ -12,12 +12,14 @@ import contextlib
 import contextvars
 import inspect
 import itertools
+import math
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
+    Generator,
     Iterable,
     Iterator,
     Sequence,
@@ -173,36 +175,140 @@ def scope_key() -> object:
     return (asyncio.get_running_loop(), generation())
 
 
-class _SparedTask(asyncio.Task):  # type: ignore[type-arg]
-    """A task that lets its first ``cancel()`` go by: what :func:`shielded` awaits.
+SPARED_FOR = 2.0
+"""Seconds a call that :func:`shielded` drives may still take once its caller was cancelled.
 
-    A task cancelled while it awaits another task passes the cancellation on
-    to it; this one refuses the first, so its caller waits for the call's
-    reply and then gets the cancellation (Python marks it pending, as for any
-    refused cancel). A second cancel (the caller cancelled again, or the event
-    loop ending: it cancels every task) goes through. This is what
-    ``asyncio.shield`` plus awaiting the task after a cancel did, without the
-    shield's extra future and its callbacks (a loop turn less per call).
+A server that answers never (paused, cut off) would otherwise hold the
+cancelled caller, and an event loop shutting down, for as long as the
+client waits; past this the call is cancelled as by a second cancel."""
+
+
+class _Spare:
+    """What a task waits on while :func:`shielded` drives a call: the call's future, spared.
+
+    The task registers its wake-up on the call's own future (so a reply wakes
+    it at once, with no loop turn in between), and its ``cancel()`` reaches
+    this object rather than that future: the first is refused (the task
+    marks itself to be cancelled at its next step, as for any refused
+    cancel, and the call runs on to its reply, for at most
+    :data:`SPARED_FOR`); a second goes through to the call.
     """
 
-    _spared = False
+    __slots__ = ("_asyncio_future_blocking", "_future", "_spent")
+
+    def __init__(self, future: Any, spent: bool) -> None:
+        self._asyncio_future_blocking = True
+        self._future = future
+        self._spent = spent  # a cancellation was already spared for this call
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop = self._future.get_loop()
+        return loop
+
+    def add_done_callback(self, callback: Callable[..., object], *, context: Any = None) -> None:
+        self._future.add_done_callback(callback, context=context)
 
     def cancel(self, msg: Any = None) -> bool:
-        if not self._spared:
-            self._spared = True
-            return False
-        return super().cancel(msg)
+        if self._spent:
+            return bool(self._future.cancel(msg))
+        self._spent = True
+        # (a future done by then ignores it)
+        self.get_loop().call_later(SPARED_FOR, self._future.cancel)
+        return False
 
 
-async def shielded(call: Coroutine[Any, Any, T]) -> T:
+def _driven(call: Coroutine[Any, Any, T]) -> Generator[Any, None, T]:
+    """Run ``call`` in the awaiting task, sparing it the task's first cancellation.
+
+    Each future the call awaits is handed to the task wrapped in a
+    :class:`_Spare`; what the task throws back (the future's error, a
+    cancellation) goes into the call, but for the first cancellation: that
+    one is kept (the call runs on) and raised when the call ends, whatever
+    its outcome, unless the call itself took it back (``uncancel()``: a
+    timeout of the client's own, inside the call, that expired). One more
+    cancellation goes into the call.
+    """
+    task: Any = asyncio.current_task()
+    # How many cancellations were asked of the task before the call (Python
+    # 3.10 does not count them: a spared one is always raised there).
+    asked = getattr(task, "cancelling", _uncounted)
+    before = asked()
+    spared: BaseException | None = None
+    spare = True  # whether a cancellation may still be spared
+    patience = 0.0  # once a cancellation is spared: when the call is cancelled
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                yielded = call.send(value) if error is None else call.throw(error)
+            except StopIteration as stop:
+                if spared is not None and asked() >= before + 1:
+                    raise spared from None
+                result: T = stop.value
+                return result
+            except BaseException:
+                if spared is not None and error is None and asked() >= before + 1:
+                    raise spared from None  # the call failed after: the cancellation wins
+                raise
+            value = error = None
+            if spared is not None and asked() < before + 1:
+                # Taken back by the call: its own timeout (the client's socket_timeout)
+                # that expired, not the caller's cancellation. None is spared from now
+                # on: the call's next timeouts end it as they would unshielded.
+                spared, spare = None, False
+            if getattr(yielded, "_asyncio_future_blocking", None) is None:
+                waited: Any = yielded  # a bare yield (a loop turn): passed on as it is
+            else:
+                yielded._asyncio_future_blocking = False  # (as a task does with one it takes)
+                if spared is not None and not yielded.done():
+                    yielded.get_loop().call_at(patience, yielded.cancel)
+                waited = _Spare(yielded, spared is not None or not spare)
+            try:
+                value = yield waited
+            except asyncio.CancelledError as exc:
+                if spared is None and spare:
+                    spared, patience = exc, task.get_loop().time() + SPARED_FOR
+                elif waited is yielded or not yielded.done():
+                    error = exc
+                # (else the future was cancelled: the call reads it so)
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # the future's error: the call reads it
+                error = exc
+    except GeneratorExit:
+        call.close()
+        raise
+
+
+def _uncounted() -> float:
+    """Python 3.10's stand-in for ``Task.cancelling()``: never taken back."""
+    return math.inf
+
+
+class _Shielded:
+    """The awaitable :func:`shielded` returns (see :func:`_driven`)."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Coroutine[Any, Any, T]) -> None:
+        self._call = call
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return _driven(self._call)
+
+
+def shielded(call: Coroutine[Any, Any, T]) -> Awaitable[T]:
     """Finish ``call`` even if the caller is cancelled meanwhile.
 
     Cleanup that must reach the server (give up a place in a queue, hand a
     lock on) runs to completion; the cancellation is re-raised afterwards.
-    A second cancellation of the caller while it waits cancels the call.
+    A second cancellation of the caller while it waits cancels the call, as
+    does the end of :data:`SPARED_FOR` seconds after the first. The call
+    runs in the caller's own task (no task of its own, no loop turn more
+    than awaiting it directly).
     """
-    result: T = await _SparedTask(call)
-    return result
+    return _Shielded(call)
 
 
 def current_holder() -> object:
