@@ -84,3 +84,46 @@ def test_every_docs_page_is_in_the_site() -> None:
     listed = {line for line in toctree.splitlines() if line and not line.startswith(":")}
     pages = {path.stem for path in (ROOT / "docs").glob("*.md")} - {"index"}
     assert pages <= listed, f"docs/index.md's toctree lacks {sorted(pages - listed)}"
+
+
+_OUTSIDE = {"os", "threading", "asyncio", "redis", "execute_command", "await", "def"}
+"""Names ARCHITECTURE.md cites that are Python's, redis-py's or keywords, not tenure's."""
+
+
+def test_the_architecture_cites_files_modules_and_names_that_exist() -> None:
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if ".git" not in p.parts]
+    code = "\n".join(
+        p.read_text()
+        for folder in ("src", "scripts", "tests")
+        for p in (ROOT / folder).rglob("*.py")
+    )
+    wrong = []
+    for cited in sorted(set(re.findall(r"`([^`\s]+)`", text))):
+        if cited.endswith(".py"):
+            if not any(f.endswith(cited.lstrip("/")) for f in files):
+                wrong.append(f"{cited}: no such file")
+        elif cited.startswith("tenure."):
+            if importlib.util.find_spec(cited) is None:
+                wrong.append(f"{cited}: no such module")
+        elif re.fullmatch(r"[A-Za-z_]\w*(\.\w+)*", cited):
+            if cited.split(".")[0] in _OUTSIDE or re.fullmatch(r"[A-Z]+", cited):
+                continue  # Python's, redis-py's, a server command
+            name = cited.split(".")[-1]
+            if not re.search(rf"(def|class) {name}\b|\b{name}\s*[:=]", code):
+                wrong.append(f"{cited}: defined nowhere")
+    # Every module the layout draws is a file of that folder.
+    tree = text[text.index("```\nsrc/tenure/") : text.index("\ntests/\n")]
+    folder = ""
+    for line in tree.splitlines()[2:]:
+        entry = re.match(r"( *)([\w.]+/?)", line)
+        if entry is None or not entry.group(2).strip():
+            continue
+        name, depth = entry.group(2), len(entry.group(1))
+        if name.endswith("/") and depth == 2:
+            folder = name
+        elif (name.endswith(".py") and depth == 4 and folder) and not (
+            ROOT / "src/tenure" / folder / name
+        ).exists():
+            wrong.append(f"{folder}{name}: drawn in the layout, not a file")
+    assert not wrong, wrong

@@ -2,7 +2,7 @@
 
 The mechanism — one-round-trip acquire, FIFO queue with handoff inside the
 release script, wake lists instead of polling, the watchdog, lost-lock
-notice — is described in :mod:`tenure._async._leased`, which implements it
+notice — is described in :mod:`tenure._async._primitive`, which implements it
 for every leased primitive; this module adds the lock's scripts, re-entry,
 and redis-py's signature.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from tenure._async._leased import AsyncLeased
 from tenure._async._lock_rules import AsyncLockRules, holding_redis_py_key
+from tenure._async._primitive import AsyncLeased
 from tenure._async._scripting import AsyncClient
 from tenure._core.exceptions import ArgumentError
 from tenure._core.leased import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name

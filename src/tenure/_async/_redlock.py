@@ -49,9 +49,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from tenure._async._leased import AsyncLeased
 from tenure._async._masters import RELEASE_PATIENCE, answered
-from tenure._async._redlock_line import AsyncRedlockLine
+from tenure._async._primitive import AsyncLeased
+from tenure._async._redlock_queue import AsyncRedlockQueue
 from tenure._async._redlock_rules import AsyncRedlockRules
 from tenure._async._scripting import AsyncClient
 from tenure._backends.for_asyncio import IS_ASYNC
@@ -152,7 +152,7 @@ class AsyncRedlock(AsyncLeased):
             cancel_on_lost=cancel_on_lost,
             # unasync: sync-only
             # unasync: end
-            line=lambda _rules, holds, lease: AsyncRedlockLine(rules, holds, lease),
+            queue=lambda _rules, holds, lease: AsyncRedlockQueue(rules, holds, lease),
         )
         self.sleep = sleep
         self.clients = tuple(clients)

@@ -3,7 +3,7 @@
 The lock's keys, scripts' arguments and renewals (:mod:`tenure._async._lock_rules`),
 with the calls that take nothing (release, leave) settled on every master
 and those that set a lease (extend, renewals) counted when a quorum held it.
-How a Redlock waits is :mod:`tenure._async._redlock_line`; its public face
+How a Redlock waits is :mod:`tenure._async._redlock_queue`; its public face
 :mod:`tenure._async._redlock`.
 """
 
@@ -37,7 +37,6 @@ class AsyncRedlockRules(AsyncLockRules):
         leave="redlock_release",
         extend="lock_extend",
     )
-    line_script = None
     statistics_type: ClassVar[type[LeasedStatistics]] = RedlockStatistics
     reentry_hint = "a Redlock is not re-entrant: release it before acquiring again"
 

@@ -1,6 +1,6 @@
 """AsyncRules: what one kind of leased primitive is, apart from how it waits and holds.
 
-A leased primitive (:mod:`tenure._async._leased`) is composed of parts:
+A leased primitive (:mod:`tenure._async._primitive`) is composed of parts:
 
 * its **rules** (this module's :class:`AsyncRules`, one subclass per kind,
   each in the kind's own module): its name, keys, validated settings and
@@ -11,7 +11,7 @@ A leased primitive (:mod:`tenure._async._leased`) is composed of parts:
   process, lost-hold notice, the counters;
 * its **lease** (:mod:`tenure._async._lease`): taking a hold, renewing it,
   extending it, confirming a handed-over one;
-* its **line** (:mod:`tenure._async._queue`, or Redlock's own): the fast
+* its **queue** (:mod:`tenure._async._queue`, or Redlock's own): the fast
   path, the FIFO queue and its wake-ups, giving up.
 
 The rules hold no reference to the primitive object, so the parts never
@@ -98,9 +98,9 @@ class AsyncRules:
     """
 
     scripts: ClassVar[LeasedScripts]
-    line_script: ClassVar[str | None] = None
-    """The script of a line of waiters per process (:mod:`tenure._async._line`);
-    None: each waiter joins and refreshes on its own."""
+    line_script: ClassVar[str]
+    """The script of a line of waiters per process (:mod:`tenure._async._line`):
+    every kind that waits in :class:`~tenure._async._queue.AsyncQueue` has one."""
     confirm_every_grant: ClassVar[bool] = False
     """Whether a handed-over hold is confirmed before acquire() returns, however fresh."""
     not_owned: ClassVar[type[NotOwnedError]] = NotOwnedError

@@ -5,7 +5,7 @@ server's clock: a holder that stops refreshing (crashed, partitioned) loses
 it after ``timeout``, and the permit goes to the next waiter. Waiters are
 served in arrival order and woken by the release that frees their permit,
 never by polling: the queue, the handoff, the watchdog and the cancellation
-rules are the lock's (:mod:`tenure._async._leased`), with a sorted set of
+rules are the lock's (:mod:`tenure._async._primitive`), with a sorted set of
 holders in place of the lock's single owner. Redis in Action's 6.3 fair
 semaphore needs a lock and several round trips; this one takes a free permit
 in one round trip.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from tenure._async._leased import AsyncLeased
+from tenure._async._primitive import AsyncLeased
 from tenure._async._rules import AsyncRules, Call, LeasedScripts, extended
 from tenure._async._scripting import AsyncClient
 from tenure._backends.owners import new_token
@@ -68,7 +68,7 @@ class AsyncPermitRules(AsyncRules):
     """
 
     scripts = LeasedScripts.of("semaphore")
-    line_script: ClassVar[str | None] = "semaphore_line"
+    line_script: ClassVar[str] = "semaphore_line"
 
     def __init__(self, client: AsyncClient, name: str | bytes, limit: int, **options: Any) -> None:
         super().__init__(client, name, **options)

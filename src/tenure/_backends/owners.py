@@ -20,7 +20,7 @@ ways asyncio code really runs, and are the same for threads:
 With ``per_owner=False`` (redis-py's ``thread_local=False``) every thread and
 task shares one hold. A hold nobody can reach any more — its lock object was
 garbage-collected — is no longer renewed and ends with its lease (see
-``tenure._async._leased``).
+``tenure._async._primitive``).
 
 **fork()**: a child process inherits no hold. Every hold is stamped with the
 process *generation* (bumped in a fork's child by ``os.register_at_fork``);

@@ -1,6 +1,6 @@
 """The sans-IO half of every leased primitive: settings, keys, replies, timing.
 
-Nothing here talks to a server. ``tenure._async._leased`` (and its generated
+Nothing here talks to a server. ``tenure._async._primitive`` (and its generated
 sync twin) call these functions around each script call, so the rules of the
 locks, semaphores and read-write locks are written once and tested without a
 server (tests/test_leased_core.py). The scripts' reply codes and the waiting

@@ -3,7 +3,7 @@
 
 The mechanism — one-round-trip acquire, FIFO queue with handoff inside the
 release script, wake lists instead of polling, the watchdog, lost-lock
-notice — is described in :mod:`tenure._sync._leased`, which implements it
+notice — is described in :mod:`tenure._sync._primitive`, which implements it
 for every leased primitive; this module adds the lock's scripts, re-entry,
 and redis-py's signature.
 """
@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 from tenure._core.exceptions import ArgumentError
 from tenure._core.leased import DEFAULT_HANDOFF_LEASE, DEFAULT_WAITER_LEASE, check_lock_name
 from tenure._core.values import check_seconds, to_text
-from tenure._sync._leased import Leased
 from tenure._sync._lock_rules import LockRules, holding_redis_py_key
+from tenure._sync._primitive import Leased
 from tenure._sync._scripting import Client
 
 __all__ = ["Lock", "ReentrantLock"]

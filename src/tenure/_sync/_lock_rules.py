@@ -37,7 +37,7 @@ class LockRules(Rules):
     """The lock's rules: one owner (a hash), re-entry counted by its owner, the lock's errors."""
 
     scripts = LeasedScripts.of("lock")
-    line_script: ClassVar[str | None] = "lock_line"
+    line_script: ClassVar[str] = "lock_line"
     not_owned: ClassVar[type[NotOwnedError]] = LockNotOwnedError
     lost_error: ClassVar[type[LostError]] = LockLostError
     statistics_type: ClassVar[type[LeasedStatistics]] = LockStatistics

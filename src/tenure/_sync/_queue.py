@@ -120,16 +120,21 @@ class Queue:
                 sent = time.monotonic()
                 rules = self._rules
                 keys, args = rules.try_call(token, attempt)
-                reply = self._by(
-                    deadline if wait else None,
-                    token,
-                    attempt,
-                    rules.run_taking,
-                    rules.scripts.try_,
-                    keys,
-                    args,
-                    rules.took_on_try,
-                )
+                if deadline is None or not wait:  # the call runs to its reply
+                    reply = shielded(
+                        rules.run_taking(rules.scripts.try_, keys, args, rules.took_on_try)
+                    )
+                else:
+                    reply = self._by(
+                        deadline,
+                        token,
+                        attempt,
+                        rules.run_taking,
+                        rules.scripts.try_,
+                        keys,
+                        args,
+                        rules.took_on_try,
+                    )
                 fence = rules.parse_try(reply)
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=rules.settings.lease_ms)
@@ -139,7 +144,7 @@ class Queue:
                 if not wait:
                     return False
             before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
-            if self._rules.line_script is None or attempt:
+            if attempt:
                 # A token of the caller's choosing waits on its own, carrying its
                 # call's id (a process's line joins waiters by token alone).
                 return self._wait_in_line(token, started, deadline, holder, tried, attempt=attempt)
@@ -376,14 +381,11 @@ class Queue:
             return None
         if self.seen_busy:
             return False
-        if self._rules.line_script is None:
-            return None
         key = begin_try(self._rules.registry, self._rules.keys.owner)
         return False if key is None else key
 
     def _line(self, channel: str) -> Line:
         settings = self._rules.settings
-        assert self._rules.line_script is not None
         keys, own_args = self._rules.line_call()
         return line_for(
             self._rules.registry,

@@ -64,9 +64,9 @@ from tenure._core.redlock import (
     owners_decided,
 )
 from tenure._core.values import check_seconds
-from tenure._sync._leased import Leased
 from tenure._sync._masters import RELEASE_PATIENCE, answered
-from tenure._sync._redlock_line import RedlockLine
+from tenure._sync._primitive import Leased
+from tenure._sync._redlock_queue import RedlockQueue
 from tenure._sync._redlock_rules import RedlockRules
 from tenure._sync._scripting import Client
 
@@ -144,7 +144,7 @@ class Redlock(Leased):
             thread_local=thread_local,
             raise_on_release_error=raise_on_release_error,
             on_lost=on_lost,
-            line=lambda _rules, holds, lease: RedlockLine(rules, holds, lease),
+            queue=lambda _rules, holds, lease: RedlockQueue(rules, holds, lease),
         )
         self.sleep = sleep
         self.clients = tuple(clients)

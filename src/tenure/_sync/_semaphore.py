@@ -6,7 +6,7 @@ server's clock: a holder that stops refreshing (crashed, partitioned) loses
 it after ``timeout``, and the permit goes to the next waiter. Waiters are
 served in arrival order and woken by the release that frees their permit,
 never by polling: the queue, the handoff, the watchdog and the cancellation
-rules are the lock's (:mod:`tenure._sync._leased`), with a sorted set of
+rules are the lock's (:mod:`tenure._sync._primitive`), with a sorted set of
 holders in place of the lock's single owner. Redis in Action's 6.3 fair
 semaphore needs a lock and several round trips; this one takes a free permit
 in one round trip.
@@ -42,7 +42,7 @@ from tenure._core.statistics import (
     SemaphoreStatistics,
 )
 from tenure._core.values import check_seconds
-from tenure._sync._leased import Leased
+from tenure._sync._primitive import Leased
 from tenure._sync._rules import Call, LeasedScripts, Rules, extended
 from tenure._sync._scripting import Client
 
@@ -69,7 +69,7 @@ class PermitRules(Rules):
     """
 
     scripts = LeasedScripts.of("semaphore")
-    line_script: ClassVar[str | None] = "semaphore_line"
+    line_script: ClassVar[str] = "semaphore_line"
 
     def __init__(self, client: Client, name: str | bytes, limit: int, **options: Any) -> None:
         super().__init__(client, name, **options)

@@ -9,8 +9,9 @@ session apart from the mutex:
 * its holds (:mod:`tenure._async._holds`): who holds what, lost-hold
   notice, counters;
 * its lease (:mod:`tenure._async._lease`): taking, renewing, extending;
-* its line (:mod:`tenure._async._queue`, or Redlock's own in
-  :mod:`tenure._async._redlock_line`): how ``acquire`` waits.
+* its queue (:mod:`tenure._async._queue`, or Redlock's own in
+  :mod:`tenure._async._redlock_queue`): how ``acquire`` takes it or waits
+  (the :class:`Waiting` protocol).
 
 This class is redis-py's ``Lock`` API over those parts: ``acquire``,
 ``release``, ``extend``, ``reacquire``, ``local.token``, the settable
@@ -58,14 +59,14 @@ from tenure._core.statistics import (
 )
 from tenure._core.values import check_seconds, to_ms
 
-__all__ = ["AsyncLeased", "Line"]
+__all__ = ["AsyncLeased", "Waiting"]
 
 logger = logging.getLogger("tenure.lock")
 
 _P = TypeVar("_P", bound="AsyncLeased")
 
 
-class Line(Protocol):
+class Waiting(Protocol):
     """How a primitive waits: :class:`~tenure._async._queue.AsyncQueue`, or Redlock's."""
 
     async def acquire(
@@ -89,7 +90,7 @@ class AsyncLeased(TwinHints):
         raise_on_release_error: bool = True,
         on_lost: Callable[[Any], None] | None = None,
         cancel_on_lost: bool = False,
-        line: Callable[[AsyncRules, AsyncHolds, AsyncLease], Line] = AsyncQueue,
+        queue: Callable[[AsyncRules, AsyncHolds, AsyncLease], Waiting] = AsyncQueue,
     ) -> None:
         name = rules.name
         if on_lost is not None and not callable(on_lost):
@@ -109,7 +110,7 @@ class AsyncLeased(TwinHints):
             rules, self, per_owner=thread_local, on_lost=on_lost, cancel_on_lost=cancel_on_lost
         )
         self._lease = AsyncLease(rules, self._holds)
-        self._line = line(rules, self._holds, self._lease)
+        self._queue = queue(rules, self._holds, self._lease)
 
     # -- redis-py's attributes -------------------------------------------------------
 
@@ -291,10 +292,10 @@ class AsyncLeased(TwinHints):
             self._holds.forget(held)
         rules.check_owner_free()
         if token is None:
-            return await self._line.acquire(wait, blocking_timeout, rules.new_token())
+            return await self._queue.acquire(wait, blocking_timeout, rules.new_token())
         # A token of the caller's choosing may be given by two owners at once:
         # the call's own id tells its resend from the second owner's call.
-        return await self._line.acquire(wait, blocking_timeout, token, new_attempt())
+        return await self._queue.acquire(wait, blocking_timeout, token, new_attempt())
 
     async def release(self) -> None:
         """Release, handing the primitive to the next waiter.
