@@ -41,9 +41,18 @@ __all__ = ["AsyncHolds"]
 
 logger = logging.getLogger("tenure.lock")
 
+_MUTEX = Mutex()
+"""What the watchdog and the owners' threads take to read or change holds and counters:
+one for every primitive of the process (each section is a few field updates, and
+nothing waits while holding it), so a primitive costs no lock of its own."""
 
-class AsyncHolds(Counters):
-    """The holds of one primitive object in this process, and its counters (its own fields)."""
+
+class AsyncHolds(OwnerSlot[Hold], Counters):
+    """The holds of one primitive object in this process (one per owner), and its counters.
+
+    It is the primitive's owner slot (:mod:`tenure._backends.owners`): ``get``,
+    ``set``, ``holds`` and ``clear`` are the slot's, per owner.
+    """
 
     def __init__(
         self,
@@ -59,8 +68,8 @@ class AsyncHolds(Counters):
         """The primitive (weak: renewals reach the holds, and must not keep it alive)."""
         self.kind = type(primitive).__name__
         """The primitive's class name, for messages."""
-        self.slot: OwnerSlot[Hold] = OwnerSlot(per_owner=per_owner)
-        self.mutex = Mutex()  # the watchdog and the owners' threads share holds and counters
+        OwnerSlot.__init__(self, per_owner=per_owner)
+        self.mutex = _MUTEX
         self.on_lost = on_lost
         self.cancel_on_lost = cancel_on_lost
         self.forgetting: Callable[[Hold], None] | None = None
@@ -68,15 +77,11 @@ class AsyncHolds(Counters):
 
     def current(self) -> Hold | None:
         """The current owner's hold (adopting one its finished owner left), or None."""
-        return self.slot.get()
+        return self.get()
 
     def peek(self) -> Hold | None:
         """The current owner's hold, without adopting one; or None."""
-        return self.slot.get(adopt=False)
-
-    def holds(self, hold: Hold) -> bool:
-        """Whether ``hold`` is still one this object tracks."""
-        return self.slot.holds(hold)
+        return self.get(adopt=False)
 
     def record(self, hold: Hold, contended: bool) -> None:
         """Make ``hold``, just taken, the current owner's (the mutex held)."""
@@ -85,7 +90,7 @@ class AsyncHolds(Counters):
 
     def track(self, hold: Hold) -> None:
         """Make ``hold`` the current owner's (the mutex held)."""
-        self.slot.set(hold)
+        self.set(hold)
         hold.loop_thread = taken_on_loop(self._rules.keys.owner)
 
     def add_waiter(self, count: int) -> None:
@@ -103,12 +108,12 @@ class AsyncHolds(Counters):
 
     def current_token(self) -> str | None:
         """The current owner's token, or None."""
-        hold = self.slot.get()
+        hold = self.get()
         return None if hold is None else hold.token
 
     def take_token(self, value: bytes | str | None) -> None:
         """Make the current owner's hold the one with token ``value`` (None: none)."""
-        held = self.slot.get(adopt=False)
+        held = self.get(adopt=False)
         if value is None:
             if held is not None:
                 self.forget(held)
@@ -123,14 +128,14 @@ class AsyncHolds(Counters):
             token=token, fence=0, acquired_at=now, expires_at=math.inf, holder=current_holder()
         )
         with self.mutex:
-            self.slot.set(hold)
+            self.set(hold)
 
     # -- ending holds -------------------------------------------------------------
 
     def mark_lost(self, hold: Hold, why: str = "it was lost while held") -> None:
         """Record that ``hold`` was lost while held (only a live hold, once), and tell."""
         with self.mutex:
-            if hold.lost or not self.slot.holds(hold):
+            if hold.lost or not self.holds(hold):
                 return
             hold.lost = True
             self.lost += 1
@@ -160,7 +165,7 @@ class AsyncHolds(Counters):
             if hold.loop_thread:
                 dropped_on_loop(hold.loop_thread, self._rules.keys.owner)
                 hold.loop_thread = 0
-            self.slot.clear(hold)
+            self.clear(hold)
 
     def leave_inner(self, hold: Hold) -> bool:
         """An inner release of a re-entered hold: count it down; whether it was one."""
@@ -181,7 +186,7 @@ class AsyncHolds(Counters):
 
     def statistics(self) -> LeasedStatistics:
         """An immutable snapshot of the counters and the current hold."""
-        hold = self.slot.get(adopt=False)
+        hold = self.get(adopt=False)
         with self.mutex:
             counters = asdict(self)
         rules = self._rules
@@ -195,7 +200,7 @@ class AsyncHolds(Counters):
 
     def describe(self) -> str:
         """The current hold, as ``repr()`` shows it."""
-        hold = self.slot.get(adopt=False)
+        hold = self.get(adopt=False)
         if hold is None:
             return "not held"
         if hold.lost:

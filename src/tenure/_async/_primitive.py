@@ -383,7 +383,7 @@ class AsyncLeased(TwinHints):
                 where = (
                     "held by the parent of this forked process (a child holds nothing it "
                     "inherited; end it with os._exit() or acquire in it)"
-                    if self._holds.slot.forgot_at_fork
+                    if self._holds.forgot_at_fork
                     else "released inside the with block"
                 )
                 self._release_failed(rules.refused(f"the {rules.noun} was {where}"))
