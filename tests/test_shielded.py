@@ -173,3 +173,53 @@ def test_an_event_loop_ends_while_a_call_waits_for_a_server_that_never_answers(
     asyncio.run(main())  # cancels the task once at its end: it ends within the spared time
     assert time.monotonic() - started < 2
     tenure_proxy.clear()
+
+
+def test_an_event_loop_ends_while_an_acquire_waits_for_a_server_that_never_answers(
+    tenure_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The acquire's call is spared, then cancelled; the give-back that follows
+    # starts while the task is being cancelled, so it is bounded the same way
+    # (a client with no socket_timeout would otherwise wait for ever).
+    monkeypatch.setattr(for_asyncio, "SPARED_FOR", 0.3)
+
+    async def main() -> None:
+        client = tenure_proxy.async_client()
+        lock = AsyncLock(client, "loop-ends", timeout=30)
+        assert await lock.acquire()
+        await lock.release()  # (its scripts are loaded)
+        tenure_proxy.blackhole("downstream")
+        left = asyncio.create_task(lock.acquire())  # left running
+        await asyncio.sleep(0.1)
+        assert not left.done()
+
+    started = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - started < 3
+    tenure_proxy.clear()
+
+
+async def test_a_call_made_while_its_task_is_cancelled_is_bounded(
+    tenure_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(for_asyncio, "SPARED_FOR", 0.3)
+    client = tenure_proxy.async_client()
+    await client.ping()
+    tenure_proxy.blackhole("downstream")
+
+    async def clean_up_after_a_cancel() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await _shielded(client.ping())  # the server never answers
+            raise
+
+    task = asyncio.create_task(clean_up_after_a_cancel())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 3)
+    assert time.monotonic() - started < 2
+    tenure_proxy.clear()
+    await client.aclose()

@@ -235,7 +235,12 @@ def _driven(call: Coroutine[Any, Any, T]) -> Generator[Any, None, T]:
     before = asked()
     spared: BaseException | None = None
     spare = True  # whether a cancellation may still be spared
-    patience = 0.0  # once a cancellation is spared: when the call is cancelled
+    # When the call is cancelled (0: not planned): SPARED_FOR after a spared
+    # cancellation, or after its start when its task is being cancelled already
+    # (the clean-up after a cancellation: no more cancellations may come to end it).
+    patience = 0.0
+    if 0 < before < math.inf:
+        patience = asyncio.get_running_loop().time() + SPARED_FOR
     value: Any = None
     error: BaseException | None = None
     try:
@@ -261,14 +266,15 @@ def _driven(call: Coroutine[Any, Any, T]) -> Generator[Any, None, T]:
                 waited: Any = yielded  # a bare yield (a loop turn): passed on as it is
             else:
                 yielded._asyncio_future_blocking = False  # (as a task does with one it takes)
-                if spared is not None and not yielded.done():
+                if patience and not yielded.done():
                     yielded.get_loop().call_at(patience, yielded.cancel)
                 waited = _Spare(yielded, spared is not None or not spare)
             try:
                 value = yield waited
             except asyncio.CancelledError as exc:
                 if spared is None and spare:
-                    spared, patience = exc, task.get_loop().time() + SPARED_FOR
+                    spared = exc
+                    patience = patience or asyncio.get_running_loop().time() + SPARED_FOR
                 elif waited is yielded or not yielded.done():
                     error = exc
                 # (else the future was cancelled: the call reads it so)
@@ -304,9 +310,11 @@ def shielded(call: Coroutine[Any, Any, T]) -> Awaitable[T]:
     Cleanup that must reach the server (give up a place in a queue, hand a
     lock on) runs to completion; the cancellation is re-raised afterwards.
     A second cancellation of the caller while it waits cancels the call, as
-    does the end of :data:`SPARED_FOR` seconds after the first. The call
-    runs in the caller's own task (no task of its own, no loop turn more
-    than awaiting it directly).
+    does the end of :data:`SPARED_FOR` seconds after the first; a call made
+    while its task is being cancelled already (clean-up) is cancelled
+    :data:`SPARED_FOR` seconds after it starts. The call runs in the
+    caller's own task (no task of its own, no loop turn more than awaiting
+    it directly).
     """
     return _Shielded(call)
 
