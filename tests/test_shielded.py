@@ -36,6 +36,15 @@ async def _shielded(call: Awaitable[Any]) -> Any:
     return await shielded(called())
 
 
+async def _silent(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> redis.asyncio.Redis:
+    """A client connected through ``proxy``, which then lets no reply through (0.3 s spared)."""
+    monkeypatch.setattr(for_asyncio, "SPARED_FOR", 0.3)
+    client = proxy.async_client()
+    await client.ping()
+    proxy.blackhole("downstream")
+    return client
+
+
 async def _sent(proxy: FaultProxy, before: int) -> None:
     async def sent() -> bool:
         return upstream_bytes(proxy) > before
@@ -105,10 +114,7 @@ async def test_a_second_cancellation_cancels_the_call(tenure_proxy: FaultProxy) 
 async def test_a_call_the_server_never_answers_is_cancelled_after_the_spared_time(
     tenure_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(for_asyncio, "SPARED_FOR", 0.3)
-    client = tenure_proxy.async_client()
-    await client.ping()
-    tenure_proxy.blackhole("downstream")
+    client = await _silent(tenure_proxy, monkeypatch)
     before = upstream_bytes(tenure_proxy)
     task = asyncio.create_task(_shielded(client.get("anything")))
     await _sent(tenure_proxy, before)
@@ -202,10 +208,7 @@ def test_an_event_loop_ends_while_an_acquire_waits_for_a_server_that_never_answe
 async def test_a_call_made_while_its_task_is_cancelled_is_bounded(
     tenure_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(for_asyncio, "SPARED_FOR", 0.3)
-    client = tenure_proxy.async_client()
-    await client.ping()
-    tenure_proxy.blackhole("downstream")
+    client = await _silent(tenure_proxy, monkeypatch)
 
     async def clean_up_after_a_cancel() -> None:
         try:
