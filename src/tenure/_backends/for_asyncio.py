@@ -275,9 +275,8 @@ def _driven(call: Coroutine[Any, Any, T]) -> Generator[Any, None, T]:
                 if spared is None and spare:
                     spared = exc
                     patience = patience or asyncio.get_running_loop().time() + SPARED_FOR
-                elif waited is yielded or not yielded.done():
+                else:  # into the call (whose future, cancelled or not, is done)
                     error = exc
-                # (else the future was cancelled: the call reads it so)
             except GeneratorExit:
                 raise
             except BaseException as exc:  # the future's error: the call reads it
