@@ -211,10 +211,17 @@ class _Workers:
     that never answers must not keep the interpreter from exiting. Each job
     is a call and what to do with its outcome (its result, or the exception
     it raised), run in the worker's thread.
+
+    ``limit`` threads at most, while they make progress. A worker whose call
+    has run :data:`STUCK_AFTER` seconds (a master that refuses connections
+    behind a client's retry backoff, or never answers) does not count against
+    it: calls to the healthy masters never queue behind calls stuck on a dead
+    one. ``ceiling`` bounds the threads whatever happens.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, ceiling: int) -> None:
         self._limit = limit
+        self._ceiling = ceiling
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]]]
         self._mutex: threading.Lock
         self._reset()
@@ -225,25 +232,40 @@ class _Workers:
         self._threads = 0
         self._idle = 0  # threads waiting for a job
         self._queued = 0  # jobs no thread took yet
+        self._busy_since: dict[int, float] = {}  # a busy worker's id -> when its call began
+
+    def _room(self) -> bool:
+        """Whether one more thread may start (the mutex held)."""
+        if self._threads < self._limit:
+            return True
+        if self._threads >= self._ceiling:
+            return False
+        stuck = time.monotonic() - STUCK_AFTER
+        unstuck = sum(1 for began in self._busy_since.values() if began > stuck)
+        return unstuck + self._idle < self._limit
 
     def submit(self, call: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
         """Run ``call`` in a worker, then ``deliver(outcome)`` there."""
+        starts = 0
         with self._mutex:
             self._queued += 1
-            start = self._queued > self._idle and self._threads < self._limit
-            if start:
+            # (jobs queued while every thread was busy get one too, once room is made)
+            while self._queued > self._idle and self._room():
                 self._threads += 1
                 self._idle += 1
+                starts += 1
         self._jobs.put((call, deliver))
-        if start:
+        for _ in range(starts):
             threading.Thread(target=self._work, name="tenure-race", daemon=True).start()
 
     def _work(self) -> None:
+        me = threading.get_ident()
         while True:
             call, deliver = self._jobs.get()
             with self._mutex:
                 self._idle -= 1
                 self._queued -= 1
+                self._busy_since[me] = time.monotonic()
             try:
                 try:
                     outcome = call()
@@ -255,10 +277,14 @@ class _Workers:
             finally:
                 outcome = None  # (an error's traceback would hold this frame)
                 with self._mutex:
+                    self._busy_since.pop(me, None)
                     self._idle += 1
 
 
-_workers = _Workers(limit=64)
+STUCK_AFTER = 1.0
+"""Seconds after which a race worker's call counts as stuck (see :class:`_Workers`)."""
+
+_workers = _Workers(limit=64, ceiling=1024)
 
 
 class _Race:

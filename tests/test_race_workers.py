@@ -1,0 +1,62 @@
+"""The sync API's race workers: calls stuck on a dead server never hold up the others."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tenure._backends import for_threads
+from tenure._backends.for_threads import STUCK_AFTER, race
+
+
+def test_calls_stuck_on_a_dead_master_do_not_hold_up_calls_to_the_healthy_ones() -> None:
+    """More calls stuck than the workers' limit (a master refusing connections behind
+    redis-py's retry backoff, as a burst of Redlock calls met): a call made later to a
+    healthy master is answered at once, not queued behind them."""
+    gate = threading.Event()
+    stuck = for_threads._workers._limit + 6  # the first ones fill the limit, six wait
+    try:
+        for _ in range(stuck):
+            for_threads._workers.submit(lambda: gate.wait(60), lambda outcome: None)
+        time.sleep(STUCK_AFTER + 0.3)
+        started = time.monotonic()
+        outcomes = race([lambda: 42], 5.0, lambda seen: bool(seen), lambda i, o: None)
+        took = time.monotonic() - started
+    finally:
+        gate.set()
+    assert outcomes == {0: 42}
+    assert took < 2.0, took
+
+
+def test_busy_workers_that_make_progress_keep_the_limit() -> None:
+    """Calls that are only busy (not stuck) never start more threads than the limit."""
+    workers = for_threads._Workers(limit=4, ceiling=16)
+    gate = threading.Event()
+    done = threading.Semaphore(0)
+    try:
+        for _ in range(10):
+            workers.submit(lambda: gate.wait(60), lambda outcome: done.release())
+        assert workers._threads == 4
+    finally:
+        gate.set()
+    for _ in range(10):
+        assert done.acquire(timeout=10)
+    assert workers._threads == 4
+
+
+def test_the_ceiling_holds_whatever_happens() -> None:
+    workers = for_threads._Workers(limit=2, ceiling=5)
+    gate = threading.Event()
+    try:
+        for _ in range(4):
+            workers.submit(lambda: gate.wait(60), lambda outcome: None)
+        assert workers._threads == 2
+        time.sleep(STUCK_AFTER + 0.3)  # both stuck: two more may start, for the two queued
+        workers.submit(lambda: gate.wait(60), lambda outcome: None)
+        assert workers._threads == 4
+        time.sleep(STUCK_AFTER + 0.3)  # all four stuck: up to the ceiling, no further
+        for _ in range(10):
+            workers.submit(lambda: gate.wait(60), lambda outcome: None)
+        assert workers._threads == 5
+    finally:
+        gate.set()
