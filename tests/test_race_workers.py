@@ -60,3 +60,20 @@ def test_the_ceiling_holds_whatever_happens() -> None:
         assert workers._threads == 5
     finally:
         gate.set()
+
+
+def test_jobs_queued_behind_busy_workers_start_once_those_are_stuck() -> None:
+    """Every worker busy (not stuck yet) when a job came: it waits in the queue, and
+    gets a thread of its own once the busy ones count as stuck, with no later call
+    needed to notice."""
+    workers = for_threads._Workers(limit=2, ceiling=8)
+    gate = threading.Event()
+    ran = threading.Event()
+    try:
+        for _ in range(2):
+            workers.submit(lambda: gate.wait(60), lambda outcome: None)
+        workers.submit(ran.set, lambda outcome: None)
+        assert not ran.wait(STUCK_AFTER / 2)  # queued behind the two busy ones
+        assert ran.wait(STUCK_AFTER * 3)  # started by the recheck, the gate still shut
+    finally:
+        gate.set()

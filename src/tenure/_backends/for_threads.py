@@ -233,6 +233,7 @@ class _Workers:
         self._idle = 0  # threads waiting for a job
         self._queued = 0  # jobs no thread took yet
         self._busy_since: dict[int, float] = {}  # a busy worker's id -> when its call began
+        self._rechecking = False  # a timer will look at the queued jobs again
 
     def _room(self) -> bool:
         """Whether one more thread may start (the mutex held)."""
@@ -246,17 +247,37 @@ class _Workers:
 
     def submit(self, call: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
         """Run ``call`` in a worker, then ``deliver(outcome)`` there."""
-        starts = 0
         with self._mutex:
             self._queued += 1
-            # (jobs queued while every thread was busy get one too, once room is made)
+        self._jobs.put((call, deliver))
+        self._grow()
+
+    def _grow(self) -> None:
+        """Start a thread for each queued job no thread is free for, while there is room.
+
+        Jobs left queued (every thread busy, none stuck yet) are looked at
+        again :data:`STUCK_AFTER` later, in case the busy threads got stuck.
+        """
+        starts = 0
+        with self._mutex:
             while self._queued > self._idle and self._room():
                 self._threads += 1
                 self._idle += 1
                 starts += 1
-        self._jobs.put((call, deliver))
+            recheck = self._queued > self._idle and not self._rechecking
+            if recheck:
+                self._rechecking = True
         for _ in range(starts):
             threading.Thread(target=self._work, name="tenure-race", daemon=True).start()
+        if recheck:
+            timer = threading.Timer(STUCK_AFTER, self._recheck)
+            timer.daemon = True
+            timer.start()
+
+    def _recheck(self) -> None:
+        with self._mutex:
+            self._rechecking = False
+        self._grow()
 
     def _work(self) -> None:
         me = threading.get_ident()

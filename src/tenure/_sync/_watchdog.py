@@ -27,11 +27,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from redis import exceptions as redis_errors
 
-from tenure._backends.for_threads import Event, Mutex, scope_key, start_background
+from tenure._backends.for_threads import Event, Mutex, race, scope_key, start_background
 from tenure._core.clients import is_cluster, translate_error
 from tenure._core.scripts import load_script, operation
 from tenure._sync._scripting import Client, registry_for
@@ -40,6 +41,13 @@ __all__ = ["Watchdog", "Deferred", "Job", "JobRunner", "watchdog"]
 
 IDLE_LINGER = 1.0
 """Seconds the background thread stays alive with nothing to do."""
+
+STALL_WAIT = 0.2
+"""Seconds the watchdog waits for a batch of calls before it goes on without it.
+
+A batch not answered by then (its server cut off, paused, or dead behind its
+client's retries) runs on by itself; its jobs are handled when it ends, and
+the other clients' jobs are served meanwhile."""
 
 logger = logging.getLogger("tenure.watchdog")
 
@@ -299,22 +307,41 @@ class Watchdog:
         groups: dict[tuple[int, bool], list[Job]] = {}
         for job in due:  # jobs with a runner of their own never share a pipeline
             groups.setdefault((id(job.client), job.runner is None), []).append(job)
-        for jobs in groups.values():
-            results = self._call(jobs)
+        batches = list(groups.values())
+        # Each client's batch runs on its own, and the watchdog waits for them
+        # at most STALL_WAIT: a server that does not answer (cut off, paused,
+        # dead behind a client's retries) delays only its own jobs, never the
+        # renewals due meanwhile on the others. A batch that ends later is
+        # handled then (its jobs are rescheduled from its outcome).
+        calls = [partial(self._call, jobs) for jobs in batches]
+
+        def late(index: int, outcome: Any) -> None:
+            self._finish(batches[index], outcome)
+
+        outcomes = race(calls, STALL_WAIT, partial(_all_in, len(calls)), late)
+        for index, outcome in outcomes.items():
+            self._finish(batches[index], outcome)
+
+    def _finish(self, jobs: list[Job], outcome: Any) -> None:
+        """Hand one batch's replies to its jobs' callbacks; reschedule what they ask."""
+        if isinstance(outcome, BaseException):  # (the batch itself failed: every job with it)
+            outcome = [(None, outcome)] * len(jobs)
+        results: list[tuple[Any, BaseException | None]] = outcome
+        with self._mutex:
             self.batches += 1
             self.calls += len(jobs)
-            for job, (reply, error) in zip(jobs, results, strict=True):
-                if job.cancelled:
-                    continue
-                try:
-                    next_due = job.on_result(reply, error)
-                except Exception:  # a user's on_lost callback must not kill the watchdog
-                    logger.exception("tenure watchdog: callback of %s failed", job.name)
-                    next_due = None
-                if next_due is not None and not job.cancelled:
-                    job.slack = min(job.slack, max(0.0, next_due - time.monotonic()) / 2)
-                    job.due = next_due
-                    self.schedule(job)
+        for job, (reply, error) in zip(jobs, results, strict=True):
+            if job.cancelled:
+                continue
+            try:
+                next_due = job.on_result(reply, error)
+            except Exception:  # a user's on_lost callback must not kill the watchdog
+                logger.exception("tenure watchdog: callback of %s failed", job.name)
+                next_due = None
+            if next_due is not None and not job.cancelled:
+                job.slack = min(job.slack, max(0.0, next_due - time.monotonic()) / 2)
+                job.due = next_due
+                self.schedule(job)
 
     def _call(self, jobs: list[Job]) -> list[tuple[Any, BaseException | None]]:
         client = jobs[0].client
@@ -351,6 +378,11 @@ class Watchdog:
         except Exception as exc:
             return None, exc
         return reply, None
+
+
+def _all_in(count: int, outcomes: dict[int, Any]) -> bool:
+    """Whether every one of ``count`` batches has its outcome."""
+    return len(outcomes) == count
 
 
 _watchdogs: dict[object, Watchdog] = {}
