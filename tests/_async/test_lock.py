@@ -245,8 +245,8 @@ async def test_lost_lock_is_reported(tenure_async_client: redis.asyncio.Redis) -
         async with lock:
             await tenure_async_client.delete(lock.keys.owner)  # someone breaks it
 
-            async def found_out() -> bool:  # by the next renewal (every 0.1 s)
-                return lock.lost
+            async def found_out() -> bool:  # by the next renewal (every 0.1 s), then told
+                return lock.lost and bool(lost)
 
             await until(found_out, 5, "the renewal finding the hold gone")
             assert lost == ["stolen"]

@@ -138,10 +138,10 @@ async def test_auto_refresh_and_lost_notice(clients: list[redis.asyncio.Redis]) 
             assert await permit.owned()  # refreshed past its lease
             await clients[1].delete(permit.keys.owner)  # someone wipes it
 
-            async def told() -> bool:
-                return permit.lost
+            async def told() -> bool:  # (on_lost runs in the watchdog, just after the flag)
+                return permit.lost and lost == ["watched"]
 
-            await until(told, 5, "the loss being noticed")
+            await until(told, 5, "the loss being noticed and told")
     assert lost == ["watched"]
 
 

@@ -244,8 +244,8 @@ def test_lost_lock_is_reported(tenure_client: redis.Redis) -> None:
         with lock:
             tenure_client.delete(lock.keys.owner)  # someone breaks it
 
-            def found_out() -> bool:  # by the next renewal (every 0.1 s)
-                return lock.lost
+            def found_out() -> bool:  # by the next renewal (every 0.1 s), then told
+                return lock.lost and bool(lost)
 
             until(found_out, 5, "the renewal finding the hold gone")
             assert lost == ["stolen"]

@@ -139,10 +139,10 @@ def test_auto_refresh_and_lost_notice(clients: list[redis.Redis]) -> None:
             assert permit.owned()  # refreshed past its lease
             clients[1].delete(permit.keys.owner)  # someone wipes it
 
-            def told() -> bool:
-                return permit.lost
+            def told() -> bool:  # (on_lost runs in the watchdog, just after the flag)
+                return permit.lost and lost == ["watched"]
 
-            until(told, 5, "the loss being noticed")
+            until(told, 5, "the loss being noticed and told")
     assert lost == ["watched"]
 
 
