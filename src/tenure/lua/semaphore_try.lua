@@ -21,7 +21,9 @@
 --! include queue
 --! include semaphore
 local now, now_us = server_time()
-local mine = live_fence(KEYS[1], KEYS[6], ARGV[1], now)
+-- No holders key: nobody holds a permit (this token neither), nothing to purge or count.
+local held = redis.call('EXISTS', KEYS[1]) == 1
+local mine = held and live_fence(KEYS[1], KEYS[6], ARGV[1], now)
 if mine then
     return same_permit_attempt(KEYS[6], ARGV[1], ARGV[6]) and mine or 0
 end
@@ -30,9 +32,11 @@ local limit, differs = stored_limit(KEYS[4], ARGV[3], math.max(tonumber(ARGV[4])
 if differs then
     return -limit
 end
-purge_holders(KEYS[1], KEYS[6], now, KEYS[5])
-if redis.call('EXISTS', KEYS[2]) == 1 or not admissible(KEYS[1], ARGV[1], limit) then
+if held then
+    purge_holders(KEYS[1], KEYS[6], now, KEYS[5])
+end
+if redis.call('EXISTS', KEYS[2]) == 1 or (held and not admissible(KEYS[1], ARGV[1], limit)) then
     return 0
 end
 return take_permit(KEYS[1], KEYS[6], KEYS[3], ARGV[1], ARGV[2], now, ARGV[4], KEYS[5], ARGV[5],
-    ARGV[6], now_us)
+    ARGV[6], now_us, (not held) or nil)

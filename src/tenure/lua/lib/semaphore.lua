@@ -104,10 +104,13 @@ end
 -- With no holder before it, nothing else in holders, grants or owners is alive
 -- (their entries go with their permits, the expired ones purged first): the
 -- three keys live for this permit's lease, set without asking what is left.
+-- `alone`: true when the caller found holders empty just before (nil: looked up here).
 local function take_permit(holders, grants, fence, token, lease_ms, now, idle_ms, owners, name,
-                           attempt, now_us)
+                           attempt, now_us, alone)
     local f = next_fence(fence, idle_ms, now_us)
-    local alone = redis.call('EXISTS', holders) == 0
+    if alone == nil then
+        alone = redis.call('EXISTS', holders) == 0
+    end
     redis.call('ZADD', holders, string.format('%d', now + tonumber(lease_ms)), token)
     live_for(holders, lease_ms, alone)
     if attempt and attempt ~= '' then
