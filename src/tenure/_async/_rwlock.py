@@ -20,14 +20,16 @@ from __future__ import annotations
 import weakref
 from typing import Any, ClassVar, cast
 
+from tenure._async._primitive import finish_later
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import RW_LIMIT, AsyncPermitRules, AsyncPermits
-from tenure._backends.for_asyncio import IS_ASYNC
+from tenure._backends.for_asyncio import IS_ASYNC, shielded
 from tenure._backends.owners import new_token
 from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
+    BackendError,
     LockLostError,
     LockNotOwnedError,
     LostError,
@@ -160,14 +162,30 @@ class AsyncWriteLock(_AsyncSide):
         read_token = rules.downgraded_token(hold.token)
         args = (hold.token, read_token, rules.settings.handoff_ms, RW_LIMIT, IDLE_TTL_MS)
         keys = (*rules.keys.all, *rules.keys.receipts)
-        if int(await rules.run("rw_downgrade", keys, args)) == 0:
+
+        def downgraded(reply: Any) -> None:
+            if int(reply) != 0:
+                with self._holds.mutex:
+                    # The next renewal (or one in flight) still carries the write
+                    # token: its reply sees the change and it renews again under the
+                    # read token (see AsyncLease), so it never marks the hold lost.
+                    hold.token = read_token
+
+        try:
+            # Shielded: once sent, the change is made and the hold follows it.
+            reply = await shielded(rules.run("rw_downgrade", keys, args))
+        except BackendError:
+            raise
+        except BaseException:
+            # Cancelled past the shield, or interrupted: finished in the
+            # background (a resent downgrade changes nothing more), the hold
+            # following it, so it can still be released.
+            finish_later(rules, "rw_downgrade", keys, args, "downgrading", downgraded)
+            raise
+        if int(reply) == 0:
             self._holds.mark_lost(hold)
             raise rules.refused("the write lock is no longer held")
-        with self._holds.mutex:
-            # The next renewal (or one in flight) still carries the write
-            # token: its reply sees the change and it renews again under the
-            # read token (see AsyncLease), so it never marks the hold lost.
-            hold.token = read_token
+        downgraded(reply)
 
 
 class AsyncReadWriteLock:

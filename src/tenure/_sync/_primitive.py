@@ -35,6 +35,7 @@ from tenure._backends.for_threads import (
     absorb_guard_cancel,
     refuse_awaited_call,
     shielded,
+    start_background,
 )
 from tenure._core.exceptions import (
     AcquireTimeoutError,
@@ -63,6 +64,41 @@ from tenure._sync._scripting import Client
 __all__ = ["Leased", "Waiting"]
 
 logger = logging.getLogger("tenure.lock")
+
+
+def finish_later(
+    rules: Rules,
+    script: str,
+    keys: tuple[str, ...],
+    args: tuple[str | int, ...],
+    doing: str,
+    then: Callable[[Any], None] | None = None,
+) -> None:
+    """Run a (resend-safe) script call again in the background; ``then(reply)`` after.
+
+    For a call its caller stopped waiting for before the server answered: it
+    may not have been sent at all. A failure is logged, and what the call was
+    to end then ends with its lease.
+    """
+
+    def finish() -> None:
+        try:
+            reply = rules.run(script, keys, args)
+        except Exception as exc:
+            logger.warning(
+                "tenure: %s %r: %s, interrupted, could not be finished (%s); "
+                "what it was to end ends with its lease",
+                rules.noun,
+                rules.name,
+                doing,
+                exc,
+            )
+            return
+        if then is not None:
+            then(reply)
+
+    start_background(finish, f"tenure-{doing}")
+
 
 _P = TypeVar("_P", bound="Leased")
 
@@ -305,6 +341,14 @@ class Leased(TwinHints):
         except BackendError as error:
             if error.never_sent:
                 self._lease.resume(hold, renewal)
+            raise
+        except BaseException:
+            # Cancelled past the shield (a second cancel, or a server silent for
+            # SPARED_FOR), or interrupted: the release may not have reached the
+            # server (it waited for a pooled connection, or reloaded its script).
+            # It is finished in the background: a resent release finds its
+            # receipt, so running it again is safe.
+            finish_later(rules, rules.scripts.release, keys, args, "releasing")
             raise
         if reply == NOT_OWNED:
             self._holds.found_gone(hold)
