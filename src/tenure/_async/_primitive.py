@@ -65,7 +65,32 @@ __all__ = ["AsyncLeased", "Waiting"]
 logger = logging.getLogger("tenure.lock")
 
 
-def finish_later(
+async def run_to_the_end(
+    rules: AsyncRules,
+    script: str,
+    keys: tuple[str, ...],
+    args: tuple[str | int, ...],
+    doing: str,
+    then: Callable[[Any], None] | None = None,
+) -> Any:
+    """Run a resend-safe script call shielded from its caller's cancellation; its reply.
+
+    A call cancelled past the shield (a second cancel, or a server silent for
+    SPARED_FOR), or interrupted, may not have reached the server (it waited
+    for a pooled connection, or reloaded its script): it is finished in the
+    background (:func:`_finish_later`), and the cancellation raised. A
+    :class:`~tenure.BackendError` is raised as it is.
+    """
+    try:
+        return await shielded(rules.run(script, keys, args))
+    except BackendError:
+        raise
+    except BaseException:
+        _finish_later(rules, script, keys, args, doing, then)
+        raise
+
+
+def _finish_later(
     rules: AsyncRules,
     script: str,
     keys: tuple[str, ...],
@@ -355,18 +380,11 @@ class AsyncLeased(TwinHints):
         self._holds.forget(hold)  # stop renewing before it can change hands
         keys, args = rules.release_call(hold.token, hold.fence, hold.call)
         try:
-            reply = int(await shielded(rules.run(rules.scripts.release, keys, args)))
+            # (a resent release finds its receipt: safe to finish in the background)
+            reply = int(await run_to_the_end(rules, rules.scripts.release, keys, args, "releasing"))
         except BackendError as error:
             if error.never_sent:
                 self._lease.resume(hold, renewal)
-            raise
-        except BaseException:
-            # Cancelled past the shield (a second cancel, or a server silent for
-            # SPARED_FOR), or interrupted: the release may not have reached the
-            # server (it waited for a pooled connection, or reloaded its script).
-            # It is finished in the background: a resent release finds its
-            # receipt, so running it again is safe.
-            finish_later(rules, rules.scripts.release, keys, args, "releasing")
             raise
         if reply == NOT_OWNED:
             self._holds.found_gone(hold)

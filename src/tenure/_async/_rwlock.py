@@ -20,16 +20,15 @@ from __future__ import annotations
 import weakref
 from typing import Any, ClassVar, cast
 
-from tenure._async._primitive import finish_later
+from tenure._async._primitive import run_to_the_end
 from tenure._async._scripting import AsyncClient
 from tenure._async._semaphore import RW_LIMIT, AsyncPermitRules, AsyncPermits
-from tenure._backends.for_asyncio import IS_ASYNC, shielded
+from tenure._backends.for_asyncio import IS_ASYNC
 from tenure._backends.owners import new_token
 from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     AlreadyHeldError,
     ArgumentError,
-    BackendError,
     LockLostError,
     LockNotOwnedError,
     LostError,
@@ -171,17 +170,9 @@ class AsyncWriteLock(_AsyncSide):
                     # read token (see AsyncLease), so it never marks the hold lost.
                     hold.token = read_token
 
-        try:
-            # Shielded: once sent, the change is made and the hold follows it.
-            reply = await shielded(rules.run("rw_downgrade", keys, args))
-        except BackendError:
-            raise
-        except BaseException:
-            # Cancelled past the shield, or interrupted: finished in the
-            # background (a resent downgrade changes nothing more), the hold
-            # following it, so it can still be released.
-            finish_later(rules, "rw_downgrade", keys, args, "downgrading", downgraded)
-            raise
+        # Once sent, the change is made and the hold follows it (a resent
+        # downgrade changes nothing more: safe to finish in the background).
+        reply = await run_to_the_end(rules, "rw_downgrade", keys, args, "downgrading", downgraded)
         if int(reply) == 0:
             self._holds.mark_lost(hold)
             raise rules.refused("the write lock is no longer held")
