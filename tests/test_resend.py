@@ -162,7 +162,9 @@ class Run:
             keys.update(self.direct.scan_iter(match=pattern, count=1000))
         found = {}
         for key in keys:
-            found[self.normalise(key)] = self._dump(key)
+            dump = self._dump(key)
+            if dump["type"] != "none":  # (expired between SCAN and TYPE: absent)
+                found[self.normalise(key)] = dump
         for shown in ms_values:
             dump = found[shown]
             dump["value"] = [(f, math.ceil(int(v) / 1000)) for f, v in dump["value"]]
