@@ -285,6 +285,48 @@ def test_a_row_with_no_json_form_stops_the_run_in_one_line(
     assert json.loads(out)["claimed"] == 0
 
 
+STOPPED_WHILE_GIVING_BACK = """
+import os, signal, sys
+from multiprocessing import SimpleQueue
+from tenure._sync._scripting import ScriptRegistry
+from tenure._tools.ingest_cli import _work
+
+run = ScriptRegistry.run
+
+def run_then_stop(self, script, *args, **kwargs):
+    if script == "ingest_release":  # the parent's SIGTERM lands as the claim goes back
+        os.kill(os.getpid(), signal.SIGTERM)
+    return run(self, script, *args, **kwargs)
+
+ScriptRegistry.run = run_then_stop
+settings = dict(source_url=sys.argv[2], table="events", key="id", chunk_size=2000,
+                sink=None, name="cut-give-back", lease=60.0)
+failures = SimpleQueue()
+_work(sys.argv[1], settings, os.getppid(), failures)
+print("failures:", int(not failures.empty()))
+"""
+
+
+def test_a_worker_stopped_while_giving_a_claim_back_gives_it_back(
+    tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    # A worker whose row failed gives its claim back; the SIGTERM of the parent
+    # stopping every worker can land just then, and must not cut the give-back
+    # (the chunk would stay claimed for its whole lease; seen in CI).
+    make_table(tmp_path / "db.sqlite", 4_000, gaps=False)
+    with sqlite3.connect(tmp_path / "db.sqlite") as db:
+        db.execute("UPDATE events SET amount = 9e999 WHERE id = 10")
+    source = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_WHILE_GIVING_BACK, tenure_server.url, source],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    _, out, _ = finish(tenure(tenure_server.url, "ingest", "status", "cut-give-back", "--json"))
+    status = json.loads(out)
+    assert status["claims"] == 1 and status["claimed"] == 0, status
+
+
 def test_the_lease_option_is_checked_before_the_source_is_reached(
     tenure_server: ServerProcess, tmp_path: Path
 ) -> None:

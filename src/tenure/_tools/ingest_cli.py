@@ -25,6 +25,7 @@ import time
 import traceback
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import SimpleQueue
+from types import FrameType
 from typing import Any, TextIO
 
 import redis
@@ -186,7 +187,7 @@ def _work(
 
     interrupted: list[bool] = []
 
-    def interrupt(*_: object) -> None:
+    def interrupt(_signal: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the give-back must not be cut
         interrupted.append(True)
         # The interrupt can land inside SQLAlchemy's pool clean-up (a connection's
@@ -194,6 +195,10 @@ def _work(
         # stop was asked for that is no news, and the command prints one line.
         logging.getLogger("sqlalchemy").addHandler(logging.NullHandler())
         logging.getLogger("sqlalchemy").propagate = False
+        if _giving_back(frame):
+            # Already stopping (a row or the source failed, and its claim is on its way
+            # back): cut now, the give-back would leave the chunk claimed for its lease.
+            return
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
@@ -232,6 +237,20 @@ def _work(
         sys.exit(RESET_EXIT)
     if failed:
         sys.exit(FAILED_EXIT)
+
+
+def _giving_back(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (where a signal landed) is inside :meth:`IngestJob._give_back`.
+
+    A worker gives its claim back as an error ends its work; the error goes
+    on once the claim is back, so the worker is already stopping.
+    """
+    code = IngestJob._give_back.__code__
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def start_worker(
