@@ -277,6 +277,30 @@ async def test_a_majority_down_fails_fast_naming_the_masters(
     assert re.match("no answer within|not answering", error.failures[lock.masters[2]])
 
 
+async def test_many_waiters_on_masters_slower_than_master_timeout_all_get_it(
+    proxies: list[FaultProxy],
+) -> None:
+    """Every master answers after master_timeout (a busy machine, a burst of new
+    connections): the attempts wait for the answers on their way instead of sending
+    more calls, which would pile up until the pools ran out (QuorumError)."""
+    clients = [proxy.async_client(socket_timeout=5, max_connections=20) for proxy in proxies]
+    for proxy in proxies:
+        proxy.set_latency(0.07)  # a round trip: 0.14 s, over the 0.1 s master_timeout
+    held: list[int] = []
+
+    async def take(index: int) -> None:
+        lock = AsyncRedlock(clients, "burst", timeout=10)
+        assert await lock.acquire(blocking_timeout=60)
+        held.append(index)
+        await lock.release()
+
+    try:
+        await gather(*(functools.partial(take, index) for index in range(10)))
+        assert sorted(held) == list(range(10))
+    finally:
+        await _close(proxies, clients)
+
+
 async def test_a_release_waits_for_masters_slower_than_master_timeout(
     masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
 ) -> None:

@@ -75,7 +75,6 @@ class AsyncMasters:
         self.call_timeout = call_timeout  # master_timeout: one call's limit, not a lease
         self.longest = longest  # the longest an attempt may wait, however slow the answers
         self.name = name
-        self._slowest = 0.0  # the slowest recent answer, decaying with every answer
         self.failures = 0
         self._registries = [registry_for(client) for client in clients]
         self._mutex = Mutex()  # late calls end in worker threads (sync) or callbacks
@@ -92,7 +91,8 @@ class AsyncMasters:
         master that is down leaves the others' answers fast, so it still
         fails in ``master_timeout``.
         """
-        return min(max(self.call_timeout, ADAPTIVE_MARGIN * self._slowest), self.longest)
+        slowest = max(registry.slowest for registry in self._registries)
+        return min(max(self.call_timeout, ADAPTIVE_MARGIN * slowest), self.longest)
 
     @property
     def settle_timeout(self) -> float:
@@ -129,8 +129,9 @@ class AsyncMasters:
             with self._mutex:
                 self._running[index].pop(mark, None)
         took = time.monotonic() - sent
-        with self._mutex:
-            self._slowest = max(took, self._slowest * SLOWEST_DECAY)
+        registry = self._registries[index]
+        with self._mutex:  # (another object's update may be lost: a heuristic)
+            registry.slowest = max(took, registry.slowest * SLOWEST_DECAY)
         return reply
 
     async def call(
@@ -188,6 +189,25 @@ class AsyncMasters:
                 return len(outcomes) == len(live)
             return tally.settled if until is None else until(tally)
 
+        began = time.monotonic()
+        first_in: list[float] = []
+
+        def patient(outcomes: dict[int, Any]) -> bool | float:
+            # While no master has answered at all, the likeliest cause is this
+            # process (a burst of calls opening connections, a starved event
+            # loop), not every master at once: failing them now would only send
+            # more calls. So the wait goes on, up to the longest an attempt may
+            # take; once one answers, the rest get ``timeout`` or a few times
+            # what that answer took.
+            verdict = settled(outcomes)
+            if verdict is True or not outcomes:
+                return verdict
+            now = time.monotonic()
+            if not first_in:
+                first_in.append(now - began)
+            allowed = max(timeout, ADAPTIVE_MARGIN * first_in[0]) - (now - began)
+            return max(0.0, allowed if verdict is False else min(verdict, allowed))
+
         def finished_late(slot: int, outcome: Any) -> None:
             if late is not None and not isinstance(outcome, BaseException) and good(outcome):
                 late(live[slot], outcome)
@@ -197,14 +217,15 @@ class AsyncMasters:
 
         outcomes = await race(
             [starter(index) for index in live],
-            timeout,
-            settled,
+            max(timeout, self.longest),
+            patient,
             finished_late,
         )
         if settled(outcomes) is False:  # out of time: those still running failed this call
             for slot, index in enumerate(live):
                 if slot not in outcomes:
-                    tally.failed[index] = f"no answer within {timeout:g}s"
+                    waited = max(timeout, time.monotonic() - began)
+                    tally.failed[index] = f"no answer within {waited:.2g}s"
                     tally.slow.add(index)
         with self._mutex:
             self.failures += len(tally.failed)

@@ -59,6 +59,10 @@ class AsyncScriptRegistry:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
         self._stats = ScriptStatistics()
+        # The slowest recent answer of this client's server, as this process saw it
+        # (decaying with every answer): how long Redlock attempts wait, shared by
+        # every Redlock on the client, so a fresh one in a burst knows it too.
+        self.slowest = 0.0
 
     def statistics(self) -> ScriptStatistics:
         """A snapshot of this registry's counters."""
