@@ -143,12 +143,14 @@ class AsyncMasters:
         only: Sequence[int] | None = None,
         until: Callable[[Tally], bool | float] | None = None,
         timeout: float | None = None,
+        silent: float = 0.0,
     ) -> Tally:
         """Send ``send(index)`` to every master (or those in ``only``); tally the answers.
 
         Returns once ``until(tally)`` (by default: the quorum is reached or
         out of reach), or every master answered, or after ``timeout`` (by
-        default the masters' timeout); a number from ``until`` is how much
+        default the masters' timeout; ``silent`` seconds if longer, while no
+        master has answered at all); a number from ``until`` is how much
         longer to wait for the rest. ``late(index, reply)`` gets the good
         replies that come afterwards.
         """
@@ -193,12 +195,9 @@ class AsyncMasters:
         first_in: list[float] = []
 
         def patient(outcomes: dict[int, Any]) -> bool | float:
-            # While no master has answered at all, the likeliest cause is this
-            # process (a burst of calls opening connections, a starved event
-            # loop), not every master at once: failing them now would only send
-            # more calls. So the wait goes on, up to the longest an attempt may
-            # take; once one answers, the rest get ``timeout`` or a few times
-            # what that answer took.
+            # While no master has answered at all, the wait goes on up to
+            # ``silent``; once one answers, the rest get ``timeout`` or a few
+            # times what that answer took.
             verdict = settled(outcomes)
             if verdict is True or not outcomes:
                 return verdict
@@ -217,7 +216,7 @@ class AsyncMasters:
 
         outcomes = await race(
             [starter(index) for index in live],
-            max(timeout, self.longest),
+            max(timeout, silent),
             patient,
             finished_late,
         )

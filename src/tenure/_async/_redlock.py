@@ -92,7 +92,8 @@ class AsyncRedlock(AsyncLeased):
     * ``cancel_on_lost`` — asyncio only: as for :class:`AsyncLock`.
     * ``master_timeout`` — seconds an attempt waits for the masters (default
       0.1, or a tenth of a shorter lease; at most a tenth of the lease; an
-      attempt no master has answered at all waits on, up to that). A release
+      acquisition's first attempt waits up to 1 s while no master has
+      answered at all). A release
       waits longer for a quorum, up to 1 s: nothing runs out meanwhile. Set the
       clients' own ``socket_timeout`` too, so a call to a master that never answers ends.
 

@@ -79,6 +79,17 @@ LEAVE_PATIENCE = 600.0
 LEAVE_PAUSE = 0.5
 """Seconds between those tries."""
 
+FIRST_SILENCE = 1.0
+"""Seconds an acquisition's first attempt waits, while no master has answered at all.
+
+At most a tenth of the lease. Every master silent at once is most likely
+this process: a burst of callers each opening a connection per master, or a
+starved event loop. Failing the attempt at ``master_timeout`` would send a
+give-back and another attempt while its calls still run, each on a new
+connection, until the pools ran out. Masters all cut off from this process
+take that much longer to tell (``QuorumError`` in about 1.5 s, not 0.5 s).
+"""
+
 SPLIT_GRACE = 0.01
 """Seconds an attempt split with another contender waits, at least, for its other masters."""
 
@@ -129,6 +140,8 @@ class AsyncRedlockQueue:
         unreachable_since = 0.0
         slow_since = 0.0
 
+        attempts_before = self._rules.attempts
+
         def patience_for_slow() -> float:
             return SLOW_PATIENCE * self._masters.attempt_timeout
 
@@ -137,7 +150,8 @@ class AsyncRedlockQueue:
                 if listener is None and wait and self.seen_busy:
                     listener = await self._listen(token)
                 sent = time.monotonic()
-                tried = await shielded(self._attempt(token, ticket, listener, attempt))
+                first = self._rules.attempts == attempts_before
+                tried = await shielded(self._attempt(token, ticket, listener, attempt, first))
                 if tried.unreachable is not None:
                     # Once may be a stall (of this process, or of the network):
                     # twice in a row, the masters are out of reach -- unless
@@ -229,11 +243,13 @@ class AsyncRedlockQueue:
         return listener
 
     async def _attempt(
-        self, token: str, ticket: int, listener: _Listener | None, call: str
+        self, token: str, ticket: int, listener: _Listener | None, call: str, first: bool = False
     ) -> _Attempt:
         """Send one attempt to every master; keep it if a quorum granted it in time.
 
         ``call``: the acquire call's id when the caller chose ``token`` (else ``""``).
+        ``first``: the acquisition's first attempt, which waits longer while no
+        master has answered at all (see :data:`FIRST_SILENCE`).
         """
         masters, settings = self._masters, self._rules.settings
         sent = time.monotonic()
@@ -286,7 +302,8 @@ class AsyncRedlockQueue:
                 return max(SPLIT_GRACE, 2 * (time.monotonic() - sent))
             return False
 
-        tally = await masters.call(send, _granted, late=late, until=until)
+        silent = min(masters.longest, FIRST_SILENCE) if first else 0.0
+        tally = await masters.call(send, _granted, late=late, until=until, silent=silent)
         fence: int | None = None
         if tally.reached:
             fence = await self._seal(token, tally, sent)
