@@ -301,6 +301,24 @@ def test_many_waiters_on_masters_slower_than_master_timeout_all_get_it(
         _close(proxies, clients)
 
 
+def test_every_master_cut_off_fails_within_two_seconds(
+    masters: list[Any], proxies: list[FaultProxy]
+) -> None:
+    """The first attempt's wait for masters that all stay silent is bounded (1 s):
+    a process cut off from every master is told in under 2 s, not a tenth of the
+    lease per attempt."""
+    lock = Redlock(masters, "cut-off", timeout=60)
+    assert lock.acquire()  # connections made: the silence is not connecting
+    lock.release()
+    for proxy in proxies:
+        proxy.blackhole()
+    started = time.monotonic()
+    with pytest.raises(QuorumError) as caught:
+        lock.acquire()
+    assert time.monotonic() - started < 2.0
+    assert caught.value.answered == 0
+
+
 def test_a_release_waits_for_masters_slower_than_master_timeout(
     masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
 ) -> None:
