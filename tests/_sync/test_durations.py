@@ -6,7 +6,8 @@ and in each call that takes one), ``@cached``, a stream consumer
 and a cluster lock's ``replica_timeout`` go through the one checker,
 ``check_seconds``: a value that is not a number of seconds from 0 to ten years
 raises the :class:`ArgumentError` a :class:`Lock` raises for its
-``waiter_lease``, with the argument's own name, before anything reaches the
+``waiter_lease``, with the argument's own name (a negative value is told the
+argument's own bound: ``> 0`` where 0 is refused too, else ``>= 0``), before anything reaches the
 server (a loader is not run, nothing is written). An id set takes no duration;
 ``early`` is a factor, not a duration: checked by the same function, unbounded.
 """
@@ -14,6 +15,7 @@ server (a loader is not run, nothing is written). An id set takes no duration;
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -155,12 +157,17 @@ def _as_a_lock_says(client: redis.Redis, argument: str, value: Any) -> str:
 def test_every_duration_is_refused_as_a_lock_refuses_it(
     tenure_client: redis.Redis, argument: str, use: Use, value: Any
 ) -> None:
-    expected = _as_a_lock_says(tenure_client, argument, value)
+    negative = type(value) is int and value < 0
+    expected = "" if negative else _as_a_lock_says(tenure_client, argument, value)
     before = _Loader.calls
     with pytest.raises(ArgumentError) as refused:
         use(tenure_client, value)
     assert refused.value.argument == argument
-    assert refused.value.message == expected
+    if negative:  # the argument's own bound (0 refused or not), not waiter_lease's 0.2 s
+        bound = r"must be >=? 0 seconds, got -1"
+        assert re.fullmatch(f"{re.escape(argument)}: {bound}", str(refused.value.message))
+    else:
+        assert refused.value.message == expected
     assert _Loader.calls == before  # refused before any loading
     assert tenure_client.dbsize() == 0  # and before any write
 
@@ -180,3 +187,24 @@ def test_the_longest_duration_is_ten_years_everywhere(
     for use in (_herd, _cache_set, _consumer_claim_idle):
         with pytest.raises(ArgumentError, match=r"at most 315360000 seconds \(ten years\)"):
             use(tenure_client, ten_years + 1)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"timeout": -1}, "timeout: must be > 0 seconds, got -1"),
+        ({"timeout": 0}, "timeout: must be > 0 seconds, got 0"),
+        ({"max_hold": -2.5}, "max_hold: must be > 0 seconds, got -2.5"),
+        ({"waiter_lease": -1}, "waiter_lease: must be at least 0.2 seconds, got -1"),
+        ({"waiter_lease": 0.1}, "waiter_lease: must be at least 0.2 seconds, got 0.1"),
+        ({"handoff_lease": 0}, "handoff_lease: must be at least 0.05 seconds, got 0"),
+        ({"blocking_timeout": -1}, "blocking_timeout: must be >= 0 seconds, got -1"),
+    ],
+)
+def test_a_value_below_the_bound_is_told_the_bound_it_missed(
+    tenure_client: redis.Redis, given: dict[str, float], said: str
+) -> None:
+    """A negative lease is not told ">= 0" where 0 is refused too, nor where 0.2 s is the least."""
+    with pytest.raises(ArgumentError) as refused:
+        Lock(tenure_client, "bounds", **given)  # type: ignore[arg-type]
+    assert refused.value.message == said

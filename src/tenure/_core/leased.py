@@ -362,21 +362,13 @@ class LockSettings:
         if found is not None:
             return found
         checked = check_lock_name(name)  # for the messages (the caller checked it)
-        check_seconds("timeout", timeout, allow_none=True, name=checked)
+        check_seconds("timeout", timeout, allow_none=True, name=checked, positive=True)
         blocking_timeout = check_seconds(
             "blocking_timeout", blocking_timeout, allow_none=True, name=checked, forever=True
         )
-        check_seconds("max_hold", max_hold, allow_none=True, name=checked)
-        check_seconds("waiter_lease", waiter_lease, allow_none=False, name=checked)
-        check_seconds("handoff_lease", handoff_lease, allow_none=False, name=checked)
-        if timeout is not None and timeout <= 0:
-            raise ArgumentError("timeout", f"must be > 0 seconds, got {timeout!r}", name=checked)
-        if waiter_lease < 0.2:
-            raise ArgumentError("waiter_lease", "must be at least 0.2 seconds", name=checked)
-        if handoff_lease < 0.05:
-            raise ArgumentError("handoff_lease", "must be at least 0.05 seconds", name=checked)
-        if max_hold is not None and max_hold <= 0:
-            raise ArgumentError("max_hold", f"must be > 0 seconds, got {max_hold!r}", name=checked)
+        check_seconds("max_hold", max_hold, allow_none=True, name=checked, positive=True)
+        check_seconds("waiter_lease", waiter_lease, allow_none=False, name=checked, least=0.2)
+        check_seconds("handoff_lease", handoff_lease, allow_none=False, name=checked, least=0.05)
         lease = DEFAULT_LEASE if timeout is None else float(timeout)
         renew = (timeout is None) if auto_renew is None else bool(auto_renew)
         lease_ms = to_ms(lease)

@@ -45,6 +45,7 @@ def check_seconds(
     forever: Literal[False] = False,
     longest: float | None = MAX_SECONDS,
     positive: bool = False,
+    least: float | None = None,
 ) -> float: ...
 
 
@@ -58,6 +59,7 @@ def check_seconds(
     forever: bool = False,
     longest: float | None = MAX_SECONDS,
     positive: bool = False,
+    least: float | None = None,
 ) -> float | None: ...
 
 
@@ -70,18 +72,23 @@ def check_seconds(
     forever: bool = False,
     longest: float | None = MAX_SECONDS,
     positive: bool = False,
+    least: float | None = None,
 ) -> float | None:
     """Refuse non-numeric, NaN, negative, infinite or too long durations, naming the argument.
 
     Returns the value, with infinity as None when ``forever`` (a wait with no
     deadline: ``blocking_timeout=math.inf`` means what None means). ``longest``
     (None: no bound) is the longest the value may be: a lease or wait the
-    server counts in milliseconds. ``positive`` refuses 0 too.
+    server counts in milliseconds. ``positive`` refuses 0 too; ``least``
+    (None: 0) is the shortest the value may be. A refusal names the bound the
+    value missed as the argument has it (a negative ``timeout`` is told it
+    must be > 0, not >= 0).
     """
     if (
         (type(value) is float or type(value) is int)
         and 0 < value < math.inf
         and (longest is None or value <= longest)
+        and (least is None or value >= least)
     ):
         return value  # the usual case, checked at every lock made: a finite, positive number
     if value is None:
@@ -94,8 +101,13 @@ def check_seconds(
         )
     if math.isnan(value):
         raise ArgumentError(argument, "must be a number of seconds >= 0, got NaN", name=name)
+    if least is not None and value < least:
+        raise ArgumentError(
+            argument, f"must be at least {least:g} seconds, got {value!r}", name=name
+        )
     if value < 0:
-        raise ArgumentError(argument, f"must be >= 0 seconds, got {value!r}", name=name)
+        bound = "> 0" if positive else ">= 0"
+        raise ArgumentError(argument, f"must be {bound} seconds, got {value!r}", name=name)
     if math.isinf(value):
         if forever:
             return None
