@@ -14,7 +14,6 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -396,15 +395,10 @@ def test_a_grant_that_lapsed_while_its_waiter_was_stopped_is_not_taken(
     _a_later_grant_than(busy, busy.read(), fence)
 
 
-@pytest.mark.parametrize(
-    ("purged", "waiter_lease"),
-    [(False, 0.5), (True, 0.5), (False, 6.0)],
-    ids=["dies-at-the-head", "purged-first", "long-waiter-lease"],
-)
+@pytest.mark.parametrize("purged", [False, True], ids=["dies-at-the-head", "purged-first"])
 def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_lease(
     api: str,
     purged: bool,
-    waiter_lease: float,
     tenure_server: ServerProcess,
     client: redis.Redis,
     workers: list[Worker],
@@ -412,14 +406,9 @@ def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_l
     """Five waiters of one process (one line, one waiter lease for all of them)
     die together: the waiter behind them is held up one handoff lease at most
     (released at once: the first dead one is handed the lock), or not at all
-    (released after their 0.5 s waiter lease ran out: all five are dropped).
-    Once, not once per dead waiter until their waiter lease runs out: with a
-    6 s waiter lease the grant cuts the dead process's lease to the 1 s
-    handoff lease, and all five go when it lapses."""
+    (released after their 0.5 s waiter lease ran out: all five are dropped)."""
     name = "dead-crowd"
-    holder, crowd, behind = _crowd_then_one(
-        api, tenure_server, client, workers, name, 5, waiter_lease
-    )
+    holder, crowd, behind = _crowd_then_one(api, tenure_server, client, workers, name, 5)
     os.kill(crowd.pid, signal.SIGKILL)
     crowd.process.wait(timeout=10)
     if purged:
@@ -431,55 +420,6 @@ def test_a_dead_process_with_many_waiters_stalls_the_queue_at_most_the_handoff_l
     assert taken["event"] == "acquired"
     bound = SLACK if purged else 1.0 + SLACK
     assert taken["t"] - released <= bound
-
-
-SEMAPHORE_CROWD = """
-import sys, threading, redis, tenure
-url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-client = redis.Redis.from_url(url)
-for _ in range(count):
-    permit = tenure.Semaphore(client, name, limit=1, waiter_lease=6)
-    threading.Thread(target=permit.acquire, daemon=True).start()
-threading.Event().wait()
-"""
-
-
-def test_a_dead_process_with_many_semaphore_waiters_stalls_the_line_once(
-    api: str, tenure_server: ServerProcess, client: redis.Redis
-) -> None:
-    """The semaphore's grants cut the process's waiter lease as the lock's do: five
-    waiters of a killed process (6 s waiter lease) hold the line one handoff lease."""
-    if api == "async":
-        pytest.skip("one run: the crowd is a plain process, killed")
-    name = "dead-permits"
-    holder = Semaphore(client, name, limit=1)
-    assert holder.acquire()
-    queue = holder.keys.queue
-    other = tenure_server.client()
-    crowd = subprocess.Popen(
-        [sys.executable, "-c", SEMAPHORE_CROWD, tenure_server.url, name, "5"], cwd=ROOT
-    )
-    try:
-        wait_for(lambda: client.zcard(queue) == 5, 20, "the crowd's five waiters in line")
-        behind = Semaphore(other, name, limit=1, waiter_lease=6, thread_local=False)
-        took: list[float] = []
-
-        def take() -> None:
-            if behind.acquire():
-                took.append(time.monotonic())
-
-        waiting = threading.Thread(target=take)
-        waiting.start()
-        wait_for(lambda: client.zcard(queue) == 6, 10, "a waiter behind them")
-    finally:
-        crowd.kill()  # our own child, by its handle
-        crowd.wait(timeout=10)
-    released = time.monotonic()
-    holder.release()
-    waiting.join(timeout=15)
-    assert took and took[0] - released <= 1.0 + SLACK, took
-    behind.release()
-    other.close()
 
 
 def test_a_stopped_process_waits_again_behind_those_who_stayed(
@@ -512,12 +452,11 @@ def _crowd_then_one(
     workers: list[Worker],
     name: str,
     count: int,
-    waiter_lease: float = 0.5,
 ) -> tuple[Lock, Worker, Worker]:
     """A held lock; ``count`` waiters of one process in line, then one of another behind."""
     holder = Lock(client, name)
     assert holder.acquire()
-    crowd = Worker(api, "crowd", server.url, name, str(count), str(waiter_lease))
+    crowd = Worker(api, "crowd", server.url, name, str(count))
     workers.append(crowd)
     assert crowd.read()["event"] == "waiting"
     (behind,) = _queue_up(api, server, client, workers, name, 1)

@@ -23,12 +23,11 @@ Roles:
   rw URL NAME COUNT        take an AsyncReadWriteLock COUNT times, as a writer one
                            time in four (at random), holding each 1 ms; print
                            every hold window with its mode
-  crowd URL NAME COUNT [WAITER_LEASE]
-                           queue COUNT waiters (tasks, or threads) of this one
-                           process, each its own AsyncLock with a 0.5 s (or
-                           WAITER_LEASE) waiter lease; print "waiting" once
-                           every one of them is in the server's queue, then for
-                           each: when it was acquired (hold 10 ms, release)
+  crowd URL NAME COUNT     queue COUNT waiters (tasks, or threads) of this one
+                           process, each its own AsyncLock with a 0.5 s waiter
+                           lease; print "waiting" once every one of them is in the
+                           server's queue, then for each: when it was acquired
+                           (hold 10 ms, release)
   permits URL NAME COUNT LIMIT
                            take a permit of an AsyncSemaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -116,10 +115,10 @@ async def wait(url: str, name: str, timeout: float) -> None:
     await client.aclose()
 
 
-async def crowd(url: str, name: str, count: int, waiter_lease: float = 0.5) -> None:
+async def crowd(url: str, name: str, count: int) -> None:
     """Queue ``count`` waiters of this process; print each acquisition."""
     client = redis.asyncio.Redis.from_url(url)
-    locks = [AsyncLock(client, name, timeout=10, waiter_lease=waiter_lease) for _ in range(count)]
+    locks = [AsyncLock(client, name, timeout=10, waiter_lease=0.5) for _ in range(count)]
 
     async def take(lock: AsyncLock) -> None:
         got = await lock.acquire(blocking_timeout=60)
@@ -259,7 +258,7 @@ async def work(argv: list[str]) -> int:
     elif role == "wait":
         await wait(url, name, float(value))
     elif role == "crowd":
-        await crowd(url, name, int(value), *(float(lease) for lease in argv[4:5]))
+        await crowd(url, name, int(value))
     elif role == "stall":
         await stall(url, name, float(value))
     elif role == "connlock":

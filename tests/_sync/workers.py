@@ -24,12 +24,11 @@ Roles:
   rw URL NAME COUNT        take an ReadWriteLock COUNT times, as a writer one
                            time in four (at random), holding each 1 ms; print
                            every hold window with its mode
-  crowd URL NAME COUNT [WAITER_LEASE]
-                           queue COUNT waiters (threads, or threads) of this one
-                           process, each its own Lock with a 0.5 s (or
-                           WAITER_LEASE) waiter lease; print "waiting" once
-                           every one of them is in the server's queue, then for
-                           each: when it was acquired (hold 10 ms, release)
+  crowd URL NAME COUNT     queue COUNT waiters (threads, or threads) of this one
+                           process, each its own Lock with a 0.5 s waiter
+                           lease; print "waiting" once every one of them is in the
+                           server's queue, then for each: when it was acquired
+                           (hold 10 ms, release)
   permits URL NAME COUNT LIMIT
                            take a permit of an Semaphore(limit=LIMIT, 1 s
                            lease, renewed) COUNT times, holding each 1 ms; print
@@ -115,10 +114,10 @@ def wait(url: str, name: str, timeout: float) -> None:
     client.close()
 
 
-def crowd(url: str, name: str, count: int, waiter_lease: float = 0.5) -> None:
+def crowd(url: str, name: str, count: int) -> None:
     """Queue ``count`` waiters of this process; print each acquisition."""
     client = redis.Redis.from_url(url)
-    locks = [Lock(client, name, timeout=10, waiter_lease=waiter_lease) for _ in range(count)]
+    locks = [Lock(client, name, timeout=10, waiter_lease=0.5) for _ in range(count)]
 
     def take(lock: Lock) -> None:
         got = lock.acquire(blocking_timeout=60)
@@ -258,7 +257,7 @@ def work(argv: list[str]) -> int:
     elif role == "wait":
         wait(url, name, float(value))
     elif role == "crowd":
-        crowd(url, name, int(value), *(float(lease) for lease in argv[4:5]))
+        crowd(url, name, int(value))
     elif role == "stall":
         stall(url, name, float(value))
     elif role == "connlock":

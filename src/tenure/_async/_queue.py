@@ -239,9 +239,7 @@ class AsyncQueue:
                     return await self._give_up(token, started, holder, deadline, attempt)
                 # Wake at the first of: a grant, our deadline, the owner's lease
                 # running out (a crashed owner), the time to refresh our place.
-                # (A grant cuts the process's waiter lease to the handoff lease: lib/queue.)
-                refresh = min(settings.waiter_lease, settings.handoff_lease)
-                wake_at = now + refresh * WAITER_REFRESH
+                wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if answer.owner_ttl_ms >= 0:
                     wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
                 if answer.outsider:  # its release is announced to nobody: look again

@@ -349,9 +349,7 @@ class Line:
             self._joins_out = set()
             self._heard = time.monotonic()
             self._clock = (sent, answer.server_ms)
-            # (A grant cuts the process's waiter lease to the handoff lease: lib/queue.)
-            refresh_ms = min(self._waiter_lease_ms, self._handoff_ms)
-            due = sent + refresh_ms / 1000 * WAITER_REFRESH
+            due = sent + self._waiter_lease_ms / 1000 * WAITER_REFRESH
             holders = [
                 (member, granted)
                 for token, granted in answer.holds.items()

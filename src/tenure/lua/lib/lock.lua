@@ -130,9 +130,7 @@ end
 -- newcomer can barge in, and announce it on the waiter's channel. The
 -- handed-over lease is short (handoff_ms) until the new owner confirms it
 -- with its full lease, so a waiter that died just before its turn delays the
--- others by at most that (and a process that died with many waiters, by
--- that once: its waiter lease is cut to it). `last`: the hash's fence, if the
--- caller read it (nil: read here).
+-- others by at most that. `last`: the hash's fence, if the caller read it (nil: read here).
 local function grant_next(owner, queue, waiters, wakes, handoff_ms, now, names, last)
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
@@ -143,6 +141,5 @@ local function grant_next(owner, queue, waiters, wakes, handoff_ms, now, names, 
     leave_queue(queue, waiters, wakes, head, names)
     local f = take(owner, head, handoff_ms, name, '', last)
     announce(channel, head, f, handoff_ms, now)
-    cut_waiter_lease(waiters, channel, now, handoff_ms)
     return head
 end

@@ -157,17 +157,3 @@ local function announce(channel, token, fence, handoff_ms, now)
             token .. ':' .. string.format('%d', fence) .. ':' .. handoff_ms .. ':' .. string.format('%d', now))
     end
 end
-
--- A waiter granted on a handoff lease must confirm it within that lease, and
--- its process must show it is alive within it too: the waiter lease of the
--- process listening on `channel` is cut to the handoff lease (never
--- lengthened). A process that died with many waiters in line then has them
--- all dropped when its grant lapses (one handoff lease of delay, not one per
--- waiter until its waiter lease ran out); a live one refreshes its lease at
--- least every 0.4 handoff leases (WAITER_REFRESH) and keeps their places.
-local function cut_waiter_lease(waiters, channel, now, handoff_ms)
-    if channel then
-        redis.call('ZADD', waiters, 'XX', 'LT', string.format('%d', now + tonumber(handoff_ms)),
-            channel)
-    end
-end

@@ -148,7 +148,6 @@ local function grant_permits(holders, queue, waiters, wakes, fence, grants, limi
         leave_queue(queue, waiters, wakes, head, names)
         local f = take_permit(holders, grants, fence, head, handoff_ms, now, idle_ms, owners, name)
         announce(channel, head, f, handoff_ms, now)
-        cut_waiter_lease(waiters, channel, now, handoff_ms)
         if is_writer(head, limit) then
             return
         end
