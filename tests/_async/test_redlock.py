@@ -319,6 +319,20 @@ async def test_every_master_cut_off_fails_within_two_seconds(
     assert caught.value.answered == 0
 
 
+async def test_every_master_cut_off_still_ends_a_wait_by_its_blocking_timeout(
+    masters: list[Any], proxies: list[FaultProxy]
+) -> None:
+    """The first attempt's longer wait for silent masters stops at the deadline."""
+    lock = AsyncRedlock(masters, "cut-off-deadline", timeout=60)
+    assert await lock.acquire()
+    await lock.release()
+    for proxy in proxies:
+        proxy.blackhole()
+    started = time.monotonic()
+    assert not await lock.acquire(blocking_timeout=0.3)
+    assert time.monotonic() - started < 0.8
+
+
 async def test_a_release_waits_for_masters_slower_than_master_timeout(
     masters: list[Any], proxies: list[FaultProxy], redlock_servers: tuple[ServerProcess, ...]
 ) -> None:

@@ -83,12 +83,13 @@ LEAVE_PAUSE = 0.5
 FIRST_SILENCE = 1.0
 """Seconds an acquisition's first attempt waits, while no master has answered at all.
 
-At most a tenth of the lease. Every master silent at once is most likely
-this process: a burst of callers each opening a connection per master, or a
-starved process. Failing the attempt at ``master_timeout`` would send a
-give-back and another attempt while its calls still run, each on a new
-connection, until the pools ran out. Masters all cut off from this process
-take that much longer to tell (``QuorumError`` in about 1.5 s, not 0.5 s).
+At most a tenth of the lease, and never past ``blocking_timeout``. Every
+master silent at once is most likely this process: a burst of callers each
+opening a connection per master, or a starved process. Failing the
+attempt at ``master_timeout`` would send a give-back and another attempt
+while its calls still run, each on a new connection, until the pools ran
+out. Masters all cut off from this process take that much longer to tell
+(``QuorumError`` in about 1.5 s, not 0.5 s).
 """
 
 SPLIT_GRACE = 0.01
@@ -151,8 +152,12 @@ class RedlockQueue:
                 if listener is None and wait and self.seen_busy:
                     listener = self._listen(token)
                 sent = time.monotonic()
-                first = self._rules.attempts == attempts_before
-                tried = shielded(self._attempt(token, ticket, listener, attempt, first))
+                silent = 0.0  # the first attempt waits longer while no master answers
+                if self._rules.attempts == attempts_before:
+                    silent = min(self._masters.longest, FIRST_SILENCE)
+                    if deadline is not None:  # never past the caller's deadline
+                        silent = min(silent, deadline - time.monotonic())
+                tried = shielded(self._attempt(token, ticket, listener, attempt, silent))
                 if tried.unreachable is not None:
                     # Once may be a stall (of this process, or of the network):
                     # twice in a row, the masters are out of reach -- unless
@@ -244,13 +249,14 @@ class RedlockQueue:
         return listener
 
     def _attempt(
-        self, token: str, ticket: int, listener: _Listener | None, call: str, first: bool = False
+        self, token: str, ticket: int, listener: _Listener | None, call: str, silent: float = 0.0
     ) -> _Attempt:
         """Send one attempt to every master; keep it if a quorum granted it in time.
 
         ``call``: the acquire call's id when the caller chose ``token`` (else ``""``).
-        ``first``: the acquisition's first attempt, which waits longer while no
-        master has answered at all (see :data:`FIRST_SILENCE`).
+        ``silent``: how long it waits, if longer than its timeout, while no
+        master has answered at all (an acquisition's first attempt: see
+        :data:`FIRST_SILENCE`).
         """
         masters, settings = self._masters, self._rules.settings
         sent = time.monotonic()
@@ -303,7 +309,6 @@ class RedlockQueue:
                 return max(SPLIT_GRACE, 2 * (time.monotonic() - sent))
             return False
 
-        silent = min(masters.longest, FIRST_SILENCE) if first else 0.0
         tally = masters.call(send, _granted, late=late, until=until, silent=silent)
         fence: int | None = None
         if tally.reached:
