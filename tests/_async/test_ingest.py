@@ -384,7 +384,7 @@ async def test_the_lease_is_checked_as_a_lock_checks_its_durations(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:
     source = CallableSource(counting, low=1, high=20, name="numbers")
-    refused: list[Any] = [sys.maxsize, 1e16, math.inf, math.nan, -1, "5", True, None]
+    refused: list[Any] = [sys.maxsize, 1e16, math.inf, math.nan, "5", True, None]
     for value in refused:
         with pytest.raises(ArgumentError) as lock_said:
             AsyncLock(tenure_async_client, "durations", waiter_lease=value)
@@ -394,8 +394,11 @@ async def test_the_lease_is_checked_as_a_lock_checks_its_durations(
         assert job_said.value.message == "lease" + str(lock_said.value.message).removeprefix(
             "waiter_lease"
         )
-    with pytest.raises(ArgumentError, match=r"^lease: must be > 0 seconds, got 0 "):
-        AsyncIngestJob(tenure_async_client, "durations", source, lease=0)
+    for value in (-1, 0):  # below its own least, not waiter_lease's: said with the value
+        with pytest.raises(
+            ArgumentError, match=rf"^lease: must be at least 0\.1 seconds, got {value} "
+        ):
+            AsyncIngestJob(tenure_async_client, "durations", source, lease=value)
     with pytest.raises(ArgumentError, match=r"^lease: must be at least 0\.1 seconds, got 0\.05"):
         AsyncIngestJob(tenure_async_client, "durations", source, lease=0.05)
     ten_years = 10 * 365 * 86400

@@ -95,7 +95,7 @@ async def test_a_read_write_sides_token_must_be_its_own(
     [
         ("timeout", math.inf, "finite number of seconds \\(None: held until released\\)"),
         ("timeout", math.nan, "a number of seconds >= 0, got NaN "),
-        ("timeout", -1, ">= 0"),
+        ("timeout", -1, "> 0 seconds, got -1"),
         ("timeout", 1e12, "at most 315360000 seconds"),
         ("max_hold", math.inf, "finite"),
         ("waiter_lease", math.inf, "finite"),

@@ -301,12 +301,12 @@ async def test_many_waiters_on_masters_slower_than_master_timeout_all_get_it(
         await _close(proxies, clients)
 
 
-async def test_every_master_cut_off_fails_within_two_seconds(
+async def test_every_master_cut_off_fails_in_seconds_not_a_tenth_of_the_lease(
     masters: list[Any], proxies: list[FaultProxy]
 ) -> None:
     """The first attempt's wait for masters that all stay silent is bounded (1 s):
-    a process cut off from every master is told in under 2 s, not a tenth of the
-    lease per attempt."""
+    a process cut off from every master is told in about 1.5 s (under 3 s on a
+    busy machine), not a tenth of the lease (6 s here) per attempt."""
     lock = AsyncRedlock(masters, "cut-off", timeout=60)
     assert await lock.acquire()  # connections made: the silence is not connecting
     await lock.release()
@@ -315,7 +315,7 @@ async def test_every_master_cut_off_fails_within_two_seconds(
     started = time.monotonic()
     with pytest.raises(QuorumError) as caught:
         await lock.acquire()
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 3.0
     assert caught.value.answered == 0
 
 

@@ -139,11 +139,7 @@ class AsyncIngestJob:
                 f" without {', '.join(missing)}{hint}",
                 name=name,
             )
-        check_seconds("lease", lease, allow_none=False, name=name, positive=True)
-        if lease < SHORTEST_LEASE:
-            raise ArgumentError(
-                "lease", f"must be at least {SHORTEST_LEASE} seconds, got {lease!r}", name=name
-            )
+        check_seconds("lease", lease, allow_none=False, name=name, least=SHORTEST_LEASE)
         self.client = client
         self.name = name
         self.source = source
