@@ -92,7 +92,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the tools' own plumbing, and the library under them is tested on both engines.
 
     That engine is Valkey; with ``TENURE_TOOLS_ENGINE=split`` (CI, which runs
-    the Valkey and the redis-server passes side by side) each such test runs in
+    the Valkey and the redis-server passes one after the other) each such test runs in
     one of the two passes, chosen by its id, so both passes take about as long.
     """
     # The slow tests (many processes, much CPU) first: spread over the workers from
