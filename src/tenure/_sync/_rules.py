@@ -329,7 +329,7 @@ class Rules:
         try:
             keys, args = self.leave_call(token, "pass", attempt)
             self.run(self.scripts.leave, keys, args)
-        except TenureError as exc:
+        except Exception as exc:  # (also a client closed under a background give-back)
             log = logger.debug if quiet else logger.warning
             log("tenure: could not leave the queue of %r: %s", self.name, exc)
             return False
