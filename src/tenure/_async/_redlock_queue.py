@@ -141,7 +141,7 @@ class AsyncRedlockQueue:
         unreachable_since = 0.0
         slow_since = 0.0
 
-        attempts_before = self._rules.attempts
+        first = True  # the acquisition's first attempt waits longer for silent masters
 
         def patience_for_slow() -> float:
             return SLOW_PATIENCE * self._masters.attempt_timeout
@@ -151,8 +151,9 @@ class AsyncRedlockQueue:
                 if listener is None and wait and self.seen_busy:
                     listener = await self._listen(token)
                 sent = time.monotonic()
-                silent = 0.0  # the first attempt waits longer while no master answers
-                if self._rules.attempts == attempts_before:
+                silent = 0.0
+                if first:
+                    first = False
                     silent = min(self._masters.longest, FIRST_SILENCE)
                     if deadline is not None:  # never past the caller's deadline
                         silent = min(silent, deadline - time.monotonic())
