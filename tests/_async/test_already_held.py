@@ -8,6 +8,7 @@ Written once for asyncio and generated for threads.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -133,9 +134,14 @@ async def test_a_lease_that_ran_out_ends_the_hold(
     primitive = KINDS[kind](
         tenure_async_client, f"ran-out-{kind}", timeout=0.6, on_lost=notices.append
     )
+    before = time.monotonic()
     assert await primitive.acquire()
     lease_end = await server_ms(tenure_async_client) + 600  # it began before this TIME
-    assert not primitive.lost
+    lost_at_once = primitive.lost
+    if time.monotonic() < before + 0.6:
+        # Not yet lost, unless this process stalled past the lease itself (a
+        # starved CI worker did once): then it is rightly lost already.
+        assert not lost_at_once
 
     async def ran_out() -> bool:  # for the object, and on the server's clock
         return primitive.lost and await server_ms(tenure_async_client) > lease_end
