@@ -64,6 +64,7 @@ from tenure._core.leased import (
     OWNER_EXPIRY_SLACK,
     WAITER_REFRESH,
     Acquired,
+    Acquiring,
     grant_time,
 )
 
@@ -102,7 +103,7 @@ class AsyncQueue:
         """
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
-        holder = current_holder()
+        call = Acquiring(token, attempt, started, deadline, current_holder())
         trying = self._may_try(wait)
         # An acquirer allowed to try is counted as this process's first waiter
         # (begin_try); the joins of those who came after it wait until it is
@@ -125,9 +126,7 @@ class AsyncQueue:
                     )
                 else:
                     reply = await self._by(
-                        deadline,
-                        token,
-                        attempt,
+                        call,
                         rules.run_taking,
                         rules.scripts.try_,
                         keys,
@@ -137,7 +136,7 @@ class AsyncQueue:
                 fence = rules.parse_try(reply)
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=rules.settings.lease_ms)
-                    self._lease.took(token, taken, sent, started, holder, queued=False)
+                    self._lease.took(call, taken, sent)
                     self.seen_busy = False
                     return True
                 if not wait:
@@ -146,18 +145,14 @@ class AsyncQueue:
             if attempt:
                 # A token of the caller's choosing waits on its own, carrying its
                 # call's id (a process's line joins waiters by token alone).
-                return await self._wait_in_line(
-                    token, started, deadline, holder, tried, attempt=attempt
-                )
+                return await self._wait_alone(call, tried)
             alone = True
             if counted is None:
                 counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)
             if alone:
-                return await self._wait_in_line(
-                    token, started, deadline, holder, tried, attempt=attempt
-                )
+                return await self._wait_alone(call, tried)
             in_line = True
-            return await self._wait_in_process_line(token, started, deadline, holder)
+            return await self._wait_in_line(call)
         except Overdue:
             # Given back in the background when the server answers.
             logger.warning(
@@ -187,56 +182,42 @@ class AsyncQueue:
             elif counted is not None:
                 stop_waiting(counted)
 
-    async def _wait_in_line(
-        self,
-        token: str,
-        started: float,
-        deadline: float | None,
-        holder: object,
-        tried: tuple[object, ...] | None = None,
-        *,
-        attempt: str = "",
-    ) -> bool:
+    async def _wait_alone(self, call: Acquiring, tried: tuple[object, ...] | None) -> bool:
+        """Wait in the queue with calls of its own until granted or the deadline.
+
+        This process's first waiter for the name, or a token of the caller's
+        choosing: it joins, refreshes its place and re-checks by itself.
+        """
         settings = self._rules.settings
+        deadline = call.deadline
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
-        waiter = await listen(self._rules.client, token, room, self._rules.keys.owner)
+        waiter = await listen(self._rules.client, call.token, room, self._rules.keys.owner)
         keys, args = self._rules.acquire_call(
-            token, settings.waiter_lease_ms, False, waiter.channel, attempt
+            call.token, settings.waiter_lease_ms, False, waiter.channel, call.attempt
         )
-        queued = False
         try:
             while True:
                 sent = time.monotonic()
                 # Plain: a call that queues needs no acknowledgement, and one that
                 # takes the lock is confirmed like a handoff (replicated kinds).
                 answer = self._rules.answer(
-                    await self._by(
-                        deadline,
-                        token,
-                        attempt,
-                        self._rules.run,
-                        self._rules.scripts.acquire,
-                        keys,
-                        args,
-                    )
+                    await self._by(call, self._rules.run, self._rules.scripts.acquire, keys, args)
                 )
                 if tried is not None:
                     end_try(tried)  # in line (or holding): the joins behind may go
                     tried = None
                 if isinstance(answer, Acquired):
-                    confirmed = await self._confirm(deadline, token, answer, sent, attempt)
-                    if confirmed is None:
+                    if not await self._take_granted(call, answer, sent):
                         continue  # lapsed before it was confirmed: ask again
-                    self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
-                    self.seen_busy = queued
+                    self.seen_busy = call.queued
                     return True
-                if not queued:
-                    queued = True
+                if not call.queued:
+                    call.queued = True
                     self.seen_busy = True
                     self._holds.add_waiter(1)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return await self._give_up(token, started, holder, deadline, attempt)
+                    return await self._give_up_alone(call)
                 # Wake at the first of: a grant, our deadline, the owner's lease
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
@@ -249,19 +230,15 @@ class AsyncQueue:
                 granted = await waiter.wait(wake_at - now)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
-                    confirmed = await self._confirm(deadline, token, granted, at, attempt)
-                    if confirmed is None:
+                    if not await self._take_granted(call, granted, at):
                         continue  # the handoff lapsed before it was confirmed: wait on
-                    self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
                     return True
         finally:
             waiter.stop()
-            if queued:
+            if call.queued:
                 self._holds.add_waiter(-1)
 
-    async def _wait_in_process_line(
-        self, token: str, started: float, deadline: float | None, holder: object
-    ) -> bool:
+    async def _wait_in_line(self, call: Acquiring) -> bool:
         """Wait in this process's line for the lock (:mod:`tenure._async._line`).
 
         The line joins, refreshes and re-checks for every waiter of the process
@@ -269,18 +246,22 @@ class AsyncQueue:
         or named by a round's answer), or its deadline.
         """
         # The line waits for the wake-up subscription before it joins anyone.
-        waiter = await listen(self._rules.client, token, 0.0, self._rules.keys.owner, confirm=False)
+        deadline = call.deadline
+        waiter = await listen(
+            self._rules.client, call.token, 0.0, self._rules.keys.owner, confirm=False
+        )
         line = self._line(waiter.channel)
         while not line.join(waiter, self._rules.owner_name):
             line = self._line(waiter.channel)  # it closed just now: a new one
         self.seen_busy = True
+        call.queued = True
         self._holds.add_waiter(1)
         left = True
         try:
             while True:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    kept = await self._give_up_in_line(line, waiter, started, holder, deadline)
+                    kept = await self._give_up_in_line(line, waiter, call)
                     if kept is None:
                         # No answer by the deadline: the line takes it out of
                         # the queue with its next rounds, passing on any grant.
@@ -296,11 +277,9 @@ class AsyncQueue:
                         waiter.recheck = False
                         line.join(waiter, self._rules.owner_name)
                     continue
-                confirmed = await self._confirm(deadline, token, granted, line.local_time(granted))
-                if confirmed is None:
+                if not await self._take_granted(call, granted, line.local_time(granted)):
                     line.join(waiter, self._rules.owner_name)  # the handoff lapsed: in line again
                     continue
-                self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
                 return True
         except BaseException:
             # Out of line through the line itself: after its join (which may
@@ -309,16 +288,11 @@ class AsyncQueue:
             raise
         finally:
             waiter.stop()
-            line.done(token, left=left)
+            line.done(call.token, left=left)
             self._holds.add_waiter(-1)
 
     async def _give_up_in_line(
-        self,
-        line: AsyncLine,
-        waiter: AsyncWaiter,
-        started: float,
-        holder: object,
-        deadline: float,
+        self, line: AsyncLine, waiter: AsyncWaiter, call: Acquiring
     ) -> bool | None:
         """The deadline passed: leave the line with the others giving up (one call).
 
@@ -327,52 +301,50 @@ class AsyncQueue:
         within :data:`GRACE` (the server stalls): the caller leaves it to the line.
         """
         line.give_up(waiter)
-        patience = deadline + GRACE
+        assert call.deadline is not None  # (only a call with a deadline gives up)
+        patience = call.deadline + GRACE
         while True:
             # The line's round answers (a grant kept, then dismissed), or fails
             # (raised here); a grant heard on the channel may come first.
             granted = await waiter.wait(max(0.0, patience - time.monotonic()))
-            if granted is not None:
-                at = line.local_time(granted)
-                if await self._keep_handed(waiter.token, granted, at, started, holder, deadline):
-                    return True
+            if granted is not None and await self._take_granted(
+                call, granted, line.local_time(granted)
+            ):
+                return True
             if waiter.dismissed:
                 return self._holds.timed_out()
             if time.monotonic() >= patience:
                 return None
             waiter.recheck = False
 
-    async def _by(
-        self,
-        deadline: float | None,
-        token: str,
-        attempt: str,
-        call: Callable[..., Any],
-        *args: Any,
-    ) -> Any:
-        """``call(*args)``, which may take or queue for ``token``, by ``deadline``.
+    async def _by(self, call: Acquiring, run: Callable[..., Any], *args: Any) -> Any:
+        """``run(*args)``, which may take or queue for ``call``'s token, by its deadline.
 
-        What a call answered late took for ``token`` is given back when it ends
+        What a call answered late took for the token is given back when it ends
         (leaving the queue, passing on a hold; :func:`by_deadline`). Its
         arguments are passed along, not captured: a partial is made only for a
         call raced by a deadline (a closure's variables are cells made at every
         call: 10,000 waiting tasks would be 60,000 cells more for the garbage
         collector to trace).
         """
-        if deadline is None:  # no deadline: the call runs to its reply (shielded)
-            return await shielded(call(*args))
+        if call.deadline is None:  # no deadline: the call runs to its reply (shielded)
+            return await shielded(run(*args))
         return await by_deadline(
-            deadline, partial(call, *args), _giving_back(self._rules, token, attempt)
+            call.deadline, partial(run, *args), _giving_back(self._rules, call.token, call.attempt)
         )
 
-    async def _confirm(
-        self, deadline: float | None, token: str, granted: Acquired, at: float, attempt: str = ""
-    ) -> tuple[Acquired, float] | None:
-        """Confirm a grant (:meth:`AsyncLease.confirm_grant`) by ``deadline``."""
+    async def _take_granted(self, call: Acquiring, granted: Acquired, at: float) -> bool:
+        """Make a grant (heard at ``at``) ``call``'s hold; False if it lapsed first.
+
+        Confirmed by the call's deadline (:meth:`AsyncLease.confirm_grant`).
+        """
         confirmed: tuple[Acquired, float] | None = await self._by(
-            deadline, token, attempt, self._lease.confirm_grant, token, granted, at
+            call, self._lease.confirm_grant, call.token, granted, at
         )
-        return confirmed
+        if confirmed is None:
+            return False
+        self._lease.took(call, confirmed[0], confirmed[1])
+        return True
 
     def _may_try(self, wait: bool) -> tuple[object, ...] | bool | None:
         """Whether to try before queueing.
@@ -403,34 +375,16 @@ class AsyncQueue:
             self._rules.outsider_poll,
         )
 
-    async def _give_up(
-        self, token: str, started: float, holder: object, deadline: float, attempt: str = ""
-    ) -> bool:
-        """The deadline passed: leave the queue, unless it was handed over meanwhile."""
+    async def _give_up_alone(self, call: Acquiring) -> bool:
+        """The deadline passed: leave the queue, unless it was handed over meanwhile.
+
+        A hold handed over meanwhile is kept, if it is confirmed.
+        """
         sent = time.monotonic()
-        keys, args = self._rules.leave_call(token, "keep", attempt)
-        reply = await self._by(
-            deadline, token, attempt, self._rules.run, self._rules.scripts.leave, keys, args
-        )
+        keys, args = self._rules.leave_call(call.token, "keep", call.attempt)
+        reply = await self._by(call, self._rules.run, self._rules.scripts.leave, keys, args)
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            if await self._keep_handed(token, granted, sent, started, holder, deadline, attempt):
+            if await self._take_granted(call, granted, sent):
                 return True
         return self._holds.timed_out()
-
-    async def _keep_handed(
-        self,
-        token: str,
-        granted: Acquired,
-        at: float,
-        started: float,
-        holder: object,
-        deadline: float,
-        attempt: str = "",
-    ) -> bool:
-        """A waiter giving up was handed the lock meanwhile: keep it if it is confirmed."""
-        confirmed = await self._confirm(deadline, token, granted, at, attempt)
-        if confirmed is None:
-            return False
-        self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
-        return True

@@ -33,6 +33,7 @@ __all__ = [
     "RENEW_RETRY_MIN",
     "WAITER_REFRESH",
     "Acquired",
+    "Acquiring",
     "Hold",
     "LimitMismatch",
     "LockKeys",
@@ -422,6 +423,32 @@ class TokenLocal:
     @token.setter
     def token(self, value: bytes | str | None) -> None:
         self._holds.take_token(value)
+
+
+class Acquiring:
+    """One ``acquire()`` call as it goes: what each step of taking or waiting needs.
+
+    One record handed from step to step (the try, the line, the confirmation
+    of a grant, the give-up at the deadline) instead of five values each.
+    """
+
+    __slots__ = ("attempt", "deadline", "holder", "queued", "started", "token")
+
+    def __init__(
+        self, token: str, attempt: str, started: float, deadline: float | None, holder: object
+    ) -> None:
+        self.token = token
+        """The token it takes the primitive for."""
+        self.attempt = attempt
+        """The call's own id when the caller chose ``token`` (``""``: a random token)."""
+        self.started = started
+        """When the call began (``time.monotonic()``)."""
+        self.deadline = deadline
+        """When it gives up (``started + blocking_timeout``), or None: it waits for ever."""
+        self.holder = holder
+        """The thread or task it acquires for."""
+        self.queued = False
+        """Whether it has waited in line (counted as a contended acquisition)."""
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ from tenure._core.leased import (
     RENEW_RETRY,
     RENEW_RETRY_MIN,
     Acquired,
+    Acquiring,
     Hold,
 )
 from tenure._core.values import to_ms
@@ -51,30 +52,24 @@ class Lease:
         self._rules = rules
         self._holds = holds
 
-    def took(
-        self,
-        token: str,
-        answer: Acquired,
-        sent: float,
-        started: float,
-        holder: object,
-        queued: bool,
-        call: str = "",
-    ) -> None:
-        """Record a hold taken for ``token`` (its lease set by a call sent at ``sent``)."""
+    def took(self, acquiring: Acquiring, answer: Acquired, sent: float, call: str = "") -> None:
+        """Record the hold ``acquiring`` took (its lease set by a call sent at ``sent``).
+
+        ``call``: a Redlock's acquire call id (its masters' fences differ), kept on the hold.
+        """
         now = time.monotonic()
         hold = Hold(
             call=call,
-            token=token,
+            token=acquiring.token,
             fence=answer.fence,
             acquired_at=now,
             expires_at=sent + answer.lease_ms / 1000,
-            holder=holder,
-            waited=now - started,
+            holder=acquiring.holder,
+            waited=now - acquiring.started,
         )
         settings = self._rules.settings
         with self._holds.mutex:
-            self._holds.record(hold, contended=queued)
+            self._holds.record(hold, contended=acquiring.queued)
             if answer.lease_ms < settings.lease_ms:
                 # Handed over on a short lease: confirm the full lease at a third
                 # of it. A short hold is released before then and never pays.

@@ -52,6 +52,7 @@ from tenure._core.leased import (
     OWNER_EXPIRY_SLACK,
     WAITER_REFRESH,
     Acquired,
+    Acquiring,
     grant_time,
 )
 from tenure._sync._deadline import GRACE, Overdue, answered, by_deadline, ignore_late, room_left
@@ -103,7 +104,7 @@ class Queue:
         """
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
-        holder = current_holder()
+        call = Acquiring(token, attempt, started, deadline, current_holder())
         trying = self._may_try(wait)
         # An acquirer allowed to try is counted as this process's first waiter
         # (begin_try); the joins of those who came after it wait until it is
@@ -126,9 +127,7 @@ class Queue:
                     )
                 else:
                     reply = self._by(
-                        deadline,
-                        token,
-                        attempt,
+                        call,
                         rules.run_taking,
                         rules.scripts.try_,
                         keys,
@@ -138,7 +137,7 @@ class Queue:
                 fence = rules.parse_try(reply)
                 if fence > 0:
                     taken = Acquired(fence=fence, lease_ms=rules.settings.lease_ms)
-                    self._lease.took(token, taken, sent, started, holder, queued=False)
+                    self._lease.took(call, taken, sent)
                     self.seen_busy = False
                     return True
                 if not wait:
@@ -147,14 +146,14 @@ class Queue:
             if attempt:
                 # A token of the caller's choosing waits on its own, carrying its
                 # call's id (a process's line joins waiters by token alone).
-                return self._wait_in_line(token, started, deadline, holder, tried, attempt=attempt)
+                return self._wait_alone(call, tried)
             alone = True
             if counted is None:
                 counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)
             if alone:
-                return self._wait_in_line(token, started, deadline, holder, tried, attempt=attempt)
+                return self._wait_alone(call, tried)
             in_line = True
-            return self._wait_in_process_line(token, started, deadline, holder)
+            return self._wait_in_line(call)
         except Overdue:
             # Given back in the background when the server answers.
             logger.warning(
@@ -184,56 +183,42 @@ class Queue:
             elif counted is not None:
                 stop_waiting(counted)
 
-    def _wait_in_line(
-        self,
-        token: str,
-        started: float,
-        deadline: float | None,
-        holder: object,
-        tried: tuple[object, ...] | None = None,
-        *,
-        attempt: str = "",
-    ) -> bool:
+    def _wait_alone(self, call: Acquiring, tried: tuple[object, ...] | None) -> bool:
+        """Wait in the queue with calls of its own until granted or the deadline.
+
+        This process's first waiter for the name, or a token of the caller's
+        choosing: it joins, refreshes its place and re-checks by itself.
+        """
         settings = self._rules.settings
+        deadline = call.deadline
         room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
-        waiter = listen(self._rules.client, token, room, self._rules.keys.owner)
+        waiter = listen(self._rules.client, call.token, room, self._rules.keys.owner)
         keys, args = self._rules.acquire_call(
-            token, settings.waiter_lease_ms, False, waiter.channel, attempt
+            call.token, settings.waiter_lease_ms, False, waiter.channel, call.attempt
         )
-        queued = False
         try:
             while True:
                 sent = time.monotonic()
                 # Plain: a call that queues needs no acknowledgement, and one that
                 # takes the lock is confirmed like a handoff (replicated kinds).
                 answer = self._rules.answer(
-                    self._by(
-                        deadline,
-                        token,
-                        attempt,
-                        self._rules.run,
-                        self._rules.scripts.acquire,
-                        keys,
-                        args,
-                    )
+                    self._by(call, self._rules.run, self._rules.scripts.acquire, keys, args)
                 )
                 if tried is not None:
                     end_try(tried)  # in line (or holding): the joins behind may go
                     tried = None
                 if isinstance(answer, Acquired):
-                    confirmed = self._confirm(deadline, token, answer, sent, attempt)
-                    if confirmed is None:
+                    if not self._take_granted(call, answer, sent):
                         continue  # lapsed before it was confirmed: ask again
-                    self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
-                    self.seen_busy = queued
+                    self.seen_busy = call.queued
                     return True
-                if not queued:
-                    queued = True
+                if not call.queued:
+                    call.queued = True
                     self.seen_busy = True
                     self._holds.add_waiter(1)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    return self._give_up(token, started, holder, deadline, attempt)
+                    return self._give_up_alone(call)
                 # Wake at the first of: a grant, our deadline, the owner's lease
                 # running out (a crashed owner), the time to refresh our place.
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
@@ -246,19 +231,15 @@ class Queue:
                 granted = waiter.wait(wake_at - now)
                 if granted is not None:
                     at = grant_time(sent, answer, granted)
-                    confirmed = self._confirm(deadline, token, granted, at, attempt)
-                    if confirmed is None:
+                    if not self._take_granted(call, granted, at):
                         continue  # the handoff lapsed before it was confirmed: wait on
-                    self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued)
                     return True
         finally:
             waiter.stop()
-            if queued:
+            if call.queued:
                 self._holds.add_waiter(-1)
 
-    def _wait_in_process_line(
-        self, token: str, started: float, deadline: float | None, holder: object
-    ) -> bool:
+    def _wait_in_line(self, call: Acquiring) -> bool:
         """Wait in this process's line for the lock (:mod:`tenure._sync._line`).
 
         The line joins, refreshes and re-checks for every waiter of the process
@@ -266,18 +247,20 @@ class Queue:
         or named by a round's answer), or its deadline.
         """
         # The line waits for the wake-up subscription before it joins anyone.
-        waiter = listen(self._rules.client, token, 0.0, self._rules.keys.owner, confirm=False)
+        deadline = call.deadline
+        waiter = listen(self._rules.client, call.token, 0.0, self._rules.keys.owner, confirm=False)
         line = self._line(waiter.channel)
         while not line.join(waiter, self._rules.owner_name):
             line = self._line(waiter.channel)  # it closed just now: a new one
         self.seen_busy = True
+        call.queued = True
         self._holds.add_waiter(1)
         left = True
         try:
             while True:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    kept = self._give_up_in_line(line, waiter, started, holder, deadline)
+                    kept = self._give_up_in_line(line, waiter, call)
                     if kept is None:
                         # No answer by the deadline: the line takes it out of
                         # the queue with its next rounds, passing on any grant.
@@ -293,11 +276,9 @@ class Queue:
                         waiter.recheck = False
                         line.join(waiter, self._rules.owner_name)
                     continue
-                confirmed = self._confirm(deadline, token, granted, line.local_time(granted))
-                if confirmed is None:
+                if not self._take_granted(call, granted, line.local_time(granted)):
                     line.join(waiter, self._rules.owner_name)  # the handoff lapsed: in line again
                     continue
-                self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
                 return True
         except BaseException:
             # Out of line through the line itself: after its join (which may
@@ -306,17 +287,10 @@ class Queue:
             raise
         finally:
             waiter.stop()
-            line.done(token, left=left)
+            line.done(call.token, left=left)
             self._holds.add_waiter(-1)
 
-    def _give_up_in_line(
-        self,
-        line: Line,
-        waiter: Waiter,
-        started: float,
-        holder: object,
-        deadline: float,
-    ) -> bool | None:
+    def _give_up_in_line(self, line: Line, waiter: Waiter, call: Acquiring) -> bool | None:
         """The deadline passed: leave the line with the others giving up (one call).
 
         A lock (or permit) handed over meanwhile is kept and confirmed, as
@@ -324,52 +298,48 @@ class Queue:
         within :data:`GRACE` (the server stalls): the caller leaves it to the line.
         """
         line.give_up(waiter)
-        patience = deadline + GRACE
+        assert call.deadline is not None  # (only a call with a deadline gives up)
+        patience = call.deadline + GRACE
         while True:
             # The line's round answers (a grant kept, then dismissed), or fails
             # (raised here); a grant heard on the channel may come first.
             granted = waiter.wait(max(0.0, patience - time.monotonic()))
-            if granted is not None:
-                at = line.local_time(granted)
-                if self._keep_handed(waiter.token, granted, at, started, holder, deadline):
-                    return True
+            if granted is not None and self._take_granted(call, granted, line.local_time(granted)):
+                return True
             if waiter.dismissed:
                 return self._holds.timed_out()
             if time.monotonic() >= patience:
                 return None
             waiter.recheck = False
 
-    def _by(
-        self,
-        deadline: float | None,
-        token: str,
-        attempt: str,
-        call: Callable[..., Any],
-        *args: Any,
-    ) -> Any:
-        """``call(*args)``, which may take or queue for ``token``, by ``deadline``.
+    def _by(self, call: Acquiring, run: Callable[..., Any], *args: Any) -> Any:
+        """``run(*args)``, which may take or queue for ``call``'s token, by its deadline.
 
-        What a call answered late took for ``token`` is given back when it ends
+        What a call answered late took for the token is given back when it ends
         (leaving the queue, passing on a hold; :func:`by_deadline`). Its
         arguments are passed along, not captured: a partial is made only for a
         call raced by a deadline (a closure's variables are cells made at every
         call: 10,000 waiting threads would be 60,000 cells more for the garbage
         collector to trace).
         """
-        if deadline is None:  # no deadline: the call runs to its reply (shielded)
-            return shielded(call(*args))
+        if call.deadline is None:  # no deadline: the call runs to its reply (shielded)
+            return shielded(run(*args))
         return by_deadline(
-            deadline, partial(call, *args), _giving_back(self._rules, token, attempt)
+            call.deadline, partial(run, *args), _giving_back(self._rules, call.token, call.attempt)
         )
 
-    def _confirm(
-        self, deadline: float | None, token: str, granted: Acquired, at: float, attempt: str = ""
-    ) -> tuple[Acquired, float] | None:
-        """Confirm a grant (:meth:`Lease.confirm_grant`) by ``deadline``."""
+    def _take_granted(self, call: Acquiring, granted: Acquired, at: float) -> bool:
+        """Make a grant (heard at ``at``) ``call``'s hold; False if it lapsed first.
+
+        Confirmed by the call's deadline (:meth:`Lease.confirm_grant`).
+        """
         confirmed: tuple[Acquired, float] | None = self._by(
-            deadline, token, attempt, self._lease.confirm_grant, token, granted, at
+            call, self._lease.confirm_grant, call.token, granted, at
         )
-        return confirmed
+        if confirmed is None:
+            return False
+        self._lease.took(call, confirmed[0], confirmed[1])
+        return True
 
     def _may_try(self, wait: bool) -> tuple[object, ...] | bool | None:
         """Whether to try before queueing.
@@ -400,34 +370,16 @@ class Queue:
             self._rules.outsider_poll,
         )
 
-    def _give_up(
-        self, token: str, started: float, holder: object, deadline: float, attempt: str = ""
-    ) -> bool:
-        """The deadline passed: leave the queue, unless it was handed over meanwhile."""
+    def _give_up_alone(self, call: Acquiring) -> bool:
+        """The deadline passed: leave the queue, unless it was handed over meanwhile.
+
+        A hold handed over meanwhile is kept, if it is confirmed.
+        """
         sent = time.monotonic()
-        keys, args = self._rules.leave_call(token, "keep", attempt)
-        reply = self._by(
-            deadline, token, attempt, self._rules.run, self._rules.scripts.leave, keys, args
-        )
+        keys, args = self._rules.leave_call(call.token, "keep", call.attempt)
+        reply = self._by(call, self._rules.run, self._rules.scripts.leave, keys, args)
         if int(reply[0]) == KEPT:
             granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            if self._keep_handed(token, granted, sent, started, holder, deadline, attempt):
+            if self._take_granted(call, granted, sent):
                 return True
         return self._holds.timed_out()
-
-    def _keep_handed(
-        self,
-        token: str,
-        granted: Acquired,
-        at: float,
-        started: float,
-        holder: object,
-        deadline: float,
-        attempt: str = "",
-    ) -> bool:
-        """A waiter giving up was handed the lock meanwhile: keep it if it is confirmed."""
-        confirmed = self._confirm(deadline, token, granted, at, attempt)
-        if confirmed is None:
-            return False
-        self._lease.took(token, confirmed[0], confirmed[1], started, holder, queued=True)
-        return True

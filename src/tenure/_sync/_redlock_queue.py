@@ -39,6 +39,7 @@ from tenure._core.leased import (
     OWNER_EXPIRY_SLACK,
     WAITER_REFRESH,
     Acquired,
+    Acquiring,
     Hold,
 )
 from tenure._core.redlock import FENCE_LIFETIME_MS, Tally, drift_ms
@@ -133,11 +134,10 @@ class RedlockQueue:
     ) -> bool:
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
-        holder = current_holder()
+        acquiring = Acquiring(token, attempt, started, deadline, current_holder())
         ticket = time.time_ns() // 1000  # the same on every master: one order of waiters
         settings = self._rules.settings
         listener: _Listener | None = None
-        queued = False
         unreachable = 0
         unreachable_since = 0.0
         slow_since = 0.0
@@ -182,8 +182,8 @@ class RedlockQueue:
                 if tried.fence is not None:
                     drift = drift_ms(settings.lease_ms) / 1000
                     taken = Acquired(fence=tried.fence, lease_ms=settings.lease_ms)
-                    self._lease.took(token, taken, sent - drift, started, holder, queued, attempt)
-                    self.seen_busy = queued
+                    self._lease.took(acquiring, taken, sent - drift, call=attempt)
+                    self.seen_busy = acquiring.queued
                     return True
                 if not wait:
                     # Not waiting means not waiting for the lock, held elsewhere;
@@ -205,8 +205,8 @@ class RedlockQueue:
                     self.seen_busy = True
                     listener = self._listen(token)
                     continue  # take a place in line at once
-                if not queued:
-                    queued = True
+                if not acquiring.queued:
+                    acquiring.queued = True
                     self._holds.add_waiter(1)
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if tried.free_in is not None:
@@ -228,7 +228,7 @@ class RedlockQueue:
         finally:
             if listener is not None:
                 listener.stop()
-            if queued:
+            if acquiring.queued:
                 self._holds.add_waiter(-1)
 
     def _listen(self, token: str) -> _Listener:
