@@ -159,11 +159,15 @@ class Waiter(Event):
         """Wait up to ``timeout`` seconds (None: until woken); return the grant if one came.
 
         Raises the error a call made on this waiter's behalf failed with.
-        (A waiter given an event to share is waited for through that event.)
         """
         if self.grant is None and self.error is None:
-            Event.wait(self, None if timeout is None else max(0.0, timeout))
-            Event.clear(self)
+            timeout = None if timeout is None else max(0.0, timeout)
+            if self._shared is None:
+                Event.wait(self, timeout)
+                Event.clear(self)
+            else:  # (a Redlock's: its listener usually waits on it for every master)
+                self._shared.wait(timeout)
+                self._shared.clear()
         if self.error is not None:
             error, self.error = self.error, None
             raise error
