@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import math
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,15 +18,12 @@ from tenure import ArgumentError
 from tenure._backends.owners import BaseOwnerSlot
 from tenure._core.leased import (
     Acquired,
-    LimitMismatch,
     LockKeys,
     LockSettings,
-    Queued,
     check_lock_name,
-    grant_time,
     lone_surrogate,
     name_from_key,
-    parse_acquire,
+    parse_confirm,
     parse_grant,
 )
 
@@ -52,19 +48,9 @@ def test_a_message_that_is_no_grant_is_nobodys(text: str) -> None:
         assert token == text
 
 
-def test_a_grant_made_before_the_queued_answer_is_never_taken_as_fresh() -> None:
-    queued = Queued(owner_ttl_ms=500, position=0, server_ms=10_000)
-    assert grant_time(5.0, queued, Acquired(fence=3, lease_ms=1000, server_ms=10_250)) == 5.25
-    assert grant_time(5.0, queued, Acquired(fence=3, lease_ms=1000, server_ms=10_000)) == 5.0
-    # Made before the server answered "queued" to a later call: read late, and gone.
-    stale = grant_time(5.0, queued, Acquired(fence=3, lease_ms=1000, server_ms=9_995))
-    assert stale == -math.inf
-
-
-def test_acquire_replies() -> None:
-    assert parse_acquire([1, 7, 30000]) == Acquired(fence=7, lease_ms=30000)
-    assert parse_acquire([2, 5]) == LimitMismatch(stored=5)
-    assert parse_acquire([0, -2, 3, 99]) == Queued(owner_ttl_ms=-2, position=3, server_ms=99)
+def test_confirm_replies() -> None:
+    assert parse_confirm([1, 7, 30000]) == Acquired(fence=7, lease_ms=30000)
+    assert parse_confirm([0]) is None
 
 
 _NAME_TEXT = st.text(alphabet="ab{}:(", min_size=1, max_size=8) | st.text(min_size=1, max_size=20)

@@ -443,18 +443,19 @@ async def test_a_waiter_that_took_the_lock_while_joining_again_leaves_no_token_i
     async def queued(count: int) -> bool:
         return await client.zcard(holder.keys.queue) == count
 
-    first = asyncio.create_task(AsyncLock(client, "settle-rejoin").acquire())  # waits alone
+    first = asyncio.create_task(AsyncLock(client, "settle-rejoin").acquire())
     await until(lambda: queued(1), 5, "the first waiter in line")
-    task = asyncio.create_task(AsyncLock(client, "settle-rejoin").acquire())  # the process's line
+    task = asyncio.create_task(AsyncLock(client, "settle-rejoin").acquire())
     await until(lambda: queued(2), 5, "the second waiter in line")
     (line,) = [line for line in _lines.values() if not line.closed]
-    (token,) = line._members
+    _, token = line._members  # (in the order they joined)
+    waiter = line._members[token]
     fired: list[bool] = []
 
     def took_meanwhile(args: tuple[Any, ...]) -> None:
         if not fired and token in args:
             fired.append(True)
-            line.done(token)  # as if it had taken the lock, and released it, meanwhile
+            line.done(waiter)  # as if it had taken the lock, and released it, meanwhile
 
     line._registry = _RoundHook(line._registry, took_meanwhile)  # type: ignore[assignment]
     await client.zrem(holder.keys.queue, token)  # its place lost: the line joins it again
@@ -494,12 +495,20 @@ async def test_a_checked_waiter_gone_meanwhile_does_not_send_its_line_again(
     async def queued(count: int) -> bool:
         return await client.zcard(holder.keys.queue) == count
 
-    first = asyncio.create_task(lock().acquire())  # waits alone
+    # The first waiter, on another client: in a line of its own, first in the queue.
+    kwargs = client.connection_pool.connection_kwargs
+    elsewhere = redis.asyncio.Redis(host=kwargs["host"], port=kwargs["port"])
+    first = asyncio.create_task(
+        AsyncLock(elsewhere, "settle-check", waiter_lease=0.5, thread_local=False).acquire()
+    )
     await until(lambda: queued(1), 5, "the first waiter in line")
     tasks = [asyncio.create_task(lock().acquire()) for _ in range(2)]  # the process's line
     await until(lambda: queued(3), 5, "the line's waiters in line")
-    (line,) = [line for line in _lines.values() if not line.closed]
+    (line,) = [
+        line for line in _lines.values() if not line.closed and line._registry._client is client
+    ]
     checked, other = line._members
+    checked_waiter = line._members[checked]
     fired: list[bool] = []
     joined_again: list[bool] = []
 
@@ -508,7 +517,7 @@ async def test_a_checked_waiter_gone_meanwhile_does_not_send_its_line_again(
             joined_again.append(True)
         if not fired and args[6] == checked:  # ARGV[7]: the waiter checked
             fired.append(True)
-            line.done(checked)  # as if it had taken the lock, and released it, meanwhile
+            line.done(checked_waiter)  # as if it had taken the lock, and released it, meanwhile
 
     line._registry = _RoundHook(line._registry, hook)  # type: ignore[assignment]
     await client.zrem(holder.keys.queue, checked)  # gone from the queue, holding nothing
@@ -524,3 +533,4 @@ async def test_a_checked_waiter_gone_meanwhile_does_not_send_its_line_again(
     await holder.release()
     assert await asyncio.wait_for(first, 5)
     await asyncio.gather(*tasks, return_exceptions=True)
+    await elsewhere.aclose()

@@ -47,6 +47,8 @@ import redis.asyncio
 
 from tenure import (
     AsyncFencedKey,
+    AsyncLock,
+    AsyncSemaphore,
     CallableSource,
     ConnectionLock,
     FencedKey,
@@ -665,7 +667,7 @@ def lock_try_with_a_chosen_token(run: Run) -> tuple[object, object]:
     return (got, lock.fencing_token is not None), snapshot
 
 
-@case("lock_acquire")
+@case("lock_confirm")
 def lock_waiter_with_a_chosen_token(run: Run) -> tuple[object, object]:
     """A waiter with a chosen token in line, its reply lost, then handed the hold."""
     holder = held_by_another(run, lambda: Lock(run.client, run.name, timeout=30))
@@ -687,19 +689,53 @@ def lock_waiter_with_a_chosen_token(run: Run) -> tuple[object, object]:
     return got, run.snapshot()
 
 
-@case("lock_leave")
+@case("lock_line")
 def lock_second_owner_of_a_token_gives_up(run: Run) -> tuple[object, object]:
-    """A second owner that chose the holder's token gives up: the holder's hold stays."""
+    """A second owner that chose the holder's token waits in line (a round's reply
+    lost), and gives up: the holder's hold stays."""
     token = f"{run.name}-worker-3"
     holder = Lock(run.client, run.name, timeout=30)
     assert holder.acquire(blocking=False, token=token)
-    second = Lock(run.client, run.name, timeout=30)
-    run.arm()
-    got = second.acquire(blocking_timeout=0.2, token=token)
+    got = gives_up(run, Lock(run.client, run.name, timeout=30), token)
     return (got, holder.owned()), run.snapshot()
 
 
-@case("lock_acquire")
+def gives_up(run: Run, waiter: Any, token: str | None = None) -> list[bool]:
+    """``waiter`` waits in its process's line, then gives up; a round's reply lost meanwhile.
+
+    The round is its refresh or its give-up, whichever comes first.
+    """
+    got: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: got.append(waiter.acquire(blocking_timeout=1.0, token=token))
+    )
+    thread.start()
+    wait_for(lambda: bool(run.direct.zcard(waiter.keys.queue)), 5, "the waiter in line")
+    run.arm()
+    thread.join(10)
+    return got
+
+
+async def cancelled_in_its_try(run: Run, primitive: Any) -> tuple[object, object]:
+    """``primitive.acquire()`` cancelled while its try is on its way: the try runs to
+    its reply, and what it took is given back (the give-back's reply lost)."""
+    run.arm()
+    task = asyncio.ensure_future(primitive.acquire())
+    await asyncio.sleep(0)  # the try sent (or connecting): shielded to its reply
+    task.cancel()
+    results = await asyncio.gather(task, return_exceptions=True)
+    return type(results[0]).__name__, await primitive.owned()
+
+
+@case("lock_leave")
+def lock_acquire_cancelled_in_its_try(run: Run) -> tuple[object, object]:
+    async def work(client: redis.asyncio.Redis) -> object:
+        return await cancelled_in_its_try(run, AsyncLock(client, run.name, timeout=30))
+
+    return run.run_async(work), run.snapshot()
+
+
+@case("lock_confirm")
 def lock_handed_over(run: Run) -> tuple[object, object]:
     return handed_over(run, lambda: Lock(run.client, run.name, timeout=30))
 
@@ -733,7 +769,7 @@ def waiting_together(run: Run, make: Callable[[], Any]) -> tuple[object, object]
     return got, snapshot
 
 
-@case("lock_acquire")
+@case("lock_confirm")
 def lock_entered_again(run: Run) -> tuple[object, object]:
     lock = ReentrantLock(run.client, run.name, timeout=30)
     assert lock.acquire()
@@ -746,12 +782,10 @@ def lock_entered_again(run: Run) -> tuple[object, object]:
     return (again, still, lock.locked()), snapshot
 
 
-@case("lock_leave")
+@case("lock_line")
 def lock_waiter_gives_up(run: Run) -> tuple[object, object]:
     held_by_another(run, lambda: Lock(run.client, run.name, timeout=30))
-    waiter = Lock(run.client, run.name, timeout=30)
-    run.arm()
-    got = waiter.acquire(blocking_timeout=0.2)
+    got = gives_up(run, Lock(run.client, run.name, timeout=30))
     return got, run.snapshot()
 
 
@@ -788,7 +822,7 @@ def interop_lock_try(run: Run) -> tuple[object, object]:
     return got, snapshot
 
 
-@case("lock_acquire")
+@case("lock_confirm")
 def interop_lock_handed_over(run: Run) -> tuple[object, object]:
     return handed_over(run, lambda: interop_lock(run))
 
@@ -798,12 +832,20 @@ def interop_lock_waiters_of_one_process_join_together(run: Run) -> tuple[object,
     return waiting_together(run, lambda: interop_lock(run))
 
 
-@case("lock_leave")
+@case("lock_line")
 def interop_lock_waiter_gives_up(run: Run) -> tuple[object, object]:
     held_by_another(run, lambda: interop_lock(run))
-    run.arm()
-    got = interop_lock(run).acquire(blocking_timeout=0.2)
+    got = gives_up(run, interop_lock(run))
     return got, run.snapshot()
+
+
+@case("lock_leave")
+def interop_lock_acquire_cancelled_in_its_try(run: Run) -> tuple[object, object]:
+    async def work(client: redis.asyncio.Redis) -> object:
+        lock = AsyncLock(client, run.name, timeout=30, interop="redis-py")
+        return await cancelled_in_its_try(run, lock)
+
+    return run.run_async(work), run.snapshot()
 
 
 @case("lock_extend")
@@ -850,30 +892,39 @@ def semaphore_try_with_a_chosen_token(run: Run) -> tuple[object, object]:
     return got, run.snapshot()
 
 
-@case("semaphore_leave")
+@case("semaphore_line")
 def semaphore_second_owner_of_a_token_gives_up(run: Run) -> tuple[object, object]:
-    """A second owner that chose a holder's token gives up: the holder's permit stays."""
+    """A second owner that chose a holder's token asks its line (that round's reply
+    lost), is not queued while the holder's permit lasts, and gives up: the holder's
+    permit stays."""
     token = f"{run.name}-worker-2"
     holder = semaphore(run, 1)
     assert holder.acquire(blocking=False, token=token)
     second = semaphore(run, 1)
     run.arm()
-    got = second.acquire(blocking_timeout=0.2, token=token)
+    got = second.acquire(blocking_timeout=0.3, token=token)
     return (got, holder.owned()), run.snapshot()
 
 
-@case("semaphore_acquire")
+@case("semaphore_line")
 def semaphore_handed_over(run: Run) -> tuple[object, object]:
     return handed_over(run, lambda: semaphore(run))
 
 
-@case("semaphore_leave")
+@case("semaphore_line")
 def semaphore_waiter_gives_up(run: Run) -> tuple[object, object]:
     held_by_another(run, lambda: semaphore(run))
-    waiter = semaphore(run)
-    run.arm()
-    got = waiter.acquire(blocking_timeout=0.2)
+    got = gives_up(run, semaphore(run))
     return got, run.snapshot()
+
+
+@case("semaphore_leave")
+def semaphore_acquire_cancelled_in_its_try(run: Run) -> tuple[object, object]:
+    async def work(client: redis.asyncio.Redis) -> object:
+        primitive = AsyncSemaphore(client, run.name, timeout=30, limit=1)
+        return await cancelled_in_its_try(run, primitive)
+
+    return run.run_async(work), run.snapshot()
 
 
 @case("semaphore_extend")

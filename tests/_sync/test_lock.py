@@ -654,3 +654,11 @@ def test_one_watchdog_batches_the_renewals_of_many_locks(
     if not IS_ASYNC:
         names = [thread.name for thread in threading.enumerate()]
         assert names.count("tenure-watchdog") <= 1
+
+
+def test_a_token_with_a_nul_is_refused(tenure_client: redis.Redis) -> None:
+    """The line scripts name a waiter with a chosen token "token NUL call id"."""
+    lock = Lock(tenure_client, "nul-token")
+    with pytest.raises(ArgumentError, match="^token: must not contain NUL characters"):
+        lock.acquire(token="worker\x001")
+    assert not lock.locked()

@@ -230,3 +230,29 @@ def test_a_second_owner_of_a_chosen_token_gets_no_permit_of_its_own(
     assert third.acquire(blocking=False, token=token)  # nothing left behind
     assert third.statistics().fencing_token is not None
     third.release()
+
+
+def test_a_second_owner_of_a_chosen_token_waits_out_of_the_queue_then_takes_it(
+    tenure_client: redis.Redis,
+) -> None:
+    """The second owner waits in its process's line, which does not queue its token
+    while the first owner's permit holds it (one token, one permit), and asks again
+    with each refresh: it takes the permit once the first let go, and nothing of
+    either is left behind."""
+    client = tenure_client
+
+    def make() -> Semaphore:
+        return Semaphore(client, "chosen-parked", limit=2, waiter_lease=0.5)
+
+    first, second = make(), make()
+    assert first.acquire(token="worker-1")
+    waiting = spawn(lambda: second.acquire(blocking_timeout=10, token="worker-1"))
+    sleep(0.6)  # its line asked (and asked again with a refresh)
+    assert client.zcard(first.keys.queue) == 0  # not queued: the token holds
+    assert first.owned() and second.statistics().fencing_token is None
+    first.release()
+    assert join(waiting)  # at the next refresh (0.2 s) at the latest
+    assert second.owned()
+    second.release()
+    assert client.zcard(first.keys.queue) == 0
+    assert client.zcard(first.keys.owner) == 0

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from tenure._async._holds import AsyncHolds
-from tenure._async._rules import AsyncRules, extended, took_lock
+from tenure._async._rules import AsyncRules, extended
 from tenure._async._watchdog import Deferred, Job, watchdog
 from tenure._backends.for_asyncio import shielded
 from tenure._core.leased import (
@@ -113,13 +113,10 @@ class AsyncLease:
         """
         rules = self._rules
         sent = time.monotonic()
-        keys, args = rules.acquire_call(hold.token, 0, reenter=True)
-        answer = rules.answer(
-            await shielded(rules.run_taking(rules.scripts.acquire, keys, args, took_lock))
-        )
+        answer = await shielded(rules.reenter_now(hold.token))
         # Another fence: the token's hold is another acquisition's (a second owner
         # that chose the token took it after this hold's lease ran out).
-        if not isinstance(answer, Acquired) or (hold.fence and answer.fence != hold.fence):
+        if answer is None or (hold.fence and answer.fence != hold.fence):
             self._holds.mark_lost(hold)
             raise rules.refused(f"re-entry found the {rules.noun} lost")
         with self._holds.mutex:

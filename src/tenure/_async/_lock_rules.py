@@ -26,10 +26,13 @@ from tenure._core.exceptions import (
     TenureError,
 )
 from tenure._core.fence import fence_arg
-from tenure._core.leased import IDLE_TTL_MS, Acquired, LimitMismatch, call_id
+from tenure._core.leased import IDLE_TTL_MS, Acquired, LimitMismatch, call_id, parse_confirm
 from tenure._core.statistics import LeasedStatistics, LockStatistics
 
 __all__ = ["AsyncLockRules", "AsyncRedisPyKeyRules", "holding_redis_py_key"]
+
+CONFIRM_SCRIPT = "lock_confirm"
+"""Re-entry, and a waiter's confirmation of a lock handed to it (the lock's alone)."""
 
 
 class AsyncLockRules(AsyncRules):
@@ -46,28 +49,15 @@ class AsyncLockRules(AsyncRules):
         k = self.keys
         return (k.owner, k.queue), (token, self.settings.lease_ms, self.owner_name, attempt)
 
-    def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
-    ) -> Call:
-        settings = self.settings
-        args = (
-            token,
-            settings.lease_ms,
-            waiter_lease_ms,
-            int(reenter),
-            settings.handoff_ms,
-            channel,
-            "",
-            self.owner_name,
-            attempt,
-        )
-        return self.keys.lock, args
+    def confirm_call(self, token: str) -> Call:
+        """``lock_confirm``: ``token`` holds; its full lease set, its fence answered."""
+        return self.keys.lock, (token, self.settings.lease_ms, self.owner_name)
 
     def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         return self.keys.lock, (token, self.settings.handoff_ms, IDLE_TTL_MS, fence_arg(fence))
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        return self.keys.lock, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS, attempt)
+    def leave_call(self, token: str, attempt: str = "") -> Call:
+        return self.keys.lock, (token, self.settings.handoff_ms, IDLE_TTL_MS, attempt)
 
     def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         args = (token, ms, mode, call_id(mode), fence_arg(fence), call)
@@ -83,15 +73,17 @@ class AsyncLockRules(AsyncRules):
         return PrimitiveError(f"unexpected reply {answer!r}", name=self.name)
 
     async def confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
-        """The lock's: its acquire script, re-entering, checks that the token holds.
+        """The lock's: ``lock_confirm`` checks that the token holds and sets its lease.
 
-        It sets the lease and answers the hold's fence as the server has it --
-        newer than ``granted``'s if the token was handed the lock again since
-        (its line joined it again).
+        It answers the hold's fence as the server has it -- newer than
+        ``granted``'s if the token was handed the lock again since (its line
+        joined it again).
         """
-        keys, args = self.acquire_call(token, 0, reenter=True)
-        answer = self.answer(await self.run_taking(self.scripts.acquire, keys, args, took_lock))
-        return answer if isinstance(answer, Acquired) else None
+        return await self.reenter_now(token)
+
+    async def reenter_now(self, token: str) -> Acquired | None:
+        keys, args = self.confirm_call(token)
+        return parse_confirm(await self.run_taking(CONFIRM_SCRIPT, keys, args, took_lock))
 
 
 class AsyncRedisPyKeyRules(AsyncLockRules):
@@ -114,17 +106,14 @@ class AsyncRedisPyKeyRules(AsyncLockRules):
     def try_call(self, token: str, attempt: str = "") -> Call:
         return self._held_too(super().try_call(token, attempt))
 
-    def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
-    ) -> Call:
-        call = super().acquire_call(token, waiter_lease_ms, reenter, channel, attempt)
-        return self._held_too(call)
+    def confirm_call(self, token: str) -> Call:
+        return self._held_too(super().confirm_call(token))
 
     def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         return self._held_too(super().release_call(token, fence, call))
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        return self._held_too(super().leave_call(token, mode, attempt))
+    def leave_call(self, token: str, attempt: str = "") -> Call:
+        return self._held_too(super().leave_call(token, attempt))
 
     def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         return self._held_too(super().extend_call(token, ms, mode, fence, call))

@@ -32,7 +32,6 @@ class AsyncRedlockRules(AsyncLockRules):
 
     scripts = LeasedScripts(
         try_="redlock_acquire",
-        acquire="redlock_acquire",
         release="redlock_release",
         leave="redlock_release",
         extend="lock_extend",
@@ -95,7 +94,7 @@ class AsyncRedlockRules(AsyncLockRules):
         # the masters check the token and, when it was chosen, the acquire call.
         return super().extend_call(token, ms, mode, call=call)
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
+    def leave_call(self, token: str, attempt: str = "") -> Call:
         # A chosen token's acquire call gives back only what that call took.
         return self.release_keys(), (token, "leave", "", IDLE_TTL_MS, attempt)
 

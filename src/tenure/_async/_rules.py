@@ -45,10 +45,9 @@ from tenure._core.leased import (
     LimitMismatch,
     LockKeys,
     LockSettings,
-    Queued,
     check_lock_name,
     check_prefix,
-    parse_acquire,
+    parse_confirm,
 )
 from tenure._core.owner_names import check_owner_name
 from tenure._core.statistics import (
@@ -66,23 +65,25 @@ Call = tuple[tuple[str, ...], tuple[str | int, ...]]
 
 @dataclass(frozen=True)
 class LeasedScripts:
-    """The script names of one kind of primitive (same key and reply layouts)."""
+    """The script names of one kind of primitive (same key and reply layouts).
+
+    (Waiting goes through the process's line, :attr:`AsyncRules.line_script`.)
+    """
 
     try_: str
-    acquire: str
     release: str
     leave: str
     extend: str
 
     @classmethod
     def of(cls, kind: str) -> LeasedScripts:
-        """The scripts ``{kind}_try``, ``{kind}_acquire`` and so on."""
-        return cls(*(f"{kind}_{step}" for step in ("try", "acquire", "release", "leave", "extend")))
+        """The scripts ``{kind}_try``, ``{kind}_release`` and so on."""
+        return cls(*(f"{kind}_{step}" for step in ("try", "release", "leave", "extend")))
 
 
 def took_lock(reply: Any) -> bool:
-    """Whether an acquire script's reply says the caller holds it."""
-    return isinstance(parse_acquire(reply), Acquired)
+    """Whether ``lock_confirm``'s reply says the caller holds the lock."""
+    return parse_confirm(reply) is not None
 
 
 def extended(reply: Any) -> bool:
@@ -205,6 +206,8 @@ class AsyncRules:
                 raise ArgumentError("token", "bytes must be UTF-8", name=self.name) from None
         if not isinstance(token, str) or not token:
             raise ArgumentError("token", "must be a non-empty str", name=self.name)
+        if "\0" in token:  # (the line scripts name a waiter "token\0call id")
+            raise ArgumentError("token", "must not contain NUL characters", name=self.name)
         return token
 
     def new_token(self) -> str:
@@ -230,12 +233,6 @@ class AsyncRules:
         """
         raise NotImplementedError
 
-    def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
-    ) -> Call:
-        """Take it, or join (and keep a place in) the queue (``attempt``: see :meth:`try_call`)."""
-        raise NotImplementedError
-
     def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         """End the hold, handing it to the next waiter.
 
@@ -246,8 +243,8 @@ class AsyncRules:
         """
         raise NotImplementedError
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        """Leave the queue (``mode`` "keep" keeps a hold handed over meanwhile, "pass" not).
+    def leave_call(self, token: str, attempt: str = "") -> Call:
+        """Undo an acquire: leave the queue, passing on a hold handed over meanwhile.
 
         ``attempt``: the acquire call's id (see :meth:`try_call`); a hold its
         token has under another call's id is a second owner's, left alone.
@@ -277,6 +274,13 @@ class AsyncRules:
         """Set the full lease of a hold handed to ``token``; its answer, or None if it lapsed."""
         raise NotImplementedError
 
+    async def reenter_now(self, token: str) -> Acquired | None:
+        """Check that ``token`` holds and reset its full lease (a re-entry); None if not held.
+
+        Only the kinds that may be re-entrant (the locks on one server) have it.
+        """
+        raise NotImplementedError
+
     # -- replies ----------------------------------------------------------------
 
     def took_on_try(self, reply: Any) -> bool:
@@ -286,13 +290,6 @@ class AsyncRules:
     def line_refusal(self, stored_limit: int) -> TenureError:
         """The error of a line whose script refused this primitive's limit."""
         return self.limit_mismatch(LimitMismatch(stored=stored_limit))
-
-    def answer(self, reply: Any) -> Acquired | Queued:
-        """An acquire script's reply: taken or queued (a refused limit raises)."""
-        answer = parse_acquire(reply)
-        if isinstance(answer, LimitMismatch):
-            raise self.limit_mismatch(answer)
-        return answer
 
     # -- running calls ------------------------------------------------------------
 
@@ -326,7 +323,7 @@ class AsyncRules:
         with its lease).
         """
         try:
-            keys, args = self.leave_call(token, "pass", attempt)
+            keys, args = self.leave_call(token, attempt)
             await self.run(self.scripts.leave, keys, args)
         except Exception as exc:  # (also a client closed under a background give-back)
             log = logger.debug if quiet else logger.warning

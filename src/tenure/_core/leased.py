@@ -9,7 +9,6 @@ and renewal timings are named here.
 
 from __future__ import annotations
 
-import math
 import secrets
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -18,15 +17,11 @@ from tenure._core.exceptions import ArgumentError
 from tenure._core.values import check_seconds, to_ms, to_text
 
 __all__ = [
-    "ACQUIRED",
     "DEFAULT_LEASE",
     "IDLE_TTL",
     "IDLE_TTL_MS",
-    "KEPT",
-    "LIMIT_MISMATCH",
     "NOT_OWNED",
     "OWNER_EXPIRY_SLACK",
-    "QUEUED",
     "RELEASED",
     "RENEW_AT",
     "RENEW_RETRY",
@@ -38,14 +33,12 @@ __all__ = [
     "LimitMismatch",
     "LockKeys",
     "LockSettings",
-    "Queued",
     "TokenLocal",
     "call_id",
     "check_name",
-    "grant_time",
     "lone_surrogate",
     "new_attempt",
-    "parse_acquire",
+    "parse_confirm",
     "parse_grant",
 ]
 
@@ -84,14 +77,8 @@ RENEW_RETRY_MIN = 0.05
 """... but no sooner than this many seconds."""
 
 # Reply codes of the scripts (see each script's header in tenure/lua).
-ACQUIRED, QUEUED, LIMIT_MISMATCH = 1, 0, 2
-"""``*_acquire``: the caller holds it / waits in line / the stored limit differs."""
-
 RELEASED, NOT_OWNED = 1, 0
 """``lock_release``: released (and handed on) / not the owner."""
-
-KEPT = 1
-"""``*_leave`` with ``keep``: the caller was handed it meanwhile and keeps it."""
 
 
 def check_name(name: object) -> str:
@@ -489,42 +476,17 @@ class Acquired:
 
 
 @dataclass(frozen=True)
-class Queued:
-    """The script's answer: someone else holds it (``owner_ttl_ms`` < 0: nobody).
-
-    ``server_ms`` is the server's clock when the script ran. ``outsider`` is
-    True when a holder outside tenure holds redis-py's key of a lock in
-    interop mode (``owner_ttl_ms`` is then that key's; -1: it never expires):
-    its release is announced to nobody, so waiters look again every ``sleep``.
-    """
-
-    owner_ttl_ms: int
-    position: int
-    server_ms: int
-    outsider: bool = False
-
-
-@dataclass(frozen=True)
 class LimitMismatch:
     """The script's answer: the semaphore's stored limit is ``stored``, not the caller's."""
 
     stored: int
 
 
-def parse_acquire(reply: Any) -> Acquired | Queued | LimitMismatch:
-    """Interpret the reply of an acquire script (``lock_acquire``, ``semaphore_acquire``)."""
-    kind = int(reply[0])
-    if kind == ACQUIRED:
-        return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
-    if kind == LIMIT_MISMATCH:
-        return LimitMismatch(stored=int(reply[1]))
-    outsider = len(reply) > 4 and int(reply[4]) == 1
-    return Queued(
-        owner_ttl_ms=int(reply[1]),
-        position=int(reply[2]),
-        server_ms=int(reply[3]),
-        outsider=outsider,
-    )
+def parse_confirm(reply: Any) -> Acquired | None:
+    """Interpret ``lock_confirm``'s reply: the hold's fence and lease, or None (not held)."""
+    if int(reply[0]) != 1:
+        return None
+    return Acquired(fence=int(reply[1]), lease_ms=int(reply[2]))
 
 
 def parse_grant(message: Any) -> tuple[str, Acquired | None]:
@@ -543,22 +505,3 @@ def parse_grant(message: Any) -> tuple[str, Acquired | None]:
         return token, Acquired(fence=int(fence), lease_ms=int(lease), server_ms=int(server_ms))
     except ValueError:
         return text, None
-
-
-def grant_time(sent: float, queued: Queued, granted: Acquired) -> float:
-    """When a handoff happened, on the client's monotonic clock (never too late).
-
-    ``queued`` is the reply of the acquire call sent at ``sent``; the server
-    ran it after ``sent``, so the grant, ``granted.server_ms - queued.server_ms``
-    later by the server's clock, happened at or after the returned time.
-
-    A grant made *before* that call ran is one the call found gone (a call by
-    a token that holds answers "acquired", not "queued"): its waiter read it
-    late, after asking again (its process was stopped, or busy, meanwhile).
-    Minus infinity then: whoever reads it must confirm it with the server.
-    """
-    if granted.server_ms is None:
-        return sent
-    if granted.server_ms < queued.server_ms:
-        return -math.inf
-    return sent + (granted.server_ms - queued.server_ms) / 1000

@@ -3,9 +3,9 @@
 Shared by the asyncio and threaded lines (:mod:`tenure._async._line`); a
 line script's ARGV: channel, waiter lease, handoff lease, idle ms, J, L, the
 waiter to check, K, the primitive's own arguments (a semaphore's limit), J
-(token, owner name) pairs joining, L tokens leaving (what was handed to them
-is passed on), K tokens giving up (what was handed to them is kept, and
-named in the reply).
+(waiter, owner name) pairs joining, L waiters leaving (what was handed to them
+is passed on), K waiters giving up (what was handed to them is kept, and
+named in the reply). A waiter is named by :func:`line_entry`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,18 @@ from typing import Any
 from tenure._core.leased import Acquired
 from tenure._core.values import to_text
 
-__all__ = ["LINE_SCRIPTS", "RoundAnswer"]
+__all__ = ["LINE_SCRIPTS", "RoundAnswer", "line_entry"]
+
+
+def line_entry(token: str, attempt: str) -> str:
+    """How a line script names a waiter: its token, with its call's id if it chose it.
+
+    The token, a NUL, and the call's id, for a token of the caller's choosing
+    (``attempt``, see :class:`~tenure._core.leased.Acquiring`): the scripts
+    tell that waiter's grants from a hold of the same token taken by another call.
+    Tokens hold no NUL (``checked_token``).
+    """
+    return f"{token}\0{attempt}" if attempt else token
 
 
 @dataclass
@@ -29,24 +40,36 @@ class RoundAnswer:
     missing: bool  # the waiter checked neither waits nor holds
     ttl_ms: int  # ms until the owner's lease (the first permit's) runs out; -2 none
     holds: dict[str, Acquired] = field(default_factory=dict)  # members' grants it names
+    # The id of the acquire call that took a hold named in ``holds`` ('' none or
+    # handed over): a waiter with another id of its own is not granted it.
+    calls: dict[str, str] = field(default_factory=dict)
+    # Joiners whose token a permit of another call holds: not queued; ms until it ends.
+    others: dict[str, int] = field(default_factory=dict)
     stored_limit: int | None = None  # a semaphore's stored limit, if it refused ours
     outsider: bool = False  # a holder outside tenure holds redis-py's key (interop)
 
 
 def _lock_round(reply: Any) -> RoundAnswer:
-    """``lock_line``'s reply: {owner, fence, its lease ms, alive, server ms, missing, outsider}."""
+    """``lock_line``'s reply.
+
+    {owner, fence, its lease ms, alive, server ms, missing, outsider, the id of
+    the call that took the owner's hold}.
+    """
     owner, fence, ttl = to_text(reply[0]), int(reply[1]), int(reply[2])
-    outsider = len(reply) > 6 and int(reply[6]) == 1
+    outsider = int(reply[6]) == 1
     server_ms = int(reply[4])
     holds = {}
+    calls = {}
     if owner and ttl > 0:
         holds[owner] = Acquired(fence=fence, lease_ms=ttl, server_ms=server_ms)
+        calls[owner] = to_text(reply[7])
     return RoundAnswer(
         alive=bool(int(reply[3])),
         server_ms=server_ms,
         missing=bool(int(reply[5])),
         ttl_ms=ttl if owner or outsider else -2,
         holds=holds,
+        calls=calls,
         outsider=outsider,
     )
 
@@ -55,23 +78,27 @@ def _semaphore_round(reply: Any) -> RoundAnswer:
     """``semaphore_line``'s reply, or its refusal of the limit.
 
     {0, first permit's ms, alive, server ms, missing, then (token, fence, ms)
-    of each member holding}, or {2, stored limit}.
+    of each member holding, and (token, 0, ms) of each joiner whose token a
+    permit of another call holds}, or {2, stored limit}.
     """
     if int(reply[0]) == 2:
         return RoundAnswer(False, 0, False, -2, stored_limit=int(reply[1]))
     server_ms = int(reply[3])
-    holds = {
-        to_text(reply[i]): Acquired(
-            fence=int(reply[i + 1]), lease_ms=int(reply[i + 2]), server_ms=server_ms
-        )
-        for i in range(5, len(reply) - 2, 3)
-    }
+    holds = {}
+    others = {}
+    for i in range(5, len(reply) - 2, 3):
+        token, fence, ms = to_text(reply[i]), int(reply[i + 1]), int(reply[i + 2])
+        if fence > 0:
+            holds[token] = Acquired(fence=fence, lease_ms=ms, server_ms=server_ms)
+        else:  # (fences are > 0)
+            others[token] = ms
     return RoundAnswer(
         alive=bool(int(reply[2])),
         server_ms=server_ms,
         missing=bool(int(reply[4])),
         ttl_ms=int(reply[1]),
         holds=holds,
+        others=others,
     )
 
 

@@ -34,7 +34,7 @@ from tenure._core.leased import (
 )
 from tenure._core.values import to_ms
 from tenure._sync._holds import Holds
-from tenure._sync._rules import Rules, extended, took_lock
+from tenure._sync._rules import Rules, extended
 from tenure._sync._watchdog import Deferred, Job, watchdog
 
 __all__ = ["Lease"]
@@ -114,13 +114,10 @@ class Lease:
         """
         rules = self._rules
         sent = time.monotonic()
-        keys, args = rules.acquire_call(hold.token, 0, reenter=True)
-        answer = rules.answer(
-            shielded(rules.run_taking(rules.scripts.acquire, keys, args, took_lock))
-        )
+        answer = shielded(rules.reenter_now(hold.token))
         # Another fence: the token's hold is another acquisition's (a second owner
         # that chose the token took it after this hold's lease ran out).
-        if not isinstance(answer, Acquired) or (hold.fence and answer.fence != hold.fence):
+        if answer is None or (hold.fence and answer.fence != hold.fence):
             self._holds.mark_lost(hold)
             raise rules.refused(f"re-entry found the {rules.noun} lost")
         with self._holds.mutex:

@@ -48,7 +48,7 @@ from typing import Any
 from tenure._backends.for_threads import Event, Mutex, scope_key, start_background
 from tenure._core.exceptions import TenureError
 from tenure._core.leased import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
-from tenure._core.line import LINE_SCRIPTS
+from tenure._core.line import LINE_SCRIPTS, RoundAnswer
 from tenure._sync._scripting import ScriptRegistry
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter
 
@@ -123,6 +123,9 @@ class Line:
         self._leaving: list[str] = []  # tokens to take out of line (what they hold is passed on)
         self._giving_up: dict[str, Waiter] = {}  # deadline passed: out of line, keep grants
         self._unqueue: list[str] = []  # out of the queue only, a lock held kept ("settle")
+        # Token -> owner name of members whose token a permit of another call
+        # holds (they chose it): joined again with the next refresh.
+        self._parked: dict[str, str] = {}
         self._joins_out: set[str] = set()  # the tokens of the joins of the round on its way
         self._took_meanwhile: list[str] = []  # of those, the ones whose waiter took the lock
         self._next_round = 0.0
@@ -141,19 +144,24 @@ class Line:
         """True once the line served its last waiter (a new one is made on demand)."""
         return self._closed
 
-    def join(self, waiter: Waiter, name: str) -> bool:
+    def join(self, waiter: Waiter, name: str, *, first: bool = False) -> bool:
         """Queue ``waiter`` with the next round; False if this line just closed.
 
         Joining again is how a waiter re-checks its place: one already in
         line keeps it, one that is not (its grant lapsed unseen) joins at
-        the back, one that holds the lock is left alone.
+        the back, one that holds the lock is left alone. ``first``: ahead of
+        the joins not sent yet (the acquirer whose try held them back,
+        :func:`begin_try`, came before them).
         """
         with self._mutex:
             if self._closed:
                 return False
             waiter.owner_name = name
             self._members[waiter.token] = waiter
-            self._joining[waiter.token] = name
+            if first:
+                self._joining = {waiter.token: name, **self._joining}
+            else:
+                self._joining[waiter.token] = name
             if self._worker is None:
                 self._worker = start_background(self._serve, "tenure-line")
         self._wakeup.set()
@@ -173,20 +181,24 @@ class Line:
         with self._mutex:
             self._members.pop(waiter.token, None)
             self._joining.pop(waiter.token, None)
+            self._parked.pop(waiter.token, None)
             self._giving_up[waiter.token] = waiter
         self._wakeup.set()
 
-    def done(self, token: str, *, left: bool = True) -> None:
-        """``token`` waits no more: it holds the lock, or it left the queue (``left``).
+    def done(self, waiter: Waiter, *, left: bool = True) -> None:
+        """``waiter`` waits no more: it holds the lock, or it left the queue (``left``).
 
         With ``left=False`` the line takes it out of the queue (passing on
         what was handed to it) with its next rounds, until the server hears.
         """
+        token = waiter.token
         with self._mutex:
-            self._members.pop(token, None)
+            if self._members.get(token) is waiter:
+                del self._members[token]
             self._joining.pop(token, None)
+            self._parked.pop(token, None)
             if not left:
-                self._leaving.append(token)
+                self._leaving.append(waiter.entry)
             elif token in self._joins_out:
                 # Its join is on its way: it may arrive after this waiter has
                 # released, and queue its token again (settled after the round).
@@ -194,13 +206,16 @@ class Line:
         if not left:
             self._wakeup.set()
 
-    def _canary(self, joins: list[tuple[str, str]]) -> str:
-        """A waiter that joined in an earlier round, whose place the round checks ('' none)."""
-        with self._mutex:
-            for token in itertools.islice(self._members, 8):
-                if token not in self._joining and all(token != t for t, _ in joins):
-                    return token
-        return ""
+    def _canary(self, joins: list[tuple[str, str]]) -> Waiter | None:
+        """A waiter that joined in an earlier round, whose place the round checks (mutex held)."""
+        for token, member in itertools.islice(self._members.items(), 8):
+            if (
+                token not in self._joining
+                and token not in self._parked
+                and all(token != t for t, _ in joins)
+            ):
+                return member
+        return None
 
     def _listening(self) -> bool:
         """Whether this line's waiters hear their grants (the channel's subscription is up)."""
@@ -256,6 +271,11 @@ class Line:
             if (held or not self._joining) and not urgent and now < self._next_round:
                 wait = self._next_round - now
                 return _Round(), min(wait, held) if held else wait
+            if now >= self._next_round and self._parked:
+                # Members whose token another call held: asked again with the refresh.
+                for token, name in self._parked.items():
+                    self._joining.setdefault(token, name)
+                self._parked = {}
             if now >= self._next_round and not self._listening():
                 # No wake-ups (the subscription is down, or refused): a grant
                 # may go unheard and lapse, so each refresh re-checks every
@@ -301,21 +321,24 @@ class Line:
             taken.joins = [entry for entry in taken.joins if entry[0] in self._members]
             self._joins_out = {token for token, _ in taken.joins}
             canary = self._canary(taken.joins)
-        joins, leaves, giving_up = taken.joins, taken.leaves, taken.giving_up
-        args: list[str | int] = [
-            self.channel,
-            self._waiter_lease_ms,
-            self._handoff_ms,
-            IDLE_TTL_MS,
-            len(joins),
-            len(leaves),
-            canary,
-            len(giving_up) + len(taken.unqueue),
-            *self._own_args,
-        ]
-        args.extend(itertools.chain.from_iterable(joins))
+            members = self._members
+            joins, leaves, giving_up = taken.joins, taken.leaves, taken.giving_up
+            args: list[str | int] = [
+                self.channel,
+                self._waiter_lease_ms,
+                self._handoff_ms,
+                IDLE_TTL_MS,
+                len(joins),
+                len(leaves),
+                "" if canary is None else canary.entry,
+                len(giving_up) + len(taken.unqueue),
+                *self._own_args,
+            ]
+            for token, name in joins:
+                args.append(members[token].entry)
+                args.append(name)
         args.extend(leaves)
-        args.extend(waiter.token for waiter in giving_up)
+        args.extend(waiter.entry for waiter in giving_up)
         args.extend(taken.unqueue)  # out of line like those giving up, with nobody to answer
         sent = time.monotonic()
         self.rounds += 1
@@ -334,7 +357,7 @@ class Line:
             return
         for waiter in giving_up:
             kept = answer.holds.get(waiter.token)
-            if kept is not None:
+            if kept is not None and _is_its(waiter, answer):
                 waiter.deliver(kept)  # handed to it meanwhile: it keeps it
             waiter.dismiss()
         with self._mutex:
@@ -353,26 +376,32 @@ class Line:
             holders = [
                 (member, granted)
                 for token, granted in answer.holds.items()
-                if (member := self._members.get(token)) is not None
+                if (member := self._members.get(token)) is not None and _is_its(member, answer)
             ]
             if answer.ttl_ms >= 0 and not holders:
                 due = min(due, sent + answer.ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
+            for token, ms in answer.others.items():
+                member = self._members.get(token)
+                if member is not None:  # asked again when that permit should have ended
+                    self._parked[token] = member.owner_name
+                    due = min(due, sent + ms / 1000 + OWNER_EXPIRY_SLACK)
             if answer.outsider:  # redis-py's key is held outside tenure: nobody announces
                 due = min(due, sent + self._outsider_poll)
             self._next_round = due
             # The waiter checked is neither in line nor holding: unless it is
             # done meanwhile (it took the lock, and may have released it
             # before the round arrived, which says nothing of the others).
-            missing = answer.missing and canary in self._members
+            missing = answer.missing and canary is not None and canary.token in self._members
             if (not answer.alive and not first) or missing:
                 # This process's waiter lease had run out (it was stopped or cut
                 # off): the server dropped its waiters. Or the waiter checked is
-                # not in line (that too, with the lease renewed meanwhile by a
-                # lone waiter of the process; or its grant lapsed unseen). Join
+                # not in line (that too, with the lease renewed meanwhile by
+                # another line of the process; or its grant lapsed unseen). Join
                 # them again (those not on their way already): one still in
                 # line keeps its place.
                 joined = {token for token, _ in joins}
                 joined.update(self._joining)
+                joined.update(self._parked)
                 again = [
                     (token, member.owner_name)
                     for token, member in self._members.items()
@@ -394,7 +423,7 @@ class Line:
             self._leaving.extend(taken.leaves)  # tried again with the next round
             # Those giving up raise the error: what may have been handed to
             # them is passed on, as for any waiter that fails.
-            self._leaving.extend(waiter.token for waiter in taken.giving_up)
+            self._leaving.extend(waiter.entry for waiter in taken.giving_up)
             # The joins may have arrived: settled as if they had.
             self._unqueue.extend(taken.unqueue)
             self._unqueue.extend(self._took_meanwhile)
@@ -407,6 +436,18 @@ class Line:
             self._next_round = self._pause_until = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
+
+
+def _is_its(waiter: Waiter, answer: RoundAnswer) -> bool:
+    """Whether a hold a round names for ``waiter``'s token is the waiter's.
+
+    Not when the waiter chose its token and another acquire call took that
+    hold (the call id the round answers is neither none nor the waiter's).
+    """
+    if not waiter.attempt:  # a token of tenure's own: unique to its acquisition
+        return True
+    call = answer.calls.get(waiter.token, "")
+    return not call or call == waiter.attempt
 
 
 def _joins_hear(members: dict[str, Waiter], joins: list[tuple[str, str]]) -> None:
@@ -443,21 +484,18 @@ def _unscope(line: Line) -> None:
             del _by_scope[line.scope]
 
 
-def start_waiting(registry: ScriptRegistry, owner_key: str) -> tuple[tuple[object, ...], bool]:
+def start_waiting(registry: ScriptRegistry, owner_key: str) -> tuple[object, ...]:
     """Count a waiter of this process for a lock (see :func:`stop_waiting`).
 
-    Also returns whether it is the only one: a lone waiter waits on its own
-    (its calls are its own, with no hop through the line's job); the others
-    wait in the process's line.
+    While one waits, the process's acquirers of the lock skip their try
+    (:func:`begin_try`). Returns the key to pass to :func:`stop_waiting`.
     """
     key: tuple[object, ...] = (scope_key(), id(registry), owner_key)
     with _lines_mutex:
-        others = _waiting.get(key, 0)
-        _waiting[key] = others + 1
+        _waiting[key] = _waiting.get(key, 0) + 1
         # The key each waiter keeps until it stops: one shared tuple, not one
         # each (10,000 waiting threads are that many fewer objects to collect).
-        key = _waiting_keys.setdefault(key, key)
-    return key, others == 0
+        return _waiting_keys.setdefault(key, key)
 
 
 def stop_waiting(key: tuple[object, ...]) -> None:
@@ -483,10 +521,11 @@ def begin_try(registry: ScriptRegistry, owner_key: str) -> tuple[object, ...] | 
     cost a round trip that cannot succeed (the lock is taken, or about to
     be). Returns the key to pass to :func:`end_try`, or None: queue at once.
 
-    The acquirer allowed to try is counted as waiting (the first: it waits
-    on its own if its try fails, see :func:`start_waiting`), and the line
-    holds back the joins of those who came after it until it is in line
-    (:func:`end_try`), so the first to call ``acquire()`` stays first.
+    The acquirer allowed to try is counted as waiting (see
+    :func:`start_waiting`), and the line holds back the joins of those who
+    came after it until it joined ahead of them (:meth:`Line.join` with
+    ``first``, then :func:`end_try`), so the first to call ``acquire()``
+    stays first.
     """
     key = (scope_key(), id(registry), owner_key)
     with _lines_mutex:

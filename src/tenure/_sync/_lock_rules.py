@@ -26,11 +26,14 @@ from tenure._core.exceptions import (
     TenureError,
 )
 from tenure._core.fence import fence_arg
-from tenure._core.leased import IDLE_TTL_MS, Acquired, LimitMismatch, call_id
+from tenure._core.leased import IDLE_TTL_MS, Acquired, LimitMismatch, call_id, parse_confirm
 from tenure._core.statistics import LeasedStatistics, LockStatistics
 from tenure._sync._rules import Call, LeasedScripts, Rules, took_lock
 
 __all__ = ["LockRules", "RedisPyKeyRules", "holding_redis_py_key"]
+
+CONFIRM_SCRIPT = "lock_confirm"
+"""Re-entry, and a waiter's confirmation of a lock handed to it (the lock's alone)."""
 
 
 class LockRules(Rules):
@@ -47,28 +50,15 @@ class LockRules(Rules):
         k = self.keys
         return (k.owner, k.queue), (token, self.settings.lease_ms, self.owner_name, attempt)
 
-    def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
-    ) -> Call:
-        settings = self.settings
-        args = (
-            token,
-            settings.lease_ms,
-            waiter_lease_ms,
-            int(reenter),
-            settings.handoff_ms,
-            channel,
-            "",
-            self.owner_name,
-            attempt,
-        )
-        return self.keys.lock, args
+    def confirm_call(self, token: str) -> Call:
+        """``lock_confirm``: ``token`` holds; its full lease set, its fence answered."""
+        return self.keys.lock, (token, self.settings.lease_ms, self.owner_name)
 
     def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         return self.keys.lock, (token, self.settings.handoff_ms, IDLE_TTL_MS, fence_arg(fence))
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        return self.keys.lock, (token, self.settings.handoff_ms, mode, IDLE_TTL_MS, attempt)
+    def leave_call(self, token: str, attempt: str = "") -> Call:
+        return self.keys.lock, (token, self.settings.handoff_ms, IDLE_TTL_MS, attempt)
 
     def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         args = (token, ms, mode, call_id(mode), fence_arg(fence), call)
@@ -84,15 +74,17 @@ class LockRules(Rules):
         return PrimitiveError(f"unexpected reply {answer!r}", name=self.name)
 
     def confirm_now(self, token: str, granted: Acquired) -> Acquired | None:
-        """The lock's: its acquire script, re-entering, checks that the token holds.
+        """The lock's: ``lock_confirm`` checks that the token holds and sets its lease.
 
-        It sets the lease and answers the hold's fence as the server has it --
-        newer than ``granted``'s if the token was handed the lock again since
-        (its line joined it again).
+        It answers the hold's fence as the server has it -- newer than
+        ``granted``'s if the token was handed the lock again since (its line
+        joined it again).
         """
-        keys, args = self.acquire_call(token, 0, reenter=True)
-        answer = self.answer(self.run_taking(self.scripts.acquire, keys, args, took_lock))
-        return answer if isinstance(answer, Acquired) else None
+        return self.reenter_now(token)
+
+    def reenter_now(self, token: str) -> Acquired | None:
+        keys, args = self.confirm_call(token)
+        return parse_confirm(self.run_taking(CONFIRM_SCRIPT, keys, args, took_lock))
 
 
 class RedisPyKeyRules(LockRules):
@@ -115,17 +107,14 @@ class RedisPyKeyRules(LockRules):
     def try_call(self, token: str, attempt: str = "") -> Call:
         return self._held_too(super().try_call(token, attempt))
 
-    def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
-    ) -> Call:
-        call = super().acquire_call(token, waiter_lease_ms, reenter, channel, attempt)
-        return self._held_too(call)
+    def confirm_call(self, token: str) -> Call:
+        return self._held_too(super().confirm_call(token))
 
     def release_call(self, token: str, fence: int = 0, call: str = "") -> Call:
         return self._held_too(super().release_call(token, fence, call))
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        return self._held_too(super().leave_call(token, mode, attempt))
+    def leave_call(self, token: str, attempt: str = "") -> Call:
+        return self._held_too(super().leave_call(token, attempt))
 
     def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:
         return self._held_too(super().extend_call(token, ms, mode, fence, call))

@@ -48,12 +48,8 @@ from tenure._backends.for_threads import (
 )
 from tenure._core.exceptions import BackendError, PrimitiveError
 from tenure._core.leased import (
-    KEPT,
-    OWNER_EXPIRY_SLACK,
-    WAITER_REFRESH,
     Acquired,
     Acquiring,
-    grant_time,
 )
 from tenure._sync._deadline import GRACE, Overdue, answered, by_deadline, ignore_late, room_left
 from tenure._sync._holds import Holds
@@ -67,7 +63,7 @@ from tenure._sync._line import (
     stop_waiting,
 )
 from tenure._sync._rules import Rules
-from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter, listen
+from tenure._sync._wakeups import Waiter, listen
 
 __all__ = ["Queue"]
 
@@ -143,17 +139,10 @@ class Queue:
                 if not wait:
                     return False
             before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
-            if attempt:
-                # A token of the caller's choosing waits on its own, carrying its
-                # call's id (a process's line joins waiters by token alone).
-                return self._wait_alone(call, tried)
-            alone = True
             if counted is None:
-                counted, alone = start_waiting(self._rules.registry, self._rules.keys.owner)
-            if alone:
-                return self._wait_alone(call, tried)
+                counted = start_waiting(self._rules.registry, self._rules.keys.owner)
             in_line = True
-            return self._wait_in_line(call)
+            return self._wait_in_line(call, tried)
         except Overdue:
             # Given back in the background when the server answers.
             logger.warning(
@@ -183,75 +172,24 @@ class Queue:
             elif counted is not None:
                 stop_waiting(counted)
 
-    def _wait_alone(self, call: Acquiring, tried: tuple[object, ...] | None) -> bool:
-        """Wait in the queue with calls of its own until granted or the deadline.
-
-        This process's first waiter for the name, or a token of the caller's
-        choosing: it joins, refreshes its place and re-checks by itself.
-        """
-        settings = self._rules.settings
-        deadline = call.deadline
-        room = CONFIRM_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
-        waiter = listen(self._rules.client, call.token, room, self._rules.keys.owner)
-        keys, args = self._rules.acquire_call(
-            call.token, settings.waiter_lease_ms, False, waiter.channel, call.attempt
-        )
-        try:
-            while True:
-                sent = time.monotonic()
-                # Plain: a call that queues needs no acknowledgement, and one that
-                # takes the lock is confirmed like a handoff (replicated kinds).
-                answer = self._rules.answer(
-                    self._by(call, self._rules.run, self._rules.scripts.acquire, keys, args)
-                )
-                if tried is not None:
-                    end_try(tried)  # in line (or holding): the joins behind may go
-                    tried = None
-                if isinstance(answer, Acquired):
-                    if not self._take_granted(call, answer, sent):
-                        continue  # lapsed before it was confirmed: ask again
-                    self.seen_busy = call.queued
-                    return True
-                if not call.queued:
-                    call.queued = True
-                    self.seen_busy = True
-                    self._holds.add_waiter(1)
-                now = time.monotonic()
-                if deadline is not None and now >= deadline:
-                    return self._give_up_alone(call)
-                # Wake at the first of: a grant, our deadline, the owner's lease
-                # running out (a crashed owner), the time to refresh our place.
-                wake_at = now + settings.waiter_lease * WAITER_REFRESH
-                if answer.owner_ttl_ms >= 0:
-                    wake_at = min(wake_at, now + answer.owner_ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
-                if answer.outsider:  # its release is announced to nobody: look again
-                    wake_at = min(wake_at, now + self._rules.outsider_poll)
-                if deadline is not None:
-                    wake_at = min(wake_at, deadline)
-                granted = waiter.wait(wake_at - now)
-                if granted is not None:
-                    at = grant_time(sent, answer, granted)
-                    if not self._take_granted(call, granted, at):
-                        continue  # the handoff lapsed before it was confirmed: wait on
-                    return True
-        finally:
-            waiter.stop()
-            if call.queued:
-                self._holds.add_waiter(-1)
-
-    def _wait_in_line(self, call: Acquiring) -> bool:
+    def _wait_in_line(self, call: Acquiring, tried: tuple[object, ...] | None) -> bool:
         """Wait in this process's line for the lock (:mod:`tenure._sync._line`).
 
         The line joins, refreshes and re-checks for every waiter of the process
         at once; this waiter only waits for its grant (on the wake-up channel,
-        or named by a round's answer), or its deadline.
+        or named by a round's answer), or its deadline. ``tried``: this
+        acquirer's try held back the joins of those who came after it
+        (:func:`begin_try`): it joins ahead of them, then lets them go.
         """
         # The line waits for the wake-up subscription before it joins anyone.
         deadline = call.deadline
         waiter = listen(self._rules.client, call.token, 0.0, self._rules.keys.owner, confirm=False)
+        waiter.attempt = call.attempt
         line = self._line(waiter.channel)
-        while not line.join(waiter, self._rules.owner_name):
+        while not line.join(waiter, self._rules.owner_name, first=tried is not None):
             line = self._line(waiter.channel)  # it closed just now: a new one
+        if tried is not None:
+            end_try(tried)  # in line: the joins behind it may go
         self.seen_busy = True
         call.queued = True
         self._holds.add_waiter(1)
@@ -287,14 +225,14 @@ class Queue:
             raise
         finally:
             waiter.stop()
-            line.done(call.token, left=left)
+            line.done(waiter, left=left)
             self._holds.add_waiter(-1)
 
     def _give_up_in_line(self, line: Line, waiter: Waiter, call: Acquiring) -> bool | None:
         """The deadline passed: leave the line with the others giving up (one call).
 
-        A lock (or permit) handed over meanwhile is kept and confirmed, as
-        :meth:`_give_up` does for a lone waiter. None: the line did not answer
+        A lock (or permit) handed over meanwhile is kept and confirmed. None:
+        the line did not answer
         within :data:`GRACE` (the server stalls): the caller leaves it to the line.
         """
         line.give_up(waiter)
@@ -369,17 +307,3 @@ class Queue:
             self._rules.line_refusal,
             self._rules.outsider_poll,
         )
-
-    def _give_up_alone(self, call: Acquiring) -> bool:
-        """The deadline passed: leave the queue, unless it was handed over meanwhile.
-
-        A hold handed over meanwhile is kept, if it is confirmed.
-        """
-        sent = time.monotonic()
-        keys, args = self._rules.leave_call(call.token, "keep", call.attempt)
-        reply = self._by(call, self._rules.run, self._rules.scripts.leave, keys, args)
-        if int(reply[0]) == KEPT:
-            granted = Acquired(fence=int(reply[1]), lease_ms=max(1, int(reply[2])))
-            if self._take_granted(call, granted, sent):
-                return True
-        return self._holds.timed_out()

@@ -33,7 +33,6 @@ class RedlockRules(LockRules):
 
     scripts = LeasedScripts(
         try_="redlock_acquire",
-        acquire="redlock_acquire",
         release="redlock_release",
         leave="redlock_release",
         extend="lock_extend",
@@ -96,7 +95,7 @@ class RedlockRules(LockRules):
         # the masters check the token and, when it was chosen, the acquire call.
         return super().extend_call(token, ms, mode, call=call)
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
+    def leave_call(self, token: str, attempt: str = "") -> Call:
         # A chosen token's acquire call gives back only what that call took.
         return self.release_keys(), (token, "leave", "", IDLE_TTL_MS, attempt)
 

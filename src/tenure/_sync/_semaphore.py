@@ -81,23 +81,6 @@ class PermitRules(Rules):
         args = (token, self.settings.lease_ms, self.limit, IDLE_TTL_MS, self.owner_name, attempt)
         return keys, args
 
-    def acquire_call(
-        self, token: str, waiter_lease_ms: int, reenter: bool, channel: str = "", attempt: str = ""
-    ) -> Call:
-        settings = self.settings
-        args = (
-            token,
-            settings.lease_ms,
-            waiter_lease_ms,
-            self.limit,  # the semaphore scripts' ARGV[4]: the limit
-            settings.handoff_ms,
-            channel,
-            IDLE_TTL_MS,
-            self.owner_name,
-            attempt,
-        )
-        return self.keys.all, args
-
     def line_call(self) -> Call:
         return self.keys.all, (self.limit,)
 
@@ -105,8 +88,8 @@ class PermitRules(Rules):
         keys = (*self.keys.all, *self.keys.receipts)
         return keys, (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS, fence_arg(fence))
 
-    def leave_call(self, token: str, mode: str, attempt: str = "") -> Call:
-        args = (token, self.settings.handoff_ms, mode, self.limit, IDLE_TTL_MS, attempt)
+    def leave_call(self, token: str, attempt: str = "") -> Call:
+        args = (token, self.settings.handoff_ms, self.limit, IDLE_TTL_MS, attempt)
         return self.keys.all, args
 
     def extend_call(self, token: str, ms: int, mode: str, fence: int = 0, call: str = "") -> Call:

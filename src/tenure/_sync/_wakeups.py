@@ -46,6 +46,7 @@ from redis import exceptions as redis_errors
 from tenure._backends.for_threads import Event, Mutex, scope_key, sleep, start_background
 from tenure._core.clients import is_cluster
 from tenure._core.leased import Acquired, parse_grant
+from tenure._core.line import line_entry
 from tenure._core.values import to_text
 
 __all__ = [
@@ -117,6 +118,13 @@ class Waiter(Event):
         self._wakeups = wakeups
         self.owner_name = ""
         """Its owner name, as the process's line joins it (set at each join)."""
+        self.attempt = ""
+        """Its acquire call's id if the caller chose its token (see ``Acquiring``), else ''."""
+
+    @property
+    def entry(self) -> str:
+        """How the line scripts name it (:func:`~tenure._core.line.line_entry`)."""
+        return line_entry(self.token, self.attempt)
 
     def stop(self) -> None:
         """Stop listening (no I/O)."""

@@ -1,6 +1,6 @@
 -- tenure script: lock_try
 -- The fast path of acquire: take the lock if it is free and nobody waits.
--- (lock_acquire does everything else: queueing, handoff, re-entry.)
+-- (A process's line, lock_line, queues its waiters; lock_confirm re-enters.)
 -- KEYS[1] owner hash (lib/lock), PEXPIRE = lease
 -- KEYS[2] queue zset (only its existence is checked)
 -- KEYS[3] optional: redis-py's key of the lock, `name` (interop="redis-py"; see lib/lock)

@@ -1,8 +1,9 @@
 -- tenure script: semaphore_leave
--- A waiter gives up, or an acquire is undone: leave the queue. A permit
--- granted to the caller meanwhile (or taken by the call being undone) is kept
--- (ARGV[3] = keep) or passed on (ARGV[3] = pass); free permits go to the next
--- waiters.
+-- An acquire is undone (cancelled, interrupted, failed, or answered past its
+-- deadline): leave the queue, and pass on a permit granted to the caller
+-- meanwhile (or taken by the call being undone); free permits go to the next
+-- waiters. (Waiters giving up at their deadline leave through their line,
+-- semaphore_line.)
 -- KEYS[1] holders zset
 -- KEYS[2] queue zset
 -- KEYS[3] waiter leases zset
@@ -14,14 +15,12 @@
 -- KEYS[9] holders' names hash: token -> owner name
 -- ARGV[1] token
 -- ARGV[2] handoff lease in ms
--- ARGV[3] keep | pass
--- ARGV[4] limit, if none is stored
--- ARGV[5] idle time in ms after which the counter and the limit expire
--- ARGV[6] the acquire call's id when the token is the caller's choice, else '': a
+-- ARGV[3] limit, if none is stored
+-- ARGV[4] idle time in ms after which the counter and the limit expire
+-- ARGV[5] the acquire call's id when the token is the caller's choice, else '': a
 --         permit its token holds under another call's id is a second owner's, left alone
--- returns {1, fence, remaining lease ms} if the caller keeps a permit (the
---         fence is 0 if the permit was not a grant), {0} otherwise
--- on resend: keep finds the permit kept (with its fence); pass finds it gone
+-- returns {0}
+-- on resend: the caller's permit is gone (passed on, or never taken): nothing more changes
 
 --! include queue
 --! include semaphore
@@ -33,17 +32,13 @@ leave_queue(queue, waiters, wakes, token, names)
 purge_holders(holders, grants, now, owners)
 purge_waiters(queue, waiters, wakes, now, names)
 local expiry = redis.call('ZSCORE', holders, token)
-local granted = redis.call('HGET', grants, token)
-if expiry and not same_permit_attempt(grants, token, ARGV[6]) then
+if expiry and not same_permit_attempt(grants, token, ARGV[5]) then
     expiry = false -- a second owner's permit of the same token: left alone
 end
 if expiry then
-    if ARGV[3] == 'keep' then
-        return {1, tonumber(granted or '0'), tonumber(expiry) - now}
-    end
     drop_permit(holders, grants, owners, token)
 end
-local limit = tonumber(redis.call('GET', KEYS[7]) or ARGV[4])
-grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[5],
+local limit = tonumber(redis.call('GET', KEYS[7]) or ARGV[3])
+grant_permits(holders, queue, waiters, wakes, fence, grants, limit, ARGV[2], now, ARGV[4],
     names, owners)
 return {0}

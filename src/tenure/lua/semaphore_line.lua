@@ -25,15 +25,21 @@
 -- ARGV[8] how many waiters give up (K): each leaves the line, but keeps a permit
 --         granted to it meanwhile (the reply names it)
 -- ARGV[9] limit: how many permits exist (must match the stored one)
--- ARGV[10...] J pairs: token, owner name (in arrival order); then L tokens (a
---         permit granted to one of them is passed on); then K tokens
+-- ARGV[10...] J pairs: waiter, owner name (in arrival order); then L waiters (a
+--         permit granted to one of them is passed on); then K waiters. A waiter
+--         is its token, or "token\0call id" for a token of the caller's choosing:
+--         a permit of that token taken by another acquire call (a second owner
+--         that chose it) is not that waiter's, and it does not queue while that
+--         permit lasts (its line joins it again later: the reply names it with
+--         fence 0)
 -- returns {0, ms until the first permit expires (-2 none), 1 if the process's
 --          waiter lease was alive before this call else 0, server time in ms,
 --          1 if the waiter to check neither waits nor holds a permit (its
 --          process's places were dropped, or its grant lapsed unseen: its line
 --          joins its waiters again) else 0, then for each joiner, waiter giving
 --          up (and the waiter checked) that holds a permit: token, fence,
---          remaining ms}, or
+--          remaining ms; and for each joiner whose token another call holds:
+--          token, 0, that permit's remaining ms}, or
 --         {2, stored limit} if the stored limit differs from ARGV[9]
 -- on resend: joining again keeps each waiter's place (ZADD NX), and one that
 --         holds a permit is answered its grant again; leaving, giving up and
@@ -55,10 +61,10 @@ purge_waiters(queue, waiters, wakes, now, names)
 local alive = refresh_channel(waiters, channel, now, waiter_lease)
 
 local held = {}  -- waiters of this process that hold a permit already
-local check = ARGV[7]
+local check, check_attempt = line_entry(ARGV[7])
 local missing = 0
 if check ~= '' and not redis.call('ZSCORE', queue, check) then
-    if redis.call('ZSCORE', holders, check) then
+    if redis.call('ZSCORE', holders, check) and same_permit_attempt(grants, check, check_attempt) then
         held[#held + 1] = check
     else
         missing = 1
@@ -67,25 +73,29 @@ end
 
 local first_leave = 10 + 2 * joining
 for i = first_leave, first_leave + leaving - 1 do
-    local token = ARGV[i]
+    local token, attempt = line_entry(ARGV[i])
     leave_queue(queue, waiters, wakes, token, names)
-    if redis.call('ZSCORE', holders, token) then
+    if redis.call('ZSCORE', holders, token) and same_permit_attempt(grants, token, attempt) then
         drop_permit(holders, grants, owners, token)  -- granted to a waiter that is gone
     end
 end
 for i = first_leave + leaving, first_leave + leaving + tonumber(ARGV[8]) - 1 do
-    local token = ARGV[i]
+    local token, attempt = line_entry(ARGV[i])
     leave_queue(queue, waiters, wakes, token, names)
-    if token ~= check and redis.call('ZSCORE', holders, token) then
+    if token ~= check and redis.call('ZSCORE', holders, token)
+            and same_permit_attempt(grants, token, attempt) then
         held[#held + 1] = token  -- granted meanwhile: it keeps the permit
     end
 end
 
 -- The batch joins in its order; a waiter already in line keeps its place,
 -- one that holds a permit (granted while its wake-up went unheard) is answered.
-join_batch(queue, wakes, names, channel, now_us, 10, joining, function(token)
+local others = {}  -- joiners whose token a permit of another call holds
+join_batch(queue, wakes, names, channel, now_us, 10, joining, function(token, attempt)
     if redis.call('ZSCORE', holders, token) then
-        if token ~= check then
+        if not same_permit_attempt(grants, token, attempt) then
+            others[#others + 1] = token
+        elseif token ~= check then
             held[#held + 1] = token
         end
         return true
@@ -112,6 +122,14 @@ for _, token in ipairs(held) do
     if expiry then
         reply[#reply + 1] = token
         reply[#reply + 1] = tonumber(redis.call('HGET', grants, token) or '0')
+        reply[#reply + 1] = tonumber(expiry) - now
+    end
+end
+for _, token in ipairs(others) do
+    local expiry = redis.call('ZSCORE', holders, token)
+    if expiry then
+        reply[#reply + 1] = token
+        reply[#reply + 1] = 0
         reply[#reply + 1] = tonumber(expiry) - now
     end
 end

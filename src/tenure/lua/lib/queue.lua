@@ -108,16 +108,29 @@ local function join_queue(queue, waiters, wakes, token, now, now_us, waiter_leas
     return redis.call('ZRANK', queue, token)
 end
 
+-- A waiter as a line script names it: its token, or "token\0call id" for a
+-- token of the caller's choosing (tokens hold no NUL): returns the token and
+-- the id of its acquire call ('' for a token of tenure's own).
+local function line_entry(entry)
+    local at = string.find(entry, '\0', 1, true)
+    if not at then
+        return entry, ''
+    end
+    return string.sub(entry, 1, at - 1), string.sub(entry, at + 1)
+end
+
 -- Join a batch of one process's waiters, in one command per key: ARGV pairs
--- (token, owner name) from ARGV[first], `count` of them, arrive in their order
--- (now + i microseconds); one already in line keeps its place (NX). A token
--- for which `skip(token)` is true (it holds already) does not join.
+-- (line_entry, owner name) from ARGV[first], `count` of them, arrive in their
+-- order (now + i microseconds); one already in line keeps its place (NX). A
+-- token for which `skip(token, call id)` is true (it holds already, or may not
+-- queue now) does not join.
 local function join_batch(queue, wakes, names, channel, now_us, first, count, skip)
     local arrivals, channels, who = {}, {}, {}
     local base = tonumber(now_us)
     for i = 0, count - 1 do
-        local token, name = ARGV[first + 2 * i], ARGV[first + 1 + 2 * i]
-        if not skip(token) then
+        local token, attempt = line_entry(ARGV[first + 2 * i])
+        local name = ARGV[first + 1 + 2 * i]
+        if not skip(token, attempt) then
             arrivals[#arrivals + 1] = string.format('%d', base + i)
             arrivals[#arrivals + 1] = token
             channels[#channels + 1] = token
