@@ -49,7 +49,7 @@ from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter
 from tenure._backends.for_asyncio import Event, Mutex, scope_key, start_background
 from tenure._core.exceptions import TenureError
 from tenure._core.leased import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
-from tenure._core.line import LINE_SCRIPTS, RoundAnswer
+from tenure._core.line import LINE_SCRIPTS
 
 __all__ = [
     "LINGER",
@@ -356,7 +356,7 @@ class AsyncLine:
             return
         for waiter in giving_up:
             kept = answer.holds.get(waiter.token)
-            if kept is not None and _is_its(waiter, answer):
+            if kept is not None and answer.grants(waiter.token, waiter.attempt):
                 waiter.deliver(kept)  # handed to it meanwhile: it keeps it
             waiter.dismiss()
         with self._mutex:
@@ -375,7 +375,8 @@ class AsyncLine:
             holders = [
                 (member, granted)
                 for token, granted in answer.holds.items()
-                if (member := self._members.get(token)) is not None and _is_its(member, answer)
+                if (member := self._members.get(token)) is not None
+                and answer.grants(token, member.attempt)
             ]
             if answer.ttl_ms >= 0 and not holders:
                 due = min(due, sent + answer.ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
@@ -435,18 +436,6 @@ class AsyncLine:
             self._next_round = self._pause_until = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
-
-
-def _is_its(waiter: AsyncWaiter, answer: RoundAnswer) -> bool:
-    """Whether a hold a round names for ``waiter``'s token is the waiter's.
-
-    Not when the waiter chose its token and another acquire call took that
-    hold (the call id the round answers is neither none nor the waiter's).
-    """
-    if not waiter.attempt:  # a token of tenure's own: unique to its acquisition
-        return True
-    call = answer.calls.get(waiter.token, "")
-    return not call or call == waiter.attempt
 
 
 async def _joins_hear(members: dict[str, AsyncWaiter], joins: list[tuple[str, str]]) -> None:

@@ -45,6 +45,20 @@ class RoundAnswer:
     calls: dict[str, str] = field(default_factory=dict)
     # Joiners whose token a permit of another call holds: not queued; ms until it ends.
     others: dict[str, int] = field(default_factory=dict)
+
+    def grants(self, token: str, attempt: str) -> bool:
+        """Whether the hold it names for ``token`` is the grant of a waiter with ``attempt``.
+
+        Not when the waiter chose its token (``attempt``: its call's id) and
+        another acquire call took that hold (the call id answered is neither
+        none nor the waiter's). A token of tenure's own is unique to its
+        acquisition.
+        """
+        if token not in self.holds:
+            return False
+        call = self.calls.get(token, "")
+        return not attempt or not call or call == attempt
+
     stored_limit: int | None = None  # a semaphore's stored limit, if it refused ours
     outsider: bool = False  # a holder outside tenure holds redis-py's key (interop)
 

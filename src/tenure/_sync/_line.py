@@ -48,7 +48,7 @@ from typing import Any
 from tenure._backends.for_threads import Event, Mutex, scope_key, start_background
 from tenure._core.exceptions import TenureError
 from tenure._core.leased import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
-from tenure._core.line import LINE_SCRIPTS, RoundAnswer
+from tenure._core.line import LINE_SCRIPTS
 from tenure._sync._scripting import ScriptRegistry
 from tenure._sync._wakeups import CONFIRM_TIMEOUT, Waiter
 
@@ -357,7 +357,7 @@ class Line:
             return
         for waiter in giving_up:
             kept = answer.holds.get(waiter.token)
-            if kept is not None and _is_its(waiter, answer):
+            if kept is not None and answer.grants(waiter.token, waiter.attempt):
                 waiter.deliver(kept)  # handed to it meanwhile: it keeps it
             waiter.dismiss()
         with self._mutex:
@@ -376,7 +376,8 @@ class Line:
             holders = [
                 (member, granted)
                 for token, granted in answer.holds.items()
-                if (member := self._members.get(token)) is not None and _is_its(member, answer)
+                if (member := self._members.get(token)) is not None
+                and answer.grants(token, member.attempt)
             ]
             if answer.ttl_ms >= 0 and not holders:
                 due = min(due, sent + answer.ttl_ms / 1000 + OWNER_EXPIRY_SLACK)
@@ -436,18 +437,6 @@ class Line:
             self._next_round = self._pause_until = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
-
-
-def _is_its(waiter: Waiter, answer: RoundAnswer) -> bool:
-    """Whether a hold a round names for ``waiter``'s token is the waiter's.
-
-    Not when the waiter chose its token and another acquire call took that
-    hold (the call id the round answers is neither none nor the waiter's).
-    """
-    if not waiter.attempt:  # a token of tenure's own: unique to its acquisition
-        return True
-    call = answer.calls.get(waiter.token, "")
-    return not call or call == waiter.attempt
 
 
 def _joins_hear(members: dict[str, Waiter], joins: list[tuple[str, str]]) -> None:
