@@ -301,6 +301,32 @@ async def test_many_waiters_on_masters_slower_than_master_timeout_all_get_it(
         await _close(proxies, clients)
 
 
+async def test_a_burst_of_acquirers_larger_than_the_pools_all_get_it(
+    proxies: list[FaultProxy],
+) -> None:
+    """120 acquirers of one process at once on pools of 30 connections per master:
+    they take turns at attempts (a quarter of the pool at a time), so none finds
+    the pools exhausted (every one of them used to fail with QuorumError)."""
+    clients = [proxy.async_client(socket_timeout=5, max_connections=30) for proxy in proxies]
+    held: list[int] = []
+    holding = [0]
+
+    async def take(index: int) -> None:
+        lock = AsyncRedlock(clients, "burst-pools", timeout=10)
+        assert await lock.acquire(blocking_timeout=60)
+        holding[0] += 1
+        assert holding[0] == 1
+        held.append(index)
+        holding[0] -= 1
+        await lock.release()
+
+    try:
+        await gather(*(functools.partial(take, index) for index in range(120)))
+        assert sorted(held) == list(range(120))
+    finally:
+        await _close(proxies, clients)
+
+
 async def test_every_master_cut_off_fails_in_seconds_not_a_tenth_of_the_lease(
     masters: list[Any], proxies: list[FaultProxy]
 ) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._backends.for_asyncio import Mutex, race, sleep
 from tenure._backends.owners import generation
+from tenure._core.exceptions import ConnectionPoolExhaustedError
 from tenure._core.redlock import (
     ADAPTIVE_MARGIN,
     MAX_OVERDUE,
@@ -177,6 +178,8 @@ class AsyncMasters:
                     tally.failed[index] = describe_failure(outcome, timeout)
                     if getattr(outcome, "never_sent", False):
                         tally.unsent.add(index)
+                    if isinstance(outcome, ConnectionPoolExhaustedError):
+                        tally.exhausted.add(index)
                     if is_slow(outcome):
                         tally.slow.add(index)
                 elif good(outcome):

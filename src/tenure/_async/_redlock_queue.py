@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import random
 import time
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +33,10 @@ from tenure._async._redlock_rules import AsyncRedlockRules
 from tenure._async._wakeups import AsyncWaiter, listen
 from tenure._backends.for_asyncio import (
     Event,
+    Mutex,
     before_waiting,
     current_holder,
+    scope_key,
     shielded,
     sleep,
     start_background,
@@ -67,12 +71,22 @@ class _Attempt:
     done: bool = False  # decided: grants that come later are judged on arrival
     unreachable: QuorumError | None = None  # too many masters failed for a quorum
     slow: bool = False  # ... but a quorum may answer: those it lacks were only slow
+    crowded: bool = False  # ... only for want of a free connection in this client's pools
     undecided: bool = False  # short of a quorum, refused nowhere: masters slow to answer
     late: list[int] = field(default_factory=list)  # grants that came in while deciding
 
 
 SLOW_PATIENCE = 4
 """Attempts' timeouts an acquisition keeps trying while the masters failing it were only slow."""
+
+CROWDED_PATIENCE = 30.0
+"""Seconds an acquisition keeps trying while its attempts fail only for want of a
+free connection in the client's pools (``max_connections`` in use by this process's
+own calls: a burst of acquirers larger than the pools; the connections come free as
+those calls end). Past it, :class:`~tenure.QuorumError` says the pools are exhausted."""
+
+CROWDED_PAUSE = 1.0
+"""Seconds, at most, between two attempts that found the pools without a free connection."""
 
 LEAVE_PATIENCE = 600.0
 """Seconds a waiter that gave up keeps telling the masters that did not hear it."""
@@ -110,6 +124,90 @@ class _Listener:
     def stop(self) -> None:
         for waiter in self.waiters:
             waiter.stop()
+
+
+class _Turns:
+    """Acquirers of one Redlock name in this process take turns at attempts, in arrival order.
+
+    At most :func:`_attempts_at_once` attempts at a time: each takes a
+    connection on every master, and a burst of acquirers larger than the
+    clients' pools used to exhaust them, which failed every one of them. Those
+    who lost an attempt wait in the masters' line, not here.
+    """
+
+    __slots__ = ("__weakref__", "_free", "_mutex", "_waiting")
+
+    def __init__(self, at_once: int) -> None:
+        self._mutex = Mutex()
+        self._free = at_once
+        self._waiting: deque[Event] = deque()
+
+    async def take(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: no limit) for this caller's turn; True: its."""
+        with self._mutex:
+            if self._free > 0:
+                self._free -= 1
+                return True
+            turn = Event()
+            self._waiting.append(turn)
+        try:
+            if await turn.wait(timeout):
+                return True
+        except BaseException:
+            self._leave(turn)
+            raise
+        self._leave(turn)
+        return False
+
+    def give(self) -> None:
+        """The attempt is over: the next caller's turn."""
+        with self._mutex:
+            self._pass()
+
+    def _leave(self, turn: Event) -> None:
+        """A caller stops waiting (its deadline, a cancellation): a turn it was given goes on."""
+        with self._mutex:
+            if turn.is_set():
+                self._pass()
+            else:
+                self._waiting.remove(turn)
+
+    def _pass(self) -> None:
+        if self._waiting:
+            self._waiting.popleft().set()
+        else:
+            self._free += 1
+
+
+_turns: weakref.WeakValueDictionary[tuple[object, ...], _Turns] = weakref.WeakValueDictionary()
+_turns_mutex = Mutex()
+
+
+def _turns_for(clients: tuple[Any, ...], name: str) -> _Turns:
+    """The turns of this process (or event loop) at attempts on ``name`` on these masters."""
+    key = (scope_key(), *map(id, clients), name)
+    with _turns_mutex:
+        turns = _turns.get(key)
+        if turns is None:
+            turns = _turns[key] = _Turns(_attempts_at_once(clients))
+        return turns
+
+
+def _attempts_at_once(clients: tuple[Any, ...]) -> int:
+    """How many attempts on one name a process makes at once: a quarter of the smallest pool.
+
+    (16 when no pool says: a cluster client's, or a pool without a limit.)
+    """
+    limits = [
+        limit
+        for client in clients
+        if isinstance(
+            limit := getattr(getattr(client, "connection_pool", None), "max_connections", None),
+            int,
+        )
+        and 0 < limit < 2**31 - 1
+    ]
+    return max(1, min(limits) // 4) if limits else 16
 
 
 class AsyncRedlockQueue:
@@ -157,7 +255,15 @@ class AsyncRedlockQueue:
                     silent = min(self._masters.longest, FIRST_SILENCE)
                     if deadline is not None:  # never past the caller's deadline
                         silent = min(silent, deadline - time.monotonic())
-                tried = await shielded(self._attempt(token, ticket, listener, attempt, silent))
+                turn = _turns_for(self._masters.clients, self._rules.name)
+                room = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not await turn.take(room):  # this process's other attempts took it all
+                    await shielded(self._leave_now(token, attempt))
+                    return self._holds.timed_out()
+                try:
+                    tried = await shielded(self._attempt(token, ticket, listener, attempt, silent))
+                finally:
+                    turn.give()
                 if tried.unreachable is not None:
                     # Once may be a stall (of this process, or of the network):
                     # twice in a row, the masters are out of reach -- unless
@@ -167,6 +273,8 @@ class AsyncRedlockQueue:
                     if unreachable == 1:
                         unreachable_since = time.monotonic()
                     patience = patience_for_slow() if tried.slow else 0
+                    if tried.crowded:
+                        patience = CROWDED_PATIENCE
                     now = time.monotonic()
                     given_up = unreachable > 1 and now - unreachable_since >= patience
                     if given_up or (deadline is not None and now >= deadline):
@@ -174,7 +282,12 @@ class AsyncRedlockQueue:
                         if given_up:
                             raise tried.unreachable
                         return self._holds.timed_out()  # the deadline came first
-                    if unreachable > 1:
+                    if tried.crowded:
+                        # The pools' connections carry this process's other calls: wait
+                        # longer each time (with jitter), not in step with the others.
+                        pause = min(CROWDED_PAUSE, RETRY_PAUSE * 2 ** min(unreachable, 8))
+                        await sleep(_RANDOM.uniform(pause / 2, pause))
+                    elif unreachable > 1:
                         await sleep(RETRY_PAUSE)  # a skipped master fails an attempt at once
                     continue
                 unreachable = 0
@@ -343,6 +456,7 @@ class AsyncRedlockQueue:
         if tally.unreachable:
             attempt.unreachable = tally.error("acquiring", self._rules.name)
             attempt.slow = tally.may_recover
+            attempt.crowded = tally.crowded
         elif not tally.refused and tally.failed and tally.may_recover:
             attempt.undecided = True  # no master refused: only slow ones kept it short
         attempt.split = bool(tally.good)

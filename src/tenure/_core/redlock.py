@@ -23,6 +23,7 @@ from tenure._core.clients import is_cluster, require_client
 from tenure._core.exceptions import (
     ArgumentError,
     ClientTypeError,
+    ConnectionPoolExhaustedError,
     QuorumError,
 )
 from tenure._core.statistics import (
@@ -200,8 +201,13 @@ ADAPTIVE_MARGIN = 2.5
 
 
 def is_slow(error: BaseException) -> bool:
-    """Whether a master's failure was only slowness (no answer in time), not a refusal."""
-    if isinstance(error, TimeoutError):
+    """Whether a master's failure was only slowness, not a refusal.
+
+    No answer in time; or no free connection in this client's pool (its
+    connections carry this process's calls on their way, and come free as
+    their answers arrive: a burst of acquirers, not a master out of reach).
+    """
+    if isinstance(error, (TimeoutError, ConnectionPoolExhaustedError)):
         return True
     cause = error.__cause__
     return isinstance(cause, redis_errors.TimeoutError)
@@ -274,6 +280,13 @@ class Tally:
     connection or answering an error): on a busy machine, a healthy one can."""
     unsent: set[int] = field(default_factory=set)
     """The failed masters whose call never left the client (``never_sent``)."""
+    exhausted: set[int] = field(default_factory=set)
+    """The failed masters whose client's pool had no free connection for the call."""
+
+    @property
+    def crowded(self) -> bool:
+        """Every master that failed failed for want of a free connection in its client's pool."""
+        return bool(self.failed) and set(self.failed) <= self.exhausted
 
     @property
     def may_recover(self) -> bool:
@@ -287,11 +300,13 @@ class Tally:
             self.failed.pop(index, None)
             self.slow.discard(index)
             self.unsent.discard(index)
+            self.exhausted.discard(index)
         self.good.update(later.good)
         self.refused.update(later.refused)
         self.failed.update(later.failed)
         self.slow |= later.slow
         self.unsent |= later.unsent
+        self.exhausted |= later.exhausted
 
     @property
     def reached(self) -> bool:
