@@ -270,6 +270,31 @@ async def test_cancelled_queued_acquire_leaves_no_hold(
     await client.aclose()
 
 
+async def test_a_cancelled_waiter_is_out_of_line_before_its_cancellation_goes_on(
+    tenure_proxy: FaultProxy, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    """Two waiters of one process in its line; the first is handed the lock and
+    cancelled while the grant's notice is on its way: once its cancellation goes
+    on, its line has told the server (the lock passed on to the second)."""
+    holder = AsyncLock(tenure_async_client, "in-flight-3", thread_local=False)
+    assert await holder.acquire()
+    client = tenure_proxy.async_client()
+    first = asyncio.create_task(AsyncLock(client, "in-flight-3").acquire())
+    await until(lambda: in_line(tenure_async_client, holder, 1), 5, "the first waiter in line")
+    second = asyncio.create_task(AsyncLock(client, "in-flight-3").acquire())
+    await until(lambda: in_line(tenure_async_client, holder, 2), 5, "the second waiter in line")
+    token = (await tenure_async_client.zrange(holder.keys.queue, 0, 0))[0]
+    tenure_proxy.set_latency(0.3, direction="downstream")
+    await holder.release()  # handed to the first inside the script
+    first.cancel()  # the grant's notice is on its way (0.3 s late)
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await tenure_async_client.hget(holder.keys.owner, "token") != token
+    assert await asyncio.wait_for(second, 10)  # passed on to the second
+    tenure_proxy.clear()
+    await client.aclose()
+
+
 async def test_cancelled_reentry_is_counted_down(
     tenure_proxy: FaultProxy, tenure_async_client: redis.asyncio.Redis
 ) -> None:

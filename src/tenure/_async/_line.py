@@ -1,39 +1,27 @@
 """AsyncLine: one process's waiters for one lock, served by one call a round.
 
-A process with thousands of tasks (or threads) waiting on one lock (or
-semaphore, or read-write lock) used to make thousands of calls: each waiter
-joined the queue with a call of its own and refreshed its place every
-``waiter_lease * 0.4``. Here the waiters of a process hand their tokens to
-the process's :class:`AsyncLine` for that primitive, and one background job
-makes one call per round for all of them (``lock_line``, or
-``semaphore_line``: :data:`LINE_SCRIPTS`):
+Every waiter of a process hands its token to the process's :class:`AsyncLine`
+for the primitive, and one background job makes one call per round for all
+of them (``lock_line`` or ``semaphore_line``, :data:`LINE_SCRIPTS`): thousands
+of waiting tasks cost the calls of one. A round carries:
 
 * **join** — the waiters that arrived since the last round, in their order
-  (a round carries up to :data:`ROUND_SIZE`; the next starts at once);
-* **refresh** — the process's waiter lease, kept per process on the server
-  (its wake-up channel), so the refresh costs the same whatever the number
-  of waiters; a round is due every ``waiter_lease * 0.4``;
+  (up to :data:`ROUND_SIZE`; the next round starts at once);
+* **refresh** — the process's one waiter lease on the server, due every
+  ``waiter_lease * 0.4``, whatever the number of waiters;
 * **fix-up** — a free lock (free permits) with waiters in line (its owner
-  crashed, or nobody was there to hand it on) is granted to the first, in
-  the same call; a round is due when the owner's lease (the first permit's)
-  should have run out;
-* **leave** — waiters cancelled or interrupted leave through the line, after
-  their join (a leave of their own could overtake a join still on its way
-  and leave an orphan in the queue); a lock handed to them is passed on;
-  leaves are sent again until the server hears them;
-* **give up** — waiters whose deadline passed leave together, in one call
-  (thousands of their own calls at once would empty a connection pool), and
-  each learns whether the lock was handed to it meanwhile (then it is kept);
-* **settle** — a waiter that took the lock while a join of its token was on
-  its way (a re-check) may have released it before that join arrived, which
-  then queued a token nobody waits on: the next round takes such tokens out
-  of the queue (a lock they hold is kept).
+  crashed) is granted to the first; due when the owner's lease should end;
+* **leave** — waiters cancelled or interrupted, after their join (a leave of
+  their own could overtake it), passing on what was handed to them; sent
+  again until the server hears (:meth:`AsyncLine.done` tells when);
+* **give up** — waiters whose deadline passed, together, each told whether it
+  was handed the lock meanwhile (then it keeps it);
+* **settle** — a token joined again (a re-check) after its waiter took the lock
+  and released it: taken out of the queue (a lock it holds is kept).
 
-A grant still reaches its waiter on the process's wake-up channel at once
-(:mod:`tenure._async._wakeups`); a round's answer names the owner too, so a
-lost message costs a waiter at most one round. A failed round fails the
-waiters it carried joins for, and every waiter if it was a refresh: as a
-waiter's own call failing did.
+Grants reach their waiters on the wake-up channel (:mod:`tenure._async._wakeups`);
+a round's answer names them too, so a lost message costs at most one round. A
+failed round fails the waiters it carried joins for (every waiter, if a refresh).
 """
 
 from __future__ import annotations
@@ -49,7 +37,7 @@ from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter
 from tenure._backends.for_asyncio import Event, Mutex, scope_key, start_background
 from tenure._core.exceptions import TenureError
 from tenure._core.leased import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
-from tenure._core.line import LINE_SCRIPTS
+from tenure._core.line import LINE_SCRIPTS, grant_time
 
 __all__ = [
     "LINGER",
@@ -122,6 +110,7 @@ class AsyncLine:
         self._leaving: list[str] = []  # tokens to take out of line (what they hold is passed on)
         self._giving_up: dict[str, AsyncWaiter] = {}  # deadline passed: out of line, keep grants
         self._unqueue: list[str] = []  # out of the queue only, a lock held kept ("settle")
+        self._told: dict[str, Event] = {}  # a leaving waiter's entry -> set once the server heard
         # Token -> owner name of members whose token a permit of another call
         # holds (they chose it): joined again with the next refresh.
         self._parked: dict[str, str] = {}
@@ -184,12 +173,15 @@ class AsyncLine:
             self._giving_up[waiter.token] = waiter
         self._wakeup.set()
 
-    def done(self, waiter: AsyncWaiter, *, left: bool = True) -> None:
+    def done(self, waiter: AsyncWaiter, *, left: bool = True) -> Event | None:
         """``waiter`` waits no more: it holds the lock, or it left the queue (``left``).
 
         With ``left=False`` the line takes it out of the queue (passing on
-        what was handed to it) with its next rounds, until the server hears.
+        what was handed to it) with its next rounds, until the server hears;
+        the event returned is set then (or when the line gives up on it:
+        its waiter lease ran out, or the line closed).
         """
+        told: Event | None = None
         token = waiter.token
         with self._mutex:
             if self._members.get(token) is waiter:
@@ -198,23 +190,14 @@ class AsyncLine:
             self._parked.pop(token, None)
             if not left:
                 self._leaving.append(waiter.entry)
+                told = self._told[waiter.entry] = Event()
             elif token in self._joins_out:
                 # Its join is on its way: it may arrive after this waiter has
                 # released, and queue its token again (settled after the round).
                 self._took_meanwhile.append(token)
         if not left:
             self._wakeup.set()
-
-    def _canary(self, joins: list[tuple[str, str]]) -> AsyncWaiter | None:
-        """A waiter that joined in an earlier round, whose place the round checks (mutex held)."""
-        for token, member in itertools.islice(self._members.items(), 8):
-            if (
-                token not in self._joining
-                and token not in self._parked
-                and all(token != t for t, _ in joins)
-            ):
-                return member
-        return None
+        return told
 
     def _listening(self) -> bool:
         """Whether this line's waiters hear their grants (the channel's subscription is up)."""
@@ -223,19 +206,10 @@ class AsyncLine:
         return True
 
     def local_time(self, granted: Acquired) -> float:
-        """When a grant happened, on this process's monotonic clock (never too late).
-
-        Mapped through the last round: sent at ``sent`` (local), run at
-        ``server_ms`` (the server's clock), so a grant ``d`` ms from then on the
-        server's clock happened no later than ``sent + d`` here -- before the
-        round too (a grant heard late, after a newer round), which is what
-        tells a waiter that it saw its grant late.
-        """
+        """When a grant happened, on this process's clock (``grant_time`` in _core/line.py)."""
         with self._mutex:
             clock, in_flight = self._clock, self._in_flight
-        if granted.server_ms is not None and clock is not None:
-            return clock[0] + (granted.server_ms - clock[1]) / 1000
-        return in_flight or time.monotonic()
+        return grant_time(granted, clock, in_flight)
 
     # -- the rounds ---------------------------------------------------------------
 
@@ -250,6 +224,7 @@ class AsyncLine:
                 # these waiters with this process's lease. Nothing to send.
                 self._leaving = []
                 self._unqueue = []
+                self._told = _tell_all(self._told)
             busy = self._members or self._joining or self._leaving or self._giving_up
             if not (busy or self._unqueue):
                 # Idle: kept LINGER seconds for the next waiter (a lock taken
@@ -312,6 +287,7 @@ class AsyncLine:
         finally:
             with self._mutex:
                 self._closed = True
+                self._told = _tell_all(self._told)
             self._forget(self)
 
     async def _round(self, taken: _Round) -> None:
@@ -319,7 +295,7 @@ class AsyncLine:
             # Waiters done while their subscription was awaited join no more.
             taken.joins = [entry for entry in taken.joins if entry[0] in self._members]
             self._joins_out = {token for token, _ in taken.joins}
-            canary = self._canary(taken.joins)
+            canary = _canary(self._members, (self._joining, self._parked, dict(taken.joins)))
             members = self._members
             joins, leaves, giving_up = taken.joins, taken.leaves, taken.giving_up
             args: list[str | int] = [
@@ -354,6 +330,11 @@ class AsyncLine:
             refusal = self._refuse(answer.stored_limit)
             self._failed(refusal, taken, everyone=True)
             return
+        with self._mutex:
+            for entry in leaves:
+                told = self._told.pop(entry, None)
+                if told is not None:
+                    told.set()
         for waiter in giving_up:
             kept = answer.holds.get(waiter.token)
             if kept is not None and answer.grants(waiter.token, waiter.attempt):
@@ -436,6 +417,26 @@ class AsyncLine:
             self._next_round = self._pause_until = time.monotonic() + RETRY_AFTER
         for waiter in told:
             waiter.fail(error)
+
+
+def _canary(
+    members: dict[str, AsyncWaiter], besides: tuple[dict[str, str], ...]
+) -> AsyncWaiter | None:
+    """A waiter that joined in an earlier round (in none of ``besides``): the round checks it.
+
+    None: none such (the mutex held).
+    """
+    for token, member in itertools.islice(members.items(), 8):
+        if all(token not in other for other in besides):
+            return member
+    return None
+
+
+def _tell_all(told: dict[str, Event]) -> dict[str, Event]:
+    """Nobody waits any longer for a leave to be heard; an empty dict (the mutex held)."""
+    for event in told.values():
+        event.set()
+    return {}
 
 
 async def _joins_hear(members: dict[str, AsyncWaiter], joins: list[tuple[str, str]]) -> None:

@@ -68,6 +68,10 @@ __all__ = ["AsyncQueue"]
 
 logger = logging.getLogger("tenure.lock")
 
+LEAVE_PATIENCE = 2.0
+"""Seconds, at most, a cancelled or interrupted waiter waits for its line's round to
+tell the server it left (passing on what was handed to it) before it goes on."""
+
 
 def _giving_back(rules: AsyncRules, token: str, attempt: str) -> Callable[[int, Any], None]:
     """A late call's handler: give back whatever it took for ``token``, in the background."""
@@ -194,7 +198,7 @@ class AsyncQueue:
         self.seen_busy = True
         call.queued = True
         self._holds.add_waiter(1)
-        left = True
+        left: bool | None = True  # None: done with the line already
         try:
             while True:
                 now = time.monotonic()
@@ -221,13 +225,20 @@ class AsyncQueue:
                 return True
         except BaseException:
             # Out of line through the line itself: after its join (which may
-            # still be on its way), passing on what was handed to it.
-            left = False
+            # still be on its way), passing on what was handed to it; the
+            # cancellation (or interrupt) goes on once the server heard it.
+            left = None
+            waiter.stop()
+            self._holds.add_waiter(-1)
+            told = line.done(waiter, left=False)
+            if told is not None:
+                await told.wait(LEAVE_PATIENCE)
             raise
         finally:
-            waiter.stop()
-            line.done(waiter, left=left)
-            self._holds.add_waiter(-1)
+            if left is not None:
+                waiter.stop()
+                line.done(waiter, left=left)
+                self._holds.add_waiter(-1)
 
     async def _give_up_in_line(
         self, line: AsyncLine, waiter: AsyncWaiter, call: Acquiring

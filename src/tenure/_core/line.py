@@ -10,6 +10,7 @@ named in the reply). A waiter is named by :func:`line_entry`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from tenure._core.leased import Acquired
 from tenure._core.values import to_text
 
-__all__ = ["LINE_SCRIPTS", "RoundAnswer", "line_entry"]
+__all__ = ["LINE_SCRIPTS", "RoundAnswer", "grant_time", "line_entry"]
 
 
 def line_entry(token: str, attempt: str) -> str:
@@ -61,6 +62,21 @@ class RoundAnswer:
 
     stored_limit: int | None = None  # a semaphore's stored limit, if it refused ours
     outsider: bool = False  # a holder outside tenure holds redis-py's key (interop)
+
+
+def grant_time(granted: Acquired, clock: tuple[float, int] | None, in_flight: float) -> float:
+    """When a grant happened, on this process's monotonic clock (never too late).
+
+    Mapped through a line's last round (``clock``: sent at ``clock[0]``, local,
+    run at ``clock[1]`` ms, the server's clock), so a grant ``d`` ms from then
+    on the server's clock happened no later than ``clock[0] + d`` here --
+    before the round too (a grant heard late, after a newer round), which is
+    what tells a waiter that it saw its grant late. Without a round answered
+    yet: when the round on its way was sent (``in_flight``), or now.
+    """
+    if granted.server_ms is not None and clock is not None:
+        return clock[0] + (granted.server_ms - clock[1]) / 1000
+    return in_flight or time.monotonic()
 
 
 def _lock_round(reply: Any) -> RoundAnswer:

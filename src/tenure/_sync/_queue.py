@@ -69,6 +69,10 @@ __all__ = ["Queue"]
 
 logger = logging.getLogger("tenure.lock")
 
+LEAVE_PATIENCE = 2.0
+"""Seconds, at most, a cancelled or interrupted waiter waits for its line's round to
+tell the server it left (passing on what was handed to it) before it goes on."""
+
 
 def _giving_back(rules: Rules, token: str, attempt: str) -> Callable[[int, Any], None]:
     """A late call's handler: give back whatever it took for ``token``, in the background."""
@@ -193,7 +197,7 @@ class Queue:
         self.seen_busy = True
         call.queued = True
         self._holds.add_waiter(1)
-        left = True
+        left: bool | None = True  # None: done with the line already
         try:
             while True:
                 now = time.monotonic()
@@ -220,13 +224,20 @@ class Queue:
                 return True
         except BaseException:
             # Out of line through the line itself: after its join (which may
-            # still be on its way), passing on what was handed to it.
-            left = False
+            # still be on its way), passing on what was handed to it; the
+            # cancellation (or interrupt) goes on once the server heard it.
+            left = None
+            waiter.stop()
+            self._holds.add_waiter(-1)
+            told = line.done(waiter, left=False)
+            if told is not None:
+                told.wait(LEAVE_PATIENCE)
             raise
         finally:
-            waiter.stop()
-            line.done(waiter, left=left)
-            self._holds.add_waiter(-1)
+            if left is not None:
+                waiter.stop()
+                line.done(waiter, left=left)
+                self._holds.add_waiter(-1)
 
     def _give_up_in_line(self, line: Line, waiter: Waiter, call: Acquiring) -> bool | None:
         """The deadline passed: leave the line with the others giving up (one call).
