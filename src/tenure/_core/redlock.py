@@ -23,7 +23,6 @@ from tenure._core.clients import is_cluster, require_client
 from tenure._core.exceptions import (
     ArgumentError,
     ClientTypeError,
-    ConnectionPoolExhaustedError,
     QuorumError,
 )
 from tenure._core.statistics import (
@@ -201,13 +200,8 @@ ADAPTIVE_MARGIN = 2.5
 
 
 def is_slow(error: BaseException) -> bool:
-    """Whether a master's failure was only slowness, not a refusal.
-
-    No answer in time; or no free connection in this client's pool (its
-    connections carry this process's calls on their way, and come free as
-    their answers arrive: a burst of acquirers, not a master out of reach).
-    """
-    if isinstance(error, (TimeoutError, ConnectionPoolExhaustedError)):
+    """Whether a master's failure was only slowness (no answer in time), not a refusal."""
+    if isinstance(error, TimeoutError):
         return True
     cause = error.__cause__
     return isinstance(cause, redis_errors.TimeoutError)
