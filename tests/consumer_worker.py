@@ -1,14 +1,15 @@
 """One consumer process, for tests/test_consumer_processes.py.
 
-    python -m tests.consumer_worker REDIS_URL NAME [read|run|arun]
+    python -m tests.consumer_worker REDIS_URL NAME [read|batches|run|arun]
 
 ``read`` (default): its own loop over ``read()`` and ``ack()`` on stream
 ``work`` in group ``g``; each handling adds the message's ``n`` to the set
-``handled`` and takes 5 ms; it ends when nothing came for 3 s, or is killed
-with kill -9 by the test. ``run`` / ``arun``: ``StreamConsumer.run`` /
-``AsyncStreamConsumer.run`` with SIGTERM and SIGINT as stop signals; each
-handling pushes ``n`` to the list ``started``, takes 0.15 s, then pushes it to
-``finished``.
+``handled`` (and the list ``handlings``) and takes 5 ms; it ends when nothing
+came for 3 s, or is killed with kill -9 by the test. ``batches``: the same
+through ``StreamConsumer.run`` (a batch acknowledged at a time).
+``run`` / ``arun``: ``StreamConsumer.run`` / ``AsyncStreamConsumer.run``
+with SIGTERM and SIGINT as stop signals; each handling pushes ``n`` to the
+list ``started``, takes 0.15 s, then pushes it to ``finished``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def read_loop(url: str, name: str) -> None:
     def handle(message: StreamMessage) -> None:
         nonlocal idle_since
         client.sadd("handled", message.fields[b"n"])
+        client.rpush("handlings", message.fields[b"n"])
         time.sleep(0.005)  # a message's work: the kill comes in the middle of it
         idle_since = time.monotonic()
 
@@ -42,6 +44,30 @@ def read_loop(url: str, name: str) -> None:
         for message in consumer.read():
             handle(message)
             consumer.ack(message)
+
+
+def run_batches(url: str, name: str) -> None:
+    """``read_loop``'s work through ``StreamConsumer.run``, until nothing came for 3 s."""
+    client = redis.Redis.from_url(url)
+    consumer = StreamConsumer(client, "work", "g", name, count=10, block=0.2, claim_idle=0.5)
+    idle_since = time.monotonic()
+
+    def handle(message: StreamMessage) -> None:
+        nonlocal idle_since
+        client.sadd("handled", message.fields[b"n"])
+        client.rpush("handlings", message.fields[b"n"])
+        time.sleep(0.005)  # a message's work: the kill comes in the middle of a batch
+        idle_since = time.monotonic()
+
+    read = consumer.read
+
+    def read_until_idle() -> list[StreamMessage]:
+        if time.monotonic() - idle_since >= 3:
+            consumer.stop()
+        return read()
+
+    consumer.read = read_until_idle  # type: ignore[method-assign]
+    consumer.run(handle)
 
 
 def run_until_signalled(url: str, name: str) -> None:
@@ -75,6 +101,8 @@ if __name__ == "__main__":
     url, name, mode = (*sys.argv[1:3], sys.argv[3] if len(sys.argv) > 3 else "read")
     if mode == "read":
         read_loop(url, name)
+    elif mode == "batches":
+        run_batches(url, name)
     elif mode == "run":
         run_until_signalled(url, name)
     else:

@@ -13,13 +13,17 @@ from tenure.server import ServerProcess
 from tests.conftest import wait_for
 
 
+@pytest.mark.parametrize("mode", ["read", "batches"])
 def test_a_consumer_killed_with_kill_9_loses_no_message(
-    tenure_client: redis.Redis, tenure_server: ServerProcess
+    tenure_client: redis.Redis, tenure_server: ServerProcess, mode: str
 ) -> None:
+    """``read``: the worker's own loop, acknowledging each message; ``batches``:
+    ``StreamConsumer.run``, a batch (10) acknowledged at a time. Handled again
+    after the kill: at most one message, or at most the batch in hand."""
     for n in range(2_000):
         tenure_client.xadd("work", {"n": str(n)})
     command = [sys.executable, "-m", "tests.consumer_worker", tenure_server.url]
-    victim = subprocess.Popen([*command, "victim"])
+    victim = subprocess.Popen([*command, "victim", mode])
     wait_for(  # it is in the middle of its work
         lambda: int(tenure_client.scard("handled")) >= 200 or victim.poll() is not None,
         60,
@@ -28,10 +32,12 @@ def test_a_consumer_killed_with_kill_9_loses_no_message(
     assert victim.poll() is None, "the victim ended before it was killed"
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    survivor = subprocess.Popen([*command, "survivor"])
+    survivor = subprocess.Popen([*command, "survivor", mode])
     assert survivor.wait(timeout=120) == 0
     handled = {int(n) for n in tenure_client.smembers("handled")}
     assert handled == set(range(2_000))  # at least once: none lost
+    again = int(tenure_client.llen("handlings")) - len(handled)
+    assert 0 <= again <= (1 if mode == "read" else 10)  # the message, or the batch, in hand
     pending = tenure_client.xpending("work", "g")
     assert pending["pending"] == 0  # the victim's unacknowledged ones were claimed and acked
 

@@ -46,6 +46,37 @@ async def test_messages_are_read_once_and_acknowledged(
     assert pending["pending"] == 0
 
 
+@pytest.mark.standalone_only
+async def test_run_acknowledges_a_batch_at_a_time_and_claims_on_a_timer(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """50 messages, 10 a read: one XACK per batch (5), not one per message; one
+    look for abandoned messages at the first read, none before the later reads
+    (the next is due a quarter of claim_idle later)."""
+    client = tenure_async_client
+    await add(client, "batched", 50)
+    consumer = AsyncStreamConsumer(client, "batched", "g", count=10, block=0, claim_idle=60)
+    seen: list[str] = []
+
+    def handle(message: StreamMessage) -> None:
+        seen.append(message.id)
+        if len(seen) == 50:
+            consumer.stop()
+
+    async def calls(command: str) -> int:
+        stats: Any = await client.info("commandstats")
+        return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    await consumer.setup()
+    acks, claims = await calls("xack"), await calls("evalsha")
+    assert await consumer.run(handle) == 50
+    assert await calls("xack") - acks == 5
+    assert await calls("evalsha") - claims == 1  # stream_claim, at the first read only
+    pending: Any = await client.xpending("batched", "g")
+    assert pending["pending"] == 0
+    assert consumer.statistics().processed == 50
+
+
 @pytest.mark.parametrize(
     "options",
     [{}, {"decode_responses": True}, {"protocol": 3}, {"protocol": 3, "decode_responses": True}],

@@ -47,6 +47,37 @@ def test_messages_are_read_once_and_acknowledged(
     assert pending["pending"] == 0
 
 
+@pytest.mark.standalone_only
+def test_run_acknowledges_a_batch_at_a_time_and_claims_on_a_timer(
+    tenure_client: redis.Redis,
+) -> None:
+    """50 messages, 10 a read: one XACK per batch (5), not one per message; one
+    look for abandoned messages at the first read, none before the later reads
+    (the next is due a quarter of claim_idle later)."""
+    client = tenure_client
+    add(client, "batched", 50)
+    consumer = StreamConsumer(client, "batched", "g", count=10, block=0, claim_idle=60)
+    seen: list[str] = []
+
+    def handle(message: StreamMessage) -> None:
+        seen.append(message.id)
+        if len(seen) == 50:
+            consumer.stop()
+
+    def calls(command: str) -> int:
+        stats: Any = client.info("commandstats")
+        return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    consumer.setup()
+    acks, claims = calls("xack"), calls("evalsha")
+    assert consumer.run(handle) == 50
+    assert calls("xack") - acks == 5
+    assert calls("evalsha") - claims == 1  # stream_claim, at the first read only
+    pending: Any = client.xpending("batched", "g")
+    assert pending["pending"] == 0
+    assert consumer.statistics().processed == 50
+
+
 @pytest.mark.parametrize(
     "options",
     [{}, {"decode_responses": True}, {"protocol": 3}, {"protocol": 3, "decode_responses": True}],

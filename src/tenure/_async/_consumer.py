@@ -1,18 +1,24 @@
 """AsyncStreamConsumer: a stream read through a consumer group, every message at least once.
 
-* New messages come with XREADGROUP; a message is done when its handler
-  returns and it is acknowledged (XACK).
+* New messages come with XREADGROUP, ``count`` at a time; a message is done
+  when its handler returns and it is acknowledged (XACK). :meth:`run`
+  acknowledges a batch's messages together, once the batch is handled: one
+  XACK per batch, not per message (a consumer that dies may have handled
+  the messages of its batch in hand without acknowledging them: they are
+  delivered again, to another consumer, after ``claim_idle``).
 * A message whose consumer died (idle past ``claim_idle``) is claimed by
   another consumer (XAUTOCLAIM, its cursor kept from one read to the next),
-  so nothing is lost.
+  so nothing is lost. A consumer looks for such messages at its first read,
+  then every quarter of ``claim_idle`` (at once again while a look finds a
+  full batch), not before every read.
 * A message delivered more than ``max_deliveries`` times (a poison
   message) goes to the dead-letter stream with its delivery count, and is
   acknowledged, in the same script call as the claim (``stream_claim``).
-* While a handler works, a heartbeat (the watchdog, every third of
-  ``claim_idle``) keeps its message claimed, so a long job is not claimed
+* While a batch is handled, a heartbeat (the watchdog, every third of
+  ``claim_idle``) keeps its messages claimed, so a long job is not claimed
   twice while its consumer is alive.
 * :meth:`AsyncStreamConsumer.stop` ends :meth:`AsyncStreamConsumer.run`
-  after the message in hand, which is acknowledged first.
+  after the message in hand; what was handled is acknowledged first.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ from tenure._core.values import MAX_SECONDS, check_seconds, to_ms
 __all__ = ["AsyncStreamConsumer"]
 
 logger = logging.getLogger("tenure.consumer")
+
+CLAIM_EVERY = 0.25
+"""The share of ``claim_idle`` between two looks for abandoned messages."""
 
 HANDED_BACK_IDLE_MS = MAX_SECONDS * 1000
 """The idle time given to messages a stopped consumer read and did not handle:
@@ -118,6 +127,7 @@ class AsyncStreamConsumer:
         self._ready = False
         self._stopping = False
         self._cursor = "0-0"  # where the scan for abandoned messages goes on
+        self._claim_due = 0.0  # when read() next looks for them (0: at the first read)
         self.processed = 0
         self.failed = 0  # handler calls that raised (each logged on "tenure.consumer")
         self.dead_lettered = 0
@@ -147,17 +157,25 @@ class AsyncStreamConsumer:
         self._ready = True
 
     async def read(self) -> list[StreamMessage]:
-        """The next messages: first those of dead consumers, then new ones (waits ``block``).
+        """The next messages: those of dead consumers when a look is due, else new ones.
 
-        Messages delivered more than ``max_deliveries`` times are moved to the
-        dead-letter stream instead of being returned.
+        A look for dead consumers' messages (idle past ``claim_idle``) is due
+        at the first read, then every quarter of ``claim_idle``, and at once
+        again after a look that found a full batch. New ones come with
+        XREADGROUP, which waits up to ``block``. Messages delivered more than
+        ``max_deliveries`` times are moved to the dead-letter stream instead
+        of being returned.
         """
         refuse_awaited_call(type(self).__name__, "read", 1)
         if not self._ready:
             await self.setup()
-        messages = await self._claim_abandoned()
-        if messages:
-            return messages
+        if time.monotonic() >= self._claim_due:
+            messages = await self._claim_abandoned()
+            # A full batch: more may wait. Else the next look in a while.
+            wait = 0.0 if len(messages) >= self.count else CLAIM_EVERY * self.claim_idle_ms / 1000
+            self._claim_due = time.monotonic() + wait
+            if messages:
+                return messages
         with map_exceptions(name=self.stream, doing="reading the stream"):
             reply: Any = await self.client.xreadgroup(
                 self.group,
@@ -204,7 +222,15 @@ class AsyncStreamConsumer:
     async def run(
         self, handler: Callable[[StreamMessage], Any], *, stop_signals: tuple[int, ...] = ()
     ) -> int:
-        """Handle messages until :meth:`stop`; acknowledge each one its handler finished.
+        """Handle messages until :meth:`stop`; acknowledge those their handler finished.
+
+        The messages of a batch (one :meth:`read`) are acknowledged together
+        once the batch is handled (one XACK), and on the way out of ``run``
+        (a stop, an error, a cancellation). A process killed in the middle of
+        a batch leaves the messages of that batch unacknowledged: at most
+        ``count`` messages per consumer are delivered again, after
+        ``claim_idle``, to another consumer. Handle each message so that a
+        second delivery does no harm (at least once).
 
         A handler that raises leaves its message unacknowledged: it comes back
         (to any consumer) after ``claim_idle``, and goes to the dead-letter
@@ -223,42 +249,77 @@ class AsyncStreamConsumer:
 
     async def _run(self, handler: Callable[[StreamMessage], Any]) -> int:
         handled = 0
-        while not self.stopping():
-            batch = await self.read()
-            for index, message in enumerate(batch):
-                if self.stopping():  # the handler, or a signal, asked
-                    await self._hand_back(batch[index:])
-                    break
-                heartbeat = self._keep_claimed(message)
-                try:
-                    result = handler(message)
-                    # unasync: async-only
-                    if hasattr(result, "__await__"):
-                        await result
-                    # unasync: sync-only
-                    # unasync: end
-                except Exception:
-                    # unacknowledged: retried after claim_idle; never silently
-                    last = message.deliveries >= self.max_deliveries
-                    logger.warning(
-                        "%s: the handler failed on message %s (delivery %d of %d): %s",
-                        self.stream,
-                        message.id,
-                        message.deliveries,
-                        self.max_deliveries,
-                        "it goes to the dead letters next"
-                        if last
-                        else f"it comes back after claim_idle ({self.claim_idle_ms / 1000:g} s)",
-                        exc_info=True,
-                    )
-                    self.failed += 1
+        done: list[StreamMessage] = []  # handled, not acknowledged yet
+        try:
+            while not self.stopping():
+                batch = await self.read()
+                if not batch:
                     continue
+                heartbeat = self._keep_claimed(batch)
+                try:
+                    for index, message in enumerate(batch):
+                        if self.stopping():  # the handler, or a signal, asked
+                            await self._hand_back(batch[index:])
+                            break
+                        try:  # (inline: the loop runs once per message)
+                            result = handler(message)
+                            # unasync: async-only
+                            if hasattr(result, "__await__"):
+                                await result
+                            # unasync: sync-only
+                            # unasync: end
+                        except Exception:
+                            self._failed_on(message)
+                            continue
+                        done.append(message)
                 finally:
                     watchdog().cancel(heartbeat)
-                await self.ack(message)
-                handled += 1
-                self.processed += 1
+                handled += len(done)
+                self.processed += len(done)
+                await self.ack(*done)
+                done = []
+        except BaseException:
+            # Out of run (an error, a cancellation, an interrupt): what was handled
+            # is acknowledged if the server answers, else it comes back later.
+            if done and await self._ack_quietly(done):
+                self.processed += len(done)
+            raise
         return handled
+
+    async def _ack_quietly(self, messages: list[StreamMessage]) -> bool:
+        """Acknowledge ``messages`` on the way out of :meth:`run`; False (logged) if it failed."""
+        try:
+            await self.ack(*messages)
+        except Exception as exc:
+            logger.warning(
+                "%s: %d handled messages could not be acknowledged (%s): they are "
+                "delivered again after claim_idle",
+                self.stream,
+                len(messages),
+                exc,
+            )
+            return False
+        return True
+
+    def _failed_on(self, message: StreamMessage) -> None:
+        """The handler raised on ``message``: logged (with the traceback) and counted.
+
+        The message stays unacknowledged: it comes back after ``claim_idle``,
+        never silently dropped.
+        """
+        last = message.deliveries >= self.max_deliveries
+        logger.warning(
+            "%s: the handler failed on message %s (delivery %d of %d): %s",
+            self.stream,
+            message.id,
+            message.deliveries,
+            self.max_deliveries,
+            "it goes to the dead letters next"
+            if last
+            else f"it comes back after claim_idle ({self.claim_idle_ms / 1000:g} s)",
+            exc_info=True,
+        )
+        self.failed += 1
 
     async def _hand_back(self, messages: list[StreamMessage]) -> None:
         """Let another consumer take ``messages`` (read, not handled) at once.
@@ -287,11 +348,13 @@ class AsyncStreamConsumer:
                 )
         self.handed_back += len(messages)
 
-    def _keep_claimed(self, message: StreamMessage) -> Job:
+    def _keep_claimed(self, batch: list[StreamMessage]) -> Job:
+        """The heartbeat of a batch: its messages kept claimed while it is handled."""
         every = self.claim_idle_ms / 3000
 
         def touched(reply: Any, error: BaseException | None) -> float | None:
-            return time.monotonic() + every if error is None and int(reply) == 1 else None
+            # (again while this consumer still holds any of them)
+            return time.monotonic() + every if error is None and int(reply) > 0 else None
 
         return watchdog().schedule(
             Job(
@@ -299,7 +362,7 @@ class AsyncStreamConsumer:
                 client=self.client,
                 script="stream_touch",
                 keys=(self.stream,),
-                args=(self.group, self.consumer, message.id),
+                args=(self.group, self.consumer, *(message.id for message in batch)),
                 on_result=touched,
                 name=self.stream,
                 slack=every / 4,
