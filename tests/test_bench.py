@@ -535,6 +535,24 @@ def test_bench_idsets_measures_every_row_and_judges_the_targets(tmp_path: Path) 
     assert "--skip: unknown part(s) nonesuch; known: native, overlaps" in bad.stderr
 
 
+@pytest.mark.slow
+def test_bench_consumers_measures_every_contender_and_judges_the_targets(tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    done = run(
+        "bench", "consumers", "--messages", "2000", "--rounds", "1", "--processes", "1,2",
+        "--output", str(report),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for label in ("StreamConsumer.run", "AsyncStreamConsumer.run", "bare loop, redis-py"):
+        assert label in done.stdout
+    assert done.stdout.count("process(es): >= 0.8x") == 4  # two twins, two process counts
+    text = report.read_text()
+    assert "<!-- tenure-bench:consumers:start -->" in text and "| 2 | tenure" in text
+    refused = run("bench", "consumers", "--processes", "0")
+    assert refused.returncode == 2 and "--processes takes" in refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
+
+
 def test_bench_refuses_bad_values() -> None:
     bad = run("bench", "locks", "--seconds", "0")
     assert bad.returncode == 2
@@ -579,9 +597,11 @@ def test_a_given_server_with_data_is_not_emptied(tenure_client: redis.Redis) -> 
     kwargs = tenure_client.connection_pool.connection_kwargs
     url = f"redis://{kwargs['host']}:{kwargs['port']}"
     for name in BENCHMARKS:
-        short = {"ingest": ["--rows", "1000"], "idsets": ["--rounds", "1"]}.get(
-            name, ["--seconds", "0.2"]
-        )
+        short = {
+            "ingest": ["--rows", "1000"],
+            "idsets": ["--rounds", "1"],
+            "consumers": ["--messages", "1000", "--rounds", "1"],
+        }.get(name, ["--seconds", "0.2"])
         refused = run("bench", name, *short, "--url", url)
         assert refused.returncode == 2, refused.stderr
         assert "holds 1 keys" in refused.stderr and "--allow-flush" in refused.stderr

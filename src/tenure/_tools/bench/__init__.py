@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "ingest": ("ingest", "tenure's IngestJob beside the CLIENT SETNAME chunk booking"),
     "redlock": ("redlock", "tenure's Redlock beside pottery's and aioredlock over three masters"),
     "idsets": ("idsets", "tenure's IdSet beside Redis SINTERCARD, numpy and pyroaring"),
+    "consumers": ("consumers", "tenure's StreamConsumer.run beside a bare consumer-group loop"),
 }
 
 
