@@ -27,47 +27,48 @@ from tenure import AsyncStreamConsumer, StreamConsumer, StreamMessage
 STOP = (signal.SIGTERM, signal.SIGINT)
 
 
-def read_loop(url: str, name: str) -> None:
-    """Consume until killed (or until nothing came for 3 s)."""
-    client = redis.Redis.from_url(url)
-    consumer = StreamConsumer(client, "work", "g", name, count=10, block=0.2, claim_idle=0.5)
-    idle_since = time.monotonic()
+class Work:
+    """The kill test's consumer and its work: each message's ``n`` to ``handled``
+    (a set) and ``handlings`` (a list), 5 ms each; idle once nothing came for 3 s."""
 
-    def handle(message: StreamMessage) -> None:
-        nonlocal idle_since
-        client.sadd("handled", message.fields[b"n"])
-        client.rpush("handlings", message.fields[b"n"])
+    def __init__(self, url: str, name: str) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.consumer = StreamConsumer(
+            self.client, "work", "g", name, count=10, block=0.2, claim_idle=0.5
+        )
+        self.idle_since = time.monotonic()
+
+    def handle(self, message: StreamMessage) -> None:
+        self.client.sadd("handled", message.fields[b"n"])
+        self.client.rpush("handlings", message.fields[b"n"])
         time.sleep(0.005)  # a message's work: the kill comes in the middle of it
-        idle_since = time.monotonic()
+        self.idle_since = time.monotonic()
 
-    while time.monotonic() - idle_since < 3:
-        for message in consumer.read():
-            handle(message)
-            consumer.ack(message)
+    def idle(self) -> bool:
+        return time.monotonic() - self.idle_since >= 3
+
+
+def read_loop(url: str, name: str) -> None:
+    """Consume with ``read()`` and ``ack()`` until killed (or idle)."""
+    work = Work(url, name)
+    while not work.idle():
+        for message in work.consumer.read():
+            work.handle(message)
+            work.consumer.ack(message)
 
 
 def run_batches(url: str, name: str) -> None:
-    """``read_loop``'s work through ``StreamConsumer.run``, until nothing came for 3 s."""
-    client = redis.Redis.from_url(url)
-    consumer = StreamConsumer(client, "work", "g", name, count=10, block=0.2, claim_idle=0.5)
-    idle_since = time.monotonic()
-
-    def handle(message: StreamMessage) -> None:
-        nonlocal idle_since
-        client.sadd("handled", message.fields[b"n"])
-        client.rpush("handlings", message.fields[b"n"])
-        time.sleep(0.005)  # a message's work: the kill comes in the middle of a batch
-        idle_since = time.monotonic()
-
-    read = consumer.read
+    """The same work through ``StreamConsumer.run`` (a batch acknowledged at a time)."""
+    work = Work(url, name)
+    read = work.consumer.read
 
     def read_until_idle() -> list[StreamMessage]:
-        if time.monotonic() - idle_since >= 3:
-            consumer.stop()
+        if work.idle():
+            work.consumer.stop()
         return read()
 
-    consumer.read = read_until_idle  # type: ignore[method-assign]
-    consumer.run(handle)
+    work.consumer.read = read_until_idle  # type: ignore[method-assign]
+    work.consumer.run(work.handle)
 
 
 def run_until_signalled(url: str, name: str) -> None:

@@ -79,21 +79,27 @@ def _drain_bare(url: str, stream: str, name: str, count: int) -> int:
 def _drain_run(url: str, stream: str, name: str, count: int) -> int:
     client = redis.Redis.from_url(url)
     consumer = StreamConsumer(client, stream, "g", name, count=count, block=0)
-    idle = [0]
+    drained = _Drained(consumer)
     read = consumer.read
-
-    def read_until_drained() -> list[StreamMessage]:
-        batch = read()
-        if not batch:
-            idle[0] += 1
-            if idle[0] >= IDLE_READS:
-                consumer.stop()
-        return batch
-
-    consumer.read = read_until_drained  # type: ignore[method-assign]
+    consumer.read = lambda: drained.seen(read())  # type: ignore[method-assign]
     got = consumer.run(_no_op)
     client.close()
     return got
+
+
+class _Drained:
+    """Stops a consumer once its reads came back empty :data:`IDLE_READS` times."""
+
+    def __init__(self, consumer: StreamConsumer | AsyncStreamConsumer) -> None:
+        self.consumer = consumer
+        self.idle = 0
+
+    def seen(self, batch: list[StreamMessage]) -> list[StreamMessage]:
+        if not batch:
+            self.idle += 1
+            if self.idle >= IDLE_READS:
+                self.consumer.stop()
+        return batch
 
 
 async def _adrain_bare(url: str, stream: str, name: str, count: int) -> int:
@@ -114,16 +120,11 @@ async def _adrain_bare(url: str, stream: str, name: str, count: int) -> int:
 async def _adrain_run(url: str, stream: str, name: str, count: int) -> int:
     client = redis.asyncio.Redis.from_url(url)
     consumer = AsyncStreamConsumer(client, stream, "g", name, count=count, block=0)
-    idle = [0]
+    drained = _Drained(consumer)
     read = consumer.read
 
     async def read_until_drained() -> list[StreamMessage]:
-        batch = await read()
-        if not batch:
-            idle[0] += 1
-            if idle[0] >= IDLE_READS:
-                consumer.stop()
-        return batch
+        return drained.seen(await read())
 
     consumer.read = read_until_drained  # type: ignore[method-assign]
     got = await consumer.run(_no_op)
