@@ -244,6 +244,7 @@ class AsyncRedlockQueue:
         def patience_for_slow() -> float:
             return SLOW_PATIENCE * self._masters.attempt_timeout
 
+        turn = _turns_for(self._masters.clients, self._rules.name)  # (kept alive while used)
         try:
             while True:
                 if listener is None and wait and self.seen_busy:
@@ -255,7 +256,6 @@ class AsyncRedlockQueue:
                     silent = min(self._masters.longest, FIRST_SILENCE)
                     if deadline is not None:  # never past the caller's deadline
                         silent = min(silent, deadline - time.monotonic())
-                turn = _turns_for(self._masters.clients, self._rules.name)
                 room = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not await turn.take(room):  # this process's other attempts took it all
                     await shielded(self._leave_now(token, attempt))

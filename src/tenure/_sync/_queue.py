@@ -197,7 +197,8 @@ class Queue:
         self.seen_busy = True
         call.queued = True
         self._holds.add_waiter(1)
-        left: bool | None = True  # None: done with the line already
+        left = True  # False: the line takes it out of the queue
+        interrupted = False  # cancelled, interrupted or failed: waits for its leave to be heard
         try:
             while True:
                 now = time.monotonic()
@@ -226,25 +227,21 @@ class Queue:
             # Out of line through the line itself: after its join (which may
             # still be on its way), passing on what was handed to it; the
             # cancellation (or interrupt) goes on once the server heard it.
-            left = None
-            waiter.stop()
-            self._holds.add_waiter(-1)
-            told = line.done(waiter, left=False)
-            if told is not None:
-                told.wait(LEAVE_PATIENCE)
+            left, interrupted = False, True
             raise
         finally:
-            if left is not None:
-                waiter.stop()
-                line.done(waiter, left=left)
-                self._holds.add_waiter(-1)
+            waiter.stop()
+            told = line.done(waiter, left=left)
+            self._holds.add_waiter(-1)
+            if interrupted and told is not None:
+                told.wait(LEAVE_PATIENCE)
 
     def _give_up_in_line(self, line: Line, waiter: Waiter, call: Acquiring) -> bool | None:
         """The deadline passed: leave the line with the others giving up (one call).
 
         A lock (or permit) handed over meanwhile is kept and confirmed. None:
-        the line did not answer
-        within :data:`GRACE` (the server stalls): the caller leaves it to the line.
+        the line did not answer within :data:`GRACE` (the server stalls): the
+        caller leaves it to the line.
         """
         line.give_up(waiter)
         assert call.deadline is not None  # (only a call with a deadline gives up)

@@ -136,24 +136,23 @@ def _no_op(message: StreamMessage) -> None:
     """The handler: nothing, so the figures are the consumers' own."""
 
 
-def _worker(kind: str, url: str, stream: str, name: str, count: int, ready: Any, go: Any) -> int:
-    """One consuming process: connect, say ready, wait for the start, drain; its count."""
+def _worker(
+    kind: str, url: str, stream: str, name: str, count: int, ready: Any, go: Any, results: Any
+) -> None:
+    """One consuming process: connect, say ready, wait for the start, drain; put its count."""
     ping = redis.Redis.from_url(url)
     ping.ping()
     ping.close()
     ready.release()
     go.wait()
     if kind == "bare":
-        return _drain_bare(url, stream, name, count)
-    if kind == "run":
-        return _drain_run(url, stream, name, count)
-    drain = _adrain_bare if kind == "abare" else _adrain_run
-    return asyncio.run(drain(url, stream, name, count))
-
-
-def _worker_main(kind: str, url: str, stream: str, name: str, count: int, ready: Any, go: Any,
-                 results: Any) -> None:  # fmt: skip
-    results.put(_worker(kind, url, stream, name, count, ready, go))
+        got = _drain_bare(url, stream, name, count)
+    elif kind == "run":
+        got = _drain_run(url, stream, name, count)
+    else:
+        drain = _adrain_bare if kind == "abare" else _adrain_run
+        got = asyncio.run(drain(url, stream, name, count))
+    results.put(got)
 
 
 def _fill(client: redis.Redis, stream: str, messages: int) -> None:
@@ -184,7 +183,7 @@ def _round(
     ready, go, results = context.Semaphore(0), context.Event(), context.Queue()
     workers = [
         context.Process(
-            target=_worker_main,
+            target=_worker,
             args=(kind, url, stream, f"c{index}", count, ready, go, results),
             daemon=True,
         )
