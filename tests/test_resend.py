@@ -292,10 +292,23 @@ def every_case() -> Iterator[Any]:
 
 
 @case("cache_fetch")
-def cache_elects_a_loader(run: Run) -> tuple[object, object]:
-    cache = HerdCache(run.client, run.name, ttl=60)
+def cache_elects_a_refresher(run: Run) -> tuple[object, object]:
+    cache = HerdCache(run.client, run.name, ttl=0.05)
+    assert cache.set("k", "old")
+    time.sleep(0.1)  # stale: the first read cannot serve it, cache_fetch decides
     run.arm()
-    got = cache.get("k", default="missing")  # elected to load: the lease is this object's
+    got = cache.get("k", default="missing")  # the stale value; the refresh is this object's
+    return (got, cache.statistics()), run.snapshot()
+
+
+@case("cache_fetch")
+def cache_elects_a_loader_after_a_hot_run(run: Run) -> tuple[object, object]:
+    cache = HerdCache(run.client, run.name, ttl=60)
+    assert cache.set("hot", "value")
+    for _ in range(200):  # mostly hits: first reads are plain GETs, cache_fetch elects
+        assert cache.get("hot") == "value"
+    run.arm()
+    got = cache.get("k", default="missing")  # elected to load: its mark is this object's
     return (got, cache.statistics()), run.snapshot()
 
 
@@ -318,6 +331,36 @@ def cache_gives_a_failed_load_back(run: Run) -> tuple[object, object]:
     run.arm()
     failed = outcome(lambda: cache.fetch("k", load))
     return (failed, cache.statistics()), run.snapshot()
+
+
+def test_a_first_read_resent_elects_its_caller_once(
+    tenure_proxy: FaultProxy, tenure_client: redis.Redis
+) -> None:
+    """A herd cache's first read (``SET entry l<token> NX PX ms GET``, not a script)
+    resent after its reply was lost finds its own load mark: the caller loads, once,
+    and nobody waits out the lease."""
+    client = tenure_proxy.client(socket_timeout=SOCKET_TIMEOUT)
+    try:
+        cache = HerdCache(client, f"rs{secrets.token_hex(4)}", ttl=60, load_lease=30)
+        calls: list[int] = []
+
+        def load() -> str:
+            calls.append(1)
+            return "loaded"
+
+        lost = tenure_proxy.lost_replies
+        tenure_proxy.lose_reply(b"\r\nNX\r\n")
+        started = time.monotonic()
+        assert cache.fetch("k", load) == "loaded"
+        assert time.monotonic() - started < 5  # not the 30 s lease of a mark taken for lost
+        assert tenure_proxy.lost_replies - lost == 1
+        assert calls == [1]
+        assert (cache.statistics().loads, cache.statistics().waits) == (1, 0)
+        stored: Any = tenure_client.get(cache.key_of("k"))
+        assert stored is not None and stored[:1] == b"h"  # the value, not a mark
+    finally:
+        tenure_proxy.lose_reply(b"-", 0)
+        client.close()
 
 
 # --------------------------------------------------------------------------- cases: keys

@@ -379,6 +379,85 @@ async def test_herd_get_and_set_keep_aredis_behaviour(
     assert await cache.clear() == 4  # ...so its lease is an entry too, cleared with k, a, b
 
 
+async def test_an_entry_whose_first_load_runs_does_not_exist_yet(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """While a missing entry's first load runs, its key holds the loader's mark (its
+    lease): not a value to ``exists``, ``ttl`` or another caller."""
+    cache = AsyncHerdCache(tenure_async_client, "marked", ttl=10)
+    gate = GatedLoader("v")
+    call = spawn(lambda: cache.fetch("k", gate))
+    await until(lambda: _load_leased(tenure_async_client, cache, "k"), 5, "the load's mark")
+    assert not await cache.exists("k")
+    assert await cache.ttl("k") is None
+    gate.opened = True
+    assert await join(call) == "v"
+    assert await cache.exists("k")
+    left = await cache.ttl("k")
+    assert left is not None and 69 < left <= 70  # freshness + herd_timeout
+
+
+async def test_a_delete_during_a_first_load_keeps_its_value_out(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    """``delete`` while the first load runs (the data changed under it): that load's
+    value goes to its callers but is not stored, and a caller waiting in another
+    process is woken at once and loads again."""
+    cache = AsyncHerdCache(tenure_async_client, "invalidated", ttl=10)
+    other = AsyncHerdCache(other_client, "invalidated", ttl=10)
+    gate = GatedLoader("read before the change")
+    first = spawn(lambda: cache.fetch("k", gate))
+    await until(lambda: _load_leased(tenure_async_client, cache, "k"), 5, "the load's mark")
+    fresh = Loader("read after the change")
+    waiting = spawn(lambda: other.fetch("k", fresh))
+
+    async def other_waits() -> bool:
+        return other.statistics().waits == 1
+
+    await until(other_waits, 5, "the other process waiting")
+    assert await cache.delete("k")
+    gate.opened = True
+    assert await join(first) == "read before the change"
+    started = time.monotonic()
+    assert await join(waiting) == "read after the change"
+    assert time.monotonic() - started < WAIT_RECHECK  # woken, not asking again at 1 s
+    assert (cache.statistics().refused, fresh.calls) == (1, 1)
+    assert await cache.fetch("k", Loader("unused")) == "read after the change"
+
+
+@pytest.mark.topologies("standalone")  # one server's commandstats
+async def test_a_first_read_is_one_plain_command_hit_or_miss(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """A cache whose reads mostly miss elects its loader in its first read (SET NX
+    GET: a miss is two round trips); once they mostly hit, a hit is one GET."""
+    cache = AsyncHerdCache(tenure_async_client, "paths", ttl=60)
+
+    async def commands() -> dict[str, int]:
+        stats: Any = await tenure_async_client.info("commandstats")
+        return {name: int(entry["calls"]) for name, entry in stats.items()}
+
+    before = await commands()
+    for index in range(50):
+        assert await cache.fetch(f"k{index}", Loader(index)) == index
+    after = await commands()
+    sent = {name: after[name] - before.get(name, 0) for name in after}
+    assert sent["cmdstat_set"] >= 50  # the 50 marks (and the scripts' SETs)
+    assert sent["cmdstat_evalsha"] + sent.get("cmdstat_eval", 0) <= 52  # commits only
+    for _ in range(200):
+        assert await cache.fetch("k0", Loader("unused")) == 0
+    before = await commands()
+    for _ in range(100):
+        assert await cache.fetch("k0", Loader("unused")) == 0
+    after = await commands()
+    assert after["cmdstat_get"] - before["cmdstat_get"] == 100
+    assert after.get("cmdstat_set", 0) == before.get("cmdstat_set", 0)
+    # A miss of a hot cache still elects exactly one loader (the script decides).
+    loader = Loader("late", seconds=0.1)
+    assert await gather(*(lambda: cache.fetch("late", loader) for _ in range(5))) == ["late"] * 5
+    assert loader.calls == 1
+
+
 async def test_herd_cache_on_a_cluster(
     tenure_async_cluster_client: redis.asyncio.cluster.RedisCluster,
 ) -> None:
@@ -460,5 +539,7 @@ async def _lease_gone(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: s
 
 
 async def _load_leased(client: redis.asyncio.Redis, cache: AsyncHerdCache, key: str) -> bool:
-    """Whether someone holds the load lease of ``key``'s entry (any topology)."""
-    return bool(await client.exists(CacheKeys.for_entry(cache.key_of(key)).lease))
+    """Whether someone holds the load of ``key``'s entry: its load mark or refresh lease."""
+    keys = CacheKeys.for_entry(cache.key_of(key))
+    entry = await client.get(keys.entry)
+    return (entry is not None and entry[:1] == b"l") or bool(await client.exists(keys.lease))

@@ -368,6 +368,85 @@ def test_herd_get_and_set_keep_aredis_behaviour(
     assert cache.clear() == 4  # ...so its lease is an entry too, cleared with k, a, b
 
 
+def test_an_entry_whose_first_load_runs_does_not_exist_yet(
+    tenure_client: redis.Redis,
+) -> None:
+    """While a missing entry's first load runs, its key holds the loader's mark (its
+    lease): not a value to ``exists``, ``ttl`` or another caller."""
+    cache = HerdCache(tenure_client, "marked", ttl=10)
+    gate = GatedLoader("v")
+    call = spawn(lambda: cache.fetch("k", gate))
+    until(lambda: _load_leased(tenure_client, cache, "k"), 5, "the load's mark")
+    assert not cache.exists("k")
+    assert cache.ttl("k") is None
+    gate.opened = True
+    assert join(call) == "v"
+    assert cache.exists("k")
+    left = cache.ttl("k")
+    assert left is not None and 69 < left <= 70  # freshness + herd_timeout
+
+
+def test_a_delete_during_a_first_load_keeps_its_value_out(
+    tenure_client: redis.Redis, other_client: redis.Redis
+) -> None:
+    """``delete`` while the first load runs (the data changed under it): that load's
+    value goes to its callers but is not stored, and a caller waiting in another
+    process is woken at once and loads again."""
+    cache = HerdCache(tenure_client, "invalidated", ttl=10)
+    other = HerdCache(other_client, "invalidated", ttl=10)
+    gate = GatedLoader("read before the change")
+    first = spawn(lambda: cache.fetch("k", gate))
+    until(lambda: _load_leased(tenure_client, cache, "k"), 5, "the load's mark")
+    fresh = Loader("read after the change")
+    waiting = spawn(lambda: other.fetch("k", fresh))
+
+    def other_waits() -> bool:
+        return other.statistics().waits == 1
+
+    until(other_waits, 5, "the other process waiting")
+    assert cache.delete("k")
+    gate.opened = True
+    assert join(first) == "read before the change"
+    started = time.monotonic()
+    assert join(waiting) == "read after the change"
+    assert time.monotonic() - started < WAIT_RECHECK  # woken, not asking again at 1 s
+    assert (cache.statistics().refused, fresh.calls) == (1, 1)
+    assert cache.fetch("k", Loader("unused")) == "read after the change"
+
+
+@pytest.mark.topologies("standalone")  # one server's commandstats
+def test_a_first_read_is_one_plain_command_hit_or_miss(
+    tenure_client: redis.Redis,
+) -> None:
+    """A cache whose reads mostly miss elects its loader in its first read (SET NX
+    GET: a miss is two round trips); once they mostly hit, a hit is one GET."""
+    cache = HerdCache(tenure_client, "paths", ttl=60)
+
+    def commands() -> dict[str, int]:
+        stats: Any = tenure_client.info("commandstats")
+        return {name: int(entry["calls"]) for name, entry in stats.items()}
+
+    before = commands()
+    for index in range(50):
+        assert cache.fetch(f"k{index}", Loader(index)) == index
+    after = commands()
+    sent = {name: after[name] - before.get(name, 0) for name in after}
+    assert sent["cmdstat_set"] >= 50  # the 50 marks (and the scripts' SETs)
+    assert sent["cmdstat_evalsha"] + sent.get("cmdstat_eval", 0) <= 52  # commits only
+    for _ in range(200):
+        assert cache.fetch("k0", Loader("unused")) == 0
+    before = commands()
+    for _ in range(100):
+        assert cache.fetch("k0", Loader("unused")) == 0
+    after = commands()
+    assert after["cmdstat_get"] - before["cmdstat_get"] == 100
+    assert after.get("cmdstat_set", 0) == before.get("cmdstat_set", 0)
+    # A miss of a hot cache still elects exactly one loader (the script decides).
+    loader = Loader("late", seconds=0.1)
+    assert gather(*(lambda: cache.fetch("late", loader) for _ in range(5))) == ["late"] * 5
+    assert loader.calls == 1
+
+
 def test_herd_cache_on_a_cluster(
     tenure_cluster_client: redis.cluster.RedisCluster,
 ) -> None:
@@ -449,5 +528,7 @@ def _lease_gone(client: redis.Redis, cache: HerdCache, key: str) -> bool:
 
 
 def _load_leased(client: redis.Redis, cache: HerdCache, key: str) -> bool:
-    """Whether someone holds the load lease of ``key``'s entry (any topology)."""
-    return bool(client.exists(CacheKeys.for_entry(cache.key_of(key)).lease))
+    """Whether someone holds the load of ``key``'s entry: its load mark or refresh lease."""
+    keys = CacheKeys.for_entry(cache.key_of(key))
+    entry = client.get(keys.entry)
+    return (entry is not None and entry[:1] == b"l") or bool(client.exists(keys.lease))

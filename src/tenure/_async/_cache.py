@@ -33,7 +33,6 @@ each holding one concern (the sans-IO rules in :mod:`tenure._core.cache`):
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -41,10 +40,11 @@ from tenure._async import _cache_reentry as reentry
 from tenure._async._cache_fallback import AsyncCacheFallback
 from tenure._async._cache_flights import ABANDONED, AsyncFlights
 from tenure._async._cache_loading import AsyncHerdLoading
-from tenure._async._cache_scripts import AsyncHerdScripts
+from tenure._async._cache_scripts import MISS, AsyncHerdScripts, Elected
 from tenure._async._cache_store import AsyncCacheStore
 from tenure._async._scripting import AsyncClient
 from tenure._backends.for_asyncio import IS_ASYNC, Mutex, refuse_awaited_call
+from tenure._backends.owners import new_token
 from tenure._core.cache import (
     DEFAULT_HERD_TIMEOUT,
     DEFAULT_LOAD_LEASE,
@@ -80,6 +80,7 @@ class _AsyncCacheBase:
     """
 
     _default_prefix = "tenure:cache:"
+    _marks = False  # whether a missing entry's key may hold a load mark (the herd cache's)
 
     def __init__(
         self,
@@ -109,7 +110,9 @@ class _AsyncCacheBase:
         self._client = client
         self._codec = Codec(serializer, compressor)
         self._counters = CacheCounters()
-        self._store = AsyncCacheStore(client, self._naming, self._codec, self._counters)
+        self._store = AsyncCacheStore(
+            client, self._naming, self._codec, self._counters, marks=self._marks
+        )
 
     # Read-only: the parts were made with these; a new value would be ignored.
 
@@ -261,6 +264,7 @@ class AsyncHerdCache(_AsyncCacheBase):
     """
 
     _default_prefix = "tenure:herd:"
+    _marks = True
 
     def __init__(
         self,
@@ -347,7 +351,15 @@ class AsyncHerdCache(_AsyncCacheBase):
         the refresh.
         """
         stored = self._naming.key_of(key, param)
-        token = secrets.token_hex(8)
+        first = await self._scripts.first_read(stored, 0.0)
+        if type(first) is Elected:
+            with self._mutex:
+                self._leases[stored] = first.token
+            self._counters.add("misses")
+            return default
+        if first is not MISS:
+            return first  # a fresh hit, counted
+        token = new_token()
         fetched = await self._scripts.fetch(CacheKeys.for_entry(stored), token, "", 0.0)
         if fetched.status in (Status.REFRESH, Status.LOAD):
             with self._mutex:
@@ -471,35 +483,16 @@ class AsyncHerdCache(_AsyncCacheBase):
         the server; callers that come while it does wait for
         its answer instead of asking too (one connection, not one each).
         """
-        self._check_write(ttl, herd_timeout)
-        loading = reentry.not_loading(stored, self.name)
+        if ttl is not None or herd_timeout is not None:
+            self._check_write(ttl, herd_timeout)
+        reentry.not_loading(stored, self._naming.name)
         outage = self._fallback.outage()
         if outage is not None:
             # Not even a request of this process begun before the outage is waited for.
-            entered = reentry.enter(loading, stored)
-            try:
-                return await self._fallback.fall_back(loader, outage)
-            finally:
-                reentry.leave(entered)
-
+            return await self._fallback.fall_back(loader, outage, stored)
         value = await self._flights.share(
-            stored, self._lead, loading, stored, loader, ttl, herd_timeout
+            stored, self._loading.fetched, stored, loader, ttl, herd_timeout
         )
         if value is ABANDONED:  # its caller's cancellation is not this caller's
             return await self._fetch_key(stored, loader, ttl=ttl, herd_timeout=herd_timeout)
         return value
-
-    async def _lead(
-        self,
-        loading: frozenset[str],
-        stored: str,
-        loader: Callable[[], Any],
-        ttl: float | None,
-        herd_timeout: float | None,
-    ) -> Any:
-        """The request of this process for ``stored``, made by its first caller."""
-        entered = reentry.enter(loading, stored)  # what this call's loader runs under
-        try:
-            return await self._loading.fetched(stored, loader, ttl, herd_timeout)
-        finally:
-            reentry.leave(entered)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from tenure._async import _cache_reentry as reentry
 from tenure._async._outage import AsyncOutage, outage_found, outage_of
 from tenure._core.cache import CacheCounters, unwrap_loaded
 from tenure._core.codec import Codec
@@ -59,7 +60,9 @@ class AsyncCacheFallback:
         """A fetch got through: an exhausted pool met again is logged again."""
         self._exhaustion_logged = False
 
-    async def fall_back(self, loader: Callable[[], Any], outage: AsyncOutage | None) -> Any:
+    async def fall_back(
+        self, loader: Callable[[], Any], outage: AsyncOutage | None, stored: str
+    ) -> Any:
         """The loader's value, computed without the cache (``fallback``).
 
         A value the cache could not store is refused as it would be with the
@@ -68,17 +71,25 @@ class AsyncCacheFallback:
         if outage is not None:
             outage.fallbacks += 1
         self._counters.fell_back(outage)
-        value = unwrap_loaded(await call_loader(loader), None)[0]
+        value = unwrap_loaded(await call_loader(loader, stored), None)[0]
         self._codec.encode(value)
         return value
 
 
-async def call_loader(loader: Callable[[], Any]) -> Any:
-    """Call ``loader`` and return its value (async loaders too, in the async twin)."""
-    value = loader()
-    # unasync: async-only
-    if inspect.isawaitable(value):
-        value = await value
-    # unasync: sync-only
-    # unasync: end
+async def call_loader(loader: Callable[[], Any], stored: str) -> Any:
+    """Call ``stored``'s ``loader`` and return its value (async loaders too, in the async twin).
+
+    The loader runs with ``stored`` marked as loaded here
+    (:mod:`tenure._async._cache_reentry`): asking for it again fails at once.
+    """
+    entered = reentry.enter(stored)
+    try:
+        value = loader()
+        # unasync: async-only
+        if inspect.isawaitable(value):
+            value = await value
+        # unasync: sync-only
+        # unasync: end
+    finally:
+        reentry.leave(entered)
     return value

@@ -1,7 +1,8 @@
 """The herd cache's loads: who loads an entry, and how the others wait or are served.
 
-``cache_fetch`` (:mod:`tenure._async._cache_scripts`) answers each fetch
-that a plain GET could not:
+A fetch's first read (:meth:`~tenure._async._cache_scripts.AsyncHerdScripts.first_read`,
+one plain command) serves a surely fresh entry, and elects its caller to
+load a missing one. ``cache_fetch`` answers each fetch it could not:
 
 * fresh: the value;
 * stale: the value, and to exactly one caller a refresh lease (a token with
@@ -21,18 +22,18 @@ once, for the next caller's loader to run.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tenure._async._cache_fallback import AsyncCacheFallback, call_loader
-from tenure._async._cache_scripts import MISS, AsyncHerdScripts
+from tenure._async._cache_scripts import MISS, AsyncHerdScripts, Elected
 from tenure._async._cache_store import AsyncCacheStore
 from tenure._async._scripting import AsyncClient
 from tenure._async._wakeups import listen
 from tenure._async._watchdog import watchdog
 from tenure._backends.for_asyncio import Mutex, start_background
+from tenure._backends.owners import new_token
 from tenure._core.cache import (
     UNREACHABLE,
     WAIT_RECHECK,
@@ -88,23 +89,32 @@ class AsyncHerdLoading:
     async def fetched(
         self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
     ) -> Any:
-        """The entry's value: from the server (a plain GET, else the script), or the loader."""
+        """The entry's value: from the server (the first read, else the script), or the loader."""
         self._counters.recovered()
         try:
-            value = await self._scripts.fresh_hit(stored, self.early)
+            value = await self._scripts.first_read(stored, self.early)
         except UNREACHABLE as exc:
             if not self._fallback.enabled:
                 raise
-            return await self._fallback.fall_back(loader, self._fallback.unreachable(exc))
+            return await self._fallback.fall_back(loader, self._fallback.unreachable(exc), stored)
+        if type(value) is Elected:
+            self._fallback.reached()
+            self._counters.add("misses")
+            self._counters.add("loads")
+            return await self._load(CacheKeys.for_entry(stored), value.token, loader, ttl, herd)
         if value is MISS:
-            value = await self._fetch_or_load(stored, loader, ttl, herd)
+            value = await self._fetch_or_load(stored, new_token(), loader, ttl, herd)
         return value
 
     async def _fetch_or_load(
-        self, stored: str, loader: Callable[[], Any], ttl: float | None, herd: float | None
+        self,
+        stored: str,
+        token: str,
+        loader: Callable[[], Any],
+        ttl: float | None,
+        herd: float | None,
     ) -> Any:
         keys = CacheKeys.for_entry(stored)
-        token = secrets.token_hex(8)
         scripts = self._scripts
         try:
             fetched = await scripts.fetch(keys, token, "", early_factor(self.early))
@@ -128,7 +138,7 @@ class AsyncHerdLoading:
         except UNREACHABLE as exc:
             if not self._fallback.enabled:
                 raise
-            return await self._fallback.fall_back(loader, self._fallback.unreachable(exc))
+            return await self._fallback.fall_back(loader, self._fallback.unreachable(exc), stored)
         self._fallback.reached()
         if fetched.status in (Status.FRESH, Status.STALE, Status.REFRESH):
             try:
@@ -138,7 +148,7 @@ class AsyncHerdLoading:
                     await scripts.give_back(keys, token)
                 self._counters.add("misses")
                 # not written back: another writer's format
-                return unwrap_loaded(await call_loader(loader), None)[0]
+                return unwrap_loaded(await call_loader(loader, stored), None)[0]
             if fetched.status == Status.FRESH:
                 self._counters.add("hits")
             else:
@@ -161,7 +171,7 @@ class AsyncHerdLoading:
         renewal = self._scripts.renew_while_loading(keys, token)
         started = time.monotonic()
         try:
-            value, ttl = unwrap_loaded(await call_loader(loader), ttl)
+            value, ttl = unwrap_loaded(await call_loader(loader, keys.entry), ttl)
             # A value the serializer refuses fails like its loader: the lease
             # is given back at once, for the next caller's loader to run.
             data = self._codec.encode(value)

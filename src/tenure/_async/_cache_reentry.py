@@ -24,22 +24,20 @@ of them would wait for itself)."""
 Entered = contextvars.Token[frozenset[str]]
 
 
-def not_loading(stored: str, name: str) -> frozenset[str]:
-    """The entries loaded here now; :class:`CacheReentryError` if ``stored`` is one."""
-    loading = _loading.get()
-    if stored in loading:
+def not_loading(stored: str, name: str) -> None:
+    """:class:`CacheReentryError` if ``stored`` is loaded here now (by this thread or task)."""
+    if stored in _loading.get():
         raise CacheReentryError(
             f"the loader of {stored!r} asked for that same entry (directly or through "
             "another function): it would wait for its own load for ever; load it "
             "without the cache inside its loader (say the wrapper's .uncached)",
             name=name,
         )
-    return loading
 
 
-def enter(loading: frozenset[str], stored: str) -> Entered:
-    """Mark ``stored`` as loaded here (``loading``: what :func:`not_loading` gave)."""
-    return _loading.set(loading | {stored})
+def enter(stored: str) -> Entered:
+    """Mark ``stored`` as loaded here, while its loader runs."""
+    return _loading.set(_loading.get() | {stored})
 
 
 def leave(entered: Entered) -> None:

@@ -104,6 +104,8 @@ _outages_mutex = Mutex()
 
 def outage_of(client: Any) -> AsyncOutage | None:
     """The outage of ``client``'s server going on in this process (or event loop), or None."""
+    if not _outages:  # the common case, asked at every cache fetch
+        return None
     found = _outages.get(client)
     return None if found is None else found.get(scope_key())
 

@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from tenure._core.codec import IdentityGenerator
 from tenure._core.exceptions import (
     ArgumentError,
     ConnectionPoolExhaustedError,
@@ -95,7 +96,7 @@ class CacheNaming:
     entry, :meth:`ttl_ms` gives a write's expiry.
     """
 
-    __slots__ = ("default_ttl", "identity_generator", "name", "prefix")
+    __slots__ = ("_plain", "default_ttl", "identity_generator", "name", "prefix")
 
     def __init__(
         self,
@@ -118,6 +119,11 @@ class CacheNaming:
         self.name = name
         self.default_ttl = check_seconds("ttl", ttl, name=name, allow_none=True, positive=True)
         self.identity_generator = identity_generator
+        # key -> server key of the entries without a param, named by tenure's own
+        # generator (a user's may not give the same identity twice)
+        self._plain: dict[str, str] | None = (
+            {} if identity_generator is None or _is_tenures(identity_generator) else None
+        )
         self.prefix: str = default_prefix if prefix is None else prefix
         if not isinstance(self.prefix, str):
             raise ArgumentError("prefix", "must be a str", name=name)
@@ -129,6 +135,18 @@ class CacheNaming:
 
     def key_of(self, key: str, param: Any = None) -> str:
         """The server key of the entry named by ``key`` and ``param``."""
+        plain = self._plain
+        if plain is not None and param is None and type(key) is str:
+            stored = plain.get(key)
+            if stored is None:
+                stored = self._key_of(key, None)
+                if len(plain) >= PLAIN_KEYS:
+                    plain.clear()
+                plain[key] = stored
+            return stored
+        return self._key_of(key, param)
+
+    def _key_of(self, key: str, param: Any) -> str:
         if not isinstance(key, str):
             raise ArgumentError("key", f"must be a str, got {type(key).__name__}", name=self.name)
         if self.identity_generator is None:
@@ -161,6 +179,14 @@ class CacheNaming:
     def pattern(self) -> str:
         """The SCAN pattern of every entry of this cache (and nothing else)."""
         return _glob_escape(f"{self.prefix}{self.name}:") + "{*"
+
+
+PLAIN_KEYS = 4096
+"""How many server keys of entries without a param a cache remembers (then starts over)."""
+
+
+def _is_tenures(generator: Any) -> bool:
+    return type(generator) is IdentityGenerator
 
 
 def check_herd_timeout(herd_timeout: float, name: str) -> float:
@@ -244,12 +270,32 @@ class ServerClock:
 
     def fresh(self, entry: Entry, now: float, early: float = 0.0) -> bool:
         """Whether ``entry`` is surely fresh at monotonic ``now`` (False: ask the server)."""
-        if entry.fresh_until == 0:
+        return self._fresh(entry.fresh_until, entry.took_ms, now, early)
+
+    def _fresh(self, fresh_until: int, took_ms: int, now: float, early: float) -> bool:
+        if fresh_until == 0:
             return True
         if now - self._at > self.MAX_AGE:
             return False
         server_now = now * 1000 + self._offset_ms + self._error_ms + self.MARGIN_MS
-        return server_now + entry.took_ms * early < entry.fresh_until
+        return server_now + took_ms * early < fresh_until
+
+    def fresh_value(self, raw: bytes, now: float, early: float = 0.0) -> bytes | None:
+        """The value stored in entry ``raw`` if :meth:`fresh` finds it so; else None.
+
+        None too for anything that is not an entry (a load mark, another
+        format): the script decides. Every hit comes here: it parses the
+        header in place, with no :class:`Entry` made.
+        """
+        head, _, rest = raw.partition(b":")
+        took, found, value = rest.partition(b":")
+        if not found or head[:1] != b"h":
+            return None
+        try:
+            fresh_until, took_ms = int(head[1:]), int(took)
+        except ValueError:
+            return None
+        return value if self._fresh(fresh_until, took_ms, now, early) else None
 
 
 class Status(enum.IntEnum):

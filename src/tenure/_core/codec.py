@@ -400,7 +400,14 @@ def _tag_of(step: object, what: str) -> str:
 class Codec:
     """A serializer and a compressor (either may be ``None``), with the entry header."""
 
-    __slots__ = ("_compressor_tag", "_plain", "_serializer_tag", "compressor", "serializer")
+    __slots__ = (
+        "_compressor_tag",
+        "_json",
+        "_plain",
+        "_serializer_tag",
+        "compressor",
+        "serializer",
+    )
 
     def __init__(
         self, serializer: Any = DEFAULT_SERIALIZER, compressor: Any = DEFAULT_COMPRESSOR
@@ -419,6 +426,7 @@ class Codec:
             b"" if compressor is None else _tag_of(compressor, "compressor").encode("ascii")
         )
         self._plain = MAGIC + self._serializer_tag + b"::"  # header of an uncompressed value
+        self._json = type(serializer) is JsonSerializer  # read with json.loads, one call less
 
     def __repr__(self) -> str:
         return f"Codec({self._serializer_tag.decode()}, {self._compressor_tag.decode() or 'none'})"
@@ -457,6 +465,8 @@ class Codec:
         if self.serializer is None:
             return payload
         try:
+            if self._json:
+                return json.loads(payload)
             return self.serializer.deserialize(payload)
         except CacheDecodeError:
             raise

@@ -34,11 +34,11 @@ each holding one concern (the sans-IO rules in :mod:`tenure._core.cache`):
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tenure._backends.for_threads import IS_ASYNC, Mutex, refuse_awaited_call
+from tenure._backends.owners import new_token
 from tenure._core.cache import (
     DEFAULT_HERD_TIMEOUT,
     DEFAULT_LOAD_LEASE,
@@ -63,7 +63,7 @@ from tenure._sync import _cache_reentry as reentry
 from tenure._sync._cache_fallback import CacheFallback
 from tenure._sync._cache_flights import ABANDONED, Flights
 from tenure._sync._cache_loading import HerdLoading
-from tenure._sync._cache_scripts import HerdScripts
+from tenure._sync._cache_scripts import MISS, Elected, HerdScripts
 from tenure._sync._cache_store import CacheStore
 from tenure._sync._scripting import Client
 
@@ -81,6 +81,7 @@ class _AsyncCacheBase:
     """
 
     _default_prefix = "tenure:cache:"
+    _marks = False  # whether a missing entry's key may hold a load mark (the herd cache's)
 
     def __init__(
         self,
@@ -110,7 +111,9 @@ class _AsyncCacheBase:
         self._client = client
         self._codec = Codec(serializer, compressor)
         self._counters = CacheCounters()
-        self._store = CacheStore(client, self._naming, self._codec, self._counters)
+        self._store = CacheStore(
+            client, self._naming, self._codec, self._counters, marks=self._marks
+        )
 
     # Read-only: the parts were made with these; a new value would be ignored.
 
@@ -260,6 +263,7 @@ class HerdCache(_AsyncCacheBase):
     """
 
     _default_prefix = "tenure:herd:"
+    _marks = True
 
     def __init__(
         self,
@@ -346,7 +350,15 @@ class HerdCache(_AsyncCacheBase):
         the refresh.
         """
         stored = self._naming.key_of(key, param)
-        token = secrets.token_hex(8)
+        first = self._scripts.first_read(stored, 0.0)
+        if type(first) is Elected:
+            with self._mutex:
+                self._leases[stored] = first.token
+            self._counters.add("misses")
+            return default
+        if first is not MISS:
+            return first  # a fresh hit, counted
+        token = new_token()
         fetched = self._scripts.fetch(CacheKeys.for_entry(stored), token, "", 0.0)
         if fetched.status in (Status.REFRESH, Status.LOAD):
             with self._mutex:
@@ -468,33 +480,16 @@ class HerdCache(_AsyncCacheBase):
         the server; callers that come while it does wait for
         its answer instead of asking too (one connection, not one each).
         """
-        self._check_write(ttl, herd_timeout)
-        loading = reentry.not_loading(stored, self.name)
+        if ttl is not None or herd_timeout is not None:
+            self._check_write(ttl, herd_timeout)
+        reentry.not_loading(stored, self._naming.name)
         outage = self._fallback.outage()
         if outage is not None:
             # Not even a request of this process begun before the outage is waited for.
-            entered = reentry.enter(loading, stored)
-            try:
-                return self._fallback.fall_back(loader, outage)
-            finally:
-                reentry.leave(entered)
-
-        value = self._flights.share(stored, self._lead, loading, stored, loader, ttl, herd_timeout)
+            return self._fallback.fall_back(loader, outage, stored)
+        value = self._flights.share(
+            stored, self._loading.fetched, stored, loader, ttl, herd_timeout
+        )
         if value is ABANDONED:  # its caller's cancellation is not this caller's
             return self._fetch_key(stored, loader, ttl=ttl, herd_timeout=herd_timeout)
         return value
-
-    def _lead(
-        self,
-        loading: frozenset[str],
-        stored: str,
-        loader: Callable[[], Any],
-        ttl: float | None,
-        herd_timeout: float | None,
-    ) -> Any:
-        """The request of this process for ``stored``, made by its first caller."""
-        entered = reentry.enter(loading, stored)  # what this call's loader runs under
-        try:
-            return self._loading.fetched(stored, loader, ttl, herd_timeout)
-        finally:
-            reentry.leave(entered)

@@ -18,6 +18,7 @@ from typing import Any
 from tenure._core.cache import CacheCounters, unwrap_loaded
 from tenure._core.codec import Codec
 from tenure._core.exceptions import ServerUnavailableError, TenureError
+from tenure._sync import _cache_reentry as reentry
 from tenure._sync._outage import Outage, outage_found, outage_of
 
 __all__ = ["CacheFallback", "call_loader"]
@@ -59,7 +60,7 @@ class CacheFallback:
         """A fetch got through: an exhausted pool met again is logged again."""
         self._exhaustion_logged = False
 
-    def fall_back(self, loader: Callable[[], Any], outage: Outage | None) -> Any:
+    def fall_back(self, loader: Callable[[], Any], outage: Outage | None, stored: str) -> Any:
         """The loader's value, computed without the cache (``fallback``).
 
         A value the cache could not store is refused as it would be with the
@@ -68,12 +69,20 @@ class CacheFallback:
         if outage is not None:
             outage.fallbacks += 1
         self._counters.fell_back(outage)
-        value = unwrap_loaded(call_loader(loader), None)[0]
+        value = unwrap_loaded(call_loader(loader, stored), None)[0]
         self._codec.encode(value)
         return value
 
 
-def call_loader(loader: Callable[[], Any]) -> Any:
-    """Call ``loader`` and return its value (async loaders too, in the async twin)."""
-    value = loader()
+def call_loader(loader: Callable[[], Any], stored: str) -> Any:
+    """Call ``stored``'s ``loader`` and return its value (async loaders too, in the async twin).
+
+    The loader runs with ``stored`` marked as loaded here
+    (:mod:`tenure._sync._cache_reentry`): asking for it again fails at once.
+    """
+    entered = reentry.enter(stored)
+    try:
+        value = loader()
+    finally:
+        reentry.leave(entered)
     return value

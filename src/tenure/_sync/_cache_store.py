@@ -30,8 +30,17 @@ class CacheStore:
     """One cache's entries on the server, by ``key`` and ``param`` (see the module docstring)."""
 
     def __init__(
-        self, client: Client, naming: CacheNaming, codec: Codec, counters: CacheCounters
+        self,
+        client: Client,
+        naming: CacheNaming,
+        codec: Codec,
+        counters: CacheCounters,
+        *,
+        marks: bool = False,
     ) -> None:
+        # marks: a missing entry's key may hold a load mark (a herd cache's), which
+        # exists and ttl do not count as a value
+        self._marks = marks
         self._client = client
         self._name = naming.name
         self._naming = naming
@@ -58,8 +67,16 @@ class CacheStore:
     # -- key-level commands, both caches ---------------------------------------
 
     def exists(self, key: str, param: Any) -> bool:
+        stored = self._naming.key_of(key, param)
         with map_exceptions(name=self._name, doing="checking a cache entry"):
-            return bool(self._client.exists(self._naming.key_of(key, param)))
+            if self._marks:
+                return self._held(stored)
+            return bool(self._client.exists(stored))
+
+    def _held(self, stored: str) -> bool:
+        """Whether ``stored`` holds a value, not nothing or a load mark."""
+        first = as_bytes(self._client.getrange(stored, 0, 0))
+        return bool(first) and first != b"l"
 
     def delete_key(self, stored: str) -> bool:
         with map_exceptions(name=self._name, doing="deleting a cache entry"):
@@ -76,8 +93,11 @@ class CacheStore:
                 return sum(int(n) for n in pipe.execute())
 
     def ttl(self, key: str, param: Any) -> float | None:
+        stored = self._naming.key_of(key, param)
         with map_exceptions(name=self._name, doing="reading a cache entry's expiry"):
-            left = int(self._client.pttl(self._naming.key_of(key, param)))
+            left = int(self._client.pttl(stored))
+            if left != -2 and self._marks and not self._held(stored):
+                left = -2
         if left == -2:
             return None
         return float("inf") if left == -1 else left / 1000

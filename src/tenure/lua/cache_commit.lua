@@ -1,5 +1,6 @@
 -- tenure script: cache_commit
--- Store a herd-cache entry's new value, if the caller still holds the lease.
+-- Store a herd-cache entry's new value, if the caller still holds its lease (the
+-- refresh lease of a stale entry, or the load mark of a missing one).
 -- on resend: the lease is gone (the first run ended it) but the entry holds this
 --   very value and load time: answered 1, nothing written again. An explicit write
 --   (no token) is written again: the same value, its freshness counted anew
@@ -11,18 +12,21 @@
 -- ARGV[3] freshness in ms (0: fresh until deleted or evicted)
 -- ARGV[4] the entry's lifetime in ms: freshness + herd_timeout (0: no expiry)
 -- ARGV[5] how long the load took, ms
--- returns 1 if stored, 0 if refused (the lease ran out or passed to another caller)
+-- returns 1 if stored, 0 if refused (the lease ran out or passed to another caller;
+--   the waiters are woken all the same, to ask again)
 
 --! include cache
 local entry, lease, waiters, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
-local holder = redis.call('GET', lease)
-if token ~= '' and holder ~= token then
-    local stored = redis.call('GET', entry)
+local stored = redis.call('GET', entry)
+if token ~= '' and mark_of(stored) ~= token and redis.call('GET', lease) ~= token then
     if stored then
         local colon = string.find(stored, ':', 1, true)
         if colon and string.sub(stored, colon + 1) == ARGV[5] .. ':' .. ARGV[2] then
             return 1 -- this value is in place already: a resent call
         end
+    end
+    if not stored then
+        wake_waiters(waiters)  -- the load was cut short (the entry deleted): ask again
     end
     return 0
 end

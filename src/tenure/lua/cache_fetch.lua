@@ -1,7 +1,7 @@
 -- tenure script: cache_fetch
 -- Read a herd-cache entry; elect exactly one caller to load or refresh it.
--- on resend: the same token finds the lease its first run granted, and is granted
---   it again (the same status); a waiter is recorded under the same token again
+-- on resend: the same token finds the mark or lease its first run granted, and is
+--   granted it again (the same status); a waiter is recorded under the same token again
 -- KEYS[1] entry string (see lib/cache)
 -- KEYS[2] lease string
 -- KEYS[3] waiters hash
@@ -13,7 +13,7 @@
 --   1 fresh: the entry; ms = freshness left (-1: for ever)
 --   2 stale (or due for early refresh), and the lease is yours: the entry; refresh it
 --   3 stale, someone else refreshes: the entry; ms = their lease left
---   4 missing, and the lease is yours: load it; ms = the lease
+--   4 missing, and the load is yours (your mark is in place): load it; ms = the lease
 --   5 missing, someone else loads: wait up to ms (woken if a channel was given)
 
 --! include cache
@@ -21,9 +21,8 @@ local entry, lease, waiters, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local now = now_ms()
 local raw = redis.call('GET', entry)
-local holder = redis.call('GET', lease)
-local lease_free = (not holder) or holder == token
-if raw then
+local loader = mark_of(raw)
+if raw and not loader then
     local fresh_until, took = string.match(raw, '^h(%d+):(%d+):')
     fresh_until, took = tonumber(fresh_until), tonumber(took)
     if fresh_until == 0 then
@@ -32,17 +31,18 @@ if raw then
     if now + took * tonumber(ARGV[4]) < fresh_until then
         return {1, raw, fresh_until - now, now}
     end
-    if lease_free then
+    local holder = redis.call('GET', lease)
+    if (not holder) or holder == token then
         grant_lease(entry, lease, token, lease_ms)
         return {2, raw, lease_ms, now}
     end
     return {3, raw, redis.call('PTTL', lease), now}
 end
-if lease_free then
-    grant_lease(entry, lease, token, lease_ms)
+if (not loader) or loader == token then
+    redis.call('SET', entry, 'l' .. token, 'PX', lease_ms)
     return {4, false, lease_ms, now}
 end
-local wait_ms = redis.call('PTTL', lease)
+local wait_ms = redis.call('PTTL', entry)
 if ARGV[3] ~= '' then
     redis.call('HSET', waiters, token, ARGV[3])
     redis.call('PEXPIRE', waiters, wait_ms + lease_ms)

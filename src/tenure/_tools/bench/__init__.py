@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "locks": ("locks", "tenure.Lock beside redis-py, python-redis-lock and pottery"),
     "semaphores": ("semaphores", "tenure.Semaphore beside Redis in Action's fair semaphore"),
     "caches": ("caches", "tenure's HerdCache beside dogpile.cache, cashews and aiocache"),
+    "cache-paths": ("cache_paths", "every cache hit and miss path beside bare GET / SET"),
     "ingest": ("ingest", "tenure's IngestJob beside the CLIENT SETNAME chunk booking"),
     "redlock": ("redlock", "tenure's Redlock beside pottery's and aioredlock over three masters"),
     "idsets": ("idsets", "tenure's IdSet beside Redis SINTERCARD, numpy and pyroaring"),

@@ -3,9 +3,13 @@
 --   entry   string "h<fresh until>:<load ms>:<value>": fresh until, ms on the
 --           server's clock (0: fresh for ever); how long its last load took;
 --           then the stored value (tenure's header + payload). Its PEXPIRE is
---           freshness + herd_timeout. A plain GET reads it: a client that
---           knows the server's clock serves a fresh value without a script.
---   lease   string: the token of the one caller elected to load or refresh the
+--           freshness + herd_timeout. A client that knows the server's clock
+--           serves a fresh value without a script. While the entry is missing
+--           and one caller loads it, the key holds that caller's load mark
+--           "l<token>" instead, its PEXPIRE the load lease: the client's first
+--           read is SET entry l<token> NX PX lease GET, which returns a value as
+--           GET would, and on a missing entry elects its caller in the same call.
+--   lease   string: the token of the one caller elected to refresh a stale
 --           entry; its PEXPIRE is the lease
 --   waiters hash token -> the pub/sub channel of a caller waiting for a cold
 --           entry to land (one message per waiter: its token)
@@ -15,8 +19,16 @@ local function now_ms()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Give the lease to `token` for lease_ms, and keep a stale entry alive at
--- least that long (a refresh must not lose the value it refreshes).
+-- The token of the load mark `raw` (nil if raw is a value, or nothing).
+local function mark_of(raw)
+    if raw and string.sub(raw, 1, 1) == 'l' then
+        return string.sub(raw, 2)
+    end
+    return nil
+end
+
+-- Give the refresh lease of a stale entry to `token` for lease_ms, and keep the
+-- entry alive at least that long (a refresh must not lose the value it refreshes).
 local function grant_lease(entry, lease, token, lease_ms)
     redis.call('SET', lease, token, 'PX', lease_ms)
     local left = redis.call('PTTL', entry)

@@ -1,0 +1,414 @@
+"""``tenure bench cache-paths``: every cache read path beside the bare commands it replaces.
+
+    tenure bench cache-paths [--rounds 5] [--seconds 1] [--only PATH,...]
+        [--url URL] [--output FILE.md]
+
+A cache's hit can cost no less than the one ``GET`` and ``json.loads`` a
+hand-written cache makes, and its miss no less than that ``GET`` (nil),
+the load and one ``SET``. Each path below runs alone in a process of its own
+for ``--seconds``, one call after another, on redis-py and on redis.asyncio,
+the paths taking turns (a new order every round); medians of the rounds:
+
+* hits of a warm entry: the bare ``GET`` + ``json.loads``, ``Cache.get``,
+  ``HerdCache.get``, ``HerdCache.fetch`` and a ``@cached`` function;
+* misses, a new entry each call, the loader returning at once: the bare
+  ``GET`` (nil) + ``SET ... PX``, ``HerdCache.fetch`` and ``@cached``.
+
+Reported per call: µs on the client (the loop's wall time), the server's µs
+in commands (``INFO commandstats``) and the commands sent, each path against
+the bare loop of its own API (targets: hits <= 1.1x, misses <= 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import multiprocessing
+import platform
+import random
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio
+
+import tenure
+from tenure._tools.bench import BenchmarkError, add_output_arguments, check_empty, standalone_main
+from tenure._tools.bench.cache_contenders import VALUE
+from tenure._tools.bench.sections import write_section
+from tenure.server._process import given_or_private
+
+__all__ = ["PATHS", "add_arguments", "main", "run_command"]
+
+HIT_TARGET = 1.1
+MISS_TARGET = 1.5
+TTL = 3600.0
+WORKER_PATIENCE = 120.0
+MAX_CALLS = 2_000_000
+
+
+@dataclass(frozen=True)
+class CachePath:
+    """One way of reading a cache, as one row of the report."""
+
+    key: str
+    label: str
+    miss: bool  # a new entry each call (else one warm entry)
+
+
+PATHS: tuple[CachePath, ...] = (
+    CachePath("bare", "bare `GET` + `json.loads`", False),
+    CachePath("cache-get", "`Cache.get`", False),
+    CachePath("herd-get", "`HerdCache.get`", False),
+    CachePath("herd-fetch", "`HerdCache.fetch`", False),
+    CachePath("cached", "`@cached` function", False),
+    CachePath("bare-miss", "bare `GET` (nil) + `SET ... PX`", True),
+    CachePath("herd-fetch-miss", "`HerdCache.fetch`, a miss", True),
+    CachePath("cached-miss", "`@cached` function, a miss", True),
+)
+BASELINE = {False: "bare", True: "bare-miss"}
+
+
+def _by_key(key: str) -> CachePath:
+    for path in PATHS:
+        if path.key == key:
+            return path
+    raise KeyError(key)
+
+
+def _sync_call(key: str, client: redis.Redis) -> Callable[[str], Any]:
+    """``call(entry)`` of path ``key`` on a redis-py client."""
+    if key in ("bare", "bare-miss"):
+
+        def bare(entry: str) -> Any:
+            data = client.get(f"bench:bare:{entry}")
+            if data is not None:
+                return json.loads(data)
+            client.set(f"bench:bare:{entry}", json.dumps(VALUE), px=int(TTL * 1000))
+            return dict(VALUE)
+
+        return bare
+    if key == "cache-get":
+        plain = tenure.Cache(client, "paths", ttl=TTL)
+        plain.set("warm", VALUE)
+        return plain.get
+    if key in ("cached", "cached-miss"):
+
+        @tenure.cached(client, ttl=TTL, name="paths")
+        def function(entry: str) -> Any:
+            return dict(VALUE)
+
+        return function
+    herd = tenure.HerdCache(client, "paths", ttl=TTL)
+    if key == "herd-get":
+        herd.set("warm", VALUE)
+        return herd.get
+    return lambda entry: herd.fetch(entry, lambda: dict(VALUE))
+
+
+def _async_call(key: str, client: redis.asyncio.Redis) -> Callable[[str], Awaitable[Any]]:
+    """``call(entry)`` of path ``key`` on a redis.asyncio client (the entry warmed first)."""
+    if key in ("bare", "bare-miss"):
+
+        async def bare(entry: str) -> Any:
+            data = await client.get(f"bench:bare:{entry}")
+            if data is not None:
+                return json.loads(data)
+            await client.set(f"bench:bare:{entry}", json.dumps(VALUE), px=int(TTL * 1000))
+            return dict(VALUE)
+
+        return bare
+    if key == "cache-get":
+        return tenure.AsyncCache(client, "paths", ttl=TTL).get
+    if key in ("cached", "cached-miss"):
+
+        @tenure.cached(client, ttl=TTL, name="paths")
+        async def function(entry: str) -> Any:
+            return dict(VALUE)
+
+        return function
+    herd = tenure.AsyncHerdCache(client, "paths", ttl=TTL)
+    if key == "herd-get":
+        return herd.get
+
+    async def load() -> Any:
+        return dict(VALUE)
+
+    return lambda entry: herd.fetch(entry, load)
+
+
+def _server(client: redis.Redis) -> tuple[float, int]:
+    """The server's µs in commands and the commands it ran, so far."""
+    stats: Any = client.info("commandstats")
+    return (
+        sum(float(entry.get("usec", 0)) for entry in stats.values()),
+        sum(int(entry.get("calls", 0)) for entry in stats.values()),
+    )
+
+
+def _entries(miss: bool) -> Callable[[int], str]:
+    if miss:
+        return lambda n: f"m{n}"
+    return lambda n: "warm"
+
+
+def _run_sync(key: str, url: str, seconds: float) -> dict[str, float]:
+    client = redis.Redis.from_url(url)
+    call, entry = _sync_call(key, client), _entries(_by_key(key).miss)
+    call("warm")
+    call("warm")
+    admin = redis.Redis.from_url(url)
+    before = _server(admin)
+    count, began = 0, time.perf_counter()
+    deadline = began + seconds
+    while count < MAX_CALLS and (count % 64 or time.perf_counter() < deadline):
+        call(entry(count))
+        count += 1
+    elapsed = time.perf_counter() - began
+    after = _server(admin)
+    return _figures(count, elapsed, before, after)
+
+
+async def _run_async(key: str, url: str, seconds: float) -> dict[str, float]:
+    client = redis.asyncio.Redis.from_url(url)
+    call, entry = _async_call(key, client), _entries(_by_key(key).miss)
+    if key == "herd-get":
+        await tenure.AsyncHerdCache(client, "paths", ttl=TTL).set("warm", VALUE)
+    elif key == "cache-get":
+        await tenure.AsyncCache(client, "paths", ttl=TTL).set("warm", VALUE)
+    await call("warm")
+    await call("warm")
+    admin = redis.Redis.from_url(url)
+    before = _server(admin)
+    count, began = 0, time.perf_counter()
+    deadline = began + seconds
+    while count < MAX_CALLS and (count % 64 or time.perf_counter() < deadline):
+        await call(entry(count))
+        count += 1
+    elapsed = time.perf_counter() - began
+    after = _server(admin)
+    await client.aclose()
+    return _figures(count, elapsed, before, after)
+
+
+def _figures(
+    count: int, elapsed: float, before: tuple[float, int], after: tuple[float, int]
+) -> dict[str, float]:
+    # the INFO of `after` is counted in it: one command, not the path's
+    return {
+        "us": 1e6 * elapsed / count,
+        "server_us": (after[0] - before[0]) / count,
+        "commands": (after[1] - before[1] - 1) / count,
+    }
+
+
+def _worker(key: str, is_async: bool, url: str, seconds: float, results: Any) -> None:
+    """One path alone in a process: its figures, or the error that stopped it."""
+    try:
+        if is_async:
+            results.put(asyncio.run(_run_async(key, url, seconds)))
+        else:
+            results.put(_run_sync(key, url, seconds))
+    except Exception as exc:
+        results.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def _measure_once(key: str, is_async: bool, url: str, seconds: float) -> dict[str, float]:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    worker = context.Process(target=_worker, args=(key, is_async, url, seconds, results))
+    worker.start()
+    try:
+        got = results.get(timeout=WORKER_PATIENCE)
+    except Exception as exc:
+        raise BenchmarkError(f"{key}: the worker failed or hung: {exc!r}") from exc
+    finally:
+        worker.join(5)
+        if worker.is_alive():
+            worker.kill()
+    if "error" in got:
+        raise BenchmarkError(f"{key}: {got['error']}")
+    return dict(got)
+
+
+Figures = dict[tuple[str, bool], dict[str, float]]
+
+
+def measure(
+    url: str, paths: Sequence[CachePath], rounds: int, seconds: float,
+    progress: Callable[[str], None],
+) -> Figures:  # fmt: skip
+    """Medians over ``rounds`` of every (path, asyncio?) pair's figures."""
+    samples: dict[tuple[str, bool], list[dict[str, float]]] = {}
+    pairs = [(path.key, is_async) for path in paths for is_async in (False, True)]
+    shuffle = random.Random(7)
+    for round_ in range(rounds):
+        shuffle.shuffle(pairs)
+        for key, is_async in pairs:
+            with redis.Redis.from_url(url) as client:
+                client.flushdb()
+            got = _measure_once(key, is_async, url, seconds)
+            samples.setdefault((key, is_async), []).append(got)
+            api = "asyncio" if is_async else "sync"
+            progress(f"round {round_ + 1}/{rounds}, {key} ({api}): {got['us']:.1f} µs a call")
+    return {
+        pair: {what: statistics.median(s[what] for s in got) for what in got[0]}
+        for pair, got in samples.items()
+    }
+
+
+def _ratio(figures: Figures, path: CachePath, is_async: bool) -> float | None:
+    base = (BASELINE[path.miss], is_async)
+    if path.key == base[0] or base not in figures:
+        return None
+    return figures[(path.key, is_async)]["us"] / figures[base]["us"]
+
+
+def verdicts(figures: Figures, paths: Sequence[CachePath]) -> list[tuple[str, float, bool]]:
+    """(what, ratio, met) for every path measured beside its baseline."""
+    found = []
+    for path in paths:
+        for is_async in (False, True):
+            ratio = _ratio(figures, path, is_async)
+            if ratio is None:
+                continue
+            target = MISS_TARGET if path.miss else HIT_TARGET
+            api = "asyncio" if is_async else "sync"
+            what = f"{path.label} ({api}) <= {target}x {_by_key(BASELINE[path.miss]).label}"
+            found.append((what, ratio, ratio <= target))
+    return found
+
+
+def _cells(figures: Figures, path: CachePath, is_async: bool) -> list[str]:
+    got = figures[(path.key, is_async)]
+    ratio = _ratio(figures, path, is_async)
+    return [
+        f"{got['us']:.1f}",
+        "1.00" if ratio is None else f"{ratio:.2f}",
+        f"{got['server_us']:.2f}",
+        f"{got['commands']:.2f}",
+    ]
+
+
+def render(
+    figures: Figures, paths: Sequence[CachePath], server: str, rounds: int, seconds: float,
+    command: str,
+) -> str:  # fmt: skip
+    """The Markdown section."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Cache read paths: every hit and miss beside the bare commands",
+        "",
+        f"Generated by `{command}` on {stamp}; do not edit: re-run it.",
+        f"Server: {server}; Python {platform.python_version()}; each path alone in a "
+        f"process for {seconds:g} s, one call after another; medians of {rounds} rounds "
+        "(a new order each round). µs per call on the client; server µs and commands "
+        "per call from `INFO commandstats`; `x` against the bare loop of the same API.",
+        "",
+        "| path | sync µs | x | server µs | commands | asyncio µs | x | server µs | commands |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path in paths:
+        row = [path.label, *_cells(figures, path, False), *_cells(figures, path, True)]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "| Goal | Measured | Met |", "|---|---|---|"]
+    lines += [
+        f"| {what} | {ratio:.2f}x | {'met' if met else '**not met**'} |"
+        for what, ratio, met in verdicts(figures, paths)
+    ]
+    lines += [
+        "",
+        "A herd-cache hit is one `GET` (a cache whose recent reads are mostly hits) or one",
+        "`SET entry l<token> NX PX lease GET` (otherwise), served when this process's",
+        "estimate of the server's clock finds it fresh. A miss is that `SET`, which puts the",
+        "caller's load mark in the entry's place and so elects it to load, the loader, and",
+        "the `cache_commit` script: the bare loop's two round trips. In a cache whose reads",
+        "are mostly hits, a miss costs a third: the `GET`, then `cache_fetch` elects the",
+        "loader ([caches](caches.md)).",
+    ]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None) -> None:
+    """The options of this benchmark (see the module docstring)."""
+    parser.add_argument("--rounds", type=int, default=5, help="rounds, median taken (5)")
+    parser.add_argument("--seconds", type=float, default=1.0, help="seconds per path run (1)")
+    parser.add_argument("--only", help="comma-separated paths (default: all)")
+    add_output_arguments(parser, output, None)
+
+
+def _chosen(only: str | None) -> list[CachePath]:
+    if not only:
+        return list(PATHS)
+    chosen = []
+    for key in only.split(","):
+        try:
+            chosen.append(_by_key(key.strip()))
+        except KeyError:
+            known = ", ".join(p.key for p in PATHS)
+            raise BenchmarkError(f"--only: no path {key.strip()!r} (known: {known})") from None
+    for path in list(chosen):  # each beside its baseline
+        base = _by_key(BASELINE[path.miss])
+        if base not in chosen:
+            chosen.insert(0, base)
+    return chosen
+
+
+def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
+    """Run with parsed ``args``; ``command`` is how it was called (for the report)."""
+    if not 1 <= args.rounds <= 50 or not 0.1 <= args.seconds <= 60:
+        raise BenchmarkError("--rounds must be in 1..50 and --seconds in [0.1, 60]")
+    paths = _chosen(args.only)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        if args.url:
+            check_empty(args.url, args.allow_flush)
+        with given_or_private(args.url, name="bench-cache-paths") as (url, server):
+            where = (
+                url
+                if server is None
+                else f"{server.engine.name} {server.engine.version} (private, loopback)"
+            )
+            figures = measure(url, paths, args.rounds, args.seconds, progress)
+    except redis.RedisError as exc:
+        print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'path':<36}{'sync us':>9}{'x':>6}{'srv us':>8}{'cmds':>6}"
+          f"{'async us':>10}{'x':>6}{'srv us':>8}{'cmds':>6}")  # fmt: skip
+    for path in paths:
+        cells = _cells(figures, path, False) + _cells(figures, path, True)
+        widths = (9, 6, 8, 6, 10, 6, 8, 6)
+        print(f"{path.label:<36}" + "".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
+    print("\ntargets:")
+    for what, ratio, met in verdicts(figures, paths):
+        print(f"  [{'met' if met else 'NOT MET'}] {what}: {ratio:.2f}x")
+    if args.output:
+        text = render(figures, paths, where, args.rounds, args.seconds, shlex.join(command))
+        write_section(Path(args.output), "cache-paths", text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str = "tenure bench cache-paths",
+    output: str | None = None,
+) -> int:
+    """Parse ``argv``, run the benchmark and report; return the exit status."""
+    return standalone_main("cache-paths", argv, prog=prog, output=output)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
