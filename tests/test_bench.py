@@ -553,6 +553,26 @@ def test_bench_consumers_measures_every_contender_and_judges_the_targets(tmp_pat
     assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
 
 
+def test_bench_cache_paths_measures_every_path_beside_its_bare_loop(tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    done = run(
+        "bench", "cache-paths", "--rounds", "1", "--seconds", "0.2",
+        "--only", "herd-fetch,cached-miss", "--output", str(report),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for label in ("bare `GET` + `json.loads`", "`HerdCache.fetch`", "`@cached` function, a miss"):
+        rows = [line for line in done.stdout.splitlines() if line.startswith(label + " ")]
+        assert len(rows) == 2, label  # redis-py and redis.asyncio
+    assert done.stdout.count("<= 1.1x bare") == 2 and done.stdout.count("<= 1.5x bare") == 2
+    text = report.read_text()
+    assert "<!-- tenure-bench:cache-paths:start -->" in text and "**redis.asyncio**" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `HerdCache.fetch` |"))
+    assert row.split(" | ")[5] == "1.00"  # one round trip a hit
+    refused = run("bench", "cache-paths", "--only", "nonesuch")
+    assert refused.returncode == 2 and "no path 'nonesuch'" in refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
+
+
 def test_bench_refuses_bad_values() -> None:
     bad = run("bench", "locks", "--seconds", "0")
     assert bad.returncode == 2

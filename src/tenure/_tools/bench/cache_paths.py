@@ -160,6 +160,32 @@ def _entries(miss: bool) -> Callable[[int], str]:
     return lambda n: "warm"
 
 
+COUNTED = 200
+"""Calls made after the timed loop with every command sent counted (round trips)."""
+
+
+class _Sends:
+    """Counts the commands (or pipelines) a connection class sends, while on."""
+
+    def __init__(self, connection_class: Any) -> None:
+        self.count = 0
+        self._class = connection_class
+        self._original = connection_class.send_packed_command
+
+    def __enter__(self) -> _Sends:
+        original = self._original
+
+        def counted(connection: Any, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(connection, *args, **kwargs)
+
+        self._class.send_packed_command = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._class.send_packed_command = self._original
+
+
 def _run_sync(key: str, url: str, seconds: float) -> dict[str, float]:
     client = redis.Redis.from_url(url)
     call, entry = _sync_call(key, client), _entries(_by_key(key).miss)
@@ -167,14 +193,17 @@ def _run_sync(key: str, url: str, seconds: float) -> dict[str, float]:
     call("warm")
     admin = redis.Redis.from_url(url)
     before = _server(admin)
-    count, began = 0, time.perf_counter()
+    count, began, cpu = 0, time.perf_counter(), time.process_time()
     deadline = began + seconds
     while count < MAX_CALLS and (count % 64 or time.perf_counter() < deadline):
         call(entry(count))
         count += 1
-    elapsed = time.perf_counter() - began
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     after = _server(admin)
-    return _figures(count, elapsed, before, after)
+    with _Sends(redis.connection.AbstractConnection) as sends:
+        for n in range(count, count + COUNTED):
+            call(entry(n))
+    return _figures(count, elapsed, cpu, before, after, sends.count / COUNTED)
 
 
 async def _run_async(key: str, url: str, seconds: float) -> dict[str, float]:
@@ -188,25 +217,31 @@ async def _run_async(key: str, url: str, seconds: float) -> dict[str, float]:
     await call("warm")
     admin = redis.Redis.from_url(url)
     before = _server(admin)
-    count, began = 0, time.perf_counter()
+    count, began, cpu = 0, time.perf_counter(), time.process_time()
     deadline = began + seconds
     while count < MAX_CALLS and (count % 64 or time.perf_counter() < deadline):
         await call(entry(count))
         count += 1
-    elapsed = time.perf_counter() - began
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     after = _server(admin)
+    with _Sends(redis.asyncio.connection.AbstractConnection) as sends:
+        for n in range(count, count + COUNTED):
+            await call(entry(n))
     await client.aclose()
-    return _figures(count, elapsed, before, after)
+    return _figures(count, elapsed, cpu, before, after, sends.count / COUNTED)
 
 
 def _figures(
-    count: int, elapsed: float, before: tuple[float, int], after: tuple[float, int]
-) -> dict[str, float]:
+    count: int, elapsed: float, cpu: float, before: tuple[float, int],
+    after: tuple[float, int], round_trips: float,
+) -> dict[str, float]:  # fmt: skip
     # the INFO of `after` is counted in it: one command, not the path's
     return {
         "us": 1e6 * elapsed / count,
+        "cpu_us": 1e6 * cpu / count,
         "server_us": (after[0] - before[0]) / count,
         "commands": (after[1] - before[1] - 1) / count,
+        "round_trips": round_trips,
     }
 
 
@@ -293,9 +328,14 @@ def _cells(figures: Figures, path: CachePath, is_async: bool) -> list[str]:
     return [
         f"{got['us']:.1f}",
         "1.00" if ratio is None else f"{ratio:.2f}",
+        f"{got['cpu_us']:.1f}",
         f"{got['server_us']:.2f}",
+        f"{got['round_trips']:.2f}",
         f"{got['commands']:.2f}",
     ]
+
+
+COLUMNS = ("µs", "x", "client CPU µs", "server µs", "round trips", "server commands")
 
 
 def render(
@@ -311,14 +351,20 @@ def render(
         f"Server: {server}; Python {platform.python_version()}; each path alone in a "
         f"process for {seconds:g} s, one call after another; medians of {rounds} rounds "
         "(a new order each round). µs per call on the client; server µs and commands "
-        "per call from `INFO commandstats`; `x` against the bare loop of the same API.",
-        "",
-        "| path | sync µs | x | server µs | commands | asyncio µs | x | server µs | commands |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "per call from `INFO commandstats` (commands run inside scripts included); "
+        "round trips counted on the client over 200 more calls; `x` against the bare "
+        "loop of the same API.",
     ]
-    for path in paths:
-        row = [path.label, *_cells(figures, path, False), *_cells(figures, path, True)]
-        lines.append("| " + " | ".join(row) + " |")
+    for is_async, api in ((False, "redis-py"), (True, "redis.asyncio")):
+        lines += [
+            "",
+            f"**{api}**",
+            "",
+            "| path | " + " | ".join(COLUMNS) + " |",
+            "|---|" + "---:|" * len(COLUMNS),
+        ]
+        for path in paths:
+            lines.append("| " + " | ".join([path.label, *_cells(figures, path, is_async)]) + " |")
     lines += ["", "| Goal | Measured | Met |", "|---|---|---|"]
     lines += [
         f"| {what} | {ratio:.2f}x | {'met' if met else '**not met**'} |"
@@ -384,12 +430,15 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     except redis.RedisError as exc:
         print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(f"{'path':<36}{'sync us':>9}{'x':>6}{'srv us':>8}{'cmds':>6}"
-          f"{'async us':>10}{'x':>6}{'srv us':>8}{'cmds':>6}")  # fmt: skip
-    for path in paths:
-        cells = _cells(figures, path, False) + _cells(figures, path, True)
-        widths = (9, 6, 8, 6, 10, 6, 8, 6)
-        print(f"{path.label:<36}" + "".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
+    widths = (8, 6, 9, 10, 8, 9)
+    for is_async, api in ((False, "redis-py"), (True, "redis.asyncio")):
+        print(f"{api:<36}{'us':>8}{'x':>6}{'cpu us':>9}{'srv us':>10}{'trips':>8}{'cmds':>9}")
+        for path in paths:
+            cells = _cells(figures, path, is_async)
+            print(
+                f"{path.label:<36}"
+                + "".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+            )
     print("\ntargets:")
     for what, ratio, met in verdicts(figures, paths):
         print(f"  [{'met' if met else 'NOT MET'}] {what}: {ratio:.2f}x")
