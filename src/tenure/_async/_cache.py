@@ -485,7 +485,8 @@ class AsyncHerdCache(_AsyncCacheBase):
         """
         if ttl is not None or herd_timeout is not None:
             self._check_write(ttl, herd_timeout)
-        reentry.not_loading(stored, self._naming.name)
+        if stored in reentry.LOADING.get():
+            reentry.refuse(stored, self._naming.name)
         outage = self._fallback.outage()
         if outage is not None:
             # Not even a request of this process begun before the outage is waited for.

@@ -116,9 +116,19 @@ def start_background(job: Callable[[], object], name: str) -> Any:
     return thread
 
 
+_scope: tuple[str, int] = ("process", generation())
+
+
 def scope_key() -> object:
-    """What a background service is shared by: this process (a fork's child gets its own)."""
-    return ("process", generation())
+    """What a background service is shared by: this process (a fork's child gets its own).
+
+    Asked at every cache fetch: the key is made once per generation, not per call.
+    """
+    global _scope
+    scope = _scope
+    if scope[1] != generation():
+        scope = _scope = ("process", generation())
+    return scope
 
 
 def shielded(call: T) -> T:

@@ -438,11 +438,11 @@ class CacheCounters:
     fetch sees it ended (:meth:`recovered`).
     """
 
-    __slots__ = ("_outage", "counts")
+    __slots__ = ("counts", "outage")
 
     def __init__(self) -> None:
         self.counts = new_counters()
-        self._outage: Outage | None = None  # the last outage a fetch went through
+        self.outage: Outage | None = None  # the last outage a fetch went through
 
     def add(self, field: str) -> None:
         """Count one event of ``field``."""
@@ -455,12 +455,12 @@ class CacheCounters:
     def fell_back(self, outage: Outage | None) -> None:
         """A fetch computed without the cache, around ``outage`` (None: not an outage)."""
         self.counts["fallbacks"] += 1
-        if outage is not None and self._outage is not outage:
-            self._outage = outage
+        if outage is not None and self.outage is not outage:
+            self.outage = outage
             self.counts["outages"] += 1
 
     def recovered(self) -> None:
         """A fetch asks the server again: the last outage, if it has ended, counts as over."""
-        if self._outage is not None and self._outage.ended:
-            self._outage = None
+        if self.outage is not None and self.outage.ended:
+            self.outage = None
             self.counts["recoveries"] += 1

@@ -218,7 +218,9 @@ class SqlSource:
         )
         with self._connected(f"reading {self.table.name!r} keys {after + 1}..{last}") as conn:
             try:
-                return [dict(row._mapping) for row in conn.execute(query)]
+                result = conn.execute(query)
+                columns = tuple(result.keys())  # a row is a tuple: zipped, not ._mapping
+                return [dict(zip(columns, row, strict=True)) for row in result]
             except (*_UNCONVERTED, sa.exc.DataError) as exc:
                 failed = exc
         raise self._unconvertible(after, last, failed) from failed

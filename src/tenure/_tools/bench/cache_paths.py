@@ -7,16 +7,19 @@ A cache's hit can cost no less than the one ``GET`` and ``json.loads`` a
 hand-written cache makes, and its miss no less than that ``GET`` (nil),
 the load and one ``SET``. Each path below runs alone in a process of its own
 for ``--seconds``, one call after another, on redis-py and on redis.asyncio,
-the paths taking turns (a new order every round); medians of the rounds:
+each beside its bare loop (the two alternating in the one process, so both
+run on the same cores), the paths taking turns (a new order every round);
+medians of the rounds:
 
 * hits of a warm entry: the bare ``GET`` + ``json.loads``, ``Cache.get``,
   ``HerdCache.get``, ``HerdCache.fetch`` and a ``@cached`` function;
 * misses, a new entry each call, the loader returning at once: the bare
   ``GET`` (nil) + ``SET ... PX``, ``HerdCache.fetch`` and ``@cached``.
 
-Reported per call: µs on the client (the loop's wall time), the server's µs
-in commands (``INFO commandstats``) and the commands sent, each path against
-the bare loop of its own API (targets: hits <= 1.1x, misses <= 1.5x).
+Reported per call: µs on the client (the loop's wall time) and its CPU µs,
+the server's µs in commands (``INFO commandstats``), round trips (counted on
+the client) and the commands run; each path against the bare loop of its
+own API measured in the same process (targets: hits <= 1.1x, misses <= 1.5x).
 """
 
 from __future__ import annotations
@@ -186,67 +189,110 @@ class _Sends:
         self._class.send_packed_command = self._original
 
 
-def _run_sync(key: str, url: str, seconds: float) -> dict[str, float]:
+BLOCKS = 8
+"""Each run alternates the path and its bare loop this many times, half a second's
+share each: both are measured in one process, on the same cores."""
+
+
+class _Tally:
+    """One loop's totals over its blocks: calls, wall and CPU seconds, server figures."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.wall = self.cpu = self.server_us = 0.0
+        self.commands = 0
+
+    def add(
+        self, calls: int, wall: float, cpu: float, before: tuple[float, int],
+        after: tuple[float, int],
+    ) -> None:  # fmt: skip
+        self.calls += calls
+        self.wall += wall
+        self.cpu += cpu
+        self.server_us += after[0] - before[0]
+        self.commands += after[1] - before[1] - 1  # the INFO of `after` is counted in it
+
+    def figures(self, round_trips: float) -> dict[str, float]:
+        return {
+            "us": 1e6 * self.wall / self.calls,
+            "cpu_us": 1e6 * self.cpu / self.calls,
+            "server_us": self.server_us / self.calls,
+            "commands": self.commands / self.calls,
+            "round_trips": round_trips,
+        }
+
+
+def _block_over(count: int, began: float, seconds: float) -> bool:
+    return count >= MAX_CALLS or (count % 64 == 0 and time.perf_counter() >= began + seconds)
+
+
+def _run_sync(key: str, url: str, seconds: float) -> dict[str, dict[str, float]]:
+    """Path ``key`` and its bare loop in turns for ``seconds`` in all: each one's figures."""
     client = redis.Redis.from_url(url)
-    call, entry = _sync_call(key, client), _entries(_by_key(key).miss)
-    call("warm")
-    call("warm")
-    admin = redis.Redis.from_url(url)
-    before = _server(admin)
-    count, began, cpu = 0, time.perf_counter(), time.process_time()
-    deadline = began + seconds
-    while count < MAX_CALLS and (count % 64 or time.perf_counter() < deadline):
-        call(entry(count))
-        count += 1
-    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-    after = _server(admin)
-    with _Sends(redis.connection.AbstractConnection) as sends:
-        for n in range(count, count + COUNTED):
-            call(entry(n))
-    return _figures(count, elapsed, cpu, before, after, sends.count / COUNTED)
+    base = BASELINE[_by_key(key).miss]
+    calls = {name: _sync_call(name, client) for name in dict.fromkeys((key, base))}
+    entry, admin = _entries(_by_key(key).miss), redis.Redis.from_url(url)
+    tallies = {name: _Tally() for name in calls}
+    made = 0
+    for call in calls.values():
+        call("warm")
+        call("warm")
+    for _ in range(BLOCKS):
+        for name, call in calls.items():
+            before, count = _server(admin), 0
+            began, cpu = time.perf_counter(), time.process_time()
+            while not _block_over(count, began, seconds / BLOCKS / len(calls)):
+                call(entry(made))
+                count, made = count + 1, made + 1
+            wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+            tallies[name].add(count, wall, cpu, before, _server(admin))
+    found = {}
+    for name, call in calls.items():
+        with _Sends(redis.connection.AbstractConnection) as sends:
+            for _ in range(COUNTED):
+                call(entry(made))
+                made += 1
+        found[name] = tallies[name].figures(sends.count / COUNTED)
+    return found
 
 
-async def _run_async(key: str, url: str, seconds: float) -> dict[str, float]:
+async def _run_async(key: str, url: str, seconds: float) -> dict[str, dict[str, float]]:
+    """:func:`_run_sync` on redis.asyncio."""
     client = redis.asyncio.Redis.from_url(url)
-    call, entry = _async_call(key, client), _entries(_by_key(key).miss)
+    base = BASELINE[_by_key(key).miss]
+    calls = {name: _async_call(name, client) for name in dict.fromkeys((key, base))}
+    entry, admin = _entries(_by_key(key).miss), redis.Redis.from_url(url)
     if key == "herd-get":
         await tenure.AsyncHerdCache(client, "paths", ttl=TTL).set("warm", VALUE)
     elif key == "cache-get":
         await tenure.AsyncCache(client, "paths", ttl=TTL).set("warm", VALUE)
-    await call("warm")
-    await call("warm")
-    admin = redis.Redis.from_url(url)
-    before = _server(admin)
-    count, began, cpu = 0, time.perf_counter(), time.process_time()
-    deadline = began + seconds
-    while count < MAX_CALLS and (count % 64 or time.perf_counter() < deadline):
-        await call(entry(count))
-        count += 1
-    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-    after = _server(admin)
-    with _Sends(redis.asyncio.connection.AbstractConnection) as sends:
-        for n in range(count, count + COUNTED):
-            await call(entry(n))
+    tallies = {name: _Tally() for name in calls}
+    made = 0
+    for call in calls.values():
+        await call("warm")
+        await call("warm")
+    for _ in range(BLOCKS):
+        for name, call in calls.items():
+            before, count = _server(admin), 0
+            began, cpu = time.perf_counter(), time.process_time()
+            while not _block_over(count, began, seconds / BLOCKS / len(calls)):
+                await call(entry(made))
+                count, made = count + 1, made + 1
+            wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+            tallies[name].add(count, wall, cpu, before, _server(admin))
+    found = {}
+    for name, call in calls.items():
+        with _Sends(redis.asyncio.connection.AbstractConnection) as sends:
+            for _ in range(COUNTED):
+                await call(entry(made))
+                made += 1
+        found[name] = tallies[name].figures(sends.count / COUNTED)
     await client.aclose()
-    return _figures(count, elapsed, cpu, before, after, sends.count / COUNTED)
-
-
-def _figures(
-    count: int, elapsed: float, cpu: float, before: tuple[float, int],
-    after: tuple[float, int], round_trips: float,
-) -> dict[str, float]:  # fmt: skip
-    # the INFO of `after` is counted in it: one command, not the path's
-    return {
-        "us": 1e6 * elapsed / count,
-        "cpu_us": 1e6 * cpu / count,
-        "server_us": (after[0] - before[0]) / count,
-        "commands": (after[1] - before[1] - 1) / count,
-        "round_trips": round_trips,
-    }
+    return found
 
 
 def _worker(key: str, is_async: bool, url: str, seconds: float, results: Any) -> None:
-    """One path alone in a process: its figures, or the error that stopped it."""
+    """One path and its bare loop in a process: their figures, or the error that stopped it."""
     try:
         if is_async:
             results.put(asyncio.run(_run_async(key, url, seconds)))
@@ -256,7 +302,9 @@ def _worker(key: str, is_async: bool, url: str, seconds: float, results: Any) ->
         results.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def _measure_once(key: str, is_async: bool, url: str, seconds: float) -> dict[str, float]:
+def _measure_once(
+    key: str, is_async: bool, url: str, seconds: float
+) -> dict[str, dict[str, float]]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     worker = context.Process(target=_worker, args=(key, is_async, url, seconds, results))
@@ -281,9 +329,15 @@ def measure(
     url: str, paths: Sequence[CachePath], rounds: int, seconds: float,
     progress: Callable[[str], None],
 ) -> Figures:  # fmt: skip
-    """Medians over ``rounds`` of every (path, asyncio?) pair's figures."""
+    """Medians over ``rounds`` of every (path, asyncio?) pair's figures.
+
+    A path's ``x`` is the median of its rounds' ratios to the bare loop run in
+    the same process; a bare loop's figures are the medians of all its runs.
+    """
     samples: dict[tuple[str, bool], list[dict[str, float]]] = {}
-    pairs = [(path.key, is_async) for path in paths for is_async in (False, True)]
+    pairs = [(p.key, a) for p in paths if p.key not in BASELINE.values() for a in (False, True)]
+    if not pairs:  # the bare loops alone
+        pairs = [(p.key, a) for p in paths for a in (False, True)]
     shuffle = random.Random(7)
     for round_ in range(rounds):
         shuffle.shuffle(pairs)
@@ -291,9 +345,17 @@ def measure(
             with redis.Redis.from_url(url) as client:
                 client.flushdb()
             got = _measure_once(key, is_async, url, seconds)
-            samples.setdefault((key, is_async), []).append(got)
+            base = BASELINE[_by_key(key).miss]
+            for name, figures in got.items():
+                sample = dict(figures)
+                if name != base:
+                    sample["x"] = figures["us"] / got[base]["us"]
+                samples.setdefault((name, is_async), []).append(sample)
             api = "asyncio" if is_async else "sync"
-            progress(f"round {round_ + 1}/{rounds}, {key} ({api}): {got['us']:.1f} µs a call")
+            ratio = f", {got[key]['us'] / got[base]['us']:.2f}x" if key != base else ""
+            progress(
+                f"round {round_ + 1}/{rounds}, {key} ({api}): {got[key]['us']:.1f} µs a call{ratio}"
+            )
     return {
         pair: {what: statistics.median(s[what] for s in got) for what in got[0]}
         for pair, got in samples.items()
@@ -301,10 +363,7 @@ def measure(
 
 
 def _ratio(figures: Figures, path: CachePath, is_async: bool) -> float | None:
-    base = (BASELINE[path.miss], is_async)
-    if path.key == base[0] or base not in figures:
-        return None
-    return figures[(path.key, is_async)]["us"] / figures[base]["us"]
+    return figures[(path.key, is_async)].get("x")
 
 
 def verdicts(figures: Figures, paths: Sequence[CachePath]) -> list[tuple[str, float, bool]]:
@@ -348,12 +407,13 @@ def render(
         "# Cache read paths: every hit and miss beside the bare commands",
         "",
         f"Generated by `{command}` on {stamp}; do not edit: re-run it.",
-        f"Server: {server}; Python {platform.python_version()}; each path alone in a "
-        f"process for {seconds:g} s, one call after another; medians of {rounds} rounds "
-        "(a new order each round). µs per call on the client; server µs and commands "
+        f"Server: {server}; Python {platform.python_version()}; each path in a process of "
+        f"its own for {seconds:g} s, one call after another, alternating with the bare "
+        f"loop of its API {BLOCKS} times; medians of {rounds} rounds (a new order each "
+        "round); `x` is the median of each round's ratio to that bare loop. µs per call "
+        "on the client; server µs and commands "
         "per call from `INFO commandstats` (commands run inside scripts included); "
-        "round trips counted on the client over 200 more calls; `x` against the bare "
-        "loop of the same API.",
+        "round trips counted on the client over 200 more calls.",
     ]
     for is_async, api in ((False, "redis-py"), (True, "redis.asyncio")):
         lines += [
@@ -386,7 +446,7 @@ def render(
 def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None) -> None:
     """The options of this benchmark (see the module docstring)."""
     parser.add_argument("--rounds", type=int, default=5, help="rounds, median taken (5)")
-    parser.add_argument("--seconds", type=float, default=1.0, help="seconds per path run (1)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per path run (2)")
     parser.add_argument("--only", help="comma-separated paths (default: all)")
     add_output_arguments(parser, output, None)
 

@@ -3,7 +3,8 @@
     python -m tenure._tools.bench.ingest_worker DESIGN URL DATABASE JOB CHUNK_SIZE PARENT_PID
         [go|now]
 
-``DESIGN`` is ``tenure`` or ``post`` (:mod:`tenure._tools.bench.ingest_contenders`).
+``DATABASE`` is an SQLite file or a SQLAlchemy URL. ``DESIGN`` is ``tenure`` or
+``post`` (:mod:`tenure._tools.bench.ingest_contenders`).
 With ``go`` the worker says it is ready (INCR ``bench:ingest:{JOB}:ready``)
 and waits for the go signal (BLPOP ``bench:ingest:{JOB}:go``), so process
 start-up is not timed; with ``now`` it starts at once, its pid added to
@@ -46,7 +47,8 @@ def main(argv: list[str]) -> None:
     die_with_parent(int(parent))
     ignore_sigint()
     client = redis.Redis.from_url(url)
-    source = SqlSource(f"sqlite:///{database}", "events", "id")
+    url_or_path = database if "://" in database else f"sqlite:///{database}"
+    source = SqlSource(url_or_path, "events", "id")
     if start == "go":
         ready, go = go_keys(job)
         client.incr(ready)
