@@ -27,6 +27,7 @@ from tenure._tools.bench.locks import (
 from tenure._tools.bench.measure import ContendedResult, combine_rounds
 from tenure._tools.bench.names import measure_names, wait_idle
 from tenure._tools.bench.scale import WaitersResult, median_crowd
+from tests.sql_databases import postgresql
 
 pytestmark = pytest.mark.engine_blind
 
@@ -462,19 +463,29 @@ def test_bench_caches_measures_stampedes_and_hits(tmp_path: Path) -> None:
 @pytest.mark.timeout(400)  # about 30 s alone here (the fault run waits out killed workers' claims)
 def test_bench_ingest_measures_speed_faults_and_memory(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
-    done = run(
-        "bench", "ingest", "--rows", "5000", "--rounds", "1", "--workers", "1,2",
-        "--fault-rows", "20000", "--memory-rows", "5000,10000", "--output", str(report),
-    )  # fmt: skip
+    database = postgresql()
+    try:
+        done = run(
+            "bench", "ingest", "--rows", "5000", "--rounds", "1", "--workers", "1,4",
+            "--fault-rows", "20000", "--memory-rows", "5000,10000", "--output", str(report),
+            "--postgresql", database.url,
+        )  # fmt: skip
+    finally:
+        database.stop()
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "| one process XADDing from memory, pipelined (the ceiling) | 1 |" in out
+    assert "| one process: a `sqlite3` cursor, each row `json` encoded" in out
+    assert "| one process: a psycopg cursor, each row `json` encoded" in out
     for design in ("tenure IngestJob", "the post (CLIENT SETNAME)"):
-        for workers in (1, 2):
+        for workers in (1, 4):
             assert f"| {design} | {workers} |" in out
+    for goal in ("one worker >= 1.0x", "4 workers >= 1.5x", "PostgreSQL: one worker >= 0.9x"):
+        assert f"| {goal}" in out
+    speed = next(line for line in out.splitlines() if line.startswith("| tenure IngestJob | 1 |"))
+    assert float(speed.split("|")[-2]) > 0  # server µs per row
+    faults = out[out.index("## Faults") :]
     tenure_faults = next(
-        line for line in out.splitlines() if line.startswith("| tenure IngestJob |")
-        and line.count("|") == 7
+        line for line in faults.splitlines() if line.startswith("| tenure IngestJob |")
     )  # fmt: skip
     kills, _, entries, lost, duplicated = (c.strip() for c in tenure_faults.split("|")[2:7])
     assert int(kills) >= 1 and entries == "20,000" and lost == duplicated == "0"

@@ -97,6 +97,12 @@ class FaultResult:
     stragglers: int  # workers still running long after the job's end, killed by the bench
 
 
+def _server_us(client: redis.Redis) -> float:
+    """The server's total µs in commands so far (``INFO commandstats``)."""
+    stats: Any = client.info("commandstats")
+    return sum(float(entry.get("usec", 0)) for entry in stats.values())
+
+
 def _worker(
     design: str, url: str, database: Path | str, job: str, start: str
 ) -> subprocess.Popen[str]:
@@ -361,6 +367,7 @@ class Report:
     ceiling: float
     speeds: dict[tuple[str, int], float]  # (design, workers) -> median rows/s
     pg: tuple[float, float] | None  # (ceiling, one tenure worker) rows/s on PostgreSQL
+    server_us: dict[str, float]  # "ceiling", "tenure-1", "pg-ceiling"... -> server µs per row
     faults: dict[str, FaultResult]
     memory: dict[int, int]  # rows -> peak KiB
     args: argparse.Namespace
@@ -420,13 +427,17 @@ def render(report: Report) -> str:
         "",
         f"## Speed: {args.rows:,} rows, medians of {args.rounds} rounds",
         "",
-        "| design | workers | rows/s | / ceiling |",
-        "|---|---:|---:|---:|",
+        "| design | workers | rows/s | / ceiling | client µs per row | server µs per row |",
+        "|---|---:|---:|---:|---:|---:|",
         f"| one process: a `sqlite3` cursor, each row `json` encoded, XADD pipelines of "
-        f"{BATCH} (the ceiling) | 1 | {report.ceiling:,.0f} | 1.00 |",
+        f"{BATCH} (the ceiling) | 1 | {report.ceiling:,.0f} | 1.00 | "
+        f"{1e6 / report.ceiling:.2f} | {report.server_us['ceiling']:.2f} |",
     ]  # fmt: skip
     for (design, count), rate in report.speeds.items():
-        lines.append(f"| {DESIGNS[design]} | {count} | {rate:,.0f} | {rate / report.ceiling:.2f} |")
+        lines.append(
+            f"| {DESIGNS[design]} | {count} | {rate:,.0f} | {rate / report.ceiling:.2f} | "
+            f"{1e6 * count / rate:.2f} | {report.server_us[f'{design}-{count}']:.2f} |"
+        )
     if report.pg is not None:
         pg_ceiling_rate, pg_tenure = report.pg
         lines += [
@@ -434,11 +445,13 @@ def render(report: Report) -> str:
             f"On PostgreSQL (`--postgresql`), the same {args.rows:,} rows, medians of "
             f"{args.rounds} rounds:",
             "",
-            "| design | workers | rows/s | / ceiling |",
-            "|---|---:|---:|---:|",
+            "| design | workers | rows/s | / ceiling | client µs per row | server µs per row |",
+            "|---|---:|---:|---:|---:|---:|",
             f"| one process: a psycopg cursor, each row `json` encoded, XADD pipelines of "
-            f"{BATCH} (the ceiling) | 1 | {pg_ceiling_rate:,.0f} | 1.00 |",
-            f"| tenure IngestJob | 1 | {pg_tenure:,.0f} | {pg_tenure / pg_ceiling_rate:.2f} |",
+            f"{BATCH} (the ceiling) | 1 | {pg_ceiling_rate:,.0f} | 1.00 | "
+            f"{1e6 / pg_ceiling_rate:.2f} | {report.server_us['pg-ceiling']:.2f} |",
+            f"| tenure IngestJob | 1 | {pg_tenure:,.0f} | {pg_tenure / pg_ceiling_rate:.2f} | "
+            f"{1e6 / pg_tenure:.2f} | {report.server_us['pg-tenure-1']:.2f} |",
         ]
     lines += [
         "",
@@ -468,6 +481,11 @@ def render(report: Report) -> str:
         "",
         "## Notes",
         "",
+        "* Client µs per row: each worker's wall time per row it handled (workers x "
+        "seconds / rows). Server µs per row: the server's time in commands (`INFO "
+        "commandstats`) over the run, divided by the rows; tenure's round trips are one "
+        "`ingest_commit` call per 500 rows and one `ingest_claim` per chunk of 10,000, the "
+        "ceiling's one pipeline of 500 XADDs per 500 rows.",
         "* The ceiling reads the table as fast as Python can (one `sqlite3` cursor, no "
         "coordination, no checks) and sends one XADD per row, pipelined. A tenure worker "
         "reads through SQLAlchemy a page at a time and sends 500 rows per script call, "
@@ -520,11 +538,24 @@ def _measure(
 ) -> Report:
     ceilings: list[float] = []
     speeds: dict[tuple[str, int], list[float]] = {}
+    server_times: dict[str, list[float]] = {}
+
+    def timed(label: str, rows: int, run: Any) -> float:
+        before = _server_us(client)
+        rate = float(run())
+        server_times.setdefault(label, []).append((_server_us(client) - before) / rows)
+        return rate
+
     for round_number in range(1, args.rounds + 1):
-        ceilings.append(ceiling(client, tables[args.rows]))
+        ceilings.append(timed("ceiling", args.rows, lambda: ceiling(client, tables[args.rows])))
         for design in DESIGNS:
             for count in args.workers:
-                rate = speed(client, url, design, tables[args.rows], args.rows, count)
+                rate = timed(
+                    f"{design}-{count}", args.rows,
+                    lambda d=design, n=count: speed(
+                        client, url, d, tables[args.rows], args.rows, n
+                    ),
+                )  # fmt: skip
                 speeds.setdefault((design, count), []).append(rate)
         print(f"speed round {round_number}/{args.rounds} done", file=sys.stderr)
     pg = None
@@ -532,8 +563,15 @@ def _measure(
         copy_to_postgresql(tables[args.rows], args.postgresql)
         pg_ceilings, pg_speeds = [], []
         for _ in range(args.rounds):
-            pg_ceilings.append(pg_ceiling(client, args.postgresql))
-            pg_speeds.append(speed(client, url, "tenure", args.postgresql, args.rows, 1))
+            pg_ceilings.append(
+                timed("pg-ceiling", args.rows, lambda: pg_ceiling(client, args.postgresql))
+            )
+            pg_speeds.append(
+                timed(
+                    "pg-tenure-1", args.rows,
+                    lambda: speed(client, url, "tenure", args.postgresql, args.rows, 1),
+                )
+            )  # fmt: skip
         pg = (statistics.median(pg_ceilings), statistics.median(pg_speeds))
         print("PostgreSQL done", file=sys.stderr)
     fault_results = {
@@ -547,6 +585,7 @@ def _measure(
         ceiling=statistics.median(ceilings),
         speeds={key: statistics.median(values) for key, values in speeds.items()},
         pg=pg,
+        server_us={key: statistics.median(values) for key, values in server_times.items()},
         faults=fault_results,
         memory=memory,
         args=args,
