@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from importlib import metadata
 from types import ModuleType
+from typing import Any
 
 import redis
 
@@ -38,6 +39,7 @@ __all__ = [
     "ratio",
     "require_peer",
     "round_trip_us",
+    "server_cpu_us",
     "server_version",
     "standalone_main",
 ]
@@ -57,6 +59,20 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 class BenchmarkError(TenureError):
     """A benchmark could not run or complete (a peer missing, a worker failed or hung)."""
+
+
+def server_cpu_us(client: redis.Redis) -> float:
+    """The server's CPU time so far, in µs (``INFO cpu``: its main thread, user + system).
+
+    Everything the server did for its clients: reading and parsing commands,
+    running them (scripts and the commands they call, each counted once,
+    where ``INFO commandstats`` counts a script's commands in the script's
+    time and again on their own), writing replies.
+    """
+    cpu: Any = client.info("cpu")
+    user = cpu.get("used_cpu_user_main_thread", cpu.get("used_cpu_user", 0.0))
+    system = cpu.get("used_cpu_sys_main_thread", cpu.get("used_cpu_sys", 0.0))
+    return 1e6 * (float(user) + float(system))
 
 
 def load_benchmark(name: str) -> ModuleType:

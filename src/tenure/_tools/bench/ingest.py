@@ -61,6 +61,7 @@ from tenure._tools.bench import (
     add_output_arguments,
     check_empty,
     require_peer,
+    server_cpu_us,
     standalone_main,
 )
 from tenure._tools.bench.ingest_contenders import post_keys
@@ -95,12 +96,6 @@ class FaultResult:
     lost: int
     duplicated: int
     stragglers: int  # workers still running long after the job's end, killed by the bench
-
-
-def _server_us(client: redis.Redis) -> float:
-    """The server's total µs in commands so far (``INFO commandstats``)."""
-    stats: Any = client.info("commandstats")
-    return sum(float(entry.get("usec", 0)) for entry in stats.values())
 
 
 def _worker(
@@ -427,7 +422,7 @@ def render(report: Report) -> str:
         "",
         f"## Speed: {args.rows:,} rows, medians of {args.rounds} rounds",
         "",
-        "| design | workers | rows/s | / ceiling | client µs per row | server µs per row |",
+        "| design | workers | rows/s | / ceiling | client µs per row | server CPU µs per row |",
         "|---|---:|---:|---:|---:|---:|",
         f"| one process: a `sqlite3` cursor, each row `json` encoded, XADD pipelines of "
         f"{BATCH} (the ceiling) | 1 | {report.ceiling:,.0f} | 1.00 | "
@@ -445,7 +440,7 @@ def render(report: Report) -> str:
             f"On PostgreSQL (`--postgresql`), the same {args.rows:,} rows, medians of "
             f"{args.rounds} rounds:",
             "",
-            "| design | workers | rows/s | / ceiling | client µs per row | server µs per row |",
+            "| design | workers | rows/s | / ceiling | client µs per row | server CPU µs per row |",
             "|---|---:|---:|---:|---:|---:|",
             f"| one process: a psycopg cursor, each row `json` encoded, XADD pipelines of "
             f"{BATCH} (the ceiling) | 1 | {pg_ceiling_rate:,.0f} | 1.00 | "
@@ -482,8 +477,8 @@ def render(report: Report) -> str:
         "## Notes",
         "",
         "* Client µs per row: each worker's wall time per row it handled (workers x "
-        "seconds / rows). Server µs per row: the server's time in commands (`INFO "
-        "commandstats`) over the run, divided by the rows; tenure's round trips are one "
+        "seconds / rows). Server CPU µs per row: the server's CPU time over the run (`INFO "
+        "cpu`, its main thread), divided by the rows; tenure's round trips are one "
         "`ingest_commit` call per 500 rows and one `ingest_claim` per chunk of 10,000, the "
         "ceiling's one pipeline of 500 XADDs per 500 rows.",
         "* The ceiling reads the table as fast as Python can (one `sqlite3` cursor, no "
@@ -541,9 +536,9 @@ def _measure(
     server_times: dict[str, list[float]] = {}
 
     def timed(label: str, rows: int, run: Any) -> float:
-        before = _server_us(client)
+        before = server_cpu_us(client)
         rate = float(run())
-        server_times.setdefault(label, []).append((_server_us(client) - before) / rows)
+        server_times.setdefault(label, []).append((server_cpu_us(client) - before) / rows)
         return rate
 
     for round_number in range(1, args.rounds + 1):
