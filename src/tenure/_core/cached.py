@@ -39,7 +39,16 @@ class CallNaming:
     named.
     """
 
-    __slots__ = ("_cache_key", "_captured", "_func", "_key_of", "_name", "_names", "_signature")
+    __slots__ = (
+        "_cache_key",
+        "_captured",
+        "_func",
+        "_key_of",
+        "_name",
+        "_names",
+        "_positional",
+        "_signature",
+    )
 
     def __init__(
         self,
@@ -53,6 +62,13 @@ class CallNaming:
         self._cache_key = cache_key
         self._name = cache_name
         self._signature = inspect.signature(func)
+        # The parameters' names when each is positional (no *args, **kwargs or
+        # keyword-only): a call passing them all by position is bound by zip.
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        parameters = self._signature.parameters.values()
+        self._positional: tuple[str, ...] | None = (
+            tuple(p.name for p in parameters) if all(p.kind in kinds for p in parameters) else None
+        )
         self._captured = _captured_values(func)
         self._names: dict[tuple[Any, ...], str] = {}  # simple arguments -> entry key, bounded
 
@@ -62,14 +78,19 @@ class CallNaming:
         if self._cache_key is not None:
             param = self._cache_key(*args, **kwargs)
             return {"key": param, "closure": closure} if closure else param
-        try:
-            bound = self._signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{self._func.__qualname__}(): {exc}") from None
-        bound.apply_defaults()
+        positional = self._positional
+        if positional is not None and not kwargs and len(args) == len(positional):
+            arguments = dict(zip(positional, args, strict=True))  # what bind() would give
+        else:
+            try:
+                bound = self._signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self._func.__qualname__}(): {exc}") from None
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
         if closure:
-            return {"args": dict(bound.arguments), "closure": closure}
-        return {"args": dict(bound.arguments)}
+            return {"args": arguments, "closure": closure}
+        return {"args": arguments}
 
     def key_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The server key of the call ``func(*args, **kwargs)``."""

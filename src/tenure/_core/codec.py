@@ -545,8 +545,8 @@ def canonical(value: Any, *, _where: str = "param") -> Any:
     raise ArgumentError(_where, f"cannot build a stable cache key from a {type(value).__name__}")
 
 
-def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_dump = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+"""Canonical JSON text (one encoder, built once: ``json.dumps`` builds one a call)."""
 
 
 class IdentityGenerator:
