@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import subprocess
 import sys
@@ -103,6 +104,16 @@ def test_identity_ignores_dict_and_set_order(param: dict[str, Any]) -> None:
     generator = IdentityGenerator()
     reordered = dict(reversed(list(param.items())))
     assert generator.generate("k", param) == generator.generate("k", reordered)
+
+
+def test_identity_is_the_same_across_versions() -> None:
+    """An entry's name must not change between releases (a deploy would miss every entry):
+    sha256 of the param's canonical JSON, sorted keys, compact, UTF-8, 32 hex digits."""
+    generate = IdentityGenerator().generate
+    param = {"args": {"user": 42, "tags": ["é", 1.5, None, True]}}
+    text = '{"args":{"tags":["é",1.5,null,true],"user":42}}'
+    assert generate("k", param) == "k:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    assert generate("k", param) == "k:dce1caab969687e35597539a728f6ce5"
 
 
 def test_identity_tells_apart_what_str_would_confuse() -> None:
