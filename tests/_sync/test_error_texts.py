@@ -287,7 +287,9 @@ def test_an_acl_refusal_names_the_operation(tenure_server_factory: ServerFactory
         _backend_failures(
             {
                 "acquiring": [lambda: Lock(client, "acl").acquire(blocking=False)],
-                "fetching from the cache": [
+                # The first read is a plain SET, which the ACL allows: the loader runs,
+                # and its write-back (a script) is refused.
+                "writing a cache entry": [
                     lambda: HerdCache(client, "acl", ttl=5, fallback=False).fetch("k", _load)
                 ],
             },
