@@ -28,7 +28,7 @@ from tenure import (
     cached,
 )
 from tenure.testing import ProxyFactory, ServerFactory
-from tests._backend_asyncio import until
+from tests._backend_asyncio import sleep, until
 
 
 class _Text(str):
@@ -347,6 +347,71 @@ async def test_without_fallback_an_outage_is_the_callers_error(
         assert cache.statistics().fallbacks == 0
     finally:
         await client.aclose()
+
+
+async def test_a_value_tenure_did_not_write_is_a_miss_loaded_over(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """Another writer's value at an entry's key (one that looks like a load mark but
+    never expires, or any other string) is a miss: loaded and replaced at once,
+    never waited on or raised."""
+    cache = AsyncHerdCache(tenure_async_client, "foreign", ttl=30)
+
+    async def loaded() -> str:
+        return "loaded"
+
+    for planted in ("legacy value", "l" + "0" * 32, "hello world", "hxyz", "h12:x:"):
+        key = f"k-{planted[:6]}"
+        await tenure_async_client.set(cache.key_of(key), planted)  # no expiry
+        started = time.monotonic()
+        assert await cache.fetch(key, loaded) == "loaded", planted
+        assert time.monotonic() - started < 1.0, planted
+        assert await cache.fetch(key, loaded) == "loaded"  # stored as an entry now
+        assert (await tenure_async_client.get(cache.key_of(key)) or b"")[:1] == b"h"
+    assert cache.statistics().loads == 5
+
+
+async def test_a_delete_during_a_refresh_keeps_the_refreshed_value_out(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    """``delete`` (``@cached``'s ``invalidate``) while a stale entry refreshes in the
+    background: the refresh read the data before the change, so its write-back is
+    refused, and the next caller loads the new data."""
+    cache = AsyncHerdCache(tenure_async_client, "refreshed", ttl=0.05, herd_timeout=30)
+
+    async def old() -> str:
+        return "old"
+
+    assert await cache.fetch("k", old) == "old"
+    await sleep(0.1)  # stale
+    opened = False
+    refreshes: list[str] = []
+
+    async def is_open() -> bool:
+        return opened
+
+    async def refresh_before_the_change() -> str:
+        refreshes.append("started")
+        await until(is_open, 10, "the gate opening")
+        return "read before the change"
+
+    async def refreshing() -> bool:
+        return bool(refreshes)
+
+    assert await cache.fetch("k", refresh_before_the_change) == "old"  # stale, refreshing
+    await until(refreshing, 5, "the background refresh starting")
+    assert await cache.delete("k")  # the stale entry, and its refresh lease
+    opened = True
+
+    async def refused() -> bool:
+        return cache.statistics().refused == 1
+
+    await until(refused, 5, "the refresh's write-back refused")
+
+    async def new() -> str:
+        return "new"
+
+    assert await cache.fetch("k", new) == "new"
 
 
 async def test_a_commit_the_server_refuses_gives_the_load_lease_back(

@@ -404,7 +404,7 @@ def test_a_delete_during_a_first_load_keeps_its_value_out(
         return other.statistics().waits == 1
 
     until(other_waits, 5, "the other process waiting")
-    assert cache.delete("k")
+    assert not cache.delete("k")  # a mark, no value: the load is cut short all the same
     gate.opened = True
     assert join(first) == "read before the change"
     started = time.monotonic()

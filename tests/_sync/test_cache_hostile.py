@@ -29,7 +29,7 @@ from tenure import (
     cached,
 )
 from tenure.testing import ProxyFactory, ServerFactory
-from tests._backend_threads import until
+from tests._backend_threads import sleep, until
 
 
 class _Text(str):
@@ -344,6 +344,71 @@ def test_without_fallback_an_outage_is_the_callers_error(
         assert cache.statistics().fallbacks == 0
     finally:
         client.close()
+
+
+def test_a_value_tenure_did_not_write_is_a_miss_loaded_over(
+    tenure_client: redis.Redis,
+) -> None:
+    """Another writer's value at an entry's key (one that looks like a load mark but
+    never expires, or any other string) is a miss: loaded and replaced at once,
+    never waited on or raised."""
+    cache = HerdCache(tenure_client, "foreign", ttl=30)
+
+    def loaded() -> str:
+        return "loaded"
+
+    for planted in ("legacy value", "l" + "0" * 32, "hello world", "hxyz", "h12:x:"):
+        key = f"k-{planted[:6]}"
+        tenure_client.set(cache.key_of(key), planted)  # no expiry
+        started = time.monotonic()
+        assert cache.fetch(key, loaded) == "loaded", planted
+        assert time.monotonic() - started < 1.0, planted
+        assert cache.fetch(key, loaded) == "loaded"  # stored as an entry now
+        assert (tenure_client.get(cache.key_of(key)) or b"")[:1] == b"h"
+    assert cache.statistics().loads == 5
+
+
+def test_a_delete_during_a_refresh_keeps_the_refreshed_value_out(
+    tenure_client: redis.Redis,
+) -> None:
+    """``delete`` (``@cached``'s ``invalidate``) while a stale entry refreshes in the
+    background: the refresh read the data before the change, so its write-back is
+    refused, and the next caller loads the new data."""
+    cache = HerdCache(tenure_client, "refreshed", ttl=0.05, herd_timeout=30)
+
+    def old() -> str:
+        return "old"
+
+    assert cache.fetch("k", old) == "old"
+    sleep(0.1)  # stale
+    opened = False
+    refreshes: list[str] = []
+
+    def is_open() -> bool:
+        return opened
+
+    def refresh_before_the_change() -> str:
+        refreshes.append("started")
+        until(is_open, 10, "the gate opening")
+        return "read before the change"
+
+    def refreshing() -> bool:
+        return bool(refreshes)
+
+    assert cache.fetch("k", refresh_before_the_change) == "old"  # stale, refreshing
+    until(refreshing, 5, "the background refresh starting")
+    assert cache.delete("k")  # the stale entry, and its refresh lease
+    opened = True
+
+    def refused() -> bool:
+        return cache.statistics().refused == 1
+
+    until(refused, 5, "the refresh's write-back refused")
+
+    def new() -> str:
+        return "new"
+
+    assert cache.fetch("k", new) == "new"
 
 
 def test_a_commit_the_server_refuses_gives_the_load_lease_back(

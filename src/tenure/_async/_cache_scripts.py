@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from redis import exceptions as redis_errors
 
 from tenure._async._scripting import AsyncClient, registry_for
 from tenure._async._watchdog import Job, watchdog
+from tenure._backends.for_asyncio import shielded
 from tenure._backends.owners import new_token
 from tenure._core.cache import (
     UNREACHABLE,
@@ -122,9 +124,17 @@ class AsyncHerdScripts:
                 raw = await self._client.get(stored)
             else:
                 token = new_token()
-                raw = await self._client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
-                    "SET", stored, "l" + token, "NX", "PX", self._lease_ms, "GET", get=True
-                )
+                try:
+                    raw = await self._client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
+                        "SET", stored, "l" + token, "NX", "PX", self._lease_ms, "GET", get=True
+                    )
+                except BaseException as exc:
+                    if not isinstance(exc, Exception):  # cancelled or interrupted: its mark
+                        # may be in place, sent before the reply was awaited: given back,
+                        # so the next caller loads at once, not after the lease
+                        with contextlib.suppress(Exception):  # the interruption is raised
+                            await shielded(self.give_back(CacheKeys.for_entry(stored), token))
+                    raise
                 if raw is None or raw == ("l" + token).encode():  # (resent: its own mark)
                     self._hit_share = share - share / HOT_MEMORY
                     return Elected(token)
@@ -188,15 +198,19 @@ class AsyncHerdScripts:
             return False
         return True
 
-    async def give_back(self, keys: CacheKeys, token: str) -> None:
-        """``cache_lease`` with no time left (a mark or lease): the next caller loads at once."""
+    async def give_back(self, keys: CacheKeys, token: str) -> bool:
+        """``cache_lease`` with no time left (a mark or lease): the next caller loads at once.
+
+        False if ``token`` held neither, or the server was out of reach.
+        """
         try:
             with map_exceptions(name=self._name, doing="giving back a cache lease"):
-                await self._registry.run(
+                given = await self._registry.run(
                     "cache_lease", keys.as_tuple(), (token, 0), name=self._name
                 )
         except UNREACHABLE:
-            pass  # the lease runs out by itself
+            return False  # the lease runs out by itself
+        return int(given) == 1
 
     async def give_back_after(self, error: BaseException, keys: CacheKeys, token: str) -> None:
         """Give ``token``'s lease back after its commit failed with ``error``.

@@ -17,12 +17,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
 
 from redis import exceptions as redis_errors
 
+from tenure._backends.for_threads import shielded
 from tenure._backends.owners import new_token
 from tenure._core.cache import (
     UNREACHABLE,
@@ -123,9 +125,17 @@ class HerdScripts:
                 raw = self._client.get(stored)
             else:
                 token = new_token()
-                raw = self._client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
-                    "SET", stored, "l" + token, "NX", "PX", self._lease_ms, "GET", get=True
-                )
+                try:
+                    raw = self._client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
+                        "SET", stored, "l" + token, "NX", "PX", self._lease_ms, "GET", get=True
+                    )
+                except BaseException as exc:
+                    if not isinstance(exc, Exception):  # cancelled or interrupted: its mark
+                        # may be in place, sent before the reply was awaited: given back,
+                        # so the next caller loads at once, not after the lease
+                        with contextlib.suppress(Exception):  # the interruption is raised
+                            shielded(self.give_back(CacheKeys.for_entry(stored), token))
+                    raise
                 if raw is None or raw == ("l" + token).encode():  # (resent: its own mark)
                     self._hit_share = share - share / HOT_MEMORY
                     return Elected(token)
@@ -189,13 +199,19 @@ class HerdScripts:
             return False
         return True
 
-    def give_back(self, keys: CacheKeys, token: str) -> None:
-        """``cache_lease`` with no time left (a mark or lease): the next caller loads at once."""
+    def give_back(self, keys: CacheKeys, token: str) -> bool:
+        """``cache_lease`` with no time left (a mark or lease): the next caller loads at once.
+
+        False if ``token`` held neither, or the server was out of reach.
+        """
         try:
             with map_exceptions(name=self._name, doing="giving back a cache lease"):
-                self._registry.run("cache_lease", keys.as_tuple(), (token, 0), name=self._name)
+                given = self._registry.run(
+                    "cache_lease", keys.as_tuple(), (token, 0), name=self._name
+                )
         except UNREACHABLE:
-            pass  # the lease runs out by itself
+            return False  # the lease runs out by itself
+        return int(given) == 1
 
     def give_back_after(self, error: BaseException, keys: CacheKeys, token: str) -> None:
         """Give ``token``'s lease back after its commit failed with ``error``.

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tenure._core.cache import CacheCounters, CacheNaming, as_bytes
-from tenure._core.clients import map_exceptions
+from tenure._core.cache import CacheCounters, CacheKeys, CacheNaming, as_bytes
+from tenure._core.clients import map_exceptions, translate_error
 from tenure._core.codec import Codec
 from tenure._core.exceptions import CacheDecodeError
 from tenure._sync._scripting import Client
@@ -79,6 +79,8 @@ class CacheStore:
         return bool(first) and first != b"l"
 
     def delete_key(self, stored: str) -> bool:
+        if self._marks:
+            return self._delete_marked([stored]) == 1
         with map_exceptions(name=self._name, doing="deleting a cache entry"):
             return bool(self._client.delete(stored))
 
@@ -86,11 +88,38 @@ class CacheStore:
         stored = [self._naming.key_of(key, param) for key in keys]
         if not stored:
             return 0
+        if self._marks:
+            return self._delete_marked(stored)
         with map_exceptions(name=self._name, doing="deleting cache entries"):
             with self._client.pipeline(transaction=False) as pipe:
                 for key in stored:
                     pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
                 return sum(int(n) for n in pipe.execute())
+
+    def _delete_marked(self, stored: list[str]) -> int:
+        """Delete herd entries with their refresh leases; how many held a value.
+
+        A load under way when its entry is deleted (a first load's mark, or a
+        refresh's lease) then finds its write-back refused: a value read
+        before the delete is never stored after it. A mark deleted is not
+        counted: there was no value.
+        """
+        with map_exceptions(name=self._name, doing="deleting cache entries"):
+            with self._client.pipeline(transaction=False) as pipe:
+                for key in stored:
+                    pipe.getrange(key, 0, 0)
+                    pipe.execute_command("DEL", key)
+                    pipe.execute_command("DEL", CacheKeys.for_entry(key).lease)
+                replies = pipe.execute(raise_on_error=False)
+        for reply in replies[1::3]:  # a DEL refused (the ACL, say): raised as itself
+            if isinstance(reply, Exception):
+                raise translate_error(reply, name=self._name, doing="deleting cache entries")
+        # (a GETRANGE of another type's key fails: not a mark, counted as deleted)
+        return sum(
+            1
+            for first, deleted in zip(replies[::3], replies[1::3], strict=True)
+            if int(deleted) == 1 and (isinstance(first, Exception) or as_bytes(first) != b"l")
+        )
 
     def ttl(self, key: str, param: Any) -> float | None:
         stored = self._naming.key_of(key, param)

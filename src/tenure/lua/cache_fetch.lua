@@ -13,7 +13,8 @@
 --   1 fresh: the entry; ms = freshness left (-1: for ever)
 --   2 stale (or due for early refresh), and the lease is yours: the entry; refresh it
 --   3 stale, someone else refreshes: the entry; ms = their lease left
---   4 missing, and the load is yours (your mark is in place): load it; ms = the lease
+--   4 missing (or holding a value tenure did not write), and the load is yours (your
+--     mark is in place): load it; ms = the lease
 --   5 missing, someone else loads: wait up to ms (woken if a channel was given)
 
 --! include cache
@@ -22,9 +23,18 @@ local lease_ms = tonumber(ARGV[2])
 local now = now_ms()
 local raw = redis.call('GET', entry)
 local loader = mark_of(raw)
+if loader and redis.call('PTTL', entry) < 0 then
+    loader = nil -- a mark always expires: this is a value tenure did not write
+end
+local fresh_until, took
 if raw and not loader then
-    local fresh_until, took = string.match(raw, '^h(%d+):(%d+):')
+    fresh_until, took = string.match(raw, '^h(%d+):(%d+):')
     fresh_until, took = tonumber(fresh_until), tonumber(took)
+    if not fresh_until then
+        raw = false -- not an entry (another writer's value): a miss, loaded over
+    end
+end
+if raw and not loader then
     if fresh_until == 0 then
         return {1, raw, -1, now}
     end
@@ -42,7 +52,7 @@ if (not loader) or loader == token then
     redis.call('SET', entry, 'l' .. token, 'PX', lease_ms)
     return {4, false, lease_ms, now}
 end
-local wait_ms = redis.call('PTTL', entry)
+local wait_ms = math.max(redis.call('PTTL', entry), 1)
 if ARGV[3] ~= '' then
     redis.call('HSET', waiters, token, ARGV[3])
     redis.call('PEXPIRE', waiters, wait_ms + lease_ms)
