@@ -142,8 +142,11 @@ class HerdScripts:
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
             # Out of reach (the client's retries spent): the caller falls back or raises.
             raise translate_error(exc, name=self._name, doing="fetching from the cache") from exc
-        except redis_errors.RedisError:
-            self._plain_until = time.monotonic() + PLAIN_READS
+        except redis_errors.RedisError as exc:
+            # Out of memory: the SET refused, a GET is not. (Another type at this
+            # one key, say, is this key's own matter: the other keys go on.)
+            if isinstance(exc, redis_errors.OutOfMemoryError) or "OOM" in str(exc)[:8]:
+                self._plain_until = time.monotonic() + PLAIN_READS
             return MISS  # the script path decides, and raises a translated error
         value = MISS
         if raw is not None:
