@@ -30,9 +30,7 @@ a temporary folder:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import itertools
 import json
 import os
 import platform
@@ -40,7 +38,6 @@ import random
 import shlex
 import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -60,11 +57,16 @@ from tenure._tools.bench import (
     BenchmarkError,
     add_output_arguments,
     check_empty,
-    require_peer,
     server_cpu_us,
     standalone_main,
 )
-from tenure._tools.bench.ingest_contenders import post_keys
+from tenure._tools.bench.ingest_contenders import (
+    BATCH,
+    ceiling,
+    copy_to_postgresql,
+    pg_ceiling,
+    post_keys,
+)
 from tenure._tools.bench.ingest_worker import go_keys, started_key
 from tenure._tools.bench.sections import write_section
 from tenure._tools.demo.ingest import build_table, stream_entries
@@ -73,7 +75,6 @@ from tenure.server._process import given_or_private
 __all__ = ["add_arguments", "main", "run_command"]
 
 CHUNK = 10_000
-BATCH = 500  # the job's default batch; the ceiling's pipeline length
 DESIGNS = {"tenure": "tenure IngestJob", "post": "the post (CLIENT SETNAME)"}
 KILL_EVERY = (0.05, 0.3)
 
@@ -134,90 +135,6 @@ def _audit(client: redis.Redis, design: str, job: str, rows: int) -> tuple[int, 
     entries = sum(seen.values())
     lost = sum(1 for key in range(1, rows + 1) if key not in seen)
     return entries, lost, entries - len(seen)
-
-
-def _xadd_batches(client: redis.Redis, rows: Any) -> int:
-    """XADD ``(key, JSON)`` rows to the ceiling's stream in pipelines of :data:`BATCH`."""
-    pipe = client.pipeline(transaction=False)
-    count = 0
-    for key, text in rows:
-        pipe.xadd("bench:ceiling", {"key": str(key), "row": text})
-        count += 1
-        if count % BATCH == 0:
-            pipe.execute()
-    pipe.execute()
-    return count
-
-
-def _as_json(columns: Sequence[str], rows: Any) -> Any:
-    """``(key, compact JSON)`` of DB-API rows whose first column is the key."""
-    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-    for row in rows:
-        yield row[0], dumps(dict(zip(columns, row, strict=True)))
-
-
-def ceiling(client: redis.Redis, database: Path) -> float:
-    """Rows/s of one process reading the table with ``sqlite3`` and XADDing, pipelined.
-
-    No coordination: one cursor over the table in key order, each row made
-    compact JSON (as the job writes it), XADDed in pipelines of :data:`BATCH`.
-    """
-    client.flushdb()
-    started = time.perf_counter()
-    with contextlib.closing(sqlite3.connect(database)) as db:
-        cursor = db.execute("SELECT id, name, amount FROM events ORDER BY id")
-        columns = [column[0] for column in cursor.description]
-        count = _xadd_batches(client, _as_json(columns, cursor))
-    took = time.perf_counter() - started
-    if int(client.xlen("bench:ceiling")) != count:
-        raise BenchmarkError("the ceiling run lost rows")
-    return count / took
-
-
-def pg_ceiling(client: redis.Redis, url: str) -> float:
-    """:func:`ceiling` on PostgreSQL: one psycopg cursor (fetching 2,000 rows at a time)."""
-    psycopg = require_peer("psycopg", "psycopg")
-    client.flushdb()
-    started = time.perf_counter()
-    with psycopg.connect(_libpq(url)) as db, db.cursor(name="ceiling") as cursor:
-        cursor.itersize = 2_000
-        cursor.execute("SELECT id, name, amount FROM events ORDER BY id")
-        count = 0
-        columns: list[str] = []
-        rows = iter(cursor)
-        first = next(rows, None)
-        if first is not None:
-            columns = [column.name for column in cursor.description or ()]
-            count = _xadd_batches(client, _as_json(columns, itertools.chain([first], rows)))
-    took = time.perf_counter() - started
-    if int(client.xlen("bench:ceiling")) != count:
-        raise BenchmarkError("the PostgreSQL ceiling run lost rows")
-    return count / took
-
-
-def _libpq(url: str) -> str:
-    """A SQLAlchemy PostgreSQL URL as a libpq connection string."""
-    import sqlalchemy as sa
-
-    made = sa.engine.make_url(url).set(drivername="postgresql")
-    return made.render_as_string(hide_password=False)
-
-
-def copy_to_postgresql(database: Path, url: str) -> None:
-    """The SQLite table ``events`` copied into ``url``'s database (replacing one there)."""
-    psycopg = require_peer("psycopg", "psycopg")
-    with (
-        contextlib.closing(sqlite3.connect(database)) as source,
-        psycopg.connect(_libpq(url)) as db,
-    ):
-        db.execute("DROP TABLE IF EXISTS events")
-        db.execute(
-            "CREATE TABLE events (id BIGINT PRIMARY KEY, name TEXT, amount DOUBLE PRECISION)"
-        )
-        with db.cursor().copy("COPY events (id, name, amount) FROM STDIN") as copy:
-            for row in source.execute("SELECT id, name, amount FROM events ORDER BY id"):
-                copy.write_row(row)
-        db.execute("ANALYZE events")
 
 
 def speed(

@@ -1,4 +1,8 @@
-"""The two ingestion designs ``tenure bench ingest`` runs: tenure's IngestJob and the post's.
+"""What ``tenure bench ingest`` runs: tenure's IngestJob, the post's design, and the ceilings.
+
+The ceilings (:func:`ceiling`, :func:`pg_ceiling`) are one process reading
+the table with a bare cursor (``sqlite3``, psycopg) and XADDing its rows in
+pipelines of :data:`BATCH`: no coordination at all.
 
 The post ("Locking Redis clients for distributed calculations") books a
 chunk of a SQL table by naming its connection after the chunk (CLIENT
@@ -21,17 +25,35 @@ the same way, so what differs is the coordination.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import random
+import sqlite3
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from tenure import IngestJob, SqlSource
 from tenure._tooling import encode_row
+from tenure._tools.bench import BenchmarkError, require_peer
 
-__all__ = ["LEASE", "POST_PREFIX", "post_keys", "run_post", "run_tenure"]
+__all__ = [
+    "BATCH",
+    "LEASE",
+    "POST_PREFIX",
+    "ceiling",
+    "copy_to_postgresql",
+    "pg_ceiling",
+    "post_keys",
+    "run_post",
+    "run_tenure",
+]
 
+BATCH = 500  # the job's default batch; the ceilings' pipeline length
 LEASE = 1.0  # seconds: tenure's claim lease in the benchmark (a killed worker's chunk waits this)
 POST_PREFIX = "bench:post:"
 
@@ -84,3 +106,90 @@ def run_post(client: redis.Redis, source: SqlSource, job: str, chunk_size: int) 
         if client.exists(keys["complete"]):
             return pushed
         time.sleep(0.05)
+
+
+# -- the ceilings: one process, no coordination ---------------------------------
+
+
+def _xadd_batches(client: redis.Redis, rows: Any) -> int:
+    """XADD ``(key, JSON)`` rows to the ceiling's stream in pipelines of :data:`BATCH`."""
+    pipe = client.pipeline(transaction=False)
+    count = 0
+    for key, text in rows:
+        pipe.xadd("bench:ceiling", {"key": str(key), "row": text})
+        count += 1
+        if count % BATCH == 0:
+            pipe.execute()
+    pipe.execute()
+    return count
+
+
+def _as_json(columns: Sequence[str], rows: Any) -> Any:
+    """``(key, compact JSON)`` of DB-API rows whose first column is the key."""
+    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    for row in rows:
+        yield row[0], dumps(dict(zip(columns, row, strict=True)))
+
+
+def ceiling(client: redis.Redis, database: Path) -> float:
+    """Rows/s of one process reading the table with ``sqlite3`` and XADDing, pipelined.
+
+    No coordination: one cursor over the table in key order, each row made
+    compact JSON (as the job writes it), XADDed in pipelines of :data:`BATCH`.
+    """
+    client.flushdb()
+    started = time.perf_counter()
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        cursor = db.execute("SELECT id, name, amount FROM events ORDER BY id")
+        columns = [column[0] for column in cursor.description]
+        count = _xadd_batches(client, _as_json(columns, cursor))
+    took = time.perf_counter() - started
+    if int(client.xlen("bench:ceiling")) != count:
+        raise BenchmarkError("the ceiling run lost rows")
+    return count / took
+
+
+def pg_ceiling(client: redis.Redis, url: str) -> float:
+    """:func:`ceiling` on PostgreSQL: one psycopg cursor (fetching 2,000 rows at a time)."""
+    psycopg = require_peer("psycopg", "psycopg")
+    client.flushdb()
+    started = time.perf_counter()
+    with psycopg.connect(_libpq(url)) as db, db.cursor(name="ceiling") as cursor:
+        cursor.itersize = 2_000
+        cursor.execute("SELECT id, name, amount FROM events ORDER BY id")
+        count = 0
+        columns: list[str] = []
+        rows = iter(cursor)
+        first = next(rows, None)
+        if first is not None:
+            columns = [column.name for column in cursor.description or ()]
+            count = _xadd_batches(client, _as_json(columns, itertools.chain([first], rows)))
+    took = time.perf_counter() - started
+    if int(client.xlen("bench:ceiling")) != count:
+        raise BenchmarkError("the PostgreSQL ceiling run lost rows")
+    return count / took
+
+
+def _libpq(url: str) -> str:
+    """A SQLAlchemy PostgreSQL URL as a libpq connection string."""
+    import sqlalchemy as sa
+
+    made = sa.engine.make_url(url).set(drivername="postgresql")
+    return made.render_as_string(hide_password=False)
+
+
+def copy_to_postgresql(database: Path, url: str) -> None:
+    """The SQLite table ``events`` copied into ``url``'s database (replacing one there)."""
+    psycopg = require_peer("psycopg", "psycopg")
+    with (
+        contextlib.closing(sqlite3.connect(database)) as source,
+        psycopg.connect(_libpq(url)) as db,
+    ):
+        db.execute("DROP TABLE IF EXISTS events")
+        db.execute(
+            "CREATE TABLE events (id BIGINT PRIMARY KEY, name TEXT, amount DOUBLE PRECISION)"
+        )
+        with db.cursor().copy("COPY events (id, name, amount) FROM STDIN") as copy:
+            for row in source.execute("SELECT id, name, amount FROM events ORDER BY id"):
+                copy.write_row(row)
+        db.execute("ANALYZE events")
