@@ -163,13 +163,11 @@ _LOCK_LIKE = [
     tenure.ReentrantLock,
     tenure.ClusterLock,
     tenure.Redlock,
-    tenure.Semaphore,
     tenure.ReadWriteLock,
     tenure.AsyncLock,
     tenure.AsyncReentrantLock,
     tenure.AsyncClusterLock,
     tenure.AsyncRedlock,
-    tenure.AsyncSemaphore,
     tenure.AsyncReadWriteLock,
 ]
 
@@ -192,11 +190,16 @@ def test_lock_like_primitives_take_redis_py_locks_positional_arguments(cls: type
     ours = _positional(cls)
     client = "clients" if "Redlock" in cls.__name__ else "client"
     assert ours == [(client, inspect.Parameter.empty), *theirs[1:]]
-    parameters = inspect.signature(cls).parameters
-    if "Semaphore" in cls.__name__:
-        limit = parameters["limit"]
-        assert limit.kind is inspect.Parameter.KEYWORD_ONLY
-        assert limit.default is inspect.Parameter.empty  # required: Semaphore(c, "n", 3) fails
+
+
+@pytest.mark.parametrize("cls", [tenure.Semaphore, tenure.AsyncSemaphore], ids=lambda c: c.__name__)
+def test_a_semaphore_takes_its_limit_third_and_the_rest_by_keyword(cls: type) -> None:
+    """``Semaphore(client, name, 5)``, as every semaphore API has it; the lease and the
+    lock's other arguments are keywords, so no number can be taken for another."""
+    empty = inspect.Parameter.empty
+    assert _positional(cls) == [("client", empty), ("name", empty), ("limit", empty)]
+    with pytest.raises(TypeError):
+        cls(object(), "n", 3, 30)  # a lease after the limit: refused, not taken as one
 
 
 def test_a_connection_lock_takes_only_client_and_name_positionally() -> None:

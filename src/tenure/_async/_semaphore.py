@@ -177,19 +177,19 @@ class AsyncPermits(AsyncLeased):
 class AsyncSemaphore(AsyncPermits):
     """A distributed counting semaphore: ``limit`` permits, FIFO, leased.
 
-    The positional arguments are :class:`~tenure.AsyncLock`'s (redis-py's
-    ``Lock``'s eight, in order); the rest are keyword-only, ``limit`` too:
+    ``AsyncSemaphore(client, name, limit)``, as every semaphore API has it;
+    the rest are keyword-only, with :class:`~tenure.AsyncLock`'s meanings:
 
+    * ``limit`` (required) — how many holders may hold a permit at once. The
+      first user stores it with the semaphore on the server; a user with
+      another limit gets :class:`~tenure.SemaphoreLimitError` from
+      ``acquire``, and :meth:`set_limit` changes it for everyone.
     * ``timeout`` — the permit's lease in seconds. ``None`` (default): held
       until released, on a 30 s lease the watchdog refreshes every 10 s.
     * ``sleep`` — accepted for compatibility; nothing polls.
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
     * ``thread_local``, ``raise_on_release_error`` — as for
       :class:`~tenure.AsyncLock`.
-    * ``limit`` (required) — how many holders may hold a permit at once. The
-      first user stores it with the semaphore on the server; a user with
-      another limit gets :class:`~tenure.SemaphoreLimitError` from
-      ``acquire``, and :meth:`set_limit` changes it for everyone.
     * ``auto_renew`` — refresh in the background (default: only when
       ``timeout`` is None).
     * ``on_lost``, ``max_hold``, ``prefix``, ``waiter_lease``,
@@ -210,14 +210,14 @@ class AsyncSemaphore(AsyncPermits):
         self,
         client: AsyncClient,
         name: str | bytes,
+        limit: int,
+        *,
         timeout: float | None = None,
         sleep: float = 0.1,
         blocking: bool = True,
         blocking_timeout: float | None = None,
         thread_local: bool = True,
         raise_on_release_error: bool = True,
-        *,
-        limit: int,
         auto_renew: bool | None = None,
         on_lost: Callable[[AsyncSemaphore], None] | None = None,
         # unasync: async-only
