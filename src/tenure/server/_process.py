@@ -388,8 +388,9 @@ class ServerProcess(Lifecycle):
 
     def _port_in_use(self, exc: AddressInUseError) -> ServerStartError:
         return ServerStartError(
-            f"{self!r}: port {self._ports.number} is in use: {notable(str(exc))}\n"
-            f"last lines of its log:\n{exc}"
+            f"port {self._ports.number} on {self.host} is in use by another process: give "
+            f"another port, or none to take a free one (server {self.name!r})\n"
+            f"what the server said: {notable(str(exc))}\nlast lines of its log:\n{exc}"
         )
 
     def _launch(self) -> None:
