@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 import redis
 import sqlalchemy as sa
@@ -358,3 +359,31 @@ def test_off_a_terminal_progress_waits_its_interval_before_its_first_line() -> N
     progress = ProgressWriter(stream, every=0.0)
     progress.show("[#...] 10 rows")
     assert stream.getvalue() == "[#...] 10 rows\n"
+
+
+def test_a_worker_killed_mid_run_is_said_in_one_line_and_replaced(
+    tenure_client: redis.Redis, tenure_server: ServerProcess, tmp_path: Path
+) -> None:
+    """kill -9 of one of ``run``'s workers: a line names it, the chunk it held and when
+    that chunk is taken over; a new worker takes its place; every row lands once."""
+    ids = make_table(tmp_path / "db.sqlite", 300_000, gaps=False)
+    source = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    run = tenure(tenure_server.url, "ingest", "run", source, "--table", "events", "--key", "id",
+                 "--chunk-size", "5000", "--workers", "2", "--lease", "2")  # fmt: skip
+    wait_for(lambda: _rows(tenure_client) >= 10_000, 120, "10,000 rows ingested")
+    workers = [
+        child for child in psutil.Process(run.pid).children()
+        if "resource_tracker" not in " ".join(child.cmdline())
+    ]  # fmt: skip
+    assert len(workers) == 2
+    victim = workers[0].pid
+    os.kill(victim, signal.SIGKILL)
+    code, out, err = finish(run)
+    assert code == 0, err
+    said = [line for line in err.splitlines() if f"worker {victim} died" in line]
+    assert len(said) == 1, err
+    assert said[0].startswith(f"events: worker {victim} died (killed by SIGKILL); ")
+    assert said[0].endswith("; a new worker takes its place")
+    assert "is taken over when its lease runs out, in " in said[0] or "held no chunk" in said[0]
+    assert "events: done, 300,000 rows in" in out
+    assert sorted(stream_keys(tenure_client, SINK)) == ids  # every row once

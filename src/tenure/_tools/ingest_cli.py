@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -305,6 +306,37 @@ class ProgressWriter:
             print(file=self.stream, flush=True)
             self._drawn = False
 
+    def note(self, line: str) -> None:
+        """Print ``line`` on its own, under the progress line (drawn again after it)."""
+        self.end()
+        print(line, file=self.stream, flush=True)
+
+
+def _replace_dead(
+    workers: list[BaseProcess], status: IngestStatus, start: Any, note: Any, name: str
+) -> None:
+    """Start a worker in the place of each that died, saying so and what its chunk waits.
+
+    A killed worker cannot give its chunk back: the chunk is taken over when
+    its lease runs out, and the line says which and how long.
+    """
+    host = socket.gethostname()
+    for index, worker in enumerate(workers):
+        code = worker.exitcode
+        if code is None or code == 0:
+            continue
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        held = [h for h in status.holders if h.worker == f"{host}:{worker.pid}"]
+        waits = "; ".join(
+            f"its chunk {h.chunk} is taken over when its lease runs out, in {h.lease_left:,.1f} s"
+            for h in held
+        )
+        note(
+            f"{name}: worker {worker.pid} died ({how}); {waits or 'it held no chunk'}; "
+            "a new worker takes its place"
+        )
+        workers[index] = start()
+
 
 def _as_json(status: IngestStatus) -> dict[str, Any]:
     extra = {"finished": status.finished, "rate": round(status.rate, 1), "elapsed": status.elapsed}
@@ -485,6 +517,7 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
             if status.finished:
                 break
             alive = any(worker.is_alive() for worker in workers)  # before the queue is read
+            dead = any(worker.exitcode not in (None, 0) for worker in workers)
             if not failures.empty():
                 return _failed(
                     job, workers, progress, failures.get(), debug=getattr(options, "debug", False)
@@ -502,6 +535,11 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
             if not alive:
                 # they ended (a lost server): start them again
                 workers = [start_worker(redis_url, settings, failures) for _ in range(count)]
+            elif dead:  # killed (kill -9, the OOM killer) or crashed: one line, a new one
+                _replace_dead(
+                    workers, status, lambda: start_worker(redis_url, settings, failures),
+                    progress.note, job.name,
+                )  # fmt: skip
             time.sleep(0.25)
     except (KeyboardInterrupt, _Stopped) as exc:
         for worker in workers:
