@@ -148,7 +148,12 @@ def run_ingest_demo(
         intro = (
             f"built an SQLite table of {rows:,} rows in {time.monotonic() - took:.1f} s; "
             f"ingesting it with {workers} worker processes"
-            + (", killing one with kill -9 every 0.1-0.4 s..." if kills else "...")
+            + (
+                ", killing one with kill -9 every 0.1-0.4 s (once a chunk finished since the "
+                "last kill)..."
+                if kills
+                else "..."
+            )
         )
         print(_wrap(intro), file=stream, flush=True)
         settings = {
@@ -203,6 +208,7 @@ def _ingest_while_killing(
     started = time.monotonic()
     workers: list[tuple[BaseProcess, float]] = []
     killed = failures = 0
+    done_at_kill = 0  # chunks done at the last kill: the next waits for one more
     next_kill = started + rng.uniform(*KILL_EVERY)
     try:
         workers += [(start_worker(url, settings), time.monotonic()) for _ in range(count)]
@@ -214,7 +220,9 @@ def _ingest_while_killing(
             now = time.monotonic()
             if now - started > TIME_LIMIT:
                 raise TenureError(f"the ingestion did not finish in {TIME_LIMIT:.0f} s")
-            if kills and now >= next_kill:
+            # A kill waits for a chunk to finish after the last one: on a busy machine,
+            # where a chunk takes longer than the kill interval, the job still moves.
+            if kills and now >= next_kill and status.done > done_at_kill:
                 # Only a worker holding a chunk is killed: one still starting (a slow
                 # machine can take seconds to start Python) would make no progress.
                 holding = _holding(status)
@@ -226,6 +234,7 @@ def _ingest_while_killing(
                         os.kill(process.pid, signal.SIGKILL)
                         process.join()
                         killed += 1
+                        done_at_kill = status.done
                     workers[victim] = (start_worker(url, settings), time.monotonic())
                 next_kill = now + rng.uniform(*KILL_EVERY)
             for index, (process, _) in enumerate(workers):
