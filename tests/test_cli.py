@@ -439,3 +439,41 @@ def test_inspect_names_what_is_wrong_and_watches_in_json_lines(tenure_server_url
     assert watched.returncode == 0, watched.stderr
     rounds = watched.stdout.splitlines()
     assert len(rounds) == 2 and all(isinstance(json.loads(line), list) for line in rounds)
+
+
+def _working_under(folder: Path) -> list[int]:
+    """The processes whose working directory is under ``folder`` (servers started there)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.readlink(proc / "cwd").startswith(f"{folder}/"):
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_demo_ingest_stopped_with_sigterm_leaves_nothing_behind(tmp_path: Path) -> None:
+    """SIGTERM mid-ingestion: exit 143, the server stopped, the workers gone, the table's
+    folder and the server's folder removed (the demo's temporary directory is empty
+    but for tenure's shared folder of port locks)."""
+    demo = subprocess.Popen(
+        [*TENURE, "demo", "ingest", "--table-rows", "300000"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: any(tmp_path.glob("tenure-demo-ingest-*/events.sqlite")), 60, "the table")
+        wait_for(lambda: len(_working_under(tmp_path)) >= 1, 30, "the server running")
+        demo.send_signal(signal.SIGTERM)
+        _, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 143, err
+    assert "Traceback" not in err
+    wait_for(lambda: not _working_under(tmp_path), 10, "every process of the demo gone")
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("tenure-ports-"))
+    assert left == []

@@ -308,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments, debug = _take_debug(sys.argv[1:] if argv is None else list(argv))
     options = parser.parse_args(arguments)
     options.debug = options.debug or debug
+    if options.command in ("demo", "bench"):  # (server and ingest stop on SIGTERM themselves)
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         if options.command == "demo":
             from tenure._tools.demo.market import MODES
@@ -337,8 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tenure._tools.ingest_cli import run_ingest
 
             return run_ingest(options)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as stopped:
+        return 143 if isinstance(stopped, _Terminated) else 130
     except Exception as exc:
         code, why = _failure(exc)
         if options.debug:  # the traceback, then the same line and exit status as without
@@ -347,6 +349,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     parser.print_help()
     return 0
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM: the command ends as on Ctrl-C, its servers, workers and files cleaned up."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up is not cut short
+    raise _Terminated
 
 
 def _take_debug(arguments: list[str]) -> tuple[list[str], bool]:
