@@ -35,7 +35,7 @@ from typing import Any
 from tenure._async._scripting import AsyncScriptRegistry
 from tenure._async._wakeups import CONFIRM_TIMEOUT, AsyncWaiter
 from tenure._backends.for_asyncio import Event, Mutex, scope_key, start_background
-from tenure._core.exceptions import TenureError
+from tenure._core.exceptions import TenureError, as_tenure_error
 from tenure._core.leased import IDLE_TTL_MS, OWNER_EXPIRY_SLACK, WAITER_REFRESH, Acquired
 from tenure._core.line import LINE_SCRIPTS, grant_time
 
@@ -321,8 +321,8 @@ class AsyncLine:
             answer = self._read(
                 await self._registry.run(self._script, self._keys, tuple(args), name=self._name)
             )
-        except TenureError as error:
-            self._failed(error, taken)
+        except Exception as error:  # tenure's, or the client's own (a redis-py race, say)
+            self._failed(as_tenure_error(error, self._name), taken)
             return
         if answer.stored_limit is not None:
             # Another limit is stored: every waiter of this line is refused.

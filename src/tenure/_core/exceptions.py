@@ -221,6 +221,19 @@ class BackendError(TenureError, _redis.RedisError):
     script: str | None = None
 
 
+def as_tenure_error(error: Exception, name: str | None = None) -> TenureError:
+    """``error`` as tenure's: itself if it is one, else a :class:`BackendError` naming it.
+
+    For a background task whose call failed in the client library itself (a
+    redis-py race on a connection closed meanwhile): the callers waiting on
+    it hear one typed error, and the task goes on.
+    """
+    if isinstance(error, TenureError):
+        return error
+    said = str(error) or type(error).__name__
+    return BackendError(f"the client failed: {type(error).__name__}: {said}", name=name)
+
+
 class ServerUnavailableError(BackendError, _redis.ConnectionError):
     """The server could not be reached: refused, reset, or timed out."""
 
