@@ -124,9 +124,10 @@ class AsyncHerdScripts:
                 raw = await self._client.get(stored)
             else:
                 token = new_token()
+                mark = "l" + token
                 try:
                     raw = await self._client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
-                        "SET", stored, "l" + token, "NX", "PX", self._lease_ms, "GET", get=True
+                        "SET", stored, mark, "NX", "PX", self._lease_ms, "GET", get=True
                     )
                 except BaseException as exc:
                     if not isinstance(exc, Exception):  # cancelled or interrupted: its mark
@@ -135,7 +136,7 @@ class AsyncHerdScripts:
                         with contextlib.suppress(Exception):  # the interruption is raised
                             await shielded(self.give_back(CacheKeys.for_entry(stored), token))
                     raise
-                if raw is None or raw == ("l" + token).encode():  # (resent: its own mark)
+                if raw is None or raw == mark.encode():  # (resent: its own mark)
                     self._hit_share = share - share / HOT_MEMORY
                     return Elected(token)
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:

@@ -125,9 +125,10 @@ class HerdScripts:
                 raw = self._client.get(stored)
             else:
                 token = new_token()
+                mark = "l" + token
                 try:
                     raw = self._client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
-                        "SET", stored, "l" + token, "NX", "PX", self._lease_ms, "GET", get=True
+                        "SET", stored, mark, "NX", "PX", self._lease_ms, "GET", get=True
                     )
                 except BaseException as exc:
                     if not isinstance(exc, Exception):  # cancelled or interrupted: its mark
@@ -136,7 +137,7 @@ class HerdScripts:
                         with contextlib.suppress(Exception):  # the interruption is raised
                             shielded(self.give_back(CacheKeys.for_entry(stored), token))
                     raise
-                if raw is None or raw == ("l" + token).encode():  # (resent: its own mark)
+                if raw is None or raw == mark.encode():  # (resent: its own mark)
                     self._hit_share = share - share / HOT_MEMORY
                     return Elected(token)
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
