@@ -1,8 +1,8 @@
 """Check the installed tenure distribution's metadata (CI runs it in the wheel's venv).
 
-The license file travels with it, the project URLs are there, and the long
-description (the README) has no relative link: on a package index those lead
-nowhere.
+The license file travels with it, the project URLs are there, the long
+description (the README) has no relative link (on a package index those lead
+nowhere), and neither the benchmarks nor the tests are installed.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ def problems() -> list[str]:
     files = importlib.metadata.files("tenure") or []
     if not any(file.name == "LICENSE" for file in files):
         found.append("the LICENSE file is not installed")
+    shipped = [str(file) for file in files if file.parts[0] in ("benchmarks", "tests")]
+    if shipped:  # the benchmarks and tests run from a clone, never from the wheel
+        found.append(f"the wheel installs {shipped[0]} (and {len(shipped) - 1} more)")
     urls = dict(url.split(", ", 1) for url in metadata.get_all("Project-URL") or [])
     for label in ("Homepage", "Source", "Changelog"):
         if not urls.get(label, "").startswith("https://"):

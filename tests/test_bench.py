@@ -1,4 +1,4 @@
-"""``tenure bench``: short real runs that check the plumbing, never the speed."""
+"""``tenure bench`` (the clone's benchmarks/): short real runs that check the plumbing."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 import redis
 
 import tenure._async._lock_rules
-from tenure._tools.bench import BENCHMARKS, BenchmarkError, require_peer
-from tenure._tools.bench.costs import COST_VARIANTS
-from tenure._tools.bench.entity import ENTITY_CONTENDERS
-from tenure._tools.bench.locks import (
+from benchmarks import BENCHMARKS, BenchmarkError, require_peer
+from benchmarks.costs import COST_VARIANTS
+from benchmarks.entity import ENTITY_CONTENDERS
+from benchmarks.locks import (
     DEFAULT_PARTS,
     PARTS,
     add_arguments,
@@ -24,9 +24,9 @@ from tenure._tools.bench.locks import (
     counts,
     parts,
 )
-from tenure._tools.bench.measure import ContendedResult, combine_rounds
-from tenure._tools.bench.names import measure_names, wait_idle
-from tenure._tools.bench.scale import WaitersResult, median_crowd
+from benchmarks.measure import ContendedResult, combine_rounds
+from benchmarks.names import measure_names, wait_idle
+from benchmarks.scale import WaitersResult, median_crowd
 from tests.sql_databases import postgresql
 
 pytestmark = pytest.mark.engine_blind
@@ -36,9 +36,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``tenure ARGS`` in the clone (where ``tenure bench`` finds the benchmarks)."""
     return subprocess.run(
-        [*TENURE, *args], capture_output=True, text=True, timeout=360, check=False
+        [*TENURE, *args], capture_output=True, text=True, timeout=360, check=False, cwd=cwd
     )
 
 
@@ -52,8 +53,29 @@ def test_every_benchmark_is_a_subcommand() -> None:
     assert "NAME" in missing.stderr
 
 
+def test_the_benchmarks_run_from_the_clone_alone(tmp_path: Path) -> None:
+    # from a folder of the clone, and as python -m benchmarks
+    below = run("bench", "--help", cwd=ROOT / "docs")
+    assert below.returncode == 0, below.stderr
+    assert "cache-paths" in below.stdout
+    module = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--help"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert module.returncode == 0, module.stderr
+    assert "usage: tenure bench" in module.stdout
+    # elsewhere (the installed wheel has no benchmarks): one line, what to do
+    (tmp_path / "benchmarks").mkdir()  # another project's benchmarks folder is not ours
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    outside = run("bench", "locks", cwd=tmp_path)
+    assert outside.returncode == 1
+    assert outside.stderr.count("\n") == 1, outside.stderr
+    assert "tenure: bench: the benchmarks are not in the installed package" in outside.stderr
+    assert "python -m benchmarks NAME" in outside.stderr
+
+
 def test_a_missing_peer_names_what_to_install() -> None:
-    with pytest.raises(BenchmarkError, match=r'pip install "tenure\[bench\]"'):
+    with pytest.raises(BenchmarkError, match=r'pip install -e "\.\[bench\]"'):
         require_peer("no_such_peer_library", "no-such-peer")
 
 

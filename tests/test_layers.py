@@ -6,6 +6,9 @@
 3. ``tenure._async`` / ``tenure._sync``: the primitives, on the floors below.
 4. the public modules.
 5. ``tenure._tools``: public names and ``tenure._tooling`` only.
+6. the clone's ``benchmarks`` (not in the wheel): as the tools, and the tools.
+
+The public modules never import ``tenure._tooling``: the seam serves the tools alone.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
 PACKAGE = SRC / "tenure"
+BENCHMARKS = ROOT / "benchmarks"
 
 STATEFUL = {"threading", "asyncio", "concurrent.futures", "weakref"}
 
 
 def modules() -> Iterator[tuple[str, Path]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(SRC).with_suffix("").parts
-        yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+    for base, folder in ((SRC, PACKAGE), (ROOT, BENCHMARKS)):
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(base).with_suffix("").parts
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
 
 
 def imports(path: Path) -> set[str]:
@@ -61,14 +67,17 @@ def test_each_module_imports_only_from_the_floors_below(module: str, path: Path)
     elif within(module, "tenure._async", "tenure._sync"):
         assert not any(within(name, "tenure._tools", "tenure._tooling") for name in mine), mine
         assert "tenure" not in mine, "a primitive imports the package's public face"
-    elif within(module, "tenure._tools"):
+    elif within(module, "tenure._tools", "benchmarks"):
+        if within(module, "tenure._tools"):
+            assert not any(within(name, "benchmarks") for name in used), "the wheel's tools"
         inner = {
             name
             for name in mine
             if within(name, "tenure._async", "tenure._sync", "tenure._core", "tenure._backends")
         }
         assert not inner, f"a tool reaches past tenure._tooling: {sorted(inner)}"
-    else:  # the public floor: never the tools
+    else:  # the public floor: never the tools, nor their seam
+        assert not any(within(name, "tenure._tooling") for name in mine), mine
         assert not any(within(name, "tenure._tools") for name in mine) or module in {
             "tenure.__main__"
         }, mine
@@ -115,8 +124,8 @@ MAX_CLASS_LINES = 350
 
 
 def _hand_written() -> Iterator[Path]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "_sync" not in path.relative_to(PACKAGE).parts:  # generated from _async
+    for path in [*sorted(PACKAGE.rglob("*.py")), *sorted(BENCHMARKS.rglob("*.py"))]:
+        if "_sync" not in path.parts:  # generated from _async
             yield path
 
 
@@ -126,7 +135,7 @@ def test_no_module_and_no_class_outgrows_a_reader() -> None:
     too_big = []
     for path in _hand_written():
         text = path.read_text(encoding="utf-8")
-        name = path.relative_to(SRC)
+        name = path.relative_to(ROOT)
         if text.count("\n") > MAX_MODULE_LINES:
             too_big.append(f"{name}: {text.count(chr(10))} lines")
         for node in ast.walk(ast.parse(text)):

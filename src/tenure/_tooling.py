@@ -1,10 +1,13 @@
 """The one seam between tenure's tools and what the library does not make public.
 
-The CLI, ``tenure inspect``, the demos and the benchmarks (:mod:`tenure._tools`)
-use the library through ``tenure``'s public names and, for the few things a
-tool needs that a user does not, through this module only: they never import
+The CLI and the demos (:mod:`tenure._tools`) and the clone's benchmarks
+(``benchmarks/``, not in the wheel) use the library through ``tenure``'s
+public names and, for the few things a tool needs that a user does not,
+through this module only: they never import
 ``tenure._async``, ``tenure._sync`` or ``tenure._core`` themselves. A name here
-is kept working for the tools when the internals behind it move.
+is kept working for the tools when the internals behind it move. The
+library's own public modules (``tenure.inspection``) never import it: the
+seam serves the tools alone.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from typing import Any
 import redis
 import redis.cluster
 
-from tenure._tooling import base_key, name_from_key, to_text
+from tenure._core.leased import base_key, name_from_key
+from tenure._core.values import to_text
 
 __all__ = [
     "Primitive",

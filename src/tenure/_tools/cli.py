@@ -1,25 +1,31 @@
-"""The ``tenure`` command: ``demo``, ``bench``, ``inspect``, ``ingest``, ``server``, ``--version``.
+"""The ``tenure`` command: ``demo``, ``inspect``, ``ingest``, ``server``, ``bench``, ``--version``.
 
 Usage::
 
     tenure demo                 # every demo, shortened, on an embedded server
     tenure demo ingest          # one demo in full (market, ingest)
     tenure demo --url URL       # ... on your server instead
-    tenure bench locks --plot waits.png   # tenure.Lock beside its peers
+    tenure bench locks --plot waits.png   # from a clone: tenure.Lock beside its peers
     tenure inspect --url URL    # who holds and waits for what
     tenure ingest run sqlite:///shop.db --table orders --key id   # a table, into a stream
     tenure ingest status orders # where a job stands (tenure ingest reset: start it over)
     tenure server --port 6400   # run an embedded server in the foreground
+
+The benchmarks are not in the wheel: ``tenure bench`` runs the ``benchmarks``
+package of a clone of the repository (:func:`find_benchmarks`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 import redis
@@ -31,14 +37,13 @@ from tenure import (
     SourceUnavailableError,
     TenureError,
 )
-from tenure._tools.bench import BENCHMARKS, BenchmarkError, load_benchmark
 from tenure._tools.demo.main import DEMOS, run_demos
 from tenure._version import __version__
 
-__all__ = ["build_parser", "main"]
+__all__ = ["Parser", "build_parser", "find_benchmarks", "guarded", "main", "take_debug"]
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse, with its errors in tenure's one-line form (exit 2)."""
 
     def error(self, message: str) -> NoReturn:
@@ -115,7 +120,7 @@ def _refuse_other_demos_options(options: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tenure`` command."""
-    parser = _Parser(
+    parser = Parser(
         prog="tenure",
         description="Distributed coordination on Redis and Valkey.",
     )
@@ -172,16 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--no-kills", action="store_true", help="kill no worker")
     ingest.add_argument("--seed", type=int, default=None, help="seed of the kill schedule")
 
-    bench = commands.add_parser(
+    commands.add_parser(
         "bench",
-        help="benchmark a primitive beside its peers (needs the bench extra)",
-        description="Side-by-side benchmarks on one server in one run; prints a table with "
-        'tenure\'s ratio to each peer. The peers come with: pip install "tenure[bench]".',
+        help="from a clone of the repository: benchmark a primitive beside its peers",
+        description="The benchmarks are not in the wheel: in a clone of tenure's repository, "
+        "`tenure bench NAME` (or `python -m benchmarks NAME`) runs benchmarks/NAME; "
+        "`tenure bench --help` there lists them.",
+        add_help=False,  # (never parsed here: main hands the arguments to the benchmarks)
     )
-    benches = bench.add_subparsers(dest="bench", metavar="NAME", required=True)
-    for name, (_, summary) in BENCHMARKS.items():
-        one = benches.add_parser(name, help=summary, description=summary)
-        load_benchmark(name).add_arguments(one)
 
     look = commands.add_parser(
         "inspect",
@@ -304,51 +307,94 @@ def _run_inspect(options: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tenure`` command; returns the exit status."""
+    arguments, debug = take_debug(sys.argv[1:] if argv is None else list(argv))
+    if arguments[:1] == ["bench"]:  # the clone's benchmarks parse their own arguments
+        return guarded("bench", debug, lambda: find_benchmarks().main(arguments[1:], debug))
     parser = build_parser()
-    arguments, debug = _take_debug(sys.argv[1:] if argv is None else list(argv))
     options = parser.parse_args(arguments)
     options.debug = options.debug or debug
-    if options.command in ("demo", "bench"):  # (server and ingest stop on SIGTERM themselves)
+    runners: dict[str, Callable[[], int]] = {
+        "demo": lambda: _run_demo(options),
+        "server": lambda: _run_server(options),
+        "inspect": lambda: _run_inspect(options),
+        "ingest": lambda: _run_ingest(options),
+    }
+    if options.command not in runners:
+        parser.print_help()
+        return 0
+    return guarded(options.command, options.debug, runners[options.command])
+
+
+def guarded(command: str, debug: bool, run: Callable[[], int]) -> int:
+    """Run a command's body: its errors become one line and an exit status.
+
+    SIGTERM ends it as Ctrl-C does (exit 143, its servers, workers and files
+    cleaned up); with ``debug`` the traceback comes before the line.
+    """
+    if command in ("demo", "bench"):  # (server and ingest stop on SIGTERM themselves)
         signal.signal(signal.SIGTERM, _terminate)
     try:
-        if options.command == "demo":
-            from tenure._tools.demo.market import MODES
-            from tenure._tools.demo.run import DEFAULT_ROWS
-
-            _refuse_other_demos_options(options)
-            return run_demos(
-                options.which,
-                url=options.url,
-                seconds=options.seconds,
-                rows=options.rows or DEFAULT_ROWS,
-                modes=options.modes or MODES,
-                table_rows=options.table_rows,
-                workers=options.workers or 4,
-                kills=not options.no_kills,
-                seed=options.seed,
-                as_json_output=options.json,
-            )
-        if options.command == "server":
-            return _run_server(options)
-        if options.command == "bench":
-            command = ["tenure", *(sys.argv[1:] if argv is None else argv)]
-            return int(load_benchmark(options.bench).run_command(options, command))
-        if options.command == "inspect":
-            return _run_inspect(options)
-        if options.command == "ingest":
-            from tenure._tools.ingest_cli import run_ingest
-
-            return run_ingest(options)
+        return run()
     except KeyboardInterrupt as stopped:
         return 143 if isinstance(stopped, _Terminated) else 130
     except Exception as exc:
         code, why = _failure(exc)
-        if options.debug:  # the traceback, then the same line and exit status as without
+        if debug:  # the traceback, then the same line and exit status as without
             traceback.print_exc()
-        print(f"tenure: {options.command}: {why}", file=sys.stderr)
+        print(f"tenure: {command}: {why}", file=sys.stderr)
         return code
-    parser.print_help()
-    return 0
+
+
+def _run_demo(options: argparse.Namespace) -> int:
+    from tenure._tools.demo.market import MODES
+    from tenure._tools.demo.run import DEFAULT_ROWS
+
+    _refuse_other_demos_options(options)
+    return run_demos(
+        options.which,
+        url=options.url,
+        seconds=options.seconds,
+        rows=options.rows or DEFAULT_ROWS,
+        modes=options.modes or MODES,
+        table_rows=options.table_rows,
+        workers=options.workers or 4,
+        kills=not options.no_kills,
+        seed=options.seed,
+        as_json_output=options.json,
+    )
+
+
+def _run_ingest(options: argparse.Namespace) -> int:
+    from tenure._tools.ingest_cli import run_ingest
+
+    return run_ingest(options)
+
+
+def find_benchmarks() -> ModuleType:
+    """The ``benchmarks`` package of the clone this command runs in.
+
+    Importable already (``python -m``, ``PYTHONPATH``), or found in the current
+    folder or one above it beside ``src/tenure``; otherwise a
+    :class:`~tenure.MissingDependencyError` that says where the benchmarks are.
+    """
+    for folder in (None, Path.cwd(), *Path.cwd().parents):
+        if folder is not None:
+            if not (folder / "benchmarks" / "command.py").is_file():
+                continue
+            if not (folder / "src" / "tenure").is_dir():
+                continue
+            sys.path.insert(0, str(folder))
+            sys.modules.pop("benchmarks", None)  # another package of that name, found first
+        try:
+            package = importlib.import_module("benchmarks")
+            if getattr(package, "TENURE_BENCHMARKS", False):
+                return importlib.import_module("benchmarks.command")
+        except ImportError:
+            continue
+    raise MissingDependencyError(
+        "the benchmarks are not in the installed package: they run from a clone of "
+        "tenure's repository (in its folder: tenure bench NAME, or python -m benchmarks NAME)"
+    )
 
 
 class _Terminated(KeyboardInterrupt):
@@ -360,7 +406,7 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _take_debug(arguments: list[str]) -> tuple[list[str], bool]:
+def take_debug(arguments: list[str]) -> tuple[list[str], bool]:
     """``arguments`` without ``--debug`` (before any ``--``), and whether it was there.
 
     Every error suggests ``--debug``, so it is taken wherever it stands, not only
@@ -373,7 +419,7 @@ def _take_debug(arguments: list[str]) -> tuple[list[str], bool]:
 
 def _failure(exc: Exception) -> tuple[int, str]:
     """Exit status (2: usage, 1: runtime) and one line for an error that ended a command."""
-    if isinstance(exc, (ArgumentError, ClientTypeError, BenchmarkError)):
+    if isinstance(exc, (ArgumentError, ClientTypeError)) or type(exc).__name__ == "BenchmarkError":
         return 2, str(exc)  # the arguments: a benchmark raises for those it cannot run with
     if isinstance(exc, (MissingDependencyError, SourceUnavailableError)):
         return 1, str(exc)  # the message says what and why

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tenure._tools.bench import require_peer
+from benchmarks import require_peer
 
 __all__ = ["plot_waits"]
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import redis
 
-from tenure._tools.bench import (
+from benchmarks import (
     BenchmarkError,
     check_empty,
     package_versions,
@@ -50,8 +50,8 @@ from tenure._tools.bench import (
     server_version,
     standalone_main,
 )
-from tenure._tools.bench.contenders import BenchLock
-from tenure._tools.bench.measure import (
+from benchmarks.contenders import BenchLock
+from benchmarks.measure import (
     COUNTER_KEY,
     LOCK_NAME,
     ContendedResult,
@@ -60,13 +60,13 @@ from tenure._tools.bench.measure import (
     combine_rounds,
     summarize,
 )
-from tenure._tools.bench.redlock_contenders import (
+from benchmarks.redlock_contenders import (
     REDLOCK_CONTENDERS,
     REDLOCK_REFERENCE,
     RedlockContender,
     redlock_by_key,
 )
-from tenure._tools.bench.sections import write_section
+from benchmarks.sections import write_section
 from tenure._tools.children import ignore_sigint
 from tenure.server import FaultProxy, ServerProcess
 

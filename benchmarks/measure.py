@@ -24,8 +24,8 @@ from typing import Any
 import redis
 import redis.cluster
 
-from tenure._tools.bench import BenchmarkError
-from tenure._tools.bench.contenders import ACQUIRE_TIMEOUT, BenchLock, Client, by_key
+from benchmarks import BenchmarkError
+from benchmarks.contenders import ACQUIRE_TIMEOUT, BenchLock, Client, by_key
 from tenure._tools.children import ignore_sigint, sigint_blocked
 
 __all__ = [
@@ -101,7 +101,7 @@ class Plan:
     seconds: float
     critical_ms: float
     cluster: bool = False  # the URL names a cluster node: connect with RedisCluster
-    masters: tuple[str, ...] = ()  # a multi-master lock's masters (tenure._tools.bench.redlock)
+    masters: tuple[str, ...] = ()  # a multi-master lock's masters (benchmarks.redlock)
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def _serve(index: int, plan: Plan, commands: Any, replies: Any) -> bool:
     try:
         client = connect(plan.url, cluster=plan.cluster)
         if plan.masters:
-            from tenure._tools.bench.redlock_contenders import redlock_by_key
+            from benchmarks.redlock_contenders import redlock_by_key
 
             lock = redlock_by_key(plan.contender).make(plan.masters, LOCK_NAME)
         else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import redis
 
-from tenure._tools.bench.contenders import ACQUIRE_TIMEOUT, BenchLock, Contender, by_key
+from benchmarks.contenders import ACQUIRE_TIMEOUT, BenchLock, Contender, by_key
 
 __all__ = [
     "POOL_CYCLES",

@@ -28,7 +28,7 @@ import redis
 import redis.asyncio
 
 import tenure
-from tenure._tools.bench import require_peer
+from benchmarks import require_peer
 
 __all__ = ["CACHES", "VALUE", "CacheContender", "bare_async", "bare_sync", "by_key"]
 

@@ -1,4 +1,4 @@
-"""One process of the cache benchmark: ``python -m tenure._tools.bench.cache_worker CONFIG``.
+"""One process of the cache benchmark: ``python -m benchmarks.cache_worker CONFIG``.
 
 CONFIG is JSON. With ``"mode": "stampede"``, ``callers`` threads (or asyncio
 tasks, for an asyncio contender) each make one cached call at every wall-clock
@@ -23,7 +23,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from tenure._tools.bench.cache_contenders import VALUE, bare_async, bare_sync, by_key
+from benchmarks.cache_contenders import VALUE, bare_async, bare_sync, by_key
 
 __all__ = ["main"]
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from tenure._tools.bench import (
+from benchmarks import (
     BenchmarkError,
     add_output_arguments,
     check_empty,
@@ -46,7 +46,7 @@ from tenure._tools.bench import (
     server_version,
     standalone_main,
 )
-from tenure._tools.bench.sections import write_section
+from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "main", "run_command"]

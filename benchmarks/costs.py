@@ -1,6 +1,6 @@
 """What one per-entity lock cycle costs: server time, round trips, client CPU, idle keys.
 
-A breakdown beside the per-entity cycles/s (:mod:`tenure._tools.bench.entity`),
+A breakdown beside the per-entity cycles/s (:mod:`benchmarks.entity`),
 so a gap can be placed: ``COST_CYCLES`` cycles on fresh names after
 ``FLUSHDB`` and ``CONFIG RESETSTAT``, each contender alone, then
 

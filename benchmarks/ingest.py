@@ -11,7 +11,7 @@ a temporary folder:
   each row as compact JSON (as the job does) and XADDs them in pipelines of
   500, no coordination: rows/s, reading included.
 * **Speed.** tenure's :class:`~tenure.IngestJob` and the post's design
-  (:mod:`tenure._tools.bench.ingest_contenders`) with 1, 2 and 4 worker processes
+  (:mod:`benchmarks.ingest_contenders`) with 1, 2 and 4 worker processes
   over ``--rows`` rows, chunks of 10,000: rows/s from the go signal (every
   worker started and connected) to the job's end, SQL reads and claims
   included. Medians of ``--rounds`` rounds.
@@ -52,23 +52,24 @@ from typing import Any
 
 import redis
 
-from tenure._tooling import IngestKeys, read_status
-from tenure._tools.bench import (
+from benchmarks import (
+    ROOT,
     BenchmarkError,
     add_output_arguments,
     check_empty,
     server_cpu_us,
     standalone_main,
 )
-from tenure._tools.bench.ingest_contenders import (
+from benchmarks.ingest_contenders import (
     BATCH,
     ceiling,
     copy_to_postgresql,
     pg_ceiling,
     post_keys,
 )
-from tenure._tools.bench.ingest_worker import go_keys, started_key
-from tenure._tools.bench.sections import write_section
+from benchmarks.ingest_worker import go_keys, started_key
+from benchmarks.sections import write_section
+from tenure._tooling import IngestKeys, read_status
 from tenure._tools.demo.ingest import build_table, stream_entries
 from tenure.server._process import given_or_private
 
@@ -103,10 +104,11 @@ def _worker(
     design: str, url: str, database: Path | str, job: str, start: str
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tenure._tools.bench.ingest_worker", design, url, str(database), job,
+        [sys.executable, "-m", "benchmarks.ingest_worker", design, url, str(database), job,
          str(CHUNK), str(os.getpid()), start],
         stdout=subprocess.PIPE,
         text=True,
+        cwd=ROOT,  # where python -m finds the benchmarks package
     )  # fmt: skip
 
 
@@ -328,7 +330,7 @@ def render(report: Report) -> str:
         f"{os.cpu_count()} cores, {datetime.date.today().isoformat()}. SQLite tables of "
         f"`events(id, name, amount)`, chunks of {CHUNK:,} keys, worker processes started "
         "before the clock (a go signal); every figure is measured in this run. "
-        "The designs are described in `src/tenure/_tools/bench/ingest_contenders.py`.",
+        "The designs are described in `benchmarks/ingest_contenders.py`.",
         "",
         "## Targets",
         "",

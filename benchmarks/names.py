@@ -29,9 +29,9 @@ import redis
 import redis.asyncio
 
 import tenure
+from benchmarks import BenchmarkError
+from benchmarks.contenders import LEASE_SECONDS
 from tenure._tooling import IDLE_TTL
-from tenure._tools.bench import BenchmarkError
-from tenure._tools.bench.contenders import LEASE_SECONDS
 from tenure._tools.children import ignore_sigint, sigint_blocked
 
 __all__ = [

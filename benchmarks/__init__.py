@@ -1,12 +1,14 @@
-"""Side-by-side benchmarks of tenure and its peers: ``tenure bench <name>``.
+"""Side-by-side benchmarks of tenure and its peers: ``tenure bench <name>`` in a clone.
 
+They are not part of the wheel: from a clone of the repository, ``tenure
+bench NAME`` or ``python -m benchmarks NAME`` runs one (:mod:`benchmarks.command`).
 Each benchmark is a module with ``add_arguments(parser)`` and
 ``run_command(args, command) -> int``, listed in :data:`BENCHMARKS`; the
-``tenure bench`` command builds one subcommand per entry, so a later
-primitive adds its benchmark here and touches nothing else. The peers and
-matplotlib come with the ``bench`` extra (``pip install "tenure[bench]"``).
-In the repository, ``--output docs/benchmarks.md`` updates that page (each
-benchmark rewrites only its own section).
+command builds one subcommand per entry, so a later primitive adds its
+benchmark here and touches nothing else. The peers and matplotlib come with
+the ``bench`` extra (``pip install -e ".[bench]"``). ``--output
+docs/benchmarks.md`` updates that page (each benchmark rewrites only its own
+section).
 
 Numbers are measured by running these, never asserted in timed tests.
 """
@@ -21,6 +23,7 @@ import sys
 import time
 from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +33,8 @@ from tenure import TenureError
 
 __all__ = [
     "BENCHMARKS",
+    "ROOT",
+    "TENURE_BENCHMARKS",
     "BenchmarkError",
     "add_output_arguments",
     "check_empty",
@@ -44,7 +49,12 @@ __all__ = [
     "standalone_main",
 ]
 
-# subcommand -> (module under tenure._tools.bench, one line of help)
+# Marks this package as tenure's benchmarks (`tenure bench` checks it before running).
+TENURE_BENCHMARKS = True
+# The clone: benchmarks' worker processes (python -m benchmarks.<worker>) run from here.
+ROOT = Path(__file__).resolve().parent.parent
+
+# subcommand -> (module under benchmarks, one line of help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "locks": ("locks", "tenure.Lock beside redis-py, python-redis-lock and pottery"),
     "semaphores": ("semaphores", "tenure.Semaphore beside Redis in Action's fair semaphore"),
@@ -78,7 +88,7 @@ def server_cpu_us(client: redis.Redis) -> float:
 def load_benchmark(name: str) -> ModuleType:
     """The module of benchmark ``name`` (a key of :data:`BENCHMARKS`)."""
     module, _ = BENCHMARKS[name]
-    return importlib.import_module(f"tenure._tools.bench.{module}")
+    return importlib.import_module(f"benchmarks.{module}")
 
 
 def require_peer(module: str, package: str) -> ModuleType:
@@ -86,7 +96,9 @@ def require_peer(module: str, package: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise BenchmarkError(f'the benchmark needs {package}: pip install "tenure[bench]"') from exc
+        raise BenchmarkError(
+            f'the benchmark needs {package}: pip install -e ".[bench]" (in the clone)'
+        ) from exc
 
 
 def check_empty(url: str, allow_flush: bool) -> None:

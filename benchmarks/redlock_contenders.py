@@ -20,8 +20,8 @@ import redis
 import redis.asyncio
 
 import tenure
-from tenure._tools.bench import require_peer
-from tenure._tools.bench.contenders import ACQUIRE_TIMEOUT, LEASE_SECONDS, BenchLock
+from benchmarks import require_peer
+from benchmarks.contenders import ACQUIRE_TIMEOUT, LEASE_SECONDS, BenchLock
 
 __all__ = ["REDLOCK_CONTENDERS", "RedlockContender", "redlock_by_key"]
 

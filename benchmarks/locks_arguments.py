@@ -1,6 +1,6 @@
 """The options of ``tenure bench locks``: the parts to run and the counts of each.
 
-:mod:`tenure._tools.bench.locks` runs them; this module declares them
+:mod:`benchmarks.locks` runs them; this module declares them
 (``add_arguments``), checks them before anything starts
 (``check_arguments``), and reads the part selection (``parts``).
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from tenure._tools.bench import BenchmarkError, add_output_arguments
-from tenure._tools.bench.contenders import TOPOLOGIES
-from tenure._tools.bench.names import DEFAULT_IDLE_CAP
+from benchmarks import BenchmarkError, add_output_arguments
+from benchmarks.contenders import TOPOLOGIES
+from benchmarks.names import DEFAULT_IDLE_CAP
 
 __all__ = [
     "DEFAULT_PARTS",

@@ -22,8 +22,8 @@ import redis
 import redis.asyncio
 
 import tenure
+from benchmarks.contenders import LEASE_SECONDS
 from tenure._tooling import LINGER
-from tenure._tools.bench.contenders import LEASE_SECONDS
 
 __all__ = ["CROWD_CLIENT_NAME", "CrowdResult", "crowd_of_tasks", "crowd_of_threads"]
 

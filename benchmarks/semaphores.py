@@ -33,9 +33,9 @@ import redis
 from redis.connection import Connection
 
 import tenure
-from tenure._tools.bench import BenchmarkError, add_output_arguments, check_empty, standalone_main
-from tenure._tools.bench.plot import plot_waits
-from tenure._tools.bench.sections import write_section
+from benchmarks import BenchmarkError, add_output_arguments, check_empty, standalone_main
+from benchmarks.plot import plot_waits
+from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "main", "run_command"]

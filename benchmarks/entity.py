@@ -33,8 +33,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from tenure._tools.bench import BenchmarkError
-from tenure._tools.bench.costs import (
+from benchmarks import BenchmarkError
+from benchmarks.costs import (
     COST_CYCLES,
     COST_VARIANTS,
     SEMAPHORE_LIMIT,

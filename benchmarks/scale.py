@@ -44,7 +44,7 @@ import redis
 import redis.asyncio
 
 import tenure
-from tenure._tools.bench import BenchmarkError
+from benchmarks import BenchmarkError
 
 __all__ = [
     "HANDOFF_RATIO",

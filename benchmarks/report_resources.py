@@ -1,8 +1,8 @@
 """The lock benchmark's resource parts as Markdown, terminal lines and targets.
 
-The bounded pool and single connection (:mod:`tenure._tools.bench.pool`), the many
-waiters of one process (:mod:`tenure._tools.bench.waiters`) and the memory per
-lock name (:mod:`tenure._tools.bench.names`); :mod:`tenure._tools.bench.report` puts
+The bounded pool and single connection (:mod:`benchmarks.pool`), the many
+waiters of one process (:mod:`benchmarks.waiters`) and the memory per
+lock name (:mod:`benchmarks.names`); :mod:`benchmarks.report` puts
 them into the ``locks`` section and its targets table.
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tenure._tooling import IDLE_TTL
-from tenure._tools.bench.contenders import by_key
-from tenure._tools.bench.names import NamesResult
-from tenure._tools.bench.pool import (
+from benchmarks.contenders import by_key
+from benchmarks.names import NamesResult
+from benchmarks.pool import (
     POOL_CYCLES,
     POOL_HOLD_MS,
     POOL_SIZE,
@@ -22,7 +21,8 @@ from tenure._tools.bench.pool import (
     PoolResult,
     SingleResult,
 )
-from tenure._tools.bench.waiters import CrowdResult
+from benchmarks.waiters import CrowdResult
+from tenure._tooling import IDLE_TTL
 
 __all__ = [
     "MAX_EXTRA_CONNECTIONS",

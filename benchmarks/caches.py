@@ -18,7 +18,7 @@ Two parts, every contender in the same run on the same server:
   the rounds), beside a bare ``GET`` + ``json.loads`` loop (sync and asyncio).
 
 ``--plot`` draws every caller's wait of the last round, per contender and
-key state. The contenders are listed in :mod:`tenure._tools.bench.cache_contenders`.
+key state. The contenders are listed in :mod:`benchmarks.cache_contenders`.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from typing import Any
 
 import redis
 
-from tenure._tools.bench import BenchmarkError, add_output_arguments, check_empty, standalone_main
-from tenure._tools.bench.cache_contenders import CACHES, CacheContender, by_key
-from tenure._tools.bench.plot import plot_waits
-from tenure._tools.bench.sections import write_section
+from benchmarks import ROOT, BenchmarkError, add_output_arguments, check_empty, standalone_main
+from benchmarks.cache_contenders import CACHES, CacheContender, by_key
+from benchmarks.plot import plot_waits
+from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "main", "run_command"]
@@ -70,10 +70,11 @@ class Stampede:
 
 def _worker(config: dict[str, Any]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tenure._tools.bench.cache_worker", json.dumps(config)],
+        [sys.executable, "-m", "benchmarks.cache_worker", json.dumps(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=ROOT,  # where python -m finds the benchmarks package
     )
 
 

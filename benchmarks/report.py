@@ -3,7 +3,7 @@
 The Markdown report is the ``locks`` section of ``docs/benchmarks.md``,
 written whole by each run. Ratios are "tenure / row": above 1 means tenure's
 ``Lock(timeout=10)`` did better. The sections of the bounded pool, the many
-waiters and the memory per name are drawn by :mod:`tenure._tools.bench.report_resources`.
+waiters and the memory per name are drawn by :mod:`benchmarks.report_resources`.
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tenure._tools.bench import ratio as _ratio
-from tenure._tools.bench.contenders import CONTENDERS, FLOOR, REFERENCE, by_key
-from tenure._tools.bench.entity import EntityResult
-from tenure._tools.bench.measure import ContendedResult, SoloResult
-from tenure._tools.bench.names import NamesResult
-from tenure._tools.bench.pool import PoolResult, SingleResult
-from tenure._tools.bench.report_resources import (
+from benchmarks import ratio as _ratio
+from benchmarks.contenders import CONTENDERS, FLOOR, REFERENCE, by_key
+from benchmarks.entity import EntityResult
+from benchmarks.measure import ContendedResult, SoloResult
+from benchmarks.names import NamesResult
+from benchmarks.pool import PoolResult, SingleResult
+from benchmarks.report_resources import (
     names_section,
     pool_section,
     resource_lines,
     resource_targets,
     waiters_section,
 )
-from tenure._tools.bench.report_scale import (
+from benchmarks.report_scale import (
     TARGET_LABELS,
     entity_lines,
     entity_section,
@@ -34,9 +34,9 @@ from tenure._tools.bench.report_scale import (
     scale_section,
     scale_targets,
 )
-from tenure._tools.bench.report_topology import ack_cost_targets, topology_sections
-from tenure._tools.bench.scale import HoldResult, WaitersResult
-from tenure._tools.bench.waiters import CrowdResult
+from benchmarks.report_topology import ack_cost_targets, topology_sections
+from benchmarks.scale import HoldResult, WaitersResult
+from benchmarks.waiters import CrowdResult
 
 __all__ = ["Results", "RunInfo", "Target", "as_data", "render", "summary_table", "targets"]
 

@@ -1,8 +1,8 @@
 """The per-entity and scale parts of the lock benchmark as Markdown, terminal lines and targets.
 
-Per-entity locks (:mod:`tenure._tools.bench.entity`) and the cost of holding many
-locks and of many waiters (:mod:`tenure._tools.bench.scale`);
-:mod:`tenure._tools.bench.report` puts them into the ``locks`` section and its
+Per-entity locks (:mod:`benchmarks.entity`) and the cost of holding many
+locks and of many waiters (:mod:`benchmarks.scale`);
+:mod:`benchmarks.report` puts them into the ``locks`` section and its
 targets table.
 """
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from tenure._tooling import IDLE_TTL
-from tenure._tools.bench.costs import COST_VARIANTS
-from tenure._tools.bench.entity import (
+from benchmarks.costs import COST_VARIANTS
+from benchmarks.entity import (
     CONSTRUCT_SECONDS,
     ENTITY_CONTENDERS,
     ENTITY_RATIO,
@@ -22,7 +21,7 @@ from tenure._tools.bench.entity import (
     entity_kin,
     entity_pairs,
 )
-from tenure._tools.bench.scale import (
+from benchmarks.scale import (
     HANDOFF_RATIO,
     HOLD_CONTENDERS,
     HOLD_RATIO,
@@ -34,6 +33,7 @@ from tenure._tools.bench.scale import (
     HoldResult,
     WaitersResult,
 )
+from tenure._tooling import IDLE_TTL
 
 __all__ = [
     "TARGET_LABELS",
@@ -305,7 +305,7 @@ def entity_section(entity: Sequence[EntityResult], command: str, seconds: float)
 
 
 def _cost_lines(by: dict[tuple[str, str], EntityResult]) -> list[str]:
-    """Where a cycle's time goes (tenure._tools.bench.costs), medians of the rounds."""
+    """Where a cycle's time goes (benchmarks.costs), medians of the rounds."""
     rows = [key for key in ENTITY_CONTENDERS if (key, "server_us") in by]
     if not rows:
         return []

@@ -1,10 +1,10 @@
 """One worker process of ``tenure bench ingest``.
 
-    python -m tenure._tools.bench.ingest_worker DESIGN URL DATABASE JOB CHUNK_SIZE PARENT_PID
+    python -m benchmarks.ingest_worker DESIGN URL DATABASE JOB CHUNK_SIZE PARENT_PID
         [go|now]
 
 ``DATABASE`` is an SQLite file or a SQLAlchemy URL. ``DESIGN`` is ``tenure`` or
-``post`` (:mod:`tenure._tools.bench.ingest_contenders`).
+``post`` (:mod:`benchmarks.ingest_contenders`).
 With ``go`` the worker says it is ready (INCR ``bench:ingest:{JOB}:ready``)
 and waits for the go signal (BLPOP ``bench:ingest:{JOB}:go``), so process
 start-up is not timed; with ``now`` it starts at once, its pid added to
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import redis
 
+from benchmarks.ingest_contenders import run_post, run_tenure
 from tenure import SqlSource
-from tenure._tools.bench.ingest_contenders import run_post, run_tenure
 from tenure._tools.children import die_with_parent, ignore_sigint
 
 __all__ = ["go_keys", "main", "peak_rss_kib", "started_key"]

@@ -24,7 +24,7 @@ import redis
 import redis.cluster
 
 import tenure
-from tenure._tools.bench import require_peer
+from benchmarks import require_peer
 
 __all__ = [
     "ACQUIRE_TIMEOUT",

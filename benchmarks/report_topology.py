@@ -4,7 +4,7 @@
 its ClusterLock with one and two replicas acknowledging, and redis-py's Lock
 on one topology in one run. This module renders its own section of
 ``docs/benchmarks.md`` (``locks-replicated``, ``locks-cluster``) from the
-solo and contended tables of :mod:`tenure._tools.bench.report` plus two of its
+solo and contended tables of :mod:`benchmarks.report` plus two of its
 own: the price of an acknowledgement in round trips (the issue's target: at
 most one extra round trip per acquisition over Lock), and each tenure row's
 ratio to redis-py's Lock.
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tenure._tools.bench import ratio
-from tenure._tools.bench.contenders import REFERENCE, by_key
-from tenure._tools.bench.measure import ContendedResult, SoloResult
+from benchmarks import ratio
+from benchmarks.contenders import REFERENCE, by_key
+from benchmarks.measure import ContendedResult, SoloResult
 
 __all__ = ["ACKNOWLEDGED", "RATIO_PEERS", "ack_cost_targets", "topology_sections"]
 

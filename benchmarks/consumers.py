@@ -35,9 +35,9 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from benchmarks import BenchmarkError, add_output_arguments, check_empty, standalone_main
+from benchmarks.sections import write_section
 from tenure import AsyncStreamConsumer, StreamConsumer, StreamMessage
-from tenure._tools.bench import BenchmarkError, add_output_arguments, check_empty, standalone_main
-from tenure._tools.bench.sections import write_section
 from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "main", "run_command"]

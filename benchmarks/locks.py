@@ -13,7 +13,7 @@
 
 ``--only`` chooses among the contenders of the solo, contended, pool and
 names parts; the entity and scale parts have their own.
-The peers come with ``pip install "tenure[bench]"``. Without ``--url`` a
+The peers come with ``pip install -e ".[bench]"`` (in the clone). Without ``--url`` a
 private valkey-server is started on loopback (``tenure.server.ServerProcess``)
 and stopped at the end. Every measurement starts with ``FLUSHDB``, so a
 server given by ``--url`` must have an empty database (or ``--allow-flush``).
@@ -26,26 +26,26 @@ all but scale run; ``--parts all`` runs every one):
   of ``--critical-ms`` from a common start instant until a deadline;
   ``--rounds`` rounds interleaved across contenders, medians reported;
 * pool: 6 threads through a ``BlockingConnectionPool(max_connections=3)``
-  (:mod:`tenure._tools.bench.pool`, ``--rounds`` rounds), and release → waiter
+  (:mod:`benchmarks.pool`, ``--rounds`` rounds), and release → waiter
   latency on one ``single_connection_client=True`` client;
 * waiters: ``--tasks`` asyncio tasks and ``--threads`` threads of one process
   queued on one tenure lock: connections used by waiting, handoff latency
-  (:mod:`tenure._tools.bench.waiters`);
+  (:mod:`benchmarks.waiters`);
 * names: ``--names`` distinct names used once each, keys and memory right
-  after and after ``IDLE_TTL`` (:mod:`tenure._tools.bench.names`); the idle wait
+  after and after ``IDLE_TTL`` (:mod:`benchmarks.names`); the idle wait
   (up to ``--idle-cap`` seconds) is skipped with ``--skip-idle-wait``;
 * entity: per-entity locks, a new lock object per cycle with each library's
   default arguments (tenure ``Lock``/``AsyncLock`` vs redis-py's
   ``client.lock(name)``, sync and asyncio), on fresh names and on names
   reused within a minute, each run ``--solo-seconds``, medians of
-  ``--rounds``; and the constructor alone (:mod:`tenure._tools.bench.entity`);
+  ``--rounds``; and the constructor alone (:mod:`benchmarks.entity`);
 * scale (not in the default parts: several minutes): acquire and release
   while one thread or task holds each of ``--scale-holds`` locks
   (``--scale-extra`` pairs timed, medians of ``--rounds``), and each of
   ``--scale-waiters`` asyncio tasks (one client over ``--waiter-pool``
   connections) queued on one lock: time to queue,
   refresh traffic over ``--scale-window`` seconds, handoffs per second,
-  medians of ``--rounds`` (:mod:`tenure._tools.bench.scale`); every size bounded
+  medians of ``--rounds`` (:mod:`benchmarks.scale`); every size bounded
   by 120 s.
 
 ``--topology replicated`` (a primary with two replicas) or ``cluster`` (three
@@ -76,7 +76,7 @@ from pathlib import Path
 
 import redis
 
-from tenure._tools.bench import (
+from benchmarks import (
     BenchmarkError,
     check_empty,
     package_versions,
@@ -86,9 +86,9 @@ from tenure._tools.bench import (
     server_version,
     standalone_main,
 )
-from tenure._tools.bench.contenders import CONTENDERS, Client, Contender, by_key
-from tenure._tools.bench.entity import EntityResult, measure_entity
-from tenure._tools.bench.locks_arguments import (
+from benchmarks.contenders import CONTENDERS, Client, Contender, by_key
+from benchmarks.entity import EntityResult, measure_entity
+from benchmarks.locks_arguments import (
     DEFAULT_PARTS,
     MAX_SCALE,
     PARTS,
@@ -96,7 +96,7 @@ from tenure._tools.bench.locks_arguments import (
     counts,
     parts,
 )
-from tenure._tools.bench.measure import (
+from benchmarks.measure import (
     COUNTER_KEY,
     LOCK_NAME,
     ContendedResult,
@@ -108,14 +108,14 @@ from tenure._tools.bench.measure import (
     summarize,
     time_solo,
 )
-from tenure._tools.bench.names import (
+from benchmarks.names import (
     NAME_KINDS,
     NamesResult,
     measure_names,
     wait_idle,
 )
-from tenure._tools.bench.plot import plot_waits
-from tenure._tools.bench.pool import (
+from benchmarks.plot import plot_waits
+from benchmarks.pool import (
     PoolResult,
     PoolRun,
     SingleResult,
@@ -123,15 +123,15 @@ from tenure._tools.bench.pool import (
     run_pool,
     single_connection_latency,
 )
-from tenure._tools.bench.report import Results, RunInfo, as_data, render, summary_table
-from tenure._tools.bench.scale import (
+from benchmarks.report import Results, RunInfo, as_data, render, summary_table
+from benchmarks.scale import (
     HoldResult,
     WaitersResult,
     measure_holds,
     measure_scale_waiters,
 )
-from tenure._tools.bench.sections import write_section
-from tenure._tools.bench.waiters import CrowdResult, crowd_of_tasks, crowd_of_threads
+from benchmarks.sections import write_section
+from benchmarks.waiters import CrowdResult, crowd_of_tasks, crowd_of_threads
 from tenure.server import Cluster, Replicated
 from tenure.server._process import given_or_private
 

@@ -37,9 +37,9 @@ from typing import Any
 
 import redis
 
+from benchmarks import BenchmarkError, require_peer
 from tenure import IngestJob, SqlSource
 from tenure._tooling import encode_row
-from tenure._tools.bench import BenchmarkError, require_peer
 
 __all__ = [
     "BATCH",

@@ -45,15 +45,15 @@ import redis
 import redis.asyncio
 
 import tenure
-from tenure._tools.bench import (
+from benchmarks import (
     BenchmarkError,
     add_output_arguments,
     check_empty,
     server_cpu_us,
     standalone_main,
 )
-from tenure._tools.bench.cache_contenders import VALUE
-from tenure._tools.bench.sections import write_section
+from benchmarks.cache_contenders import VALUE
+from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
 __all__ = ["PATHS", "add_arguments", "main", "run_command"]
