@@ -11,8 +11,10 @@ sets of 32-bit ids intersected in memory (:class:`IdSet`, with the
 ``idsets`` extra). The primitives have a sync and an asyncio API and take the
 redis-py client you already have.
 
-Errors all derive from :class:`TenureError`; the tree is drawn in
-``tenure._core.exceptions``.
+Errors all derive from :class:`TenureError`; one that means what a redis-py
+exception means is an instance of that too, so ``except
+redis.exceptions.LockError`` still catches tenure's. The API reference's
+page of errors draws their tree.
 """
 
 import importlib

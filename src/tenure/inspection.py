@@ -305,7 +305,7 @@ def _waiters_cell(row: Primitive) -> str:
 
 
 def render_table(rows: list[Primitive], *, wide: bool = False) -> str:
-    """A human table, one line per primitive, at most ``TABLE_WIDTH`` (100) columns wide.
+    """A human table, one line per primitive, at most 100 columns wide.
 
     Long names are cut in the middle and only the first holder is shown
     (with ``+N`` for the others). ``wide=True`` shows everything in full:

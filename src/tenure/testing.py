@@ -68,12 +68,11 @@ from tenure.server import (
     sweep_stale_folders,
 )
 
+# The fixtures and their types. The hooks (pytest_addoption, ...) are no API:
+# pytest finds them as the module's attributes, in __all__ or not.
 __all__ = [
     "ProxyFactory",
     "ServerFactory",
-    "pytest_addoption",
-    "pytest_report_header",
-    "pytest_sessionfinish",
     "tenure_async_client",
     "tenure_async_cluster_client",
     "tenure_client",

@@ -76,7 +76,28 @@ logger = logging.getLogger("tenure.lock")
 
 
 class AsyncConnectionLock(TwinHints):
-    """A lock held by a dedicated connection; see the module docstring."""
+    """A lock owned by a connection: free the moment that connection closes.
+
+    :meth:`acquire` opens a dedicated connection (a one-connection pool with
+    the client's settings, so no pool can lend it out or swap it) and books
+    the lock for that connection's ``CLIENT ID``, checking that the previous
+    owner's connection is gone and booking in one transaction (WATCH, then
+    ``CLIENT LIST ID``, then MULTI/SET/EXEC): two clients never both take a
+    dead owner's lock. A holder killed with ``kill -9`` frees the lock as soon
+    as the server notices the closed socket, with no lease to wait out;
+    :meth:`release` deletes the booking and closes the connection.
+
+    Redis announces no closed connection, so waiters look again every
+    ``poll_interval`` seconds (and at once when a holder releases).
+    ``blocking`` / ``blocking_timeout`` are the defaults of :meth:`acquire`;
+    ``lease`` also expires the booking unless the holder calls
+    :meth:`refresh` in time (a holder alive but hung keeps its connection,
+    and so the lock, without one); ``prefix`` and ``owner_name`` are as for
+    :class:`~tenure.AsyncLock`. Not re-entrant. Standalone servers only (a
+    cluster client raises :class:`~tenure.ClientTypeError`); the ACL must
+    allow ``CLIENT ID``, ``CLIENT LIST``, ``WATCH``, ``MULTI``, ``GET``,
+    ``SET`` and ``EVALSHA``. See "Connection-bound locks" in docs/locks.md.
+    """
 
     def __init__(
         self,

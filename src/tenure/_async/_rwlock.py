@@ -189,7 +189,15 @@ class AsyncReadWriteLock:
     :class:`~tenure.ArgumentError`), and apply to both sides; the rest
     (``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``, ``waiter_lease``,
     ``handoff_lease``, ``owner_name``, and ``cancel_on_lost`` where the lock has it)
-    are keyword-only. See the module docstring for the fairness policy.
+    are keyword-only.
+
+    The policy is FIFO with a writer barrier: readers share the lock while no
+    writer holds it; a writer waits for the holders in front of it, and every
+    reader that arrives after a waiting writer queues behind it, so a steady
+    stream of readers cannot starve a writer. The readers that queued behind
+    a writer come in together once it is done. :meth:`AsyncWriteLock.downgrade`
+    turns a write hold into a read hold without letting go; there is no
+    upgrade (release, then acquire the write side).
     """
 
     def __init__(

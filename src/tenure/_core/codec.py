@@ -110,6 +110,9 @@ class JsonSerializer:
 
     tag = "json"
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
     def serialize(self, value: Any) -> bytes:
         """Compact JSON; raises ``TypeError`` for a value that would not come back exactly."""
         _check_json(value)  # exact types only, so what is written is what comes back
@@ -325,6 +328,9 @@ class ZlibCompressor:
     def __init__(self, *, threshold: int = 1024, level: int = 6) -> None:
         self.threshold = _threshold(threshold)
         self.level = _level(level, -1, 9, "zlib")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(threshold={self.threshold}, level={self.level})"
 
     def compress(self, data: bytes) -> bytes | None:
         """The zlib bytes, or ``None`` below the threshold or when nothing is saved."""
@@ -555,6 +561,9 @@ class IdentityGenerator:
     Without a param the identity is the key itself; with one it is
     ``key:<sha256 of the param's canonical JSON, 32 hex digits>``.
     """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
     def generate(self, key: str, param: Any) -> str:
         """The identity of ``key`` with ``param`` (``None``: the key alone)."""

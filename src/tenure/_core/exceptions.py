@@ -36,21 +36,23 @@ The tree::
         ├── CacheDecodeError                     a stored cache value this cache cannot
         │                                        decode (read as a miss, never raised
         │                                        from get or fetch)
+        ├── CacheReentryError (RuntimeError)     a loader asked for the entry it is loading
         ├── PlanMismatchError                    an ingestion job's name holds another plan
         ├── JobBusyError                         an ingestion job reset while workers hold claims
         └── IdSetCorruptError                    an id set's stored form fails validation
 
-The names in parentheses are redis-py's exception classes
-(``redis.exceptions``): an error that means what a redis-py exception means
-is also an instance of it, so code written for redis-py's ``Lock`` that
-catches ``LockError``, ``LockNotOwnedError`` or ``ConnectionError`` keeps
-catching tenure's.
+The names in parentheses are the other classes an error is an instance of:
+Python's (``ValueError``, ``TypeError``, ``ImportError``, ``RuntimeError``)
+and redis-py's (``redis.exceptions``). An error that means what a redis-py
+exception means is also an instance of it, so code written for redis-py's
+``Lock`` that catches ``LockError``, ``LockNotOwnedError`` or
+``ConnectionError`` keeps catching tenure's.
 
 Errors that concern one primitive carry its ``name`` (the user's name for it,
 not the Redis key) so a log line says which lock misbehaved. Errors from
 redis-py are translated at tenure's boundary into :class:`BackendError`
 subclasses, with the original kept as ``__cause__``; tenure never leaks a
-half-translated error. No class here shadows a builtin name.
+half-translated error. No class shadows a builtin name.
 """
 
 from __future__ import annotations

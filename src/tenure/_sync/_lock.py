@@ -34,10 +34,10 @@ class Lock(Leased):
       ``interop="redis-py"`` while a redis-py process holds (every ``sleep`` s).
     * ``blocking`` / ``blocking_timeout`` — defaults for :meth:`acquire`.
       ``blocking_timeout=T`` gives up after T seconds (within ~50 ms).
-    * ``thread_local`` — the token belongs to the acquiring thread, with the
-      rules of ``tenure._backends.owners`` (a thread started from the owner, or the
-      next user of a hold whose owner finished, may release it); ``False``
-      lets any thread release.
+    * ``thread_local`` — the token belongs to the acquiring thread: a thread
+      started from it after it acquired, or the next user of a hold whose
+      owner finished, may release it too, another may not ("Re-entrancy and
+      ownership" in docs/locks.md); ``False`` lets any thread release.
     * ``raise_on_release_error`` — at ``with`` exit, a lock that was lost or
       released inside the block raises :class:`LockNotOwnedError` (or its
       subclass :class:`LockLostError`); ``False`` logs a warning instead.
@@ -54,7 +54,13 @@ class Lock(Leased):
       it); the holder is then told as for a lost lock.
     * ``prefix`` — key prefix; keys are ``{prefix}{{{name}}}`` and suffixes
       (``{prefix}({name})`` for a name with its own hash tag, which is kept).
-    * ``waiter_lease`` / ``handoff_lease`` — see the module docstring.
+    * ``waiter_lease`` — seconds a process's place in the queue lasts
+      unless refreshed (every ``waiter_lease`` x 0.4): the waiters of a
+      process that died are dropped within it.
+    * ``handoff_lease`` — the short lease a waiter is handed the lock on,
+      until its ``acquire`` sets the full one: a waiter that died just
+      before its turn holds the others up by at most this, once ("Failure
+      bounds" in docs/locks.md).
     * ``owner_name`` — who holds and waits, as ``tenure inspect`` shows it
       (default ``host:pid``); stored on the server beside the hold. A
       printable str of at most 200 characters.

@@ -125,8 +125,9 @@ class ServerProcess(Lifecycle):
     waiting for lagging replicas), falls back to SIGTERM, kills with SIGKILL
     after ``timeout``, reaps the child and removes the temporary folder.
     :meth:`kill`, :meth:`pause` and :meth:`resume` inject faults. Methods are
-    thread-safe; servers are stopped at interpreter exit and die with the
-    parent process (see the module docstring of ``tenure.server._process``).
+    thread-safe. Servers are stopped at interpreter exit and die with their
+    parent process even on ``kill -9`` (Linux: ``PR_SET_PDEATHSIG``); each runs
+    in a session of its own, so a Ctrl-C reaches Python, which stops them.
     """
 
     def __init__(

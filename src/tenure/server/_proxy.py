@@ -85,12 +85,19 @@ class FaultProxy(Lifecycle):
     client's connection is reset. ``name`` labels the proxy in ``repr``.
 
     Faults (:meth:`set_latency`, :meth:`blackhole`, :meth:`refuse_connections`,
-    :meth:`reset_connections`, :meth:`clear`) can be set before start and at
-    any time while running, from any thread or event loop; see the module
-    docstring of ``tenure.server._proxy`` for their exact semantics. They are
-    kept across :meth:`stop` and :meth:`start`. :meth:`stop` resets the
-    connections left, closes every socket, frees the port and joins the
-    proxy's thread; a restart gets a new port unless ``port`` was given.
+    :meth:`reset_connections`, :meth:`lose_reply`, :meth:`clear`) can be set
+    before start and at any time while running, from any thread or event
+    loop; each method says what it does. A direction is ``"upstream"``
+    (client -> server: commands), ``"downstream"`` (server -> client:
+    replies) or ``"both"``. Latency keeps the order of the bytes (a chunk
+    never overtakes the one before it, even when the latency is lowered) and
+    does not delay the TCP handshake. A blackhole drops a chunk when its
+    direction is blackholed as the chunk is read *or* when it is due, so the
+    bytes in flight as a partition starts are lost too; a close (FIN) is not
+    lost but waits until the partition heals. Faults are kept across
+    :meth:`stop` and :meth:`start`. :meth:`stop` resets the connections
+    left, closes every socket, frees the port and joins the proxy's thread;
+    a restart gets a new port unless ``port`` was given.
     """
 
     def __init__(
