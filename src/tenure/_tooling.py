@@ -22,6 +22,7 @@ from tenure._core.scripts import load_script
 from tenure._core.values import check_seconds, to_text
 from tenure._sync._ingest import read_status
 from tenure._sync._scripting import registry_for
+from tenure.server._ports import PORTS_FOLDER_VARIABLE, ports_folder, sweep_ports
 
 if TYPE_CHECKING:  # the id sets need numpy and pyroaring (the idsets extra): loaded on use
     from tenure._backends.local_copies import LOCAL_COPIES
@@ -31,6 +32,7 @@ __all__ = [
     "IDLE_TTL",
     "LINGER",
     "LOCAL_COPIES",
+    "PORTS_FOLDER_VARIABLE",
     "IngestKeys",
     "Plan",
     "base_key",
@@ -40,8 +42,10 @@ __all__ = [
     "load_script",
     "name_from_key",
     "parse_sink",
+    "ports_folder",
     "read_status",
     "registry_for",
+    "sweep_ports",
     "to_text",
 ]
 

@@ -38,9 +38,14 @@ from tenure import (
     TenureError,
 )
 from tenure._tools.demo.main import DEMOS, run_demos
+from tenure._tools.workspace import command_folder
 from tenure._version import __version__
 
 __all__ = ["Parser", "build_parser", "find_benchmarks", "guarded", "main", "take_debug"]
+
+
+FOLDER_COMMANDS = ("demo", "bench", "server")
+"""The commands whose files (servers' folders, tables, databases) live in a folder of their own."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -309,7 +314,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tenure`` command; returns the exit status."""
     arguments, debug = take_debug(sys.argv[1:] if argv is None else list(argv))
     if arguments[:1] == ["bench"]:  # the clone's benchmarks parse their own arguments
-        return guarded("bench", debug, lambda: find_benchmarks().main(arguments[1:], debug))
+        try:
+            benchmarks = find_benchmarks()
+        except MissingDependencyError as exc:
+            print(f"tenure: bench: {exc}", file=sys.stderr)
+            return 1
+        return int(benchmarks.main(arguments[1:], debug))
     parser = build_parser()
     options = parser.parse_args(arguments)
     options.debug = options.debug or debug
@@ -329,11 +339,16 @@ def guarded(command: str, debug: bool, run: Callable[[], int]) -> int:
     """Run a command's body: its errors become one line and an exit status.
 
     SIGTERM ends it as Ctrl-C does (exit 143, its servers, workers and files
-    cleaned up); with ``debug`` the traceback comes before the line.
+    cleaned up); with ``debug`` the traceback comes before the line. The
+    commands that make files (:data:`FOLDER_COMMANDS`) make them in a folder
+    of their own, removed however they end (:func:`command_folder`).
     """
     if command in ("demo", "bench"):  # (server and ingest stop on SIGTERM themselves)
         signal.signal(signal.SIGTERM, _terminate)
     try:
+        if command in FOLDER_COMMANDS:  # their files in a folder that goes with them
+            with command_folder(command):
+                return run()
         return run()
     except KeyboardInterrupt as stopped:
         return 143 if isinstance(stopped, _Terminated) else 130
