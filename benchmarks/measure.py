@@ -26,7 +26,7 @@ import redis.cluster
 
 from benchmarks import BenchmarkError
 from benchmarks.contenders import ACQUIRE_TIMEOUT, BenchLock, Client, by_key
-from tenure._tools.children import ignore_sigint, sigint_blocked
+from tenure._tools.children import sigint_blocked, start_helper
 
 __all__ = [
     "ContendedResult",
@@ -130,7 +130,7 @@ def _worker_main(index: int, commands: Any, replies: Any) -> None:
     For each plan: connect and build the lock, reply ``_Ready``, receive the
     common start instant (wall clock), run, reply the ``WorkerResult``.
     """
-    ignore_sigint()  # Ctrl-C is the parent's to handle
+    start_helper()  # Ctrl-C is the parent's to handle; and it dies with the parent
     while True:
         plan = commands.get()
         if plan is None or not _serve(index, plan, commands, replies):

@@ -32,7 +32,7 @@ import tenure
 from benchmarks import BenchmarkError
 from benchmarks.contenders import LEASE_SECONDS
 from tenure._tooling import IDLE_TTL
-from tenure._tools.children import ignore_sigint, sigint_blocked
+from tenure._tools.children import sigint_blocked, start_helper
 
 __all__ = [
     "DEFAULT_IDLE_CAP",
@@ -140,7 +140,7 @@ def drive_names(
 
 
 def _worker_main(url: str, key: str, start: int, stop: int, concurrency: int, replies: Any) -> None:
-    ignore_sigint()
+    start_helper()
     try:
         done, errors = drive_names(url, key, start, stop, concurrency)
     except Exception as exc:

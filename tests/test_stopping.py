@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,6 +117,13 @@ def test_a_stopped_command_leaves_nothing_behind(
     _stop_at_work([*TENURE, *arguments], ready, how, expected, tmp_path)
 
 
+@pytest.mark.parametrize("command", ["demo ingest", "bench locks"])
+def test_a_second_signal_does_not_cut_the_clean_up_short(command: str, tmp_path: Path) -> None:
+    # Ctrl-C, then SIGTERM while it cleans up (an impatient user, a supervisor's stop)
+    arguments, ready = COMMANDS[command]
+    _stop_at_work([*TENURE, *arguments], ready, signal.SIGINT, 130, tmp_path, then=signal.SIGTERM)
+
+
 @pytest.mark.parametrize("how", list(EXPECTED), ids=lambda how: how.name)
 def test_a_stopped_ingestion_run_leaves_nothing_behind(
     how: signal.Signals, tmp_path: Path, tenure_server_url: str
@@ -139,7 +147,12 @@ def tenure_server_url(tenure_client: redis.Redis) -> str:
 
 
 def _stop_at_work(
-    arguments: list[str], ready: Ready, how: signal.Signals, expected: int, folder: Path
+    arguments: list[str],
+    ready: Ready,
+    how: signal.Signals,
+    expected: int,
+    folder: Path,
+    then: signal.Signals | None = None,
 ) -> None:
     folder.mkdir(exist_ok=True)
     process = subprocess.Popen(
@@ -159,6 +172,9 @@ def _stop_at_work(
             os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
         else:
             process.send_signal(how)
+        if then is not None:
+            time.sleep(0.3)  # the clean-up under way
+            process.send_signal(then)
         _, errors = process.communicate(timeout=60)
     finally:
         if process.poll() is None:

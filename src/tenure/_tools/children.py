@@ -20,7 +20,7 @@ from typing import Any
 
 from tenure.server._spawner import PR_SET_PDEATHSIG, PRCTL
 
-__all__ = ["die_with_parent", "ignore_sigint", "sigint_blocked"]
+__all__ = ["die_with_parent", "ignore_sigint", "sigint_blocked", "start_helper"]
 
 
 @contextmanager
@@ -67,3 +67,18 @@ def die_with_parent(parent: int) -> None:
         PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
+
+
+def start_helper() -> None:
+    """First thing in a helper started by :mod:`multiprocessing`: the parent's helper.
+
+    It leaves Ctrl-C to the parent (:func:`ignore_sigint`) and dies with it,
+    even when the parent is killed with kill -9 (:func:`die_with_parent`; a
+    helper waiting on a queue would otherwise wait forever).
+    """
+    import multiprocessing
+
+    ignore_sigint()
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with_parent(parent.pid)

@@ -339,12 +339,16 @@ def guarded(command: str, debug: bool, run: Callable[[], int]) -> int:
     """Run a command's body: its errors become one line and an exit status.
 
     SIGTERM ends it as Ctrl-C does (exit 143, its servers, workers and files
-    cleaned up); with ``debug`` the traceback comes before the line. The
+    cleaned up), and once either came, neither cuts the clean-up short (``kill
+    -9`` does; the janitor then removes the files); with ``debug`` the
+    traceback comes before the line. The
     commands that make files (:data:`FOLDER_COMMANDS`) make them in a folder
     of their own, removed however they end (:func:`command_folder`).
     """
     if command in ("demo", "bench"):  # (server and ingest stop on SIGTERM themselves)
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, _stop)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not if ignored)
+            signal.signal(signal.SIGINT, _stop)
     try:
         if command in FOLDER_COMMANDS:  # their files in a folder that goes with them
             with command_folder(command):
@@ -416,9 +420,11 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM: the command ends as on Ctrl-C, its servers, workers and files cleaned up."""
 
 
-def _terminate(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up is not cut short
-    raise _Terminated
+def _stop(signum: int, frame: object) -> None:
+    """Ctrl-C or SIGTERM, the first one: the command ends, cleaning up undisturbed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def take_debug(arguments: list[str]) -> tuple[list[str], bool]:
