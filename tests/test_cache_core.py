@@ -162,17 +162,23 @@ def test_fetch_replies_are_parsed_strictly() -> None:
 
 def test_the_server_clock_trusts_a_hit_only_well_before_its_deadline() -> None:
     clock = ServerClock()
-    entry = Entry(fresh_until=100_000, took_ms=50, value=b"")
-    assert not clock.fresh(entry, now=10.0)  # nothing learned yet: ask the server
-    assert clock.fresh(Entry(0, 0, b""), now=10.0)  # fresh for ever
+
+    def fresh(now: float, early: float = 0.0, entry: bytes = b"h100000:50:v") -> bool:
+        return clock.fresh_value(entry, now, early) is not None
+
+    assert not fresh(now=10.0)  # nothing learned yet: ask the server
+    assert fresh(now=10.0, entry=b"h0:0:v")  # fresh for ever
     clock.observe(server_ms=90_000, sent=10.0, received=10.002)  # offset 79,999 ms, error 1 ms
-    assert clock.fresh(entry, now=10.0)  # server ~90,000: 10 s left
-    assert not clock.fresh(entry, now=19.999)  # within error + margin of the deadline
-    assert clock.fresh(entry, now=19.9, early=1.0)
-    assert not clock.fresh(entry, now=19.9, early=3.0)  # XFetch: 150 ms of load time ahead
+    assert fresh(now=10.0)  # server ~90,000: 10 s left
+    assert clock.fresh_value(b"h100000:50:v", 10.0) == b"v"
+    assert not fresh(now=19.999)  # within error + margin of the deadline
+    assert fresh(now=19.9, early=1.0)
+    assert not fresh(now=19.9, early=3.0)  # XFetch: 150 ms of load time ahead
     clock.observe(server_ms=95_000, sent=12.0, received=12.5)  # a worse estimate is ignored
-    assert clock.fresh(entry, now=15.0)
-    assert not clock.fresh(entry, now=10.0 + ServerClock.MAX_AGE + 0.1)  # too old: ask
+    assert fresh(now=15.0)
+    assert not fresh(now=10.0 + ServerClock.MAX_AGE + 0.1)  # too old: ask
+    for other in (b"l0123", b"tn1json:x", b"hx:1:v", b"h1", b""):  # marks, other formats
+        assert clock.fresh_value(other, 10.0) is None
 
 
 @given(st.floats(min_value=0.0, max_value=0.999999))

@@ -74,8 +74,7 @@ class AsyncCacheStore:
 
     async def _held(self, stored: str) -> bool:
         """Whether ``stored`` holds a value, not nothing or a load mark."""
-        first = as_bytes(await self._client.getrange(stored, 0, 0))
-        return bool(first) and first != b"l"
+        return _a_value(await self._client.getrange(stored, 0, 0))
 
     async def delete_key(self, stored: str) -> bool:
         if self._marks:
@@ -123,9 +122,14 @@ class AsyncCacheStore:
     async def ttl(self, key: str, param: Any) -> float | None:
         stored = self._naming.key_of(key, param)
         with map_exceptions(name=self._name, doing="reading a cache entry's expiry"):
-            left = int(await self._client.pttl(stored))
-            if left != -2 and self._marks and not await self._held(stored):
-                left = -2
+            if self._marks:  # its expiry, and whether it holds a value: one round trip
+                async with self._client.pipeline(transaction=False) as pipe:
+                    pipe.pttl(stored)
+                    pipe.getrange(stored, 0, 0)
+                    expiry, first = await pipe.execute()
+                left = int(expiry) if _a_value(first) else -2
+            else:
+                left = int(await self._client.pttl(stored))
         if left == -2:
             return None
         return float("inf") if left == -1 else left / 1000
@@ -202,3 +206,9 @@ class AsyncCacheStore:
                 for stored, data in entries:
                     pipe.set(stored, data, px=ttl_ms or None)
                 return all(await pipe.execute())
+
+
+def _a_value(first: Any) -> bool:
+    """Whether an entry's first byte (GETRANGE 0 0) is a value's: not nothing, not a mark."""
+    head = as_bytes(first)
+    return bool(head) and head != b"l"

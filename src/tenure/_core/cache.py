@@ -268,10 +268,6 @@ class ServerClock:
         if expired or error <= self._error_ms:
             self._offset_ms, self._error_ms, self._at = server_ms - midpoint, error, received
 
-    def fresh(self, entry: Entry, now: float, early: float = 0.0) -> bool:
-        """Whether ``entry`` is surely fresh at monotonic ``now`` (False: ask the server)."""
-        return self._fresh(entry.fresh_until, entry.took_ms, now, early)
-
     def _fresh(self, fresh_until: int, took_ms: int, now: float, early: float) -> bool:
         if fresh_until == 0:
             return True
@@ -281,7 +277,7 @@ class ServerClock:
         return server_now + took_ms * early < fresh_until
 
     def fresh_value(self, raw: bytes, now: float, early: float = 0.0) -> bytes | None:
-        """The value stored in entry ``raw`` if :meth:`fresh` finds it so; else None.
+        """The value stored in entry ``raw`` if it is surely fresh at monotonic ``now``; else None.
 
         None too for anything that is not an entry (a load mark, another
         format): the script decides. Every hit comes here: it parses the

@@ -75,8 +75,7 @@ class CacheStore:
 
     def _held(self, stored: str) -> bool:
         """Whether ``stored`` holds a value, not nothing or a load mark."""
-        first = as_bytes(self._client.getrange(stored, 0, 0))
-        return bool(first) and first != b"l"
+        return _a_value(self._client.getrange(stored, 0, 0))
 
     def delete_key(self, stored: str) -> bool:
         if self._marks:
@@ -124,9 +123,14 @@ class CacheStore:
     def ttl(self, key: str, param: Any) -> float | None:
         stored = self._naming.key_of(key, param)
         with map_exceptions(name=self._name, doing="reading a cache entry's expiry"):
-            left = int(self._client.pttl(stored))
-            if left != -2 and self._marks and not self._held(stored):
-                left = -2
+            if self._marks:  # its expiry, and whether it holds a value: one round trip
+                with self._client.pipeline(transaction=False) as pipe:
+                    pipe.pttl(stored)
+                    pipe.getrange(stored, 0, 0)
+                    expiry, first = pipe.execute()
+                left = int(expiry) if _a_value(first) else -2
+            else:
+                left = int(self._client.pttl(stored))
         if left == -2:
             return None
         return float("inf") if left == -1 else left / 1000
@@ -203,3 +207,9 @@ class CacheStore:
                 for stored, data in entries:
                     pipe.set(stored, data, px=ttl_ms or None)
                 return all(pipe.execute())
+
+
+def _a_value(first: Any) -> bool:
+    """Whether an entry's first byte (GETRANGE 0 0) is a value's: not nothing, not a mark."""
+    head = as_bytes(first)
+    return bool(head) and head != b"l"
