@@ -10,6 +10,12 @@ the ``bench`` extra (``pip install -e ".[bench]"``). ``--output
 docs/benchmarks.md`` updates that page (each benchmark rewrites only its own
 section).
 
+Once its arguments are checked (an argument error is one line on stderr), a
+benchmark's ``run_command`` hands its run to :func:`run_timed`: one line
+saying about how long it will take, from its module's
+``estimated_seconds(args)``, then its lines of progress, and last the time it
+took, also when it failed or was stopped midway.
+
 Numbers are measured by running these, never asserted in timed tests.
 """
 
@@ -21,7 +27,7 @@ import importlib
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -36,7 +42,9 @@ __all__ = [
     "ROOT",
     "TENURE_BENCHMARKS",
     "BenchmarkError",
+    "about",
     "add_output_arguments",
+    "announce",
     "check_empty",
     "load_benchmark",
     "package_versions",
@@ -44,9 +52,12 @@ __all__ = [
     "ratio",
     "require_peer",
     "round_trip_us",
+    "run_timed",
     "server_cpu_us",
     "server_version",
+    "several",
     "standalone_main",
+    "took",
 ]
 
 # Marks this package as tenure's benchmarks (`tenure bench` checks it before running).
@@ -121,6 +132,56 @@ def check_empty(url: str, allow_flush: bool) -> None:
 def progress(message: str) -> None:
     """One line of progress on stderr."""
     print(message, file=sys.stderr, flush=True)
+
+
+def about(seconds: float) -> str:
+    """An estimate in words: ``40 seconds`` under 90 s, else ``12 minutes``."""
+    if seconds < 90:
+        step = 5 if seconds >= 30 else 1
+        return several(max(1, step * round(seconds / step)), "second")
+    return f"{int(seconds / 60 + 0.5)} minutes"
+
+
+def took(seconds: float) -> str:
+    """A measured duration in words: ``7.4 seconds``, ``43 seconds``, ``11.8 minutes``."""
+    if seconds < 10:
+        return f"{seconds:.1f} seconds"
+    if seconds < 90:
+        return f"{seconds:.0f} seconds"
+    return f"{seconds / 60:.1f} minutes"
+
+
+def several(count: int, thing: str) -> str:
+    """``1 round``, ``3 rounds``: a count and what it counts, for a line of progress."""
+    return f"{count:,} {thing}{'' if count == 1 else 's'}"
+
+
+def announce(name: str, seconds: float, what: str) -> None:
+    """The line a benchmark prints before it measures: how long it will take, and what."""
+    progress(f"tenure bench {name}: about {about(seconds)} ({what}); Ctrl-C stops it and cleans up")
+
+
+def run_timed(name: str, seconds: float, what: str, body: Callable[[], object]) -> int:
+    """Announce benchmark ``name`` (``seconds`` estimated), run ``body``, say how long it took.
+
+    Called once the arguments are checked (an argument error stays one line).
+    Returns the exit status: 0, or 1 when the run failed midway (a
+    :class:`BenchmarkError` or a server error, told on stderr first). The last
+    line on stderr says the time it took, ``done in`` or ``stopped after``,
+    also when Ctrl-C or an unexpected error stopped it.
+    """
+    announce(name, seconds, what)
+    began = time.monotonic()
+    ended = "stopped after"
+    try:
+        body()
+        ended = "done in"
+    except (BenchmarkError, redis.RedisError) as exc:
+        progress(f"benchmark failed: {type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        progress(f"tenure bench {name}: {ended} {took(time.monotonic() - began)}")
+    return 0
 
 
 def package_versions(names: Sequence[str]) -> dict[str, str]:

@@ -49,20 +49,25 @@ from benchmarks import (
     BenchmarkError,
     add_output_arguments,
     check_empty,
+    progress,
+    run_timed,
     server_cpu_us,
+    several,
     standalone_main,
 )
 from benchmarks.cache_contenders import VALUE
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
-__all__ = ["PATHS", "add_arguments", "main", "run_command"]
+__all__ = ["PATHS", "add_arguments", "estimated_seconds", "main", "run_command"]
 
 HIT_TARGET = 1.1
 MISS_TARGET = 1.5
 TTL = 3600.0
 WORKER_PATIENCE = 120.0
 MAX_CALLS = 2_000_000
+START_SECONDS = 0.6  # the interpreter, the private server, the report
+WORKER_SECONDS = 0.6  # a path's process: spawn, imports, warm-up, the counted calls
 
 
 @dataclass(frozen=True)
@@ -339,9 +344,7 @@ def measure(
     the same process; a bare loop's figures are the medians of all its runs.
     """
     samples: dict[tuple[str, bool], list[dict[str, float]]] = {}
-    pairs = [(p.key, a) for p in paths if p.key not in BASELINE.values() for a in (False, True)]
-    if not pairs:  # the bare loops alone
-        pairs = [(p.key, a) for p in paths for a in (False, True)]
+    pairs = _pairs(paths)
     shuffle = random.Random(7)
     for round_ in range(rounds):
         shuffle.shuffle(pairs)
@@ -364,6 +367,18 @@ def measure(
         pair: {what: statistics.median(s[what] for s in got) for what in got[0]}
         for pair, got in samples.items()
     }
+
+
+def _pairs(paths: Sequence[CachePath]) -> list[tuple[str, bool]]:
+    """The (path, asyncio?) runs of a round: every path but the bare loops, on both APIs."""
+    pairs = [(p.key, a) for p in paths if p.key not in BASELINE.values() for a in (False, True)]
+    return pairs or [(p.key, a) for p in paths for a in (False, True)]  # the bare loops alone
+
+
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long a run with ``args`` (checked) takes: a process per path run."""
+    runs = int(args.rounds) * len(_pairs(_chosen(args.only)))
+    return START_SECONDS + runs * (float(args.seconds) + WORKER_SECONDS)
 
 
 def _ratio(figures: Figures, path: CachePath, is_async: bool) -> float | None:
@@ -477,13 +492,10 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     if not 1 <= args.rounds <= 50 or not 0.1 <= args.seconds <= 60:
         raise BenchmarkError("--rounds must be in 1..50 and --seconds in [0.1, 60]")
     paths = _chosen(args.only)
+    if args.url:
+        check_empty(args.url, args.allow_flush)
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    try:
-        if args.url:
-            check_empty(args.url, args.allow_flush)
+    def run() -> None:
         with given_or_private(args.url, name="bench-cache-paths") as (url, server):
             where = (
                 url
@@ -491,9 +503,17 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
                 else f"{server.engine.name} {server.engine.version} (private, loopback)"
             )
             figures = measure(url, paths, args.rounds, args.seconds, progress)
-    except redis.RedisError as exc:
-        print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        report(args, command, paths, figures, where)
+
+    what = f"{several(len(_pairs(paths)), 'run')} a round, {several(args.rounds, 'round')}"
+    return run_timed("cache-paths", estimated_seconds(args), what, run)
+
+
+def report(
+    args: argparse.Namespace, command: Sequence[str], paths: Sequence[CachePath],
+    figures: Figures, where: str,
+) -> None:  # fmt: skip
+    """Print the tables and the targets; write the report if asked."""
     widths = (8, 6, 9, 10, 8, 9)
     for is_async, api in ((False, "redis-py"), (True, "redis.asyncio")):
         print(f"{api:<36}{'us':>8}{'x':>6}{'cpu us':>9}{'srv us':>10}{'trips':>8}{'cmds':>9}")
@@ -509,8 +529,7 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     if args.output:
         text = render(figures, paths, where, args.rounds, args.seconds, shlex.join(command))
         write_section(Path(args.output), "cache-paths", text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+        progress(f"wrote {args.output}")
 
 
 def main(

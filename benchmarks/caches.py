@@ -40,17 +40,30 @@ from typing import Any
 
 import redis
 
-from benchmarks import ROOT, BenchmarkError, add_output_arguments, check_empty, standalone_main
+from benchmarks import (
+    ROOT,
+    BenchmarkError,
+    add_output_arguments,
+    check_empty,
+    progress,
+    run_timed,
+    several,
+    standalone_main,
+)
 from benchmarks.cache_contenders import CACHES, CacheContender, by_key
 from benchmarks.plot import plot_waits
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
 
 PHASES = ("cold", "expired")
 START_DELAY = 3.0  # seconds for every worker process to start and connect
 WORKER_TIMEOUT = 120.0
+EXPIRED_AFTER = 0.25  # the expired phase: this long after the value's freshness ran out
+START_SECONDS = 1.0  # the interpreter, the private server, the report
+WORKER_SECONDS = 0.8  # a worker process's start (its library's imports) and exit
+STAMPEDE_EXIT = 0.2  # the stampede's workers exiting, the counts read
 
 
 @dataclass
@@ -102,7 +115,7 @@ def stampede_round(
         client.flushdb()
     start = time.time() + START_DELAY
     # cold at start; just expired: the load ended at start + load, fresh for --fresh more
-    phases = [start, start + args.load + args.fresh + 0.25]
+    phases = [start, start + args.load + args.fresh + EXPIRED_AFTER]
     config = {
         "mode": "stampede",
         "contender": contender.key,
@@ -272,7 +285,7 @@ def render(
     lines += [
         "",
         "*cold*: nobody has the value; *expired*: the value's freshness ran out "
-        f"{0.25:g} s before the callers arrive. Loads are loader calls across all "
+        f"{EXPIRED_AFTER:g} s before the callers arrive. Loads are loader calls across all "
         "processes (1 is the goal); waits are how long each caller's call took.",
     ]
     if plot:
@@ -323,10 +336,19 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
         hits: dict[str, list[float]] = {}
         for round_number in range(1, args.rounds + 1):
             for contender in contenders:
-                stampede_round(contender, url, args, stampedes[contender.key])
+                figures = stampedes[contender.key]
+                stampede_round(contender, url, args, figures)
+                progress(
+                    f"round {round_number}/{args.rounds} stampede {contender.key}: "
+                    + ", ".join(
+                        f"{phase} {figures.loads[phase][-1]} load(s), "
+                        f"worst wait {figures.max_ms[phase][-1]:,.0f} ms"
+                        for phase in PHASES
+                    )
+                )
             for key in ["bare-sync", "bare-async", *(c.key for c in contenders)]:
                 hits.setdefault(key, []).append(hit_rate(key, url, args.seconds))
-            print(f"round {round_number}/{args.rounds} done", file=sys.stderr)
+                progress(f"round {round_number}/{args.rounds} hits {key}: {hits[key][-1]:,.0f}/s")
         rates = {key: statistics.median(values) for key, values in hits.items()}
         widths = [
             max(len(r[i]) for r in [HEADER, *_table(contenders, stampedes, rates)])
@@ -367,16 +389,34 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
             write_section(output, "caches", report)
             print(f"wrote {args.output}", file=sys.stderr)
 
+    def run_private() -> None:
+        with given_or_private(args.url, name="bench-caches") as (url, server):
+            where = (
+                url
+                if server is None
+                else f"{server.engine.name} {server.engine.version} (private, loopback)"
+            )
+            run(url, where)
+
     if args.url:
         check_empty(args.url, args.allow_flush)
-    with given_or_private(args.url, name="bench-caches") as (url, server):
-        where = (
-            url
-            if server is None
-            else f"{server.engine.name} {server.engine.version} (private, loopback)"
-        )
-        run(url, where)
-    return 0
+    what = f"{several(len(contenders), 'contender')}, {several(args.rounds, 'round')}"
+    return run_timed("caches", estimated_seconds(args), what, run_private)
+
+
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long a run with ``args`` (checked) takes, in seconds.
+
+    A stampede lasts from its common start (``START_DELAY`` away) to its
+    expired phase, that call's load, and the load the workers stay up for;
+    each hit run (every contender and the two bare loops) is a worker process
+    calling for ``--seconds``.
+    """
+    contenders = len(_chosen(args.only))
+    load, fresh = float(args.load), float(args.fresh)
+    stampede = START_DELAY + load + fresh + EXPIRED_AFTER + 2 * load + STAMPEDE_EXIT
+    hits = (contenders + 2) * (WORKER_SECONDS + float(args.seconds))
+    return START_SECONDS + int(args.rounds) * (contenders * stampede + hits)
 
 
 def main(

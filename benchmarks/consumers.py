@@ -35,12 +35,20 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from benchmarks import BenchmarkError, add_output_arguments, check_empty, standalone_main
+from benchmarks import (
+    BenchmarkError,
+    add_output_arguments,
+    check_empty,
+    progress,
+    run_timed,
+    several,
+    standalone_main,
+)
 from benchmarks.sections import write_section
 from tenure import AsyncStreamConsumer, StreamConsumer, StreamMessage
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
 
 TARGET = 0.8
 """Each consumer's messages/s against the bare loop of its own API."""
@@ -58,6 +66,11 @@ IDLE_READS = 2
 """Empty reads after which a consumer takes the stream as drained (it reads with no wait)."""
 
 WORKER_PATIENCE = 120.0
+START_SECONDS = 0.6  # the interpreter, the private server, the report
+ROUND_SECONDS = 0.05  # a contender's run: the processes' pool, the group, the checks
+SPAWN_SECONDS = 0.45  # per consuming process: spawn, imports, connect
+FILL_RATE = 100_000.0  # messages/s into a fresh stream (pipelines of 1,000 XADDs)
+DRAIN_RATE = 200_000.0  # messages/s consumed, one process or several (the server's share)
 """Seconds a round waits for its processes before it is called hung."""
 
 
@@ -309,13 +322,10 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     if not 1 <= args.rounds <= 50 or not 1 <= args.count <= 10_000:
         raise BenchmarkError("--rounds must be in 1..50 and --count in 1..10000")
     processes = _process_counts(args.processes)
+    if args.url:
+        check_empty(args.url, args.allow_flush)
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    try:
-        if args.url:
-            check_empty(args.url, args.allow_flush)
+    def run() -> None:
         with given_or_private(args.url, name="bench-consumers") as (url, server):
             where = (
                 url
@@ -323,9 +333,30 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
                 else f"{server.engine.name} {server.engine.version} (private, loopback)"
             )
             results = measure(url, args.messages, args.rounds, processes, args.count, progress)
-    except redis.RedisError as exc:
-        print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        report(args, command, processes, results, where)
+
+    what = (
+        f"{several(len(CONTENDERS), 'consumer')} x {several(len(processes), 'process count')}, "
+        f"{several(args.rounds, 'round')} of {several(args.messages, 'message')}"
+    )
+    return run_timed("consumers", estimated_seconds(args), what, run)
+
+
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long a run with ``args`` (checked) takes: a stream filled and drained a run."""
+    messages = int(args.messages)
+    runs = [
+        ROUND_SECONDS + procs * SPAWN_SECONDS + messages / FILL_RATE + messages / DRAIN_RATE
+        for procs in _process_counts(args.processes)
+    ]
+    return START_SECONDS + int(args.rounds) * len(CONTENDERS) * sum(runs)
+
+
+def report(
+    args: argparse.Namespace, command: Sequence[str], processes: Sequence[int],
+    results: dict[tuple[str, int], tuple[float, float]], where: str,
+) -> None:  # fmt: skip
+    """Print the table and the targets; write the report if asked."""
     print(f"{'procs':>5}  {'consumer':<52}{'msg/s':>10}{'server us':>11}{'vs bare':>9}")
     for procs in processes:
         for kind in CONTENDERS:
@@ -348,8 +379,7 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
             shlex.join(command),
         )  # fmt: skip
         write_section(Path(args.output), "consumers", text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+        progress(f"wrote {args.output}")
 
 
 def main(

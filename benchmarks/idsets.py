@@ -43,17 +43,33 @@ from benchmarks import (
     progress,
     require_peer,
     round_trip_us,
+    run_timed,
     server_version,
     standalone_main,
 )
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
 
 SKIPPABLE = ("native", "overlaps")
 _PACKAGES = ("tenure", "redis", "numpy", "pyroaring")
 SADD_BATCH = 100_000
+NOTE_EVERY = 15.0  # seconds between two lines of progress of a long load
+
+# How long a run takes (estimated_seconds), measured on the 2-core machine of
+# docs/benchmarks.md: rates in ids/s, times in seconds.
+START = 1.2  # the interpreter, numpy and pyroaring imported, the private server, the report
+DRAW_US = {"spread": 1.3, "dense": 3.5}  # µs per distinct id drawn (numpy's unique: a hash)
+NUMPY_RATE = 25e6  # ids through intersect1d, per run
+BITMAP_RATE = 30e6  # ids made into bitmaps
+LOAD_RATE = 8e6  # ids into an IdSet (add_many, compact)
+COLD_RATE = 100e6  # ids fetched, validated and decoded by a cold count, per run
+WARM_RUN = 0.005  # a warm count: one round trip, the bitmaps' intersection
+SADD_RATE = 0.6e6  # ids into a native set
+SINTERCARD_RATE = 30e6  # ids of the two sets through SINTERCARD, per run
+OTHER_RATE = 2.8e6  # ids of the other sets: drawn, added, compacted
+OVERLAP_RATE = 140e6  # ids through a top_overlaps run, cold (warm: a tenth of that time)
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None) -> None:
@@ -84,7 +100,7 @@ def _check(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError("--rounds must be in 1..99")
     if not 1 <= args.others <= 100_000 or not 1 <= args.other_ids <= args.dense_below // 2:
         raise BenchmarkError("--others must be in 1..100,000 and --other-ids in 1..dense-below/2")
-    skip = {part.strip() for part in args.skip.split(",") if part.strip()}
+    skip = _skipped(args)
     unknown = skip - set(SKIPPABLE)
     if unknown:
         raise BenchmarkError(
@@ -93,6 +109,10 @@ def _check(args: argparse.Namespace) -> set[str]:
     require_peer("numpy", "numpy")
     require_peer("pyroaring", "pyroaring")
     return skip
+
+
+def _skipped(args: argparse.Namespace) -> set[str]:
+    return {part.strip() for part in args.skip.split(",") if part.strip()}
 
 
 # -- data ------------------------------------------------------------------------------
@@ -107,6 +127,14 @@ def distinct_ids(rng: Any, count: int, below: int) -> Any:
         more = rng.integers(0, below, count, dtype=np.uint64)
         ids = np.unique(np.concatenate([ids, more]))
     return np.sort(rng.choice(ids, count, replace=False)).astype(np.uint32)
+
+
+def _drawn(rng: Any, count: int, below: int) -> Any:
+    """:func:`distinct_ids`, with a line of progress (a few million take seconds each)."""
+    started = time.perf_counter()
+    ids = distinct_ids(rng, count, below)
+    progress(f"  {count:,} ids drawn in {time.perf_counter() - started:.1f} s")
+    return ids
 
 
 # -- measurements ----------------------------------------------------------------------
@@ -282,9 +310,13 @@ def measure_overlaps(
     others = [IdSet(client, f"bench:overlaps:{i}") for i in range(args.others)]
     started = time.perf_counter()
     mine.compact()
-    for other in others:
+    note = started + NOTE_EVERY
+    for index, other in enumerate(others):
         other.add_many(distinct_ids(rng, args.other_ids, args.dense_below))
         other.compact()
+        if time.perf_counter() >= note:
+            progress(f"top_overlaps: {index + 1:,} of {args.others:,} sets loaded")
+            note += NOTE_EVERY
     progress(f"top_overlaps: {args.others:,} sets loaded in {time.perf_counter() - started:.1f} s")
     keys = [key for other in others for key in other.keys.read]
     used = sum(_memory(client, keys[i : i + 3]) for i in range(0, len(keys), 3))
@@ -425,12 +457,29 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     skip = _check(args)
     if args.url:
         check_empty(args.url, args.allow_flush)
-    try:
-        run(args, command, skip)
-    except (BenchmarkError, redis.RedisError) as exc:
-        progress(f"benchmark failed: {type(exc).__name__}: {exc}")
-        return 1
-    return 0
+    rows = ["numpy", "pyroaring", "IdSet", *(["SINTERCARD"] if "native" not in skip else [])]
+    what = f"{', '.join(rows)} on two shapes of data" + (
+        "" if "overlaps" in skip else f", top_overlaps against {args.others:,} sets"
+    )
+    estimate = estimated_seconds(args)
+    return run_timed("idsets", estimate, what, lambda: run(args, command, skip))
+
+
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long a run with ``args`` (checked) takes: its ids over each step's rate."""
+    skip = _skipped(args)
+    ids, rounds = int(args.ids_a) + int(args.ids_b), int(args.rounds)
+    many = max(rounds, 21)  # the fast rows' runs
+    scenario = ids / BITMAP_RATE + ids / LOAD_RATE + many * WARM_RUN
+    scenario += rounds * (ids / NUMPY_RATE + ids / COLD_RATE) + many * ids / BITMAP_RATE / 20
+    if "native" not in skip:
+        scenario += ids / SADD_RATE + rounds * ids / SINTERCARD_RATE
+    total = START + 2 * scenario + ids * sum(DRAW_US.values()) / 1e6
+    if "overlaps" not in skip:
+        others = int(args.others) * int(args.other_ids)
+        runs = min(rounds, 5) + rounds / 10
+        total += others / OTHER_RATE + runs * (others + args.ids_a) / OVERLAP_RATE
+    return float(total)
 
 
 @contextlib.contextmanager
@@ -458,8 +507,7 @@ def run(args: argparse.Namespace, command: Sequence[str], skip: set[str]) -> Non
             ("dense", f"(b) dense below {args.dense_below:,}", args.dense_below),
         ):
             progress(f"{title}:")
-            a = distinct_ids(rng, args.ids_a, below)
-            b = distinct_ids(rng, args.ids_b, below)
+            a, b = (_drawn(rng, count, below) for count in (args.ids_a, args.ids_b))
             scenarios[name] = measure_scenario(client, name, title, a, b, args, skip)
             if name == "dense" and "overlaps" not in skip:
                 overlaps = measure_overlaps(client, a, args, rng)

@@ -57,13 +57,17 @@ from benchmarks import (
     BenchmarkError,
     add_output_arguments,
     check_empty,
+    progress,
+    run_timed,
     server_cpu_us,
+    several,
     standalone_main,
 )
 from benchmarks.ingest_contenders import (
     BATCH,
     ceiling,
     copy_to_postgresql,
+    estimated_seconds,
     pg_ceiling,
     post_keys,
 )
@@ -73,7 +77,7 @@ from tenure._tooling import IngestKeys, read_status
 from tenure._tools.demo.ingest import build_table, stream_entries
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
 
 CHUNK = 10_000
 DESIGNS = {"tenure": "tenure IngestJob", "post": "the post (CLIENT SETNAME)"}
@@ -86,6 +90,7 @@ def kill_budget(rows: int) -> int:
 
 
 TIME_LIMIT = 300.0
+NOTE_EVERY = 15.0  # seconds between two lines of progress of a long run
 
 
 @dataclass
@@ -181,10 +186,14 @@ def faults(
     workers = [(_worker(design, url, database, job, "now"), started) for _ in range(4)]
     kills = stragglers = 0
     budget = kill_budget(rows)
+    note = started + NOTE_EVERY
     try:
         while not _finished(client, design, job):
             if time.monotonic() - started > TIME_LIMIT:
                 raise BenchmarkError(f"{design} did not finish under faults in {TIME_LIMIT:.0f} s")
+            if time.monotonic() >= note:
+                progress(f"faults {design}: {note - started:.0f} s, {kills} kills so far")
+                note += NOTE_EVERY
             time.sleep(rng.uniform(*KILL_EVERY))
             # only workers past their start-up (importing SQLAlchemy alone takes about a
             # second here, longer than the schedule leaves): else nothing gets done
@@ -422,12 +431,24 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     _check(args)
     if args.url:
         check_empty(args.url, args.allow_flush)
+    what = (
+        f"{several(len(DESIGNS) * len(args.workers) + 1, 'speed run')} of "
+        f"{args.rows:,} rows x {several(args.rounds, 'round')}, faults over "
+        f"{args.fault_rows:,} rows, {several(len(args.memory_rows), 'memory run')}"
+        + (", PostgreSQL" if args.postgresql else "")
+    )
+    return run_timed("ingest", estimated_seconds(args), what, lambda: _run(args, command))
+
+
+def _run(args: argparse.Namespace, command: Sequence[str]) -> None:
     folder = Path(tempfile.mkdtemp(prefix="tenure-bench-ingest-"))
     try:
         tables = {}
         for rows in sorted({args.rows, args.fault_rows, *args.memory_rows}):
             tables[rows] = folder / f"events-{rows}.sqlite"
+            began = time.monotonic()
             build_table(tables[rows], rows)
+            progress(f"table of {rows:,} rows built in {time.monotonic() - began:.1f} s")
         with given_or_private(args.url, name="bench-ingest") as (url, server):
             where = url if server is None else f"{server.engine.name} {server.engine.version}"
             with redis.Redis.from_url(url) as client:
@@ -438,8 +459,7 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     print(text)
     if args.output:
         write_section(Path(args.output), "ingest", text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+        progress(f"wrote {args.output}")
 
 
 def _measure(
@@ -458,6 +478,7 @@ def _measure(
         before = server_cpu_us(client)
         rate = float(run())
         server_times.setdefault(label, []).append((server_cpu_us(client) - before) / rows)
+        progress(f"{label}: {rate:,.0f} rows/s")
         return rate
 
     for round_number in range(1, args.rounds + 1):
@@ -471,7 +492,7 @@ def _measure(
                     ),
                 )  # fmt: skip
                 speeds.setdefault((design, count), []).append(rate)
-        print(f"speed round {round_number}/{args.rounds} done", file=sys.stderr)
+        progress(f"speed round {round_number}/{args.rounds} done")
     pg = None
     if args.postgresql:
         copy_to_postgresql(tables[args.rows], args.postgresql)
@@ -487,13 +508,19 @@ def _measure(
                 )
             )  # fmt: skip
         pg = (statistics.median(pg_ceilings), statistics.median(pg_speeds))
-        print("PostgreSQL done", file=sys.stderr)
-    fault_results = {
-        design: faults(client, url, design, tables[args.fault_rows], args.fault_rows, args.seed)
-        for design in DESIGNS
-    }
-    print("faults done", file=sys.stderr)
-    memory = {rows: peak_memory(url, tables[rows]) for rows in args.memory_rows}
+        progress("PostgreSQL done")
+    fault_results = {}
+    for design in DESIGNS:
+        found = faults(client, url, design, tables[args.fault_rows], args.fault_rows, args.seed)
+        fault_results[design] = found
+        progress(
+            f"faults {design}: {found.kills} kills, {found.seconds:.1f} s, "
+            f"{found.lost:,} lost, {found.duplicated:,} duplicated"
+        )
+    memory = {}
+    for rows in args.memory_rows:
+        memory[rows] = peak_memory(url, tables[rows])
+        progress(f"memory of {rows:,} rows: peak RSS {memory[rows] / 1024:.1f} MiB")
     client.flushdb()
     return Report(
         ceiling=statistics.median(ceilings),

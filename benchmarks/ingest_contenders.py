@@ -25,6 +25,7 @@ the same way, so what differs is the coordination.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import json
@@ -47,6 +48,7 @@ __all__ = [
     "POST_PREFIX",
     "ceiling",
     "copy_to_postgresql",
+    "estimated_seconds",
     "pg_ceiling",
     "post_keys",
     "run_post",
@@ -56,6 +58,46 @@ __all__ = [
 BATCH = 500  # the job's default batch; the ceilings' pipeline length
 LEASE = 1.0  # seconds: tenure's claim lease in the benchmark (a killed worker's chunk waits this)
 POST_PREFIX = "bench:post:"
+
+# How long a run takes (:func:`estimated_seconds`), measured on the 2-core machine
+# of docs/benchmarks.md: rates in rows/s, times in seconds.
+START = 1.0  # the interpreter, the private server, the report
+TABLE_RATE = 800_000.0  # rows written into the SQLite tables
+CEILING_RATE = 90_000.0  # the ceiling (the PostgreSQL one too)
+SPEED_RATE = {"tenure": 112_000.0, "post": 88_000.0}  # one worker; more share 2 cores
+RUN_START = 0.2  # a speed or memory run: the job, the go signal, the workers' exit
+WORKER_START = 0.6  # per worker process: spawn, imports (SQLAlchemy), connect
+AUDIT_RATE = 400_000.0  # sink entries read back and checked
+FAULT_RUN = {"tenure": (7.5, 34_000.0), "post": (1.5, 14_000.0)}
+"""The fault runs (4 workers, one killed now and then): seconds more, and rows/s. tenure's
+first seconds go to killed workers' chunks waiting out their leases, replacements starting."""
+COPY_RATE = 50_000.0  # rows copied into PostgreSQL
+
+
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long ``tenure bench ingest`` with ``args`` takes: rows over rates, start-ups."""
+    speed, faults = int(args.rows), int(args.fault_rows)
+    memory = [int(rows) for rows in args.memory_rows]
+    total = START + sum({speed, faults, *memory}) / TABLE_RATE
+    per_round = speed / CEILING_RATE
+    for design, rate in SPEED_RATE.items():
+        for count in args.workers:
+            share = min(count, 2) ** (0.6 if design == "tenure" else 0.75)
+            per_round += RUN_START + WORKER_START * count + speed / (rate * share)
+            per_round += speed / AUDIT_RATE * (2 if design == "post" else 1)
+    total += int(args.rounds) * per_round
+    if args.postgresql:
+        total += speed / COPY_RATE + int(args.rounds) * (
+            speed / CEILING_RATE
+            + RUN_START
+            + WORKER_START
+            + speed / SPEED_RATE["tenure"]
+            + speed / AUDIT_RATE
+        )
+    for design, (more, rate) in FAULT_RUN.items():
+        total += more + faults / rate + faults / AUDIT_RATE * (2 if design == "post" else 1)
+    one = RUN_START + WORKER_START
+    return total + sum(one + rows / SPEED_RATE["tenure"] for rows in memory)
 
 
 def post_keys(job: str) -> dict[str, str]:

@@ -83,10 +83,11 @@ from benchmarks import (
     progress,
     require_peer,
     round_trip_us,
+    run_timed,
     server_version,
     standalone_main,
 )
-from benchmarks.contenders import CONTENDERS, Client, Contender, by_key
+from benchmarks.contenders import Client, Contender, by_key
 from benchmarks.entity import EntityResult, measure_entity
 from benchmarks.locks_arguments import (
     DEFAULT_PARTS,
@@ -95,7 +96,9 @@ from benchmarks.locks_arguments import (
     add_arguments,
     counts,
     parts,
+    select,
 )
+from benchmarks.locks_estimate import describe, estimated_seconds
 from benchmarks.measure import (
     COUNTER_KEY,
     LOCK_NAME,
@@ -141,6 +144,7 @@ __all__ = [
     "add_arguments",
     "check_arguments",
     "counts",
+    "estimated_seconds",
     "main",
     "parts",
     "run_command",
@@ -179,21 +183,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise BenchmarkError("--scale-window must be in (0, 60] seconds")
     parts(args)
     select(args.only, args.topology)
-
-
-def select(only: str | None, topology: str = "standalone") -> list[Contender]:
-    """The contenders to run on ``topology``, in report order."""
-    here = [c for c in CONTENDERS if topology in c.topologies]
-    if only is None:
-        return here
-    keys = {k.strip() for k in only.split(",") if k.strip()}
-    unknown = keys - {c.key for c in here}
-    if unknown:
-        known = ", ".join(c.key for c in here)
-        raise BenchmarkError(
-            f"unknown contender(s) {', '.join(sorted(unknown))} on {topology}; known: {known}"
-        )
-    return [c for c in here if c.key in keys]
 
 
 def measure_solo(
@@ -434,27 +423,24 @@ def main(
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     """Run with parsed ``args``; ``command`` is how it was called (for the report).
 
-    Raises :class:`BenchmarkError` for arguments it cannot run with; a run
+    Raises :class:`BenchmarkError` for arguments it cannot run with (a peer
+    not installed among them); then says how long it will take, and a run
     that fails midway is reported on stderr and returns 1.
     """
     check_arguments(args)
+    contenders = select(args.only, args.topology)
+    for contender in contenders:
+        if contender.peer is not None:
+            require_peer(*contender.peer)  # fail now, not in a worker process
     if args.url:
         check_empty(args.url, args.allow_flush)
-    try:
-        run(args, command)
-    except (BenchmarkError, redis.RedisError) as exc:
-        progress(f"benchmark failed: {type(exc).__name__}: {exc}")
-        return 1
-    return 0
+    return run_timed("locks", estimated_seconds(args), describe(args), lambda: run(args, command))
 
 
 def run(args: argparse.Namespace, command: Sequence[str]) -> None:
     """Measure every selected part and contender, print the table and write what was asked."""
     contenders = select(args.only, args.topology)
     chosen = parts(args)
-    for contender in contenders:
-        if contender.peer is not None:
-            require_peer(*contender.peer)  # fail now, not in a worker process
     started = time.monotonic()
     load = load_average()
     results = Results()

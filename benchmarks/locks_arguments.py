@@ -2,7 +2,8 @@
 
 :mod:`benchmarks.locks` runs them; this module declares them
 (``add_arguments``), checks them before anything starts
-(``check_arguments``), and reads the part selection (``parts``).
+(``check_arguments``), and reads the part and contender selections
+(``parts``, ``select``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import BenchmarkError, add_output_arguments
-from benchmarks.contenders import TOPOLOGIES
+from benchmarks.contenders import CONTENDERS, TOPOLOGIES, Contender
 from benchmarks.names import DEFAULT_IDLE_CAP
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "add_arguments",
     "counts",
     "parts",
+    "select",
 ]
 
 DEFAULT_PARTS = ("solo", "contended", "pool", "waiters", "names", "entity")
@@ -147,3 +149,18 @@ def parts(args: argparse.Namespace) -> tuple[str, ...]:
         )
     allowed = PARTS if args.topology == "standalone" else TOPOLOGY_PARTS
     return tuple(p for p in allowed if p in chosen - skipped)
+
+
+def select(only: str | None, topology: str = "standalone") -> list[Contender]:
+    """The contenders to run on ``topology``, in report order."""
+    here = [c for c in CONTENDERS if topology in c.topologies]
+    if only is None:
+        return here
+    keys = {k.strip() for k in only.split(",") if k.strip()}
+    unknown = keys - {c.key for c in here}
+    if unknown:
+        known = ", ".join(c.key for c in here)
+        raise BenchmarkError(
+            f"unknown contender(s) {', '.join(sorted(unknown))} on {topology}; known: {known}"
+        )
+    return [c for c in here if c.key in keys]

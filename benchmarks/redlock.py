@@ -47,7 +47,9 @@ from benchmarks import (
     ratio,
     require_peer,
     round_trip_us,
+    run_timed,
     server_version,
+    several,
     standalone_main,
 )
 from benchmarks.contenders import BenchLock
@@ -64,13 +66,14 @@ from benchmarks.redlock_contenders import (
     REDLOCK_CONTENDERS,
     REDLOCK_REFERENCE,
     RedlockContender,
+    estimated_seconds,
     redlock_by_key,
 )
 from benchmarks.sections import write_section
 from tenure._tools.children import ignore_sigint
 from tenure.server import FaultProxy, ServerProcess
 
-__all__ = ["add_arguments", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
 
 _PACKAGES = ("tenure", "redis", "pottery", "aioredlock", "aioredis")
 SOLO_WARMUP = 20
@@ -510,12 +513,9 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     contenders = _check(args)
     for url in args.url:
         check_empty(url, args.allow_flush)
-    try:
-        run(args, command, contenders)
-    except (BenchmarkError, redis.RedisError) as exc:
-        progress(f"benchmark failed: {type(exc).__name__}: {exc}")
-        return 1
-    return 0
+    what = f"masters well, then one slow; {several(len(contenders), 'contender')}"
+    estimate = estimated_seconds(args)
+    return run_timed("redlock", estimate, what, lambda: run(args, command, contenders))
 
 
 def run(

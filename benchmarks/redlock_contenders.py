@@ -9,6 +9,7 @@ so every contender is timed through the same synchronous calls.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -23,7 +24,7 @@ import tenure
 from benchmarks import require_peer
 from benchmarks.contenders import ACQUIRE_TIMEOUT, LEASE_SECONDS, BenchLock
 
-__all__ = ["REDLOCK_CONTENDERS", "RedlockContender", "redlock_by_key"]
+__all__ = ["REDLOCK_CONTENDERS", "RedlockContender", "estimated_seconds", "redlock_by_key"]
 
 Maker = Callable[[Sequence[str], str], BenchLock]
 
@@ -149,3 +150,36 @@ def redlock_by_key(key: str) -> RedlockContender:
         if contender.key == key:
             return contender
     raise KeyError(key)
+
+
+# How long a run takes (:func:`estimated_seconds`), measured on the 2-core machine
+# of docs/benchmarks.md, in seconds.
+START = 1.0  # the interpreter, the report
+MASTERS_START = 1.0  # three private servers
+PROXY_START = 1.0  # the slow scenario's fault proxy, in a process of its own
+SOLO_RUN = 0.2  # a solo run's lock object (an event loop for the asyncio ones), FLUSHDBs
+WARMUP_CYCLES = 20  # before each solo run (redlock.SOLO_WARMUP)
+SPAWN = 0.6  # per process of a scenario's pool: spawn, imports, connect
+CONTENDED_RUN = 0.5  # per contended run: the common start's margin, collecting the records
+SLOW_TRIPS = {"aioredlock": 2.0}
+"""The slow master's delays in a cycle (acquire, release) of a lock that waits for every
+master; the others go on with a majority."""
+
+
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long ``tenure bench redlock`` with ``args`` (checked) takes, in seconds.
+
+    Two scenarios, each: every contender solo for ``--solo-seconds`` (after
+    warm-up cycles, slow ones with a slow master), and ``--rounds`` contended
+    runs of ``--seconds`` each from a pool of ``--processes`` processes.
+    """
+    keys = {k.strip() for k in (args.only or "").split(",") if k.strip()}
+    contenders = [c for c in REDLOCK_CONTENDERS if not keys or c.key in keys]
+    total = START + (0.0 if args.url else MASTERS_START) + PROXY_START
+    for slow in (0.0, float(args.slow_ms) / 1000):
+        total += args.processes * SPAWN
+        for contender in contenders:
+            late = slow * SLOW_TRIPS.get(contender.key, 0.0)
+            total += args.solo_seconds + args.solo_runs * (SOLO_RUN + WARMUP_CYCLES * late)
+            total += args.rounds * (args.seconds + CONTENDED_RUN + 10 * late)
+    return float(total)

@@ -33,14 +33,24 @@ import redis
 from redis.connection import Connection
 
 import tenure
-from benchmarks import BenchmarkError, add_output_arguments, check_empty, standalone_main
+from benchmarks import (
+    BenchmarkError,
+    add_output_arguments,
+    check_empty,
+    progress,
+    run_timed,
+    standalone_main,
+)
 from benchmarks.plot import plot_waits
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
 
 MAX_CYCLES = 1_000_000  # per run, so that a very fast machine cannot fill memory
+WARMUP_CYCLES = 100  # before each semaphore's timed runs
+START_SECONDS = 0.6  # the interpreter, the private server, the report
+WARMUP_SECONDS = 0.1  # a semaphore's client and warm-up cycles
 
 
 class CountingConnection(Connection):
@@ -184,7 +194,7 @@ def measure(
     client = redis.Redis(connection_pool=pool)
     client.flushdb()
     cycle = make(client, limit)
-    for _ in range(100):
+    for _ in range(WARMUP_CYCLES):
         cycle()
     rates = []
     trips = []
@@ -256,16 +266,24 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     add_output_arguments(parser, output, "acquire-time")
 
 
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long a run with ``args`` takes: ``--seconds`` per semaphore, and start-up."""
+    return START_SECONDS + 2 * (float(args.seconds) + WARMUP_SECONDS)
+
+
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     """Run with parsed ``args``; ``command`` is how it was called (for the report)."""
     if not 0 < args.seconds <= 600 or not 1 <= args.limit <= 10_000:
         raise BenchmarkError("--seconds must be in (0, 600] and --limit in 1..10000")
 
     def run(url: str, server: str) -> None:
-        results = {
-            "tenure": measure(tenure_cycle, url, args.limit, args.seconds),
-            "book": measure(book_cycle, url, args.limit, args.seconds),
-        }
+        results = {}
+        for name, make in (("tenure", tenure_cycle), ("book", book_cycle)):
+            results[name] = found = measure(make, url, args.limit, args.seconds)
+            progress(
+                f"semaphore {name}: {found.per_second:,.0f} cycles/s, "
+                f"{found.round_trips:.1f} round trips a cycle"
+            )
         mine = results["tenure"]
         print(f"{'semaphore':<34}{'cycles/s':>10}{'round trips':>13}{'tenure/row':>12}")
         for name, label in (("tenure", "tenure Semaphore"), ("book", "Redis in Action 6.3.5")):
@@ -294,9 +312,7 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
             write_section(output, "semaphores", report)
             print(f"wrote {args.output}", file=sys.stderr)
 
-    try:
-        if args.url:
-            check_empty(args.url, args.allow_flush)
+    def run_private() -> None:
         with given_or_private(args.url, name="bench-semaphores") as (url, server):
             where = (
                 url
@@ -304,10 +320,11 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
                 else (f"{server.engine.name} {server.engine.version} (private, loopback)")
             )
             run(url, where)
-    except redis.RedisError as exc:
-        print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+
+    if args.url:
+        check_empty(args.url, args.allow_flush)
+    what = f"tenure's Semaphore and the book's, {args.seconds:g} s each"
+    return run_timed("semaphores", estimated_seconds(args), what, run_private)
 
 
 def main(

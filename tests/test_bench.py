@@ -13,7 +13,16 @@ import pytest
 import redis
 
 import tenure._async._lock_rules
-from benchmarks import BENCHMARKS, BenchmarkError, require_peer
+from benchmarks import (
+    BENCHMARKS,
+    BenchmarkError,
+    about,
+    announce,
+    load_benchmark,
+    require_peer,
+    run_timed,
+    took,
+)
 from benchmarks.costs import COST_VARIANTS
 from benchmarks.entity import ENTITY_CONTENDERS
 from benchmarks.locks import (
@@ -22,11 +31,14 @@ from benchmarks.locks import (
     add_arguments,
     check_arguments,
     counts,
+    estimated_seconds,
     parts,
 )
+from benchmarks.locks_arguments import select
 from benchmarks.measure import ContendedResult, combine_rounds
 from benchmarks.names import measure_names, wait_idle
 from benchmarks.scale import WaitersResult, median_crowd
+from tenure._tooling import IDLE_TTL
 from tests.sql_databases import postgresql
 
 pytestmark = pytest.mark.engine_blind
@@ -41,6 +53,16 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*TENURE, *args], capture_output=True, text=True, timeout=360, check=False, cwd=cwd
     )
+
+
+def assert_timed(stderr: str, name: str) -> None:
+    """The run said how long it would take before it measured, and how long it took, last."""
+    lines = stderr.strip().splitlines()
+    said = [i for i, line in enumerate(lines) if line.startswith(f"tenure bench {name}: about ")]
+    assert said == [0], stderr  # once, before the first line of measurement
+    assert lines[0].endswith("; Ctrl-C stops it and cleans up"), lines[0]
+    done = rf"tenure bench {name}: done in [0-9.]+ (seconds|minutes)"
+    assert re.fullmatch(done, lines[-1]), stderr
 
 
 def test_every_benchmark_is_a_subcommand() -> None:
@@ -97,6 +119,7 @@ def test_bench_locks_prints_ratios_and_writes_report_json_and_plot(tmp_path: Pat
         "--output", str(report), "--json", str(data), "--plot", str(plot),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "locks")
     rows = first_table(done.stdout)
     for key in ("tenure", "redis-py", "python-redis-lock", "pottery", "set-nx"):
         assert key in rows, done.stdout
@@ -146,6 +169,7 @@ def test_bench_locks_on_a_topology_prices_the_acknowledgement(
         "--output", str(report), "--json", str(data),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "locks")
     rows = first_table(done.stdout)
     for key in ("tenure", "tenure-cluster-1", "tenure-cluster-2", "tenure-plus-rtt", "redis-py"):
         assert key in rows, done.stdout
@@ -176,6 +200,7 @@ def test_bench_locks_pool_waiters_and_names_parts(tmp_path: Path) -> None:
         "--output", str(report), "--json", str(data),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "locks")
     results = json.loads(data.read_text())
     assert results["run"]["parts"] == ["pool", "waiters", "names"]
     assert results["solo"] == results["contended"] == []
@@ -253,6 +278,7 @@ def test_bench_locks_entity_part(tmp_path: Path) -> None:
         "--output", str(report), "--json", str(data),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "locks")
     results = json.loads(data.read_text())
     assert results["run"]["parts"] == ["entity"]
     assert results["solo"] == results["names"] == []
@@ -336,6 +362,7 @@ def test_bench_locks_scale_part(tmp_path: Path) -> None:
         "--output", str(report), "--json", str(data),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "locks")
     results = json.loads(data.read_text())
     assert results["run"]["parts"] == ["scale"] and results["entity"] == []
     holds = {(r["key"], r["held"]): r for r in results["scale"]["holds"]}
@@ -450,6 +477,7 @@ def test_bench_semaphores_prints_ratio_and_plots(tmp_path: Path) -> None:
     plot = tmp_path / "acquires.png"
     done = run("bench", "semaphores", "--seconds", "0.3", "--plot", str(plot))
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "semaphores")
     assert "tenure Semaphore" in done.stdout and "Redis in Action 6.3.5" in done.stdout
     book = next(line for line in done.stdout.splitlines() if line.startswith("Redis in Action"))
     assert float(book.split()[-2]) == pytest.approx(7.0)  # the book's round trips
@@ -465,6 +493,7 @@ def test_bench_caches_measures_stampedes_and_hits(tmp_path: Path) -> None:
         "--plot", str(plot), "--output", str(report),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "caches")
     rows = {line.split("  ")[0]: line.split() for line in done.stdout.splitlines()}
     for label in ("tenure `@cached` (asyncio)", "tenure `@cached` (threads)"):
         row = next(v for k, v in rows.items() if k.startswith(label))
@@ -495,6 +524,7 @@ def test_bench_ingest_measures_speed_faults_and_memory(tmp_path: Path) -> None:
     finally:
         database.stop()
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "ingest")
     out = done.stdout
     assert "| one process: a `sqlite3` cursor, each row `json` encoded" in out
     assert "| one process: a psycopg cursor, each row `json` encoded" in out
@@ -528,6 +558,7 @@ def test_bench_redlock_measures_both_scenarios_and_judges_the_targets(tmp_path: 
         "--output", str(report), "--json", str(raw),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "redlock")
     out = done.stdout
     assert "### All masters well" in out and "### One master slow" in out
     for label in ("tenure `Redlock(timeout=10)`", "pottery `Redlock", "aioredlock `Aioredlock"):
@@ -551,6 +582,7 @@ def test_bench_idsets_measures_every_row_and_judges_the_targets(tmp_path: Path) 
         "--output", str(report), "--json", str(raw),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "idsets")
     out = done.stdout
     assert "### (a) spread over the 32-bit range:" in out and "### (b) dense below 200,000:" in out
     for label in ("numpy `intersect1d`", "pyroaring alone", "`IdSet` cold", "`IdSet` warm"):
@@ -576,6 +608,7 @@ def test_bench_consumers_measures_every_contender_and_judges_the_targets(tmp_pat
         "--output", str(report),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "consumers")
     for label in ("StreamConsumer.run", "AsyncStreamConsumer.run", "bare loop, redis-py"):
         assert label in done.stdout
     assert done.stdout.count("process(es): >= 0.8x") == 4  # two twins, two process counts
@@ -593,6 +626,7 @@ def test_bench_cache_paths_measures_every_path_beside_its_bare_loop(tmp_path: Pa
         "--only", "herd-fetch,cached-miss", "--output", str(report),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "cache-paths")
     for label in ("bare `GET` + `json.loads`", "`HerdCache.fetch`", "`@cached` function, a miss"):
         rows = [line for line in done.stdout.splitlines() if line.startswith(label + " ")]
         assert len(rows) == 2, label  # redis-py and redis.asyncio
@@ -643,6 +677,8 @@ def test_bench_refuses_bad_values() -> None:
     semaphores = run("bench", "semaphores", "--limit", "0")
     assert semaphores.returncode == 2
     assert "--limit in 1..10000" in semaphores.stderr
+    for refused in (bad, unknown, elsewhere, given, twice, local, part, names, scale, semaphores):
+        assert refused.stderr.count("\n") == 1, refused.stderr  # no estimate before the error
 
 
 def test_a_given_server_with_data_is_not_emptied(tenure_client: redis.Redis) -> None:
@@ -659,3 +695,95 @@ def test_a_given_server_with_data_is_not_emptied(tenure_client: redis.Redis) -> 
         assert refused.returncode == 2, refused.stderr
         assert "holds 1 keys" in refused.stderr and "--allow-flush" in refused.stderr
     assert tenure_client.get("precious") == b"data"
+
+
+def test_durations_are_said_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    assert about(0.2) == "1 second" and about(12.4) == "12 seconds" and about(41) == "40 seconds"
+    assert about(89) == "90 seconds" and about(90) == "2 minutes" and about(725) == "12 minutes"
+    assert took(7.44) == "7.4 seconds" and took(43.4) == "43 seconds"
+    assert took(708) == "11.8 minutes"
+    announce("locks", 725, "solo, names; 2 contenders")
+    assert capsys.readouterr().err == (
+        "tenure bench locks: about 12 minutes (solo, names; 2 contenders); "
+        "Ctrl-C stops it and cleans up\n"
+    )
+
+
+def test_a_timed_run_ends_with_the_time_it_took(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_timed("x", 5, "a part", lambda: None) == 0
+    said, done = capsys.readouterr().err.splitlines()
+    assert said.startswith("tenure bench x: about 5 seconds (a part); Ctrl-C")
+    assert re.fullmatch(r"tenure bench x: done in [0-9.]+ seconds", done)
+
+    def fails() -> None:
+        raise BenchmarkError("a worker hung")
+
+    assert run_timed("x", 5, "a part", fails) == 1  # a run that fails midway
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1] == "benchmark failed: BenchmarkError: a worker hung"
+    assert re.fullmatch(r"tenure bench x: stopped after [0-9.]+ seconds", lines[-1])
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C: the command's own exit status
+        run_timed("x", 5, "a part", interrupted)
+    assert capsys.readouterr().err.splitlines()[-1].startswith("tenure bench x: stopped after ")
+
+
+def test_the_locks_estimate_follows_the_structure_of_the_run() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def estimate(*argv: str) -> float:
+        return estimated_seconds(parser.parse_args(argv))
+
+    default = estimate()
+    assert 8 * 60 <= default <= 20 * 60  # about ten minutes on two cores
+    contended = sum(c.contended for c in select(None))
+    # Twice --seconds: 5 s more per contended run, 3 rounds of each contended contender.
+    assert estimate("--seconds", "10") - default == pytest.approx(3 * contended * 5.0)
+    assert estimate("--rounds", "6") > default + 3 * contended * 5.0  # and pool, entity rounds
+    # The names' idle wait: until tenure's markers expire, or the cap.
+    assert IDLE_TTL <= default - estimate("--skip-idle-wait") <= IDLE_TTL + 5
+    assert estimate("--idle-cap", "10") == pytest.approx(estimate("--skip-idle-wait") + 10)
+    assert estimate("--names", "2000000") - default > 2 * 60  # a million names more
+    assert estimate("--skip", "names") < default - 4 * 60
+    assert estimate("--parts", "all") - default > 2 * 60  # the scale part
+    assert estimate("--only", "tenure,redis-py") < default
+    assert estimate("--topology", "cluster") < 3 * 60  # solo and contended only
+
+
+SMALL_RUNS = {
+    "locks": ["--parts", "solo,contended", "--seconds", "0.5", "--solo-seconds", "0.3",
+              "--solo-runs", "1", "--rounds", "2", "--processes", "2"],
+    "semaphores": ["--seconds", "0.3"],
+    "caches": ["--rounds", "1", "--processes", "2", "--callers", "3", "--load", "0.05",
+               "--fresh", "0.2", "--seconds", "0.2", "--only", "tenure-async,tenure-threads"],
+    "cache-paths": ["--rounds", "1", "--seconds", "0.2", "--only", "herd-fetch,cached-miss"],
+    "ingest": ["--rows", "5000", "--rounds", "1", "--workers", "1,4", "--fault-rows", "20000",
+               "--memory-rows", "5000,10000"],
+    "redlock": ["--seconds", "0.3", "--solo-seconds", "0.3", "--solo-runs", "1", "--rounds", "1",
+                "--processes", "2", "--only", "tenure,pottery,aioredlock"],
+    "idsets": ["--ids-a", "20000", "--ids-b", "30000", "--dense-below", "200000", "--others",
+               "30", "--other-ids", "2000", "--rounds", "2"],
+    "consumers": ["--messages", "2000", "--rounds", "1", "--processes", "1,2"],
+}  # fmt: skip
+"""Arguments of a short run of each benchmark (those of the real runs above)."""
+DEFAULT_MINUTES = {
+    "locks": (8, 20), "semaphores": (0.05, 0.3), "caches": (1.5, 6), "cache-paths": (1.5, 6),
+    "ingest": (1.5, 6), "redlock": (1.5, 6), "idsets": (1.5, 6), "consumers": (0.3, 2),
+}  # fmt: skip
+"""Bounds of each benchmark's estimate for its defaults (measured on two cores)."""
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_every_benchmark_estimates_its_run_from_its_arguments(name: str) -> None:
+    module = load_benchmark(name)
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    default = module.estimated_seconds(parser.parse_args([]))
+    low, high = DEFAULT_MINUTES[name]
+    assert low * 60 <= default <= high * 60, default
+    small = module.estimated_seconds(parser.parse_args(SMALL_RUNS[name]))
+    assert 0 < small < default / 3, (small, default)
