@@ -57,6 +57,7 @@ from benchmarks import (
 )
 from benchmarks.cache_contenders import VALUE
 from benchmarks.sections import write_section
+from tenure._tools.children import sigint_blocked, start_helper
 from tenure.server._process import given_or_private
 
 __all__ = ["PATHS", "add_arguments", "estimated_seconds", "main", "run_command"]
@@ -302,6 +303,7 @@ async def _run_async(key: str, url: str, seconds: float) -> dict[str, dict[str, 
 
 def _worker(key: str, is_async: bool, url: str, seconds: float, results: Any) -> None:
     """One path and its bare loop in a process: their figures, or the error that stopped it."""
+    start_helper()
     try:
         if is_async:
             results.put(asyncio.run(_run_async(key, url, seconds)))
@@ -317,7 +319,8 @@ def _measure_once(
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     worker = context.Process(target=_worker, args=(key, is_async, url, seconds, results))
-    worker.start()
+    with sigint_blocked():
+        worker.start()
     try:
         got = results.get(timeout=WORKER_PATIENCE)
     except Exception as exc:

@@ -46,6 +46,7 @@ from benchmarks import (
 )
 from benchmarks.sections import write_section
 from tenure import AsyncStreamConsumer, StreamConsumer, StreamMessage
+from tenure._tools.children import sigint_blocked, start_helper
 from tenure.server._process import given_or_private
 
 __all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
@@ -153,6 +154,7 @@ def _worker(
     kind: str, url: str, stream: str, name: str, count: int, ready: Any, go: Any, results: Any
 ) -> None:
     """One consuming process: connect, say ready, wait for the start, drain; put its count."""
+    start_helper()
     ping = redis.Redis.from_url(url)
     ping.ping()
     ping.close()
@@ -203,8 +205,9 @@ def _round(
         for index in range(processes)
     ]
     try:
-        for worker in workers:
-            worker.start()
+        with sigint_blocked():
+            for worker in workers:
+                worker.start()
         for _ in workers:
             if not ready.acquire(timeout=WORKER_PATIENCE):
                 raise BenchmarkError(f"a {kind} consumer process did not start")

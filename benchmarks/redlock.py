@@ -70,7 +70,7 @@ from benchmarks.redlock_contenders import (
     redlock_by_key,
 )
 from benchmarks.sections import write_section
-from tenure._tools.children import ignore_sigint
+from tenure._tools.children import start_helper
 from tenure.server import FaultProxy, ServerProcess
 
 __all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
@@ -146,7 +146,7 @@ def _check(args: argparse.Namespace) -> list[RedlockContender]:
 
 
 def _proxy_main(target: tuple[str, int], latency: float, ports: Any, stop: Any) -> None:
-    ignore_sigint()
+    start_helper()
     with FaultProxy(*target, name="slow-master") as proxy:
         proxy.set_latency(latency, "downstream")
         ports.put(proxy.port)

@@ -20,8 +20,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from tenure._tooling import Plan
 from tenure._tools.cli import build_parser
-from tenure._tools.ingest_cli import ProgressWriter, job_from_settings
+from tenure._tools.ingest_cli import ProgressWriter, _few_chunks, job_from_settings
 from tenure.server import ServerProcess
 from tests.conftest import wait_for
 from tests.sql_databases import postgresql
@@ -207,6 +208,13 @@ def test_few_chunks_for_the_workers_are_told(
         "events: keys 1..5,000 make 1 chunk of 10,000: only 1 of 2 workers will have work; "
         "use --chunk-size 2500" in err
     )
+
+
+def test_more_workers_than_useful_chunks_are_told_to_use_fewer_workers() -> None:
+    plan = Plan(source={}, low=1, high=100_000, chunk_size=10_000)
+    said = _few_chunks(plan, plan.chunks, 100_000)
+    assert said is not None and "fewer workers would do (--workers 100" in said
+    assert "--chunk-size" not in said  # (a chunk of 1 key: slower, not faster)
 
 
 def test_every_ingest_option_shows_its_default() -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenure._async._wakeups import LINGER
 from tenure._core.ingest import IngestKeys, Plan, parse_sink
-from tenure._core.leased import IDLE_TTL, base_key, name_from_key
+from tenure._core.leased import IDLE_TTL, base_key, check_name, name_from_key
 from tenure._core.rows import encode_row
 from tenure._core.scripts import load_script
 from tenure._core.values import check_seconds, to_text
@@ -37,6 +37,7 @@ __all__ = [
     "Plan",
     "base_key",
     "bitmap_of",
+    "check_name",
     "check_seconds",
     "encode_row",
     "load_script",

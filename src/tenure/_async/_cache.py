@@ -63,7 +63,7 @@ from tenure._core.codec import (
     Codec,
     IdentityGenerator,
 )
-from tenure._core.exceptions import CacheDecodeError
+from tenure._core.exceptions import ArgumentError, CacheDecodeError
 from tenure._core.values import check_seconds
 
 __all__ = ["AsyncCache", "AsyncHerdCache"]
@@ -465,6 +465,12 @@ class AsyncHerdCache(_AsyncCacheBase):
         next caller, in any process, loads at once rather than wait it out.
         """
         refuse_awaited_call(type(self).__name__, "fetch", 1)
+        if not callable(loader):
+            raise ArgumentError(
+                "loader",
+                f"must be a function of no arguments, got {type(loader).__name__}",
+                name=self._naming.name,
+            )
         return await self._fetch_key(
             self._naming.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
         )

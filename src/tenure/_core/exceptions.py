@@ -32,7 +32,7 @@ The tree::
         │       └── SemaphoreLostError (also SemaphoreNotOwnedError)
         ├── SemaphoreLimitError (LockError)      the name is in use with another limit
         ├── AlreadyHeldError (LockError)         re-acquire of a non-reentrant hold
-        ├── AcquireTimeoutError (LockError)      ``with`` could not acquire in time
+        ├── AcquireTimeoutError (LockError)      `with` could not acquire in time
         ├── CacheDecodeError                     a stored cache value this cache cannot
         │                                        decode (read as a miss, never raised
         │                                        from get or fetch)

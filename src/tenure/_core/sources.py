@@ -118,6 +118,7 @@ class SqlSource:
             if not (
                 isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError))
                 or exc.connection_invalidated
+                or _NOT_A_DATABASE in str(exc).lower()  # (SQLite's DatabaseError)
             ):
                 raise
             raise _unavailable(self.engine.url, exc, doing) from exc
@@ -315,7 +316,9 @@ def _said(exc: BaseException) -> str:
 _KINDS = {"postgresql": "PostgreSQL", "mysql": "MySQL", "mariadb": "MariaDB", "sqlite": "SQLite",
           "mssql": "SQL Server", "oracle": "Oracle"}  # fmt: skip
 _PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521}
+_NOT_A_DATABASE = "file is not a database"
 _REASONS = (  # what a driver's message says -> what we say
+    (_NOT_A_DATABASE, "the file is not an SQLite database"),
     ("connection refused", "connection refused"),
     ("server closed the connection", "the server closed the connection"),
     ("unexpected postmaster exit", "the server stopped"),
@@ -469,9 +472,8 @@ class CallableSource(_FetchSource[Callable[[int, int], Iterable[Row]]]):
     def rows(self, first: int, last: int) -> Iterator[Row]:
         """What ``fetch`` yields, checked to ascend within the range."""
         order = KeyOrder(first, last)
-        for key, row in self._fetch(first, last):
-            order.check(key)
-            yield key, row
+        for item in self._fetch(first, last):
+            yield order.pair(item)
 
 
 class KeyOrder:
@@ -480,6 +482,17 @@ class KeyOrder:
     def __init__(self, first: int, last: int, *, argument: str = "fetch") -> None:
         self.previous, self.last = first - 1, last
         self.argument = argument  # what the error names
+
+    def pair(self, item: Any) -> Row:
+        """Accept a yielded ``(key, row)`` or raise :class:`ArgumentError` saying why."""
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ArgumentError(
+                self.argument,
+                f"yielded {_shown(item)}, not a (key, row) pair (refused before it was written)",
+            )
+        key, row = item
+        self.check(key)
+        return key, row
 
     def check(self, key: int) -> None:
         """Accept ``key`` or raise :class:`ArgumentError` naming it and the range."""
@@ -527,6 +540,11 @@ class AsyncCallableSource(_FetchSource[Callable[[int, int], AsyncIterable[Row]]]
     async def rows(self, first: int, last: int) -> AsyncIterator[Row]:
         """What ``fetch`` yields, checked to ascend within the range."""
         order = KeyOrder(first, last)
-        async for key, row in self._fetch(first, last):
-            order.check(key)
-            yield key, row
+        async for item in self._fetch(first, last):
+            yield order.pair(item)
+
+
+def _shown(value: Any) -> str:
+    """``value``'s repr, cut to 60 characters for a message."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

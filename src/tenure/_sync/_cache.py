@@ -57,7 +57,7 @@ from tenure._core.codec import (
     Codec,
     IdentityGenerator,
 )
-from tenure._core.exceptions import CacheDecodeError
+from tenure._core.exceptions import ArgumentError, CacheDecodeError
 from tenure._core.values import check_seconds
 from tenure._sync import _cache_reentry as reentry
 from tenure._sync._cache_fallback import CacheFallback
@@ -462,6 +462,12 @@ class HerdCache(_AsyncCacheBase):
         next caller, in any process, loads at once rather than wait it out.
         """
         refuse_awaited_call(type(self).__name__, "fetch", 1)
+        if not callable(loader):
+            raise ArgumentError(
+                "loader",
+                f"must be a function of no arguments, got {type(loader).__name__}",
+                name=self._naming.name,
+            )
         return self._fetch_key(
             self._naming.key_of(key, param), loader, ttl=ttl, herd_timeout=herd_timeout
         )

