@@ -78,7 +78,13 @@ from tenure._core.exceptions import (
 )
 from tenure._core.ingest import ChunkHolder, IngestStatus, ResetReport, WorkerReport
 from tenure._core.redlock import RedlockStatistics
-from tenure._core.sources import AsyncCallableSource, CallableSource, SqlSource
+from tenure._core.sources import (
+    AsyncCallableSource,
+    AsyncRowSource,
+    CallableSource,
+    RowSource,
+    SqlSource,
+)
 from tenure._core.statistics import (
     ClusterLockStatistics,
     LeasedStatistics,
@@ -127,6 +133,7 @@ __all__ = [
     "AsyncReadWriteLock",
     "AsyncRedlock",
     "AsyncReentrantLock",
+    "AsyncRowSource",
     "AsyncSemaphore",
     "AsyncStreamConsumer",
     "AsyncWriteLock",
@@ -176,6 +183,7 @@ __all__ = [
     "ReentrantLock",
     "ReplicationError",
     "ResetReport",
+    "RowSource",
     "ScriptError",
     "Semaphore",
     "SemaphoreLimitError",

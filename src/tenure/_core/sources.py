@@ -36,7 +36,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RowSource(Protocol):
-    """What an ingestion job reads."""
+    """What an :class:`~tenure.IngestJob` reads: implement it for a source of your own.
+
+    Any object with these three methods will do (a file, an HTTP API, another
+    store); :class:`SqlSource` and :class:`CallableSource` are two. Keys are
+    integers within +-(2**53 - 1), each row a dict that JSON can encode.
+    """
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description that names this source (no secrets)."""
@@ -510,7 +515,11 @@ class KeyOrder:
 
 
 class AsyncRowSource(Protocol):
-    """What an :class:`~tenure.AsyncIngestJob` reads without a thread: async key range and rows."""
+    """What an :class:`~tenure.AsyncIngestJob` reads without a thread: async key range and rows.
+
+    :class:`RowSource` for asyncio: ``key_range`` is a coroutine and ``rows``
+    an async iterator (:class:`AsyncCallableSource` is one).
+    """
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description that names this source (no secrets)."""
