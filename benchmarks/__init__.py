@@ -56,7 +56,6 @@ __all__ = [
     "server_cpu_us",
     "server_version",
     "several",
-    "standalone_main",
     "took",
 ]
 
@@ -229,28 +228,6 @@ def add_output_arguments(
     )
     if plotted is not None:
         parser.add_argument("--plot", help=f"draw the {plotted} distributions to this PNG")
-
-
-def standalone_main(
-    name: str, argv: Sequence[str] | None, *, prog: str | None, output: str | None
-) -> int:
-    """Benchmark ``name`` as its own program (``python -m benchmarks.<name>``).
-
-    Parses ``argv`` with the benchmark's options (``output`` is where the
-    report goes by default), runs it and returns the exit status; arguments
-    it cannot run with end the program with one line and status 2.
-    """
-    module = load_benchmark(name)
-    prog = prog or f"tenure bench {name}"
-    argv = list(sys.argv[1:] if argv is None else argv)
-    doc = module.__doc__ or ""
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
-    module.add_arguments(parser, output=output)
-    args = parser.parse_args(argv)
-    try:
-        return int(module.run_command(args, [*prog.split(), *argv]))
-    except BenchmarkError as exc:
-        parser.error(str(exc))
 
 
 def ratio(mine: float | None, theirs: float) -> str:

@@ -34,7 +34,6 @@ import platform
 import random
 import shlex
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -53,14 +52,13 @@ from benchmarks import (
     run_timed,
     server_cpu_us,
     several,
-    standalone_main,
 )
 from benchmarks.cache_contenders import VALUE
 from benchmarks.sections import write_section
 from tenure._tools.children import sigint_blocked, start_helper
 from tenure.server._process import given_or_private
 
-__all__ = ["PATHS", "add_arguments", "estimated_seconds", "main", "run_command"]
+__all__ = ["PATHS", "add_arguments", "estimated_seconds", "run_command"]
 
 HIT_TARGET = 1.1
 MISS_TARGET = 1.5
@@ -533,17 +531,3 @@ def report(
         text = render(figures, paths, where, args.rounds, args.seconds, shlex.join(command))
         write_section(Path(args.output), "cache-paths", text)
         progress(f"wrote {args.output}")
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench cache-paths",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("cache-paths", argv, prog=prog, output=output)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -48,14 +48,13 @@ from benchmarks import (
     progress,
     run_timed,
     several,
-    standalone_main,
 )
 from benchmarks.cache_contenders import CACHES, CacheContender, by_key
 from benchmarks.plot import plot_waits
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "run_command"]
 
 PHASES = ("cold", "expired")
 START_DELAY = 3.0  # seconds for every worker process to start and connect
@@ -417,17 +416,3 @@ def estimated_seconds(args: argparse.Namespace) -> float:
     stampede = START_DELAY + load + fresh + EXPIRED_AFTER + 2 * load + STAMPEDE_EXIT
     hits = (contenders + 2) * (WORKER_SECONDS + float(args.seconds))
     return START_SECONDS + int(args.rounds) * (contenders * stampede + hits)
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench caches",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("caches", argv, prog=prog, output=output)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,7 +26,6 @@ import multiprocessing
 import platform
 import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,14 +41,13 @@ from benchmarks import (
     progress,
     run_timed,
     several,
-    standalone_main,
 )
 from benchmarks.sections import write_section
 from tenure import AsyncStreamConsumer, StreamConsumer, StreamMessage
 from tenure._tools.children import sigint_blocked, start_helper
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "run_command"]
 
 TARGET = 0.8
 """Each consumer's messages/s against the bare loop of its own API."""
@@ -383,17 +381,3 @@ def report(
         )  # fmt: skip
         write_section(Path(args.output), "consumers", text)
         progress(f"wrote {args.output}")
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench consumers",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("consumers", argv, prog=prog, output=output)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

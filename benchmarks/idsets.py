@@ -45,12 +45,11 @@ from benchmarks import (
     round_trip_us,
     run_timed,
     server_version,
-    standalone_main,
 )
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "run_command"]
 
 SKIPPABLE = ("native", "overlaps")
 _PACKAGES = ("tenure", "redis", "numpy", "pyroaring")
@@ -440,16 +439,6 @@ def render(
     for target in found:
         parts.append(f"| {target.what} | {target.figures} | {'yes' if target.met else '**no**'} |")
     return "\n".join(parts) + "\n"
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench idsets",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("idsets", argv, prog=prog, output=output)
 
 
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:

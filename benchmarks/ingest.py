@@ -61,7 +61,6 @@ from benchmarks import (
     run_timed,
     server_cpu_us,
     several,
-    standalone_main,
 )
 from benchmarks.ingest_contenders import (
     BATCH,
@@ -77,7 +76,7 @@ from tenure._tooling import IngestKeys, read_status
 from tenure._tools.demo.ingest import build_table, stream_entries
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "run_command"]
 
 CHUNK = 10_000
 DESIGNS = {"tenure": "tenure IngestJob", "post": "the post (CLIENT SETNAME)"}
@@ -533,17 +532,3 @@ def _measure(
         server=server,
         command=command,
     )
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench ingest",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("ingest", argv, prog=prog, output=output)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

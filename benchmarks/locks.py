@@ -85,7 +85,6 @@ from benchmarks import (
     round_trip_us,
     run_timed,
     server_version,
-    standalone_main,
 )
 from benchmarks.contenders import Client, Contender, by_key
 from benchmarks.entity import EntityResult, measure_entity
@@ -145,7 +144,6 @@ __all__ = [
     "check_arguments",
     "counts",
     "estimated_seconds",
-    "main",
     "parts",
     "run_command",
 ]
@@ -410,16 +408,6 @@ def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         yield url, source
 
 
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench locks",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("locks", argv, prog=prog, output=output)
-
-
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     """Run with parsed ``args``; ``command`` is how it was called (for the report).
 
@@ -493,7 +481,3 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
         data = as_data(info, results)
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         progress(f"wrote {args.json}")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

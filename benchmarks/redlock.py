@@ -50,7 +50,6 @@ from benchmarks import (
     run_timed,
     server_version,
     several,
-    standalone_main,
 )
 from benchmarks.contenders import BenchLock
 from benchmarks.measure import (
@@ -73,7 +72,7 @@ from benchmarks.sections import write_section
 from tenure._tools.children import start_helper
 from tenure.server import FaultProxy, ServerProcess
 
-__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "run_command"]
 
 _PACKAGES = ("tenure", "redis", "pottery", "aioredlock", "aioredis")
 SOLO_WARMUP = 20
@@ -496,16 +495,6 @@ def render(info: dict[str, Any], scenarios: dict[str, Scenario], found: list[Tar
         "waits for every master.",
     ]
     return "\n".join(parts) + "\n"
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench redlock",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("redlock", argv, prog=prog, output=output)
 
 
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:

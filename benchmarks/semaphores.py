@@ -39,13 +39,12 @@ from benchmarks import (
     check_empty,
     progress,
     run_timed,
-    standalone_main,
 )
 from benchmarks.plot import plot_waits
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
 
-__all__ = ["add_arguments", "estimated_seconds", "main", "run_command"]
+__all__ = ["add_arguments", "estimated_seconds", "run_command"]
 
 MAX_CYCLES = 1_000_000  # per run, so that a very fast machine cannot fill memory
 WARMUP_CYCLES = 100  # before each semaphore's timed runs
@@ -325,17 +324,3 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
         check_empty(args.url, args.allow_flush)
     what = f"tenure's Semaphore and the book's, {args.seconds:g} s each"
     return run_timed("semaphores", estimated_seconds(args), what, run_private)
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "tenure bench semaphores",
-    output: str | None = None,
-) -> int:
-    """Parse ``argv``, run the benchmark and report; return the exit status."""
-    return standalone_main("semaphores", argv, prog=prog, output=output)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
