@@ -61,24 +61,26 @@ def sigint_blocked() -> Iterator[None]:
     thread of this process (a server's output reader, a queue's feeder), and
     Python would raise KeyboardInterrupt here mid-way through starting a
     helper, leaving it half-fed. So, in the main thread, a Ctrl-C that comes
-    during the block is also only noted, and raised once the block ends.
+    during the block is also only noted, and raised once the block ends; a
+    SIGTERM too (not masked: a helper must still be able to receive one).
     """
     deferred: list[int] = []
-    previous: Any = None
-    # (Nothing to defer where SIGINT is ignored, as in a shell's background job.)
+    previous: dict[int, Any] = {}
     main = threading.current_thread() is threading.main_thread()
-    main = main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
     if main:
-        previous = signal.signal(signal.SIGINT, lambda number, _frame: deferred.append(number))
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            # (Nothing to defer where a signal is ignored, as SIGINT in a background job.)
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, lambda number, _: deferred.append(number))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        if main:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
-            if deferred:
-                signal.raise_signal(signal.SIGINT)  # as if it came now
+        for held, handler in previous.items():
+            signal.signal(held, signal.SIG_DFL if handler is None else handler)
+        for number in dict.fromkeys(deferred):
+            signal.raise_signal(number)  # as if it came now
 
 
 def ignore_sigint() -> None:

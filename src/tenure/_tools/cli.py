@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--watch", type=_positive_float, help="refresh every N seconds")
     look.add_argument("--count", type=_positive_int, help="with --watch: stop after N rounds")
 
-    from tenure._tools.ingest_cli import add_ingest
+    from tenure._tools.ingest_parser import add_ingest
 
     add_ingest(commands, _positive_int, _positive_float)
 

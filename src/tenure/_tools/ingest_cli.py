@@ -46,7 +46,6 @@ from tenure._tools.children import Terminated, die_with_parent, ignore_sigint, s
 
 __all__ = [
     "ProgressWriter",
-    "add_ingest",
     "job_from_settings",
     "progress_line",
     "run_ingest",
@@ -54,71 +53,6 @@ __all__ = [
 ]
 
 PREFIX = "tenure:ingest:"
-
-
-def add_ingest(commands: Any, positive_int: Any, positive_float: Any) -> None:
-    """The ``ingest`` command and its ``run``, ``status`` and ``reset`` subcommands."""
-    ingest = commands.add_parser(
-        "ingest",
-        help="feed a SQL table into a Redis stream in chunks, every row once",
-        description="Chunked, crash-safe ingestion of a SQL table into a Redis stream.",
-    )
-    actions = ingest.add_subparsers(dest="action", metavar="ACTION", required=True)
-    run = actions.add_parser(
-        "run",
-        help="ingest a table (resumable: run it again after Ctrl-C or a crash)",
-        description="Ingest TABLE of SOURCE_URL (a SQLAlchemy URL, e.g. sqlite:///data.db) "
-        "into a stream with --workers processes. Ctrl-C or SIGTERM stops them, and they give "
-        "their chunks back: the same command resumes at once.",
-    )
-    run.add_argument(
-        "source_url", metavar="SOURCE_URL", help="SQLAlchemy URL of the database, e.g. "
-        "sqlite:///shop.db or postgresql+psycopg://user@host/db"
-    )  # fmt: skip
-    run.add_argument("--table", required=True, help="the table to read (required)")
-    run.add_argument("--key", required=True, help="its integer, unique key column (required)")
-    run.add_argument(
-        "--chunk-size", type=positive_int, default=10_000,
-        help="keys per chunk (default: 10,000); a job keeps the size it was planned with",
-    )  # fmt: skip
-    run.add_argument(
-        "--workers", type=positive_int, default=4, help="worker processes (default: 4)"
-    )
-    run.add_argument(
-        "--sink", help="stream:KEY or list:KEY (default: the job's own stream, "
-        "tenure:ingest:{JOB}:rows)"
-    )  # fmt: skip
-    run.add_argument("--name", help="the job's name (default: the table's name)")
-    run.add_argument(
-        "--lease", type=positive_float, default=30.0,
-        help="seconds a claim lasts without progress: a killed worker's chunk waits this long "
-        "(default: 30)",
-    )  # fmt: skip
-    run.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
-    status = actions.add_parser(
-        "status", help="a job's progress", description="A job's progress, without its source."
-    )
-    status.add_argument("name", metavar="JOB", help="the job's name")
-    status.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
-    status.add_argument("--json", action="store_true", help="print JSON (default: text)")
-    reset = actions.add_parser(
-        "reset",
-        help="remove a job so it can start over (its rows stay unless --sink)",
-        description="Remove job JOB: its plan, chunks, cursors, claims and counters. The "
-        "rows it wrote stay in its sink unless --sink. Refused while its workers hold "
-        "claims (stop them first, or --force). Asks for --yes.",
-    )
-    reset.add_argument("name", metavar="JOB", help="the job's name")
-    reset.add_argument(
-        "--sink", action="store_true",
-        help="delete the sink too: the stream or list the job wrote to (default: keep it)",
-    )  # fmt: skip
-    reset.add_argument(
-        "--force", action="store_true",
-        help="reset even while claims are running; their workers stop (default: refuse)",
-    )  # fmt: skip
-    reset.add_argument("--yes", action="store_true", help="do it (default: say what would go)")
-    reset.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
 
 
 def _redis_url(given: str | None) -> str:
@@ -276,6 +210,13 @@ def start_worker(
     return worker
 
 
+def _start(workers: list[BaseProcess], count: int, start: Any) -> None:
+    """Start ``count`` workers into ``workers``; a stop meanwhile waits until each is listed."""
+    for _ in range(count):
+        with sigint_blocked():
+            workers.append(start())
+
+
 def _figures(status: IngestStatus) -> str:
     return f"{status.rows:,} rows  chunks {status.done}/{status.chunks} ({status.claimed} in work)"
 
@@ -338,7 +279,8 @@ def _replace_dead(
             f"{name}: worker {worker.pid} died ({how}); {waits or 'it held no chunk'}; "
             "a new worker takes its place"
         )
-        workers[index] = start()
+        with sigint_blocked():  # a stop waits until the new worker is listed, to be stopped
+            workers[index] = start()
 
 
 def _as_json(status: IngestStatus) -> dict[str, Any]:
@@ -510,7 +452,7 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
     failures: SimpleQueue[Any] = multiprocessing.get_context("spawn").SimpleQueue()
 
     try:  # (Ctrl-C and SIGTERM: stop_on_signals, set by the command)
-        workers += [start_worker(redis_url, settings, failures) for _ in range(count)]
+        _start(workers, count, lambda: start_worker(redis_url, settings, failures))
         while True:
             status = job.status()
             progress.show(progress_line(status, started, before.rows))
@@ -534,7 +476,8 @@ def _run(client: redis.Redis, redis_url: str, options: argparse.Namespace) -> in
                 )
             if not alive:
                 # they ended (a lost server): start them again
-                workers = [start_worker(redis_url, settings, failures) for _ in range(count)]
+                workers.clear()
+                _start(workers, count, lambda: start_worker(redis_url, settings, failures))
             elif dead:  # killed (kill -9, the OOM killer) or crashed: one line, a new one
                 _replace_dead(
                     workers, status, lambda: start_worker(redis_url, settings, failures),
