@@ -295,6 +295,7 @@ class AsyncLease:
         rules = self._rules
         settings = rules.settings
         if error is not None:
+            self._holds.renewed(False)
             if now >= hold.expires_at:
                 return None, True
             logger.warning("tenure: renewing %r failed, retrying: %s", rules.name, error)
@@ -302,8 +303,9 @@ class AsyncLease:
             return min(hold.expires_at, now + retry), False
         granted_ms = int(reply)
         if granted_ms <= 0:
+            self._holds.renewed(False)
             return None, True
-        self._holds.renewals += 1
+        self._holds.renewed(True)
         # The job was sent no earlier than it was due: a conservative expiry.
         hold.expires_at = job.due + granted_ms / 1000
         if not settings.auto_renew and settings.max_hold is None:

@@ -157,8 +157,9 @@ class AsyncQueue:
                 blocking_timeout,
                 GRACE,
             )
-            return self._holds.timed_out()
+            return self._holds.timed_out(started)
         except BaseException as exc:
+            self._holds.gave_up(started, exc)
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
@@ -209,7 +210,7 @@ class AsyncQueue:
                         # No answer by the deadline: the line takes it out of
                         # the queue with its next rounds, passing on any grant.
                         left = False
-                        return self._holds.timed_out()
+                        return self._holds.timed_out(call.started)
                     return kept
                 granted = await waiter.wait(None if deadline is None else deadline - now)
                 if granted is None:
@@ -258,7 +259,7 @@ class AsyncQueue:
             ):
                 return True
             if waiter.dismissed:
-                return self._holds.timed_out()
+                return self._holds.timed_out(call.started)
             if time.monotonic() >= patience:
                 return None
             waiter.recheck = False

@@ -259,7 +259,7 @@ class AsyncRedlockQueue:
                 room = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not await turn.take(room):  # this process's other attempts took it all
                     await shielded(self._leave_now(token, attempt))
-                    return self._holds.timed_out()
+                    return self._holds.timed_out(started)
                 try:
                     tried = await shielded(self._attempt(token, ticket, listener, attempt, silent))
                 finally:
@@ -281,7 +281,7 @@ class AsyncRedlockQueue:
                         await shielded(self._leave_now(token, attempt))
                         if given_up:
                             raise tried.unreachable
-                        return self._holds.timed_out()  # the deadline came first
+                        return self._holds.timed_out(started)  # the deadline came first
                     if tried.crowded:
                         # The pools' connections carry this process's other calls: wait
                         # longer each time (with jitter), not in step with the others.
@@ -311,7 +311,7 @@ class AsyncRedlockQueue:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     await shielded(self._leave_now(token, attempt))
-                    return self._holds.timed_out()
+                    return self._holds.timed_out(started)
                 if listener is None:
                     before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
                     self.seen_busy = True
@@ -330,6 +330,7 @@ class AsyncRedlockQueue:
                     wake_at = min(wake_at, deadline)
                 await listener.wait(wake_at - now)
         except BaseException as exc:
+            self._holds.gave_up(started, exc)
             # Failed, cancelled or interrupted: leave every line, give back any grant.
             with self._holds.mutex:
                 self._live.discard(token)

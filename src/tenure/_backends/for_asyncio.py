@@ -42,6 +42,7 @@ __all__ = [
     "dropped_on_loop",
     "guarded",
     "in_batches",
+    "is_cancellation",
     "node_pipeline",
     "on_signals",
     "race",
@@ -58,6 +59,11 @@ IS_ASYNC = True
 CAN_CANCEL_HOLDER = True
 
 T = TypeVar("T")
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` ends a call from outside (a cancellation, Ctrl-C), not as its failure."""
+    return isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit))
 
 
 async def sleep(seconds: float) -> None:

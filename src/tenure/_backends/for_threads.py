@@ -44,6 +44,7 @@ __all__ = [
     "dropped_on_loop",
     "guarded",
     "in_batches",
+    "is_cancellation",
     "node_pipeline",
     "on_signals",
     "race",
@@ -60,6 +61,11 @@ IS_ASYNC = False
 CAN_CANCEL_HOLDER = False
 
 T = TypeVar("T")
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` ends a call from outside (Ctrl-C, an exit), not as its failure."""
+    return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 def sleep(seconds: float) -> None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import enum
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from tenure._core.codec import IdentityGenerator
 from tenure._core.exceptions import (
@@ -425,6 +426,10 @@ class Outage(Protocol):
     ended: bool
 
 
+REQUEST_RESULTS = {"hits": "hit", "misses": "miss", "stale_hits": "stale", "waits": "wait"}
+"""The counters that are a request's result, and the result each is (``fallback`` apart)."""
+
+
 class CacheCounters:
     """One cache object's counters (this process only), shared by the parts of the cache.
 
@@ -436,13 +441,22 @@ class CacheCounters:
 
     __slots__ = ("counts", "outage")
 
+    told: ClassVar[Callable[[str], None] | None] = None
+    """Told each request's result (``hit``, ``miss``...): the metrics' seam sets it."""
+
     def __init__(self) -> None:
         self.counts = new_counters()
         self.outage: Outage | None = None  # the last outage a fetch went through
 
-    def add(self, field: str) -> None:
-        """Count one event of ``field``."""
+    def add(self, field: str, *, tell: bool = True) -> None:
+        """Count one event of ``field``, and tell a request's result to the metrics.
+
+        ``tell`` False: counted, not told (a waiter's hit, told as a wait).
+        """
         self.counts[field] += 1
+        told = CacheCounters.told
+        if told is not None and tell and field in REQUEST_RESULTS:
+            told(REQUEST_RESULTS[field])
 
     def snapshot(self) -> CacheStatistics:
         """An immutable snapshot of the counters."""
@@ -451,6 +465,9 @@ class CacheCounters:
     def fell_back(self, outage: Outage | None) -> None:
         """A fetch computed without the cache, around ``outage`` (None: not an outage)."""
         self.counts["fallbacks"] += 1
+        told = CacheCounters.told
+        if told is not None:
+            told("fallback")
         if outage is not None and self.outage is not outage:
             self.outage = outage
             self.counts["outages"] += 1

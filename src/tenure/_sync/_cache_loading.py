@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tenure._backends.for_threads import Mutex, start_background
+from tenure._backends.for_threads import Mutex, is_cancellation, start_background
 from tenure._backends.owners import new_token
+from tenure._backends.telemetry import metrics
 from tenure._core.cache import (
     UNREACHABLE,
     WAIT_RECHECK,
@@ -121,7 +122,8 @@ class HerdLoading:
         try:
             fetched = scripts.fetch(keys, token, "", early_factor(self.early))
             waiter = None
-            if fetched.status == Status.WAIT:
+            waited = fetched.status == Status.WAIT  # (the request's result, told once)
+            if waited:
                 self._counters.add("waits")
             try:
                 while fetched.status == Status.WAIT:
@@ -146,17 +148,17 @@ class HerdLoading:
             except CacheDecodeError:
                 if fetched.status == Status.REFRESH:
                     scripts.give_back(keys, token)
-                self._counters.add("misses")
+                self._counters.add("misses", tell=not waited)
                 # not written back: another writer's format
                 return unwrap_loaded(call_loader(loader, stored), None)[0]
             if fetched.status == Status.FRESH:
-                self._counters.add("hits")
+                self._counters.add("hits", tell=not waited)
             else:
-                self._counters.add("stale_hits")
+                self._counters.add("stale_hits", tell=not waited)
             if fetched.status == Status.REFRESH:
                 self._refresh_in_background(keys, token, loader, ttl, herd)
             return value
-        self._counters.add("misses")
+        self._counters.add("misses", tell=not waited)
         self._counters.add("loads")
         return self._load(keys, token, loader, ttl, herd)
 
@@ -175,12 +177,16 @@ class HerdLoading:
             # A value the serializer refuses fails like its loader: the lease
             # is given back at once, for the next caller's loader to run.
             data = self._codec.encode(value)
-        except BaseException:
+        except BaseException as exc:
             watchdog().cancel(renewal)
             self._scripts.give_back(keys, token)
+            if not is_cancellation(exc) and (recorder := metrics()) is not None:
+                recorder.cache_load_error()
             raise
         watchdog().cancel(renewal)
         took = time.monotonic() - started
+        if (recorder := metrics()) is not None:
+            recorder.cache_load(took)
         try:
             self._scripts.commit(keys, token, data, took, ttl, herd)
         except BaseException as exc:

@@ -26,8 +26,10 @@ from tenure._backends.for_threads import (
     cancel_holder,
     current_holder,
     dropped_on_loop,
+    is_cancellation,
     taken_on_loop,
 )
+from tenure._backends.telemetry import metrics
 from tenure._core.leased import (
     Hold,
 )
@@ -35,6 +37,7 @@ from tenure._core.statistics import (
     Counters,
     LeasedStatistics,
 )
+from tenure._core.telemetry import ACQUIRED, CANCELLED, ERROR, TIMEOUT
 from tenure._sync._rules import Rules
 from tenure._sync._watchdog import watchdog
 
@@ -88,22 +91,42 @@ class Holds(OwnerSlot[Hold], Counters):
         """Make ``hold``, just taken, the current owner's (the mutex held)."""
         self.track(hold)
         self.record_acquired(hold.waited, contended=contended)
+        if (recorder := metrics()) is not None:
+            recorder.lock_wait(self.kind, hold.waited, ACQUIRED)
 
     def track(self, hold: Hold) -> None:
         """Make ``hold`` the current owner's (the mutex held)."""
         self.set(hold)
         hold.loop_thread = taken_on_loop(self._rules.keys.owner)
 
+    def renewed(self, ok: bool) -> None:
+        """Count a renewal of a hold (``ok``), or one that failed (an error, the hold gone)."""
+        if ok:
+            self.renewals += 1
+        if (recorder := metrics()) is not None:
+            recorder.lock_renewal(self.kind, ok)
+
     def add_waiter(self, count: int) -> None:
         """Count a waiter in line (``count`` 1) or out of it (-1)."""
         with self.mutex:
             self.waiters += count
 
-    def timed_out(self) -> bool:
-        """Count a waiter that gave up at its deadline; False, what ``acquire()`` returns."""
+    def timed_out(self, started: float) -> bool:
+        """Count a waiter that gave up at its deadline; False, what ``acquire()`` returns.
+
+        ``started``: when its acquire was called (monotonic).
+        """
         with self.mutex:
             self.timeouts += 1
+        if (recorder := metrics()) is not None:
+            recorder.lock_wait(self.kind, time.monotonic() - started, TIMEOUT)
         return False
+
+    def gave_up(self, started: float, exc: BaseException) -> None:
+        """Tell the metrics of an acquire that ended with ``exc`` (cancelled, or an error)."""
+        if (recorder := metrics()) is not None:
+            outcome = CANCELLED if is_cancellation(exc) else ERROR
+            recorder.lock_wait(self.kind, time.monotonic() - started, outcome)
 
     # -- redis-py's local.token -----------------------------------------------------
 
@@ -140,6 +163,8 @@ class Holds(OwnerSlot[Hold], Counters):
                 return
             hold.lost = True
             self.lost += 1
+        if (recorder := metrics()) is not None:
+            recorder.lock_lost(self.kind)
         rules = self._rules
         logger.warning("tenure: %s %r: %s (fence %s)", rules.noun, rules.name, why, hold.fence)
         if self.cancel_on_lost and hold.guarded:
@@ -151,9 +176,12 @@ class Holds(OwnerSlot[Hold], Counters):
     def found_gone(self, hold: Hold) -> None:
         """A release found ``hold`` gone: count it lost (without telling: the caller raises)."""
         with self.mutex:
-            if not hold.lost:
-                hold.lost = True
-                self.lost += 1
+            if hold.lost:
+                return
+            hold.lost = True
+            self.lost += 1
+        if (recorder := metrics()) is not None:
+            recorder.lock_lost(self.kind)
 
     def forget(self, hold: Hold) -> None:
         """Stop tracking (and renewing) ``hold``."""
@@ -182,6 +210,8 @@ class Holds(OwnerSlot[Hold], Counters):
         """Count ``hold``'s release."""
         with self.mutex:
             self.record_released(hold)
+        if (recorder := metrics()) is not None:
+            recorder.lock_hold(self.kind, time.monotonic() - hold.acquired_at)
 
     # -- reporting --------------------------------------------------------------
 

@@ -158,8 +158,9 @@ class Queue:
                 blocking_timeout,
                 GRACE,
             )
-            return self._holds.timed_out()
+            return self._holds.timed_out(started)
         except BaseException as exc:
+            self._holds.gave_up(started, exc)
             # Cancelled, interrupted or failed after a script may have taken it
             # (or queued us) for this token: give back whatever it did.
             if not isinstance(exc, PrimitiveError) and not in_line:
@@ -208,7 +209,7 @@ class Queue:
                         # No answer by the deadline: the line takes it out of
                         # the queue with its next rounds, passing on any grant.
                         left = False
-                        return self._holds.timed_out()
+                        return self._holds.timed_out(call.started)
                     return kept
                 granted = waiter.wait(None if deadline is None else deadline - now)
                 if granted is None:
@@ -253,7 +254,7 @@ class Queue:
             if granted is not None and self._take_granted(call, granted, line.local_time(granted)):
                 return True
             if waiter.dismissed:
-                return self._holds.timed_out()
+                return self._holds.timed_out(call.started)
             if time.monotonic() >= patience:
                 return None
             waiter.recheck = False

@@ -260,7 +260,7 @@ class RedlockQueue:
                 room = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not turn.take(room):  # this process's other attempts took it all
                     shielded(self._leave_now(token, attempt))
-                    return self._holds.timed_out()
+                    return self._holds.timed_out(started)
                 try:
                     tried = shielded(self._attempt(token, ticket, listener, attempt, silent))
                 finally:
@@ -282,7 +282,7 @@ class RedlockQueue:
                         shielded(self._leave_now(token, attempt))
                         if given_up:
                             raise tried.unreachable
-                        return self._holds.timed_out()  # the deadline came first
+                        return self._holds.timed_out(started)  # the deadline came first
                     if tried.crowded:
                         # The pools' connections carry this process's other calls: wait
                         # longer each time (with jitter), not in step with the others.
@@ -312,7 +312,7 @@ class RedlockQueue:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     shielded(self._leave_now(token, attempt))
-                    return self._holds.timed_out()
+                    return self._holds.timed_out(started)
                 if listener is None:
                     before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
                     self.seen_busy = True
@@ -331,6 +331,7 @@ class RedlockQueue:
                     wake_at = min(wake_at, deadline)
                 listener.wait(wake_at - now)
         except BaseException as exc:
+            self._holds.gave_up(started, exc)
             # Failed, cancelled or interrupted: leave every line, give back any grant.
             with self._holds.mutex:
                 self._live.discard(token)

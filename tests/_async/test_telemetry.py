@@ -1,0 +1,165 @@
+"""Every metric receives what a scenario implies (docs/observability.md), in both twins.
+
+The SDK's in-memory reader reads what tenure recorded (tests/metric_readings.py).
+Locks: an acquisition and its hold, an acquire that timed out, renewals, and a
+hold lost to a deleted key with the renewal that found it gone. Caches: each
+request once, as a hit, a miss, a stale hit, a wait or a fallback, the loads'
+durations and a failed load.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio
+
+from tenure import (
+    AsyncCache,
+    AsyncHerdCache,
+    AsyncLock,
+    AsyncReentrantLock,
+    AsyncSemaphore,
+    LockLostError,
+)
+from tenure._core.telemetry import (
+    CACHE_LOAD,
+    CACHE_LOAD_ERRORS,
+    CACHE_REQUESTS,
+    LOCK_HOLD,
+    LOCK_LOST,
+    LOCK_RENEWALS,
+    LOCK_WAIT,
+)
+from tests._backend_asyncio import gather, sleep, until
+from tests.metric_readings import Readings, reader
+
+pytestmark = pytest.mark.topologies("standalone")
+
+
+@pytest.fixture(autouse=True)
+def _listening() -> None:
+    reader()  # the provider set, and tenure listening
+
+
+async def test_an_acquisition_and_its_hold_are_measured(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    seen = Readings()
+    async with AsyncLock(tenure_async_client, "otel-held", timeout=10):
+        pass
+    async with AsyncSemaphore(tenure_async_client, "otel-permits", 2):
+        pass
+    lock = AsyncReentrantLock(tenure_async_client, "otel-again")
+    async with lock, lock:  # re-entered: one acquisition, one hold
+        pass
+    assert seen.count(LOCK_WAIT, primitive="lock", outcome="acquired") == 1
+    assert seen.count(LOCK_HOLD, primitive="lock") == 1
+    assert seen.count(LOCK_WAIT, primitive="semaphore", outcome="acquired") == 1
+    assert seen.count(LOCK_HOLD, primitive="semaphore") == 1
+    assert seen.count(LOCK_WAIT, primitive="reentrant_lock") == 1
+    assert seen.count(LOCK_HOLD, primitive="reentrant_lock") == 1
+    assert seen.count(LOCK_WAIT, outcome="timeout") == 0
+
+
+async def test_an_acquire_that_times_out_is_measured_with_its_wait(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    holder = AsyncLock(tenure_async_client, "otel-busy", timeout=10)
+    waiter = AsyncLock(tenure_async_client, "otel-busy", timeout=10)
+    async with holder:
+        seen = Readings()
+        assert not await waiter.acquire(blocking_timeout=0.2)
+        assert seen.count(LOCK_WAIT, primitive="lock", outcome="timeout") == 1
+        assert 0.15 <= seen.total(LOCK_WAIT, outcome="timeout") < 5
+        assert seen.count(LOCK_WAIT, outcome="acquired") == 0
+
+
+async def test_renewals_and_a_lost_hold_are_measured(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    seen = Readings()
+    lock = AsyncLock(tenure_async_client, "otel-lost", timeout=0.3, auto_renew=True)
+
+    async def renewed() -> bool:  # every 0.1 s
+        return seen.count(LOCK_RENEWALS, primitive="lock", outcome="ok") >= 2
+
+    async def found_gone() -> bool:
+        return lock.lost
+
+    with pytest.raises(LockLostError):
+        async with lock:
+            await until(renewed, 5, "two renewals")
+            await tenure_async_client.delete(lock.keys.owner)  # someone breaks it
+            await until(found_gone, 5, "the renewal finding the hold gone")
+    assert seen.count(LOCK_LOST, primitive="lock") == 1
+    assert seen.count(LOCK_RENEWALS, primitive="lock", outcome="failed") == 1
+    assert seen.count(LOCK_HOLD, primitive="lock") == 0  # lost, not released
+
+
+async def test_each_cache_request_is_told_once_with_what_it_found(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    seen = Readings()
+    plain = AsyncCache(tenure_async_client, "otel-plain", ttl=30)
+    assert await plain.get("k") is None  # miss
+    await plain.set("k", 1)
+    assert await plain.get("k") == 1  # hit
+    herd = AsyncHerdCache(tenure_async_client, "otel-herd", ttl=0.3, herd_timeout=30)
+
+    async def load() -> int:
+        await sleep(0.2)
+        return 7
+
+    assert await herd.fetch("k", load) == 7  # miss: loaded
+    assert await herd.fetch("k", load) == 7  # hit
+    await sleep(0.4)
+    assert await herd.fetch("k", load) == 7  # stale: served, refreshed in the background
+    assert seen.count(CACHE_REQUESTS, result="miss") == 2
+    assert seen.count(CACHE_REQUESTS, result="hit") == 2
+    assert seen.count(CACHE_REQUESTS, result="stale") == 1
+    assert seen.count(CACHE_REQUESTS, result="wait") == 0
+    assert seen.count(CACHE_LOAD) >= 1
+    assert seen.total(CACHE_LOAD) >= 0.15
+
+
+async def test_a_waiter_is_told_as_a_wait_and_a_failed_load_as_an_error(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    seen = Readings()
+    first = AsyncHerdCache(tenure_async_client, "otel-wait", ttl=30)
+    second = AsyncHerdCache(other_client, "otel-wait", ttl=30)  # as another process's
+
+    async def slow() -> int:
+        await sleep(0.4)
+        return 1
+
+    async def loads() -> int:
+        return int(await first.fetch("k", slow))
+
+    async def waits() -> int:
+        await sleep(0.1)  # the first caller holds the load lease by then
+        return int(await second.fetch("k", slow))
+
+    assert await gather(loads, waits) == [1, 1]
+    assert seen.count(CACHE_REQUESTS, result="miss") == 1
+    assert seen.count(CACHE_REQUESTS, result="wait") == 1
+    assert seen.count(CACHE_REQUESTS, result="hit") == 0  # (the waiter's, told as its wait)
+
+    async def broken() -> int:
+        raise RuntimeError("the database is down")
+
+    with pytest.raises(RuntimeError):
+        await first.fetch("other", broken)
+    assert seen.count(CACHE_LOAD_ERRORS) == 1
+
+
+async def test_a_fetch_around_an_outage_is_told_as_a_fallback() -> None:
+    seen = Readings()
+    dead = redis.asyncio.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens there
+    cache = AsyncHerdCache(dead, "otel-outage", ttl=30)
+
+    async def load() -> int:
+        return 3
+
+    assert await cache.fetch("k", load) == 3
+    assert seen.count(CACHE_REQUESTS, result="fallback") == 1
+    await dead.aclose()
