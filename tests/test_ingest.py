@@ -159,6 +159,23 @@ def test_a_cancelled_async_worker_gives_its_claim_back(tenure_server: ServerProc
     asyncio.run(main())
 
 
+def test_a_claim_says_whether_it_took_over_a_lease_that_ran_out(tenure_client: redis.Redis) -> None:
+    source = CallableSource(numbers, low=1, high=100, name="numbers")
+    job = IngestJob(tenure_client, "taken", source, chunk_size=100)
+    keys = job.keys
+    claim_keys = (keys.free, keys.leases, keys.cursors, keys.stats, keys.fence, keys.plan)
+    fingerprint = job.plan().fingerprint
+
+    def claim(token: str, lease_ms: int) -> Any:
+        return job._registry.run("ingest_claim", claim_keys, (token, lease_ms, fingerprint))
+
+    assert claim("t1@a", 30_000)[4] == 0  # never claimed
+    assert job._registry.run("ingest_release", (keys.free, keys.leases), ("t1@a", 0)) == 1
+    assert claim("t2@b", 50)[4] == 0  # given back: not taken over
+    time.sleep(0.1)  # its worker "died": the lease runs out unreleased
+    assert claim("t3@c", 30_000)[4] == 1
+
+
 def test_a_resent_release_or_reset_changes_nothing(tenure_client: redis.Redis) -> None:
     """The scripts run twice with the same arguments, as a client library's resend would."""
     source = CallableSource(numbers, low=1, high=100, name="numbers")

@@ -59,6 +59,8 @@ def test_keys_share_the_job_hash_tag() -> None:
 def test_claim_replies() -> None:
     assert parse_claim([1, 3, 17, None]) == Claim(chunk=3, fence=17, cursor=None)
     assert parse_claim([1, 3, 17, b"41"]) == Claim(chunk=3, fence=17, cursor=41)
+    assert parse_claim([1, 3, 17, None, 1]) == Claim(3, 17, None, taken_over=True)
+    assert parse_claim([1, 3, 17, b"41", 0]) == Claim(3, 17, 41, taken_over=False)
     assert parse_claim([0]) is None
     assert parse_claim([-1, 1500]) == 1.5
     assert parse_claim([-2]) == REPLANNED  # the job was reset meanwhile

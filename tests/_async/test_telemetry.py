@@ -9,25 +9,37 @@ durations and a failed load.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 import redis.asyncio
 
 from tenure import (
     AsyncCache,
+    AsyncCallableSource,
     AsyncHerdCache,
+    AsyncIdSet,
+    AsyncIngestJob,
     AsyncLock,
     AsyncReentrantLock,
     AsyncSemaphore,
+    AsyncStreamConsumer,
     LockLostError,
+    StreamMessage,
 )
 from tenure._core.telemetry import (
     CACHE_LOAD,
     CACHE_LOAD_ERRORS,
     CACHE_REQUESTS,
+    IDSET_COMPACTIONS,
+    IDSET_QUERY,
+    INGEST_CHUNKS,
+    INGEST_ROWS,
     LOCK_HOLD,
     LOCK_LOST,
     LOCK_RENEWALS,
     LOCK_WAIT,
+    STREAM_MESSAGES,
 )
 from tests._backend_asyncio import gather, sleep, until
 from tests.metric_readings import Readings, reader
@@ -163,3 +175,68 @@ async def test_a_fetch_around_an_outage_is_told_as_a_fallback() -> None:
     assert await cache.fetch("k", load) == 3
     assert seen.count(CACHE_REQUESTS, result="fallback") == 1
     await dead.aclose()
+
+
+async def test_an_ingestion_counts_its_rows_chunks_and_a_chunk_taken_over(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    async def numbers(first: int, last: int) -> AsyncIterator[tuple[int, dict[str, int]]]:
+        for key in range(first, last + 1):
+            yield key, {"n": key}
+
+    source = AsyncCallableSource(numbers, low=1, high=100, name="numbers")
+    job = AsyncIngestJob(tenure_async_client, "otel-ingest", source, chunk_size=50, batch=20)
+    keys, plan = job.keys, await job.plan()
+    claim_keys = (keys.free, keys.leases, keys.cursors, keys.stats, keys.fence, keys.plan)
+    # a worker that claims a chunk and dies: its 50 ms lease runs out unreleased
+    await job._registry.run("ingest_claim", claim_keys, ("dead@x", 50, plan.fingerprint))
+    await sleep(0.1)
+    seen = Readings()
+    report = await job.work()
+    assert report.rows == 100
+    assert seen.count(INGEST_ROWS) == 100
+    assert seen.count(INGEST_CHUNKS, outcome="done") == 2
+    assert seen.count(INGEST_CHUNKS, outcome="taken_over") == 1
+
+
+async def test_a_consumer_counts_acked_failed_and_dead_lettered_messages(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    for n in range(5):
+        await tenure_async_client.xadd("{otel}jobs", {"n": str(n)})
+    consumer = AsyncStreamConsumer(tenure_async_client, "{otel}jobs", "g", "c0", block=0.1)
+    seen = Readings()
+
+    async def handle(message: StreamMessage) -> None:
+        if message.fields[b"n"] == b"4":
+            consumer.stop()
+        if message.fields[b"n"] == b"2":
+            raise ValueError("a poison message")
+
+    assert await consumer.run(handle) == 4
+    assert seen.count(STREAM_MESSAGES, outcome="acked") == 4
+    assert seen.count(STREAM_MESSAGES, outcome="failed") == 1
+    # the failed message, delivered once, is moved to the dead letters when claimed
+    claimer = AsyncStreamConsumer(
+        tenure_async_client, "{otel}jobs", "g", "c1", block=0.1, claim_idle=0.1,
+        max_deliveries=1,
+    )  # fmt: skip
+    await sleep(0.2)
+    assert await claimer.read() == []
+    assert seen.count(STREAM_MESSAGES, outcome="dead_lettered") == 1
+
+
+async def test_id_set_queries_and_compactions_are_measured(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    first = AsyncIdSet(tenure_async_client, "otel-a")
+    second = AsyncIdSet(tenure_async_client, "otel-b")
+    await first.add_many(range(0, 1000, 2))
+    await second.add_many(range(0, 1000, 3))
+    seen = Readings()
+    assert await first.intersection_count(second) == 167
+    assert 0.0 < await first.jaccard(second) < 1.0
+    assert seen.count(IDSET_QUERY, operation="intersection_count") == 1
+    assert seen.count(IDSET_QUERY, operation="jaccard") == 1
+    assert await first.compact()
+    assert seen.count(IDSET_COMPACTIONS) == 1

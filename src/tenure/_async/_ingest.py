@@ -44,6 +44,7 @@ from tenure._backends.for_asyncio import (
     sleep,
     source_call,
 )
+from tenure._backends.telemetry import metrics
 from tenure._core.clients import map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
 from tenure._core.ingest import (
@@ -62,6 +63,7 @@ from tenure._core.ingest import (
 )
 from tenure._core.leased import check_name
 from tenure._core.rows import RowEncoder
+from tenure._core.telemetry import DONE, TAKEN_OVER
 from tenure._core.values import check_seconds, to_ms, to_text
 
 # isort: split
@@ -248,6 +250,8 @@ class AsyncIngestJob:
                     continue
                 assert isinstance(claim, Claim)
                 chunk = claim.chunk
+                if claim.taken_over and (recorder := metrics()) is not None:
+                    recorder.ingest_chunk(TAKEN_OVER)
                 done, added = await self._ingest_chunk(plan, claim, token)
             except BaseException as exc:
                 # Interrupted at any point (Ctrl-C, SIGTERM, a cancellation, a
@@ -258,6 +262,8 @@ class AsyncIngestJob:
             rows += added
             if done:
                 chunks += 1
+                if (recorder := metrics()) is not None:
+                    recorder.ingest_chunk(DONE)
             else:
                 refused += 1
         if claim == REPLANNED:
@@ -312,6 +318,8 @@ class AsyncIngestJob:
                 if not await self._commit(claim.chunk, token, after, batch, final=final):
                     return False, added
                 added += len(rows)
+                if (recorder := metrics()) is not None:
+                    recorder.ingest_rows(len(rows))
                 after = batch[-2]
                 if final:
                     return True, added

@@ -48,6 +48,11 @@ class Recorder:
         self._loads = made[table.CACHE_LOAD.name]
         self._load_errors = made[table.CACHE_LOAD_ERRORS.name]
         self._results = {result: {table.RESULT: result} for result in table.CACHE_REQUESTS.outcomes}
+        self._rows = made[table.INGEST_ROWS.name]
+        self._chunks = made[table.INGEST_CHUNKS.name]
+        self._messages = made[table.STREAM_MESSAGES.name]
+        self._queries = made[table.IDSET_QUERY.name]
+        self._compactions = made[table.IDSET_COMPACTIONS.name]
 
     def lock_wait(self, kind: str, seconds: float, outcome: str) -> None:
         """An acquire of a ``kind`` primitive ended after ``seconds``, with ``outcome``."""
@@ -80,6 +85,26 @@ class Recorder:
     def cache_load_error(self) -> None:
         """A load failed."""
         self._load_errors.add(1)
+
+    def ingest_rows(self, rows: int) -> None:
+        """An ingestion worker appended ``rows`` rows."""
+        self._rows.add(rows)
+
+    def ingest_chunk(self, outcome: str) -> None:
+        """A chunk was finished (``done``) or claimed after its lease ran out (``taken_over``)."""
+        self._chunks.add(1, {table.OUTCOME: outcome})
+
+    def stream_messages(self, count: int, outcome: str) -> None:
+        """``count`` messages of a consumer were ``acked``, ``failed`` or ``dead_lettered``."""
+        self._messages.add(count, {table.OUTCOME: outcome})
+
+    def idset_query(self, operation: str, seconds: float) -> None:
+        """An id set query ``operation`` took ``seconds``."""
+        self._queries.record(seconds, {table.OPERATION: operation})
+
+    def idset_compaction(self) -> None:
+        """An id set's rebuilt compact form was swapped in by this process."""
+        self._compactions.add(1)
 
 
 def _version() -> str | None:

@@ -136,6 +136,7 @@ class Claim:
     chunk: int
     fence: int
     cursor: int | None  # the last key committed by an earlier claim, if any
+    taken_over: bool = False  # its last lease ran out unreleased (a dead worker's chunk)
 
 
 def parse_claim(reply: Any) -> Claim | float | str | None:
@@ -152,9 +153,10 @@ def parse_claim(reply: Any) -> Claim | float | str | None:
         return REPLANNED
     if status == -1:
         return max(0.0, int(reply[1]) / 1000)
-    if status == 1 and len(reply) == 4:
+    if status == 1 and len(reply) in (4, 5):  # (4: a resent call's answer)
         cursor = None if reply[3] is None else int(reply[3])
-        return Claim(chunk=int(reply[1]), fence=int(reply[2]), cursor=cursor)
+        taken_over = len(reply) == 5 and int(reply[4]) == 1
+        return Claim(chunk=int(reply[1]), fence=int(reply[2]), cursor=cursor, taken_over=taken_over)
     raise ValueError(f"unexpected ingest_claim reply: {reply!r}")
 
 

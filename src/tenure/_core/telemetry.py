@@ -22,6 +22,10 @@ __all__ = [
     "CANCELLED",
     "ERROR",
     "FAILED",
+    "IDSET_COMPACTIONS",
+    "IDSET_QUERY",
+    "INGEST_CHUNKS",
+    "INGEST_ROWS",
     "INSTRUMENTS",
     "LOCK_HOLD",
     "LOCK_LOST",
@@ -30,9 +34,11 @@ __all__ = [
     "METER",
     "NAME",
     "OK",
+    "OPERATION",
     "OUTCOME",
     "PRIMITIVE",
     "RESULT",
+    "STREAM_MESSAGES",
     "TIMEOUT",
     "Instrument",
     "primitive_label",
@@ -123,6 +129,52 @@ CACHE_LOAD_ERRORS = Instrument(
     (),
 )
 
+DONE, TAKEN_OVER = "done", "taken_over"
+ACKED, DEAD_LETTERED = "acked", "dead_lettered"
+
+INGEST_ROWS = Instrument(
+    "tenure.ingest.rows",
+    "counter",
+    "{row}",
+    "Rows an ingestion worker appended to its sink (committed batches).",
+    (),
+)
+INGEST_CHUNKS = Instrument(
+    "tenure.ingest.chunks",
+    "counter",
+    "{chunk}",
+    "Chunks a worker finished (done), and claims of chunks whose lease ran out (taken_over).",
+    (OUTCOME,),
+    (DONE, TAKEN_OVER),
+)
+STREAM_MESSAGES = Instrument(
+    "tenure.stream.messages",
+    "counter",
+    "{message}",
+    "A stream consumer's messages: acknowledged once handled, failed (the handler raised), "
+    "or moved to the dead letters.",
+    (OUTCOME,),
+    (ACKED, FAILED, DEAD_LETTERED),
+)
+
+OPERATION = "tenure.operation"
+"""An id set's query: ``intersection_count``, ``intersection``, ``jaccard``, ``top_overlaps``."""
+
+IDSET_QUERY = Instrument(
+    "tenure.idset.query.duration",
+    "histogram",
+    "s",
+    "An id set query, from its call to its answer: revalidating every set, then counting.",
+    (OPERATION,),
+)
+IDSET_COMPACTIONS = Instrument(
+    "tenure.idset.compactions",
+    "counter",
+    "{compaction}",
+    "Compact forms rebuilt and swapped in by this process.",
+    (),
+)
+
 INSTRUMENTS = (
     LOCK_WAIT,
     LOCK_HOLD,
@@ -131,6 +183,11 @@ INSTRUMENTS = (
     CACHE_REQUESTS,
     CACHE_LOAD,
     CACHE_LOAD_ERRORS,
+    INGEST_ROWS,
+    INGEST_CHUNKS,
+    STREAM_MESSAGES,
+    IDSET_QUERY,
+    IDSET_COMPACTIONS,
 )
 """Every instrument, in the order docs/observability.md lists them."""
 

@@ -34,6 +34,7 @@ from redis import exceptions as redis_errors
 from redis.crc import key_slot
 
 from tenure._backends.for_threads import IS_ASYNC, on_signals, refuse_awaited_call
+from tenure._backends.telemetry import metrics
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError
 from tenure._core.stream import (
@@ -43,6 +44,7 @@ from tenure._core.stream import (
     parse_claimed,
     read_messages,
 )
+from tenure._core.telemetry import ACKED, DEAD_LETTERED, FAILED
 from tenure._core.values import MAX_SECONDS, check_seconds, to_ms
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
@@ -198,6 +200,8 @@ class StreamConsumer:
             )  # fmt: skip
         self._cursor, messages, dead = parse_claimed(reply)
         self.dead_lettered += dead
+        if dead and (recorder := metrics()) is not None:
+            recorder.stream_messages(dead, DEAD_LETTERED)
         return messages
 
     def ack(self, *messages: StreamMessage) -> int:
@@ -255,7 +259,7 @@ class StreamConsumer:
         try:
             while not self.stopping():
                 batch = self._acked_then_read(done)
-                self.processed += len(done)
+                self._acked(len(done))
                 done = []
                 if not batch:
                     continue
@@ -276,13 +280,13 @@ class StreamConsumer:
                 handled += len(done)
             if done:  # stopped: the last batch's, acknowledged on the way out
                 self.ack(*done)
-                self.processed += len(done)
+                self._acked(len(done))
                 done = []
         except BaseException:
             # Out of run (an error, a cancellation, an interrupt): what was handled
             # is acknowledged if the server answers, else it comes back later.
             if done and self._ack_quietly(done):
-                self.processed += len(done)
+                self._acked(len(done))
             raise
         return handled
 
@@ -343,6 +347,14 @@ class StreamConsumer:
             exc_info=True,
         )
         self.failed += 1
+        if (recorder := metrics()) is not None:
+            recorder.stream_messages(1, FAILED)
+
+    def _acked(self, count: int) -> None:
+        """Count ``count`` messages handled and acknowledged."""
+        self.processed += count
+        if count and (recorder := metrics()) is not None:
+            recorder.stream_messages(count, ACKED)
 
     def _hand_back(self, messages: list[StreamMessage]) -> None:
         """Let another consumer take ``messages`` (read, not handled) at once.

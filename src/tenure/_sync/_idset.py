@@ -17,8 +17,9 @@ compact form, swapped in atomically.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,7 @@ from tenure._backends.counting import top_counts
 from tenure._backends.for_threads import IS_ASYNC, refuse_awaited_call
 from tenure._backends.local_copies import LOCAL_COPIES
 from tenure._backends.owners import default_owner_name
+from tenure._backends.telemetry import metrics
 from tenure._core.clients import map_exceptions, require_bytes_replies, require_client
 from tenure._core.exceptions import ArgumentError, IdSetCorruptError
 from tenure._core.idset import (
@@ -188,6 +190,8 @@ class IdSet:
                 self._stats.compaction_conflicts += 1
                 return False
             self._stats.compactions += 1
+            if (recorder := metrics()) is not None:
+                recorder.idset_compaction()
             LOCAL_COPIES.compacted(self.client, self.keys.meta, copy.epoch, copy.position)
             return True
         finally:
@@ -221,19 +225,23 @@ class IdSet:
 
     def intersection_count(self, *others: IdSet) -> int:
         """How many ids are in this set and every one of ``others``."""
+        started = time.monotonic()
         views = _views([self, *_check_sets(others, type(self), "others")])
-        return intersection_count(views)
+        return _queried("intersection_count", started, intersection_count(views))
 
     def intersection(self, *others: IdSet) -> npt.NDArray[np.uint32]:
         """The ids in this set and every one of ``others``, sorted, as uint32."""
+        started = time.monotonic()
         views = _views([self, *_check_sets(others, type(self), "others")])
-        return np.frombuffer(intersection_of(views).to_array(), dtype=np.uint32)
+        found = np.frombuffer(intersection_of(views).to_array(), dtype=np.uint32)
+        return _queried("intersection", started, found)
 
     def jaccard(self, other: IdSet) -> float:
         """The Jaccard index: shared ids over all ids (1.0 equal, 0.0 disjoint or empty)."""
+        started = time.monotonic()
         [checked] = _check_sets([other], type(self), "other")
         mine, theirs = _views([self, checked])
-        return jaccard_of(mine, theirs)
+        return _queried("jaccard", started, jaccard_of(mine, theirs))
 
     def top_overlaps(self, others: Iterable[IdSet], k: int = 10) -> list[tuple[IdSet, int]]:
         """The ``k`` sets of ``others`` sharing the most ids with this one, with the count.
@@ -243,9 +251,11 @@ class IdSet:
         """
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ArgumentError("k", f"must be an int >= 0, got {k!r}", name=self.name)
+        started = time.monotonic()
         candidates = _check_sets(list(others), type(self), "others")
         views = _views([self, *candidates])
-        return [(candidates[i], count) for i, count in top_counts(views[0], views[1:], k)]
+        top = [(candidates[i], count) for i, count in top_counts(views[0], views[1:], k)]
+        return _queried("top_overlaps", started, top)
 
     # -- introspection --------------------------------------------------------
 
@@ -269,6 +279,16 @@ class IdSet:
     def __contains__(self, value: object) -> bool:
         """``value in ids``: :meth:`contains` (one round trip)."""
         return self.contains(value)  # type: ignore[arg-type]
+
+
+Q = TypeVar("Q")
+
+
+def _queried(operation: str, started: float, answer: Q) -> Q:
+    """``answer``, once the metrics were told how long its query took."""
+    if (recorder := metrics()) is not None:
+        recorder.idset_query(operation, time.monotonic() - started)
+    return answer
 
 
 def _check_sets(sets: Iterable[Any], kind: type[IdSet], argument: str) -> list[IdSet]:

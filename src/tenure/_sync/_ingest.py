@@ -44,6 +44,7 @@ from tenure._backends.for_threads import (
     sleep,
     source_call,
 )
+from tenure._backends.telemetry import metrics
 from tenure._core.clients import map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
 from tenure._core.ingest import (
@@ -62,6 +63,7 @@ from tenure._core.ingest import (
 )
 from tenure._core.leased import check_name
 from tenure._core.rows import RowEncoder
+from tenure._core.telemetry import DONE, TAKEN_OVER
 from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._scripting import Client, registry_for
 
@@ -235,6 +237,8 @@ class IngestJob:
                     continue
                 assert isinstance(claim, Claim)
                 chunk = claim.chunk
+                if claim.taken_over and (recorder := metrics()) is not None:
+                    recorder.ingest_chunk(TAKEN_OVER)
                 done, added = self._ingest_chunk(plan, claim, token)
             except BaseException as exc:
                 # Interrupted at any point (Ctrl-C, SIGTERM, a cancellation, a
@@ -245,6 +249,8 @@ class IngestJob:
             rows += added
             if done:
                 chunks += 1
+                if (recorder := metrics()) is not None:
+                    recorder.ingest_chunk(DONE)
             else:
                 refused += 1
         if claim == REPLANNED:
@@ -299,6 +305,8 @@ class IngestJob:
                 if not self._commit(claim.chunk, token, after, batch, final=final):
                     return False, added
                 added += len(rows)
+                if (recorder := metrics()) is not None:
+                    recorder.ingest_rows(len(rows))
                 after = batch[-2]
                 if final:
                     return True, added

@@ -11,7 +11,8 @@
 -- ARGV[1] the claim's token
 -- ARGV[2] lease in ms
 -- ARGV[3] the fingerprint of the plan the caller works on
--- returns {1, chunk, fencing number, cursor or false}; {-1, ms until a lease
+-- returns {1, chunk, fencing number, cursor or false, 1 if the chunk's last lease
+--   ran out unreleased (taken over from a dead worker) else 0}; {-1, ms until a lease
 --   runs out} when every chunk left is leased; {0} when every chunk is done;
 --   {-2} when the job holds no plan or another one (it was reset meanwhile);
 --   {-3} when this token's claim was given back before it arrived (its worker
@@ -31,7 +32,7 @@ for _, running in ipairs(redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSC
             redis.call('HGET', KEYS[3], running)}
     end
 end
-local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)
+local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
 if #found == 0 then
     local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     if #first == 0 then
@@ -40,10 +41,11 @@ if #found == 0 then
     return {-1, math.max(0, tonumber(first[2]) - now)}
 end
 local chunk = found[1]
+local taken_over = tonumber(found[2]) > 0 and 1 or 0 -- 0: never claimed, or given back
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), chunk)
 redis.call('HSET', KEYS[2], chunk, ARGV[1])
 redis.call('HINCRBY', KEYS[4], 'claims', 1)
 redis.call('HSETNX', KEYS[4], 'started', now)
 local fence = redis.call('INCR', KEYS[5])
 redis.call('HSET', KEYS[2], 'fence:' .. chunk, fence)
-return {1, tonumber(chunk), fence, redis.call('HGET', KEYS[3], chunk)}
+return {1, tonumber(chunk), fence, redis.call('HGET', KEYS[3], chunk), taken_over}
