@@ -12,14 +12,18 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tenure._backends import telemetry
 from tenure._core.telemetry import Instrument
 
 _READER: InMemoryMetricReader | None = None
+_SPANS: InMemorySpanExporter | None = None
 
 Point = tuple[str, frozenset[tuple[str, Any]]]
 
@@ -32,6 +36,26 @@ def reader() -> InMemoryMetricReader:
         metrics.set_meter_provider(MeterProvider(metric_readers=[_READER]))
     telemetry.refresh()
     return _READER
+
+
+def span_exporter() -> InMemorySpanExporter:
+    """The process's in-memory span exporter (its tracer provider set on first use)."""
+    global _SPANS
+    if _SPANS is None:
+        _SPANS = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_SPANS))
+        trace.set_tracer_provider(provider)
+    telemetry._traced = float("-inf")  # tenure looks for it at once
+    return _SPANS
+
+
+def tenure_spans(since: int = 0) -> list[ReadableSpan]:
+    """tenure's finished spans, from the ``since``-th on."""
+    finished = span_exporter().get_finished_spans()[since:]
+    return [
+        s for s in finished if s.instrumentation_scope and s.instrumentation_scope.name == "tenure"
+    ]
 
 
 def _snapshot() -> tuple[Counter[Point], Counter[Point]]:

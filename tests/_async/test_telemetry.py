@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
+from opentelemetry import trace
 
 from tenure import (
     AsyncCache,
@@ -42,14 +43,15 @@ from tenure._core.telemetry import (
     STREAM_MESSAGES,
 )
 from tests._backend_asyncio import gather, sleep, until
-from tests.metric_readings import Readings, reader
+from tests.metric_readings import Readings, reader, span_exporter, tenure_spans
 
 pytestmark = pytest.mark.topologies("standalone")
 
 
 @pytest.fixture(autouse=True)
 def _listening() -> None:
-    reader()  # the provider set, and tenure listening
+    reader()  # the providers set, and tenure listening
+    span_exporter()
 
 
 async def test_an_acquisition_and_its_hold_are_measured(
@@ -240,3 +242,58 @@ async def test_id_set_queries_and_compactions_are_measured(
     assert seen.count(IDSET_QUERY, operation="jaccard") == 1
     assert await first.compact()
     assert seen.count(IDSET_COMPACTIONS) == 1
+
+
+async def test_an_acquire_that_waits_is_traced_and_one_taken_at_once_is_not(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    since = len(span_exporter().get_finished_spans())
+    # (thread_local=False: the sync twin releases it from another thread)
+    holder = AsyncLock(tenure_async_client, "otel-traced", timeout=10, thread_local=False)
+    waiter = AsyncLock(other_client, "otel-traced", timeout=10, thread_local=False)
+    await holder.acquire()  # at once: no span
+
+    async def release_soon() -> None:
+        await sleep(0.2)
+        await holder.release()
+
+    async def wait_for_it() -> bool:
+        return await waiter.acquire(blocking_timeout=10)
+
+    assert (await gather(release_soon, wait_for_it))[1]
+    fence = waiter.fencing_token
+    await waiter.release()
+    quick = AsyncLock(other_client, "otel-traced", timeout=10)
+    assert await quick.acquire(blocking=False)  # free, taken at once: no span
+    await quick.release()
+    spans = [s for s in tenure_spans(since) if s.name == "tenure.lock.acquire"]
+    assert len(spans) == 1
+    traced = spans[0]
+    assert [event.name for event in traced.events] == ["queued", "granted"]
+    assert dict(traced.attributes or {}) == {
+        "tenure.primitive": "lock",
+        "tenure.fencing_token": fence,
+        "tenure.outcome": "acquired",
+    }
+    assert traced.end_time is not None and traced.start_time is not None
+    assert (traced.end_time - traced.start_time) / 1e9 >= 0.15
+
+
+async def test_a_cache_load_is_traced_with_the_loaders_spans_inside_and_a_hit_is_not(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    since = len(span_exporter().get_finished_spans())
+    cache = AsyncHerdCache(tenure_async_client, "otel-traced-cache", ttl=30)
+    tracer = trace.get_tracer("the-application")
+
+    async def load() -> int:
+        with tracer.start_as_current_span("SELECT rate"):
+            return 5
+
+    assert await cache.fetch("k", load) == 5
+    assert await cache.fetch("k", load) == 5  # a hit: no span
+    loads = [s for s in tenure_spans(since) if s.name == "tenure.cache.load"]
+    assert len(loads) == 1
+    queries = [s for s in span_exporter().get_finished_spans()[since:] if s.name == "SELECT rate"]
+    assert len(queries) == 1 and queries[0].parent is not None
+    assert queries[0].parent.span_id == loads[0].context.span_id

@@ -34,7 +34,7 @@ from tenure._async._wakeups import listen
 from tenure._async._watchdog import watchdog
 from tenure._backends.for_asyncio import Mutex, is_cancellation, start_background
 from tenure._backends.owners import new_token
-from tenure._backends.telemetry import metrics
+from tenure._backends.telemetry import metrics, span
 from tenure._core.cache import (
     UNREACHABLE,
     WAIT_RECHECK,
@@ -46,6 +46,7 @@ from tenure._core.cache import (
 )
 from tenure._core.codec import Codec
 from tenure._core.exceptions import CacheDecodeError
+from tenure._core.telemetry import CACHE_LOAD_SPAN
 
 __all__ = ["AsyncHerdLoading"]
 
@@ -174,10 +175,11 @@ class AsyncHerdLoading:
         renewal = self._scripts.renew_while_loading(keys, token)
         started = time.monotonic()
         try:
-            value, ttl = unwrap_loaded(await call_loader(loader, keys.entry), ttl)
-            # A value the serializer refuses fails like its loader: the lease
-            # is given back at once, for the next caller's loader to run.
-            data = self._codec.encode(value)
+            with span(CACHE_LOAD_SPAN, None, current=True):
+                value, ttl = unwrap_loaded(await call_loader(loader, keys.entry), ttl)
+                # A value the serializer refuses fails like its loader: the lease
+                # is given back at once, for the next caller's loader to run.
+                data = self._codec.encode(value)
         except BaseException as exc:
             watchdog().cancel(renewal)
             await self._scripts.give_back(keys, token)

@@ -13,21 +13,29 @@ second. The instruments are those of :mod:`tenure._core.telemetry`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tenure._core import telemetry as table
 from tenure._core.cache import CacheCounters
 
-__all__ = ["Recorder", "metrics", "refresh"]
+__all__ = ["Recorder", "Span", "metrics", "refresh", "span"]
 
 LOOK_EVERY = 1.0
 """Seconds between two looks for a meter provider set by the application."""
 
-_NOBODY = ("_ProxyMeterProvider", "ProxyMeterProvider", "NoOpMeterProvider")
+_NOBODY = (
+    "_ProxyMeterProvider",
+    "ProxyMeterProvider",
+    "NoOpMeterProvider",
+    "ProxyTracerProvider",
+    "NoOpTracerProvider",
+)
 
 
 class Recorder:
@@ -146,3 +154,88 @@ def refresh() -> Recorder | None:
         elif _recorder is None or _recorder.provider is not provider:
             _recorder = Recorder(provider)
         return _recorder
+
+
+class Span:
+    """A span in progress (:func:`span`): events, the outcome, the fencing token."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, started: Any) -> None:
+        self._span = started
+
+    def event(self, name: str) -> None:
+        """Add event ``name`` (``queued``, ``granted``) now."""
+        self._span.add_event(name)
+
+    def outcome(self, outcome: str) -> None:
+        """How the operation ended: ``tenure.outcome``."""
+        self._span.set_attribute(table.OUTCOME, outcome)
+
+    def granted(self, fence: int) -> None:
+        """The acquire was granted with fencing token ``fence``."""
+        self._span.add_event(table.GRANTED)
+        self._span.set_attribute(table.FENCING_TOKEN, fence)
+        self._span.set_attribute(table.OUTCOME, table.ACQUIRED)
+
+
+_tracer: Any = None
+_tracer_provider: Any = None
+_traced = float("-inf")
+
+
+def _tracing() -> Any:
+    """The tracer on the application's tracer provider, or None (looked at once a second)."""
+    global _tracer, _tracer_provider, _traced
+    if time.monotonic() - _traced < LOOK_EVERY:
+        return _tracer
+    with _looking:
+        _traced = time.monotonic()
+        api = sys.modules.get("opentelemetry.trace")
+        provider = None if api is None else api.get_tracer_provider()
+        if provider is None or type(provider).__name__ in _NOBODY:
+            _tracer = _tracer_provider = None
+        elif provider is not _tracer_provider:
+            _tracer, _tracer_provider = provider.get_tracer(table.TRACER, _version()), provider
+        return _tracer
+
+
+@contextlib.contextmanager
+def span(
+    name: str, kind: str | None, started: float | None = None, *, current: bool = False
+) -> Iterator[Span | None]:
+    """A span ``name`` around the block when a tracer provider is set (else None, for free).
+
+    ``kind``: the primitive's class name, as ``tenure.primitive``; ``started``:
+    when the operation began (monotonic), if before the block; ``current``:
+    the block's own spans (a loader's queries) are its children. An exception
+    ends it as ``cancelled`` or ``error`` (with the exception recorded).
+    """
+    tracer = _tracing()
+    if tracer is None:
+        yield None
+        return
+    attributes = {} if kind is None else {table.PRIMITIVE: table.primitive_label(kind)}
+    begun = None
+    if started is not None:  # on the wall clock, as spans are
+        begun = time.time_ns() - int((time.monotonic() - started) * 1e9)
+    current_span = tracer.start_span(name, attributes=attributes, start_time=begun)
+    api = sys.modules["opentelemetry.trace"]
+    try:
+        if current:
+            with api.use_span(current_span, end_on_exit=False):
+                yield Span(current_span)
+        else:
+            yield Span(current_span)
+    except BaseException as exc:
+        cancelled = isinstance(exc, (KeyboardInterrupt, SystemExit)) or (
+            type(exc).__name__ == "CancelledError"
+        )
+        current_span.set_attribute(table.OUTCOME, table.CANCELLED if cancelled else table.ERROR)
+        if not cancelled:
+            current_span.record_exception(exc)
+            error = api.Status(api.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+            current_span.set_status(error)
+        raise
+    finally:
+        current_span.end()

@@ -18,15 +18,19 @@ __all__ = [
     "ACQUIRED",
     "CACHE_LOAD",
     "CACHE_LOAD_ERRORS",
+    "CACHE_LOAD_SPAN",
     "CACHE_REQUESTS",
     "CANCELLED",
     "ERROR",
     "FAILED",
+    "FENCING_TOKEN",
+    "GRANTED",
     "IDSET_COMPACTIONS",
     "IDSET_QUERY",
     "INGEST_CHUNKS",
     "INGEST_ROWS",
     "INSTRUMENTS",
+    "LOCK_ACQUIRE_SPAN",
     "LOCK_HOLD",
     "LOCK_LOST",
     "LOCK_RENEWALS",
@@ -37,9 +41,11 @@ __all__ = [
     "OPERATION",
     "OUTCOME",
     "PRIMITIVE",
+    "QUEUED",
     "RESULT",
     "STREAM_MESSAGES",
     "TIMEOUT",
+    "TRACER",
     "Instrument",
     "primitive_label",
 ]
@@ -190,6 +196,17 @@ INSTRUMENTS = (
     IDSET_COMPACTIONS,
 )
 """Every instrument, in the order docs/observability.md lists them."""
+
+TRACER = "tenure"
+"""The tracer every span belongs to."""
+LOCK_ACQUIRE_SPAN = "tenure.lock.acquire"
+"""A span around an acquire that waits in line (none for one taken at once)."""
+CACHE_LOAD_SPAN = "tenure.cache.load"
+"""A span around a cache load (none on a hit)."""
+FENCING_TOKEN = "tenure.fencing_token"
+"""A granted hold's fencing token, on its acquire's span."""
+QUEUED, GRANTED = "queued", "granted"
+"""The events of an acquire's span."""
 
 _LABELS: dict[str, str] = {}
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from tenure._backends.for_threads import Mutex, is_cancellation, start_background
 from tenure._backends.owners import new_token
-from tenure._backends.telemetry import metrics
+from tenure._backends.telemetry import metrics, span
 from tenure._core.cache import (
     UNREACHABLE,
     WAIT_RECHECK,
@@ -41,6 +41,7 @@ from tenure._core.cache import (
 )
 from tenure._core.codec import Codec
 from tenure._core.exceptions import CacheDecodeError
+from tenure._core.telemetry import CACHE_LOAD_SPAN
 from tenure._sync._cache_fallback import CacheFallback, call_loader
 from tenure._sync._cache_scripts import MISS, Elected, HerdScripts
 from tenure._sync._cache_store import CacheStore
@@ -173,10 +174,11 @@ class HerdLoading:
         renewal = self._scripts.renew_while_loading(keys, token)
         started = time.monotonic()
         try:
-            value, ttl = unwrap_loaded(call_loader(loader, keys.entry), ttl)
-            # A value the serializer refuses fails like its loader: the lease
-            # is given back at once, for the next caller's loader to run.
-            data = self._codec.encode(value)
+            with span(CACHE_LOAD_SPAN, None, current=True):
+                value, ttl = unwrap_loaded(call_loader(loader, keys.entry), ttl)
+                # A value the serializer refuses fails like its loader: the lease
+                # is given back at once, for the next caller's loader to run.
+                data = self._codec.encode(value)
         except BaseException as exc:
             watchdog().cancel(renewal)
             self._scripts.give_back(keys, token)
