@@ -60,6 +60,7 @@ def tenure_spans(since: int = 0) -> list[ReadableSpan]:
 
 def _snapshot() -> tuple[Counter[Point], Counter[Point]]:
     """(counts, sums) of every point so far: a histogram's count and sum, a counter's value."""
+    telemetry.flush()  # what tenure noted, handed to the SDK now
     counts: Counter[Point] = Counter()
     sums: Counter[Point] = Counter()  # (floats: Counter adds any numbers)
     data = reader().get_metrics_data()
