@@ -18,6 +18,7 @@ from opentelemetry import trace
 from tenure import (
     AsyncCache,
     AsyncCallableSource,
+    AsyncConnectionLock,
     AsyncHerdCache,
     AsyncIdSet,
     AsyncIngestJob,
@@ -297,3 +298,16 @@ async def test_a_cache_load_is_traced_with_the_loaders_spans_inside_and_a_hit_is
     queries = [s for s in span_exporter().get_finished_spans()[since:] if s.name == "SELECT rate"]
     assert len(queries) == 1 and queries[0].parent is not None
     assert queries[0].parent.span_id == loads[0].context.span_id
+
+
+async def test_a_connection_lock_is_measured_as_the_others(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    seen = Readings()
+    first = AsyncConnectionLock(tenure_async_client, "otel-booked")
+    second = AsyncConnectionLock(tenure_async_client, "otel-booked", poll_interval=0.05)
+    async with first:
+        assert not await second.acquire(blocking_timeout=0.2)
+    assert seen.count(LOCK_WAIT, primitive="connection_lock", outcome="acquired") == 1
+    assert seen.count(LOCK_WAIT, primitive="connection_lock", outcome="timeout") == 1
+    assert seen.count(LOCK_HOLD, primitive="connection_lock") == 1

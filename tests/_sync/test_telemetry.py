@@ -19,6 +19,7 @@ from opentelemetry import trace
 from tenure import (
     Cache,
     CallableSource,
+    ConnectionLock,
     HerdCache,
     IdSet,
     IngestJob,
@@ -298,3 +299,16 @@ def test_a_cache_load_is_traced_with_the_loaders_spans_inside_and_a_hit_is_not(
     queries = [s for s in span_exporter().get_finished_spans()[since:] if s.name == "SELECT rate"]
     assert len(queries) == 1 and queries[0].parent is not None
     assert queries[0].parent.span_id == loads[0].context.span_id
+
+
+def test_a_connection_lock_is_measured_as_the_others(
+    tenure_client: redis.Redis,
+) -> None:
+    seen = Readings()
+    first = ConnectionLock(tenure_client, "otel-booked")
+    second = ConnectionLock(tenure_client, "otel-booked", poll_interval=0.05)
+    with first:
+        assert not second.acquire(blocking_timeout=0.2)
+    assert seen.count(LOCK_WAIT, primitive="connection_lock", outcome="acquired") == 1
+    assert seen.count(LOCK_WAIT, primitive="connection_lock", outcome="timeout") == 1
+    assert seen.count(LOCK_HOLD, primitive="connection_lock") == 1

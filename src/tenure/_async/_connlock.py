@@ -42,6 +42,7 @@ from tenure._backends.for_asyncio import (
     TwinHints,
     before_waiting,
     dropped_on_loop,
+    is_cancellation,
     refuse_awaited_call,
     shielded,
     sleep,
@@ -49,6 +50,7 @@ from tenure._backends.for_asyncio import (
     taken_on_loop,
 )
 from tenure._backends.owners import default_owner_name, generation
+from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
     AcquireTimeoutError,
@@ -64,6 +66,7 @@ from tenure._core.leased import (
     check_prefix,
 )
 from tenure._core.owner_names import check_owner_name
+from tenure._core.telemetry import ACQUIRED, CANCELLED, ERROR, TIMEOUT
 from tenure._core.values import check_seconds, to_ms, to_text
 
 __all__ = ["AsyncConnectionLock"]
@@ -141,6 +144,7 @@ class AsyncConnectionLock(TwinHints):
         self._connection: redis.asyncio.Redis | None = None
         self._owner_id: str | None = None
         self._generation = generation()  # of the process that holds (see _held)
+        self._taken_at = 0.0  # when the current hold was taken (monotonic), for the metrics
         self._loop_thread = 0  # the thread it was taken on while its event loop ran (sync)
 
     @property
@@ -185,7 +189,8 @@ class AsyncConnectionLock(TwinHints):
         wait = self.blocking if blocking is None else blocking
         timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
         check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
-        deadline = None if timeout is None or not wait else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None or not wait else started + timeout
         connection = self._dedicated()
         late = self._closing_later(connection)
         try:
@@ -196,9 +201,13 @@ class AsyncConnectionLock(TwinHints):
                     self._connection, self._owner_id = connection, my_id
                     self._loop_thread = taken_on_loop(self.key)
                     self._generation = generation()
+                    self._taken_at = time.monotonic()
+                    lock_waited(type(self).__name__, started, ACQUIRED)
                     return True
                 if not wait or (deadline is not None and time.monotonic() >= deadline):
                     await self._close(connection)
+                    if wait:  # (a non-blocking try found it busy: not a wait)
+                        lock_waited(type(self).__name__, started, TIMEOUT)
                     return False
                 pause = self.poll_interval
                 if deadline is not None:
@@ -216,8 +225,10 @@ class AsyncConnectionLock(TwinHints):
                 timeout,
                 GRACE,
             )
+            lock_waited(type(self).__name__, started, TIMEOUT)
             return False
-        except BaseException:
+        except BaseException as exc:
+            lock_waited(type(self).__name__, started, CANCELLED if is_cancellation(exc) else ERROR)
             await shielded(self._close(connection))
             raise
 
@@ -292,7 +303,9 @@ class AsyncConnectionLock(TwinHints):
         finally:
             await shielded(self._close(connection))
         if int(deleted) != 1:
+            lock_lost_found(type(self).__name__)
             raise LockNotOwnedError("the booking was gone (lease ran out)", name=self.name)
+        lock_held(type(self).__name__, self._taken_at)
 
     async def refresh(self) -> None:
         """Reset the opt-in lease; raise :class:`LockNotOwnedError` if no longer held."""

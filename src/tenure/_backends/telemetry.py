@@ -27,7 +27,17 @@ from typing import Any
 from tenure._core import telemetry as table
 from tenure._core.cache import CacheCounters
 
-__all__ = ["Recorder", "Span", "flush", "metrics", "refresh", "span"]
+__all__ = [
+    "Recorder",
+    "Span",
+    "flush",
+    "lock_held",
+    "lock_lost_found",
+    "lock_waited",
+    "metrics",
+    "refresh",
+    "span",
+]
 
 LOOK_EVERY = 1.0
 """Seconds between two looks for a meter provider set by the application."""
@@ -198,6 +208,24 @@ class Recorder:
     def idset_compaction(self) -> None:
         """An id set's rebuilt compact form was swapped in by this process."""
         self._note(self._compactions, 1, None)
+
+
+def lock_waited(kind: str, started: float, outcome: str) -> None:
+    """An acquire of a ``kind`` primitive, called at ``started`` (monotonic), ended so."""
+    if (recorder := metrics()) is not None:
+        recorder.lock_wait(kind, time.monotonic() - started, outcome)
+
+
+def lock_held(kind: str, taken: float) -> None:
+    """A hold of a ``kind`` primitive, taken at ``taken`` (monotonic), was released."""
+    if (recorder := metrics()) is not None:
+        recorder.lock_hold(kind, time.monotonic() - taken)
+
+
+def lock_lost_found(kind: str) -> None:
+    """A hold of a ``kind`` primitive was found lost."""
+    if (recorder := metrics()) is not None:
+        recorder.lock_lost(kind)
 
 
 def flush() -> None:

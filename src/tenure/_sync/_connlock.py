@@ -41,6 +41,7 @@ from tenure._backends.for_threads import (
     TwinHints,
     before_waiting,
     dropped_on_loop,
+    is_cancellation,
     refuse_awaited_call,
     shielded,
     sleep,
@@ -48,6 +49,7 @@ from tenure._backends.for_threads import (
     taken_on_loop,
 )
 from tenure._backends.owners import default_owner_name, generation
+from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
     AcquireTimeoutError,
@@ -63,6 +65,7 @@ from tenure._core.leased import (
     check_prefix,
 )
 from tenure._core.owner_names import check_owner_name
+from tenure._core.telemetry import ACQUIRED, CANCELLED, ERROR, TIMEOUT
 from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._deadline import GRACE, Overdue, by_deadline
 from tenure._sync._scripting import registry_for
@@ -142,6 +145,7 @@ class ConnectionLock(TwinHints):
         self._connection: redis.Redis | None = None
         self._owner_id: str | None = None
         self._generation = generation()  # of the process that holds (see _held)
+        self._taken_at = 0.0  # when the current hold was taken (monotonic), for the metrics
         self._loop_thread = 0  # the thread it was taken on while its process ran (sync)
 
     @property
@@ -184,7 +188,8 @@ class ConnectionLock(TwinHints):
         wait = self.blocking if blocking is None else blocking
         timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
         check_seconds("blocking_timeout", timeout, allow_none=True, name=self.name)
-        deadline = None if timeout is None or not wait else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None or not wait else started + timeout
         connection = self._dedicated()
         late = self._closing_later(connection)
         try:
@@ -195,9 +200,13 @@ class ConnectionLock(TwinHints):
                     self._connection, self._owner_id = connection, my_id
                     self._loop_thread = taken_on_loop(self.key)
                     self._generation = generation()
+                    self._taken_at = time.monotonic()
+                    lock_waited(type(self).__name__, started, ACQUIRED)
                     return True
                 if not wait or (deadline is not None and time.monotonic() >= deadline):
                     self._close(connection)
+                    if wait:  # (a non-blocking try found it busy: not a wait)
+                        lock_waited(type(self).__name__, started, TIMEOUT)
                     return False
                 pause = self.poll_interval
                 if deadline is not None:
@@ -215,8 +224,10 @@ class ConnectionLock(TwinHints):
                 timeout,
                 GRACE,
             )
+            lock_waited(type(self).__name__, started, TIMEOUT)
             return False
-        except BaseException:
+        except BaseException as exc:
+            lock_waited(type(self).__name__, started, CANCELLED if is_cancellation(exc) else ERROR)
             shielded(self._close(connection))
             raise
 
@@ -291,7 +302,9 @@ class ConnectionLock(TwinHints):
         finally:
             shielded(self._close(connection))
         if int(deleted) != 1:
+            lock_lost_found(type(self).__name__)
             raise LockNotOwnedError("the booking was gone (lease ran out)", name=self.name)
+        lock_held(type(self).__name__, self._taken_at)
 
     def refresh(self) -> None:
         """Reset the opt-in lease; raise :class:`LockNotOwnedError` if no longer held."""
