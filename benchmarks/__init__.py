@@ -74,6 +74,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "redlock": ("redlock", "tenure's Redlock beside pottery's and aioredlock over three masters"),
     "idsets": ("idsets", "tenure's IdSet beside Redis SINTERCARD, numpy and pyroaring"),
     "consumers": ("consumers", "tenure's StreamConsumer.run beside a bare consumer-group loop"),
+    "otel": ("otel", "what reporting through OpenTelemetry costs a lock and a cache hit"),
 }
 
 

@@ -619,6 +619,18 @@ def test_bench_consumers_measures_every_contender_and_judges_the_targets(tmp_pat
     assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
 
 
+def test_bench_otel_measures_every_loop_with_recording_on_and_paused(tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    done = run("bench", "otel", *SMALL_RUNS["otel"], "--output", str(report))
+    assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "otel")
+    for loop in ("| lock |", "| cache hit |", "| async lock |", "| async cache hit |"):
+        assert loop in done.stdout
+    assert "<!-- tenure-bench:otel:start -->" in report.read_text()
+    refused = run("bench", "otel", "--rounds", "0")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+
+
 def test_bench_cache_paths_measures_every_path_beside_its_bare_loop(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
     done = run(
@@ -768,11 +780,13 @@ SMALL_RUNS = {
     "idsets": ["--ids-a", "20000", "--ids-b", "30000", "--dense-below", "200000", "--others",
                "30", "--other-ids", "2000", "--rounds", "2"],
     "consumers": ["--messages", "2000", "--rounds", "1", "--processes", "1,2"],
+    "otel": ["--rounds", "1", "--seconds", "0.2"],
 }  # fmt: skip
 """Arguments of a short run of each benchmark (those of the real runs above)."""
 DEFAULT_MINUTES = {
     "locks": (8, 20), "semaphores": (0.05, 0.3), "caches": (1.5, 6), "cache-paths": (1.5, 6),
     "ingest": (1.5, 6), "redlock": (1.5, 6), "idsets": (1.5, 6), "consumers": (0.3, 2),
+    "otel": (0.5, 2),
 }  # fmt: skip
 """Bounds of each benchmark's estimate for its defaults (measured on two cores)."""
 

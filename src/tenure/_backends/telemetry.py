@@ -35,6 +35,7 @@ __all__ = [
     "lock_lost_found",
     "lock_waited",
     "metrics",
+    "paused",
     "refresh",
     "span",
 ]
@@ -272,6 +273,23 @@ def metrics() -> Recorder | None:
     if time.monotonic() - _looked < LOOK_EVERY:
         return _recorder
     return refresh()
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Within the block, record nothing, as if no provider were set.
+
+    The benchmarks measure what recording costs so: the same process, the
+    same provider, with and without, alternately.
+    """
+    global _recorder, _looked
+    with _looking:
+        kept, _recorder, _looked = _recorder, None, float("inf")
+    try:
+        yield
+    finally:
+        with _looking:
+            _recorder, _looked = kept, float("-inf")
 
 
 def refresh() -> Recorder | None:

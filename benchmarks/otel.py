@@ -1,0 +1,218 @@
+"""``tenure bench otel``: what reporting through OpenTelemetry costs the fast paths.
+
+    tenure bench otel [--rounds 7] [--seconds 1] [--url URL] [--output FILE.md]
+
+With the OpenTelemetry SDK installed, a meter provider with a reader
+attached and a tracer provider set (as a service that exports both would
+have), four loops run in this one process: a lock's acquire and release
+(``Lock``, uncontended), a warm cache hit (``HerdCache.fetch``), and the
+same two on asyncio. Each alternates blocks of ``--seconds`` with recording
+on and recording paused (tenure then records nothing, as with no provider
+set), in a new order every round; the ratio is the median over the rounds
+of calls per second with it on over off. Target: >= 0.97.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import platform
+import random
+import shlex
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+
+import redis
+import redis.asyncio
+
+import tenure
+from benchmarks import (
+    BenchmarkError,
+    add_output_arguments,
+    check_empty,
+    progress,
+    require_peer,
+    run_timed,
+    several,
+)
+from benchmarks.sections import write_section
+from tenure._tooling import metrics_paused
+from tenure.server._process import given_or_private
+
+__all__ = ["LOOPS", "add_arguments", "estimated_seconds", "run_command"]
+
+TARGET = 0.97
+LOOPS = ("lock", "cache hit", "async lock", "async cache hit")
+START_SECONDS = 1.5  # the interpreter, the SDK, the private server, the report
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None) -> None:
+    """The options of this benchmark (see the module docstring)."""
+    parser.add_argument("--rounds", type=int, default=7, help="rounds, median taken (7)")
+    parser.add_argument(
+        "--seconds", type=float, default=1.0, help="seconds per block, on or off (1)"
+    )
+    add_output_arguments(parser, output, None)
+
+
+def estimated_seconds(args: argparse.Namespace) -> float:
+    """About how long a run takes: two blocks per loop and round."""
+    return START_SECONDS + len(LOOPS) * 2 * float(args.rounds) * float(args.seconds)
+
+
+def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
+    """Run with parsed ``args``; ``command`` is how it was called (for the report)."""
+    if not 1 <= args.rounds <= 50 or not 0.1 <= args.seconds <= 60:
+        raise BenchmarkError("--rounds must be in 1..50 and --seconds in [0.1, 60]")
+    require_peer("opentelemetry.sdk.metrics", "opentelemetry-sdk")
+    if args.url:
+        check_empty(args.url, args.allow_flush)
+
+    def run() -> None:
+        _set_providers()
+        with given_or_private(args.url, name="bench-otel") as (url, server):
+            where = (
+                url
+                if server is None
+                else f"{server.engine.name} {server.engine.version} (private, loopback)"
+            )
+            rates = measure(url, args.rounds, args.seconds)
+        text = render(rates, args, command, where)
+        print(text.split("\n\n", 2)[-1], flush=True)
+        if args.output:
+            write_section(Path(args.output), "otel", text)
+            progress(f"wrote {args.output}")
+
+    what = f"{len(LOOPS)} loops x 2 blocks, {several(args.rounds, 'round')}"
+    return run_timed("otel", estimated_seconds(args), what, run)
+
+
+def _set_providers() -> None:
+    """A meter provider with a reader attached, and a tracer provider with a processor."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    trace.set_tracer_provider(tracing)
+
+
+Rates = dict[str, dict[str, list[float]]]  # loop -> "on"/"off" -> calls per second
+
+
+def measure(url: str, rounds: int, seconds: float) -> Rates:
+    """Every loop, on and off alternately, ``rounds`` times; calls per second of each block."""
+    rates: Rates = {loop: {"on": [], "off": []} for loop in LOOPS}
+    client = redis.Redis.from_url(url)
+    lock = tenure.Lock(client, "bench-otel-lock", timeout=10)
+    cache = tenure.HerdCache(client, "bench-otel-cache", ttl=3600)
+    cache.fetch("warm", lambda: {"price": 990})
+    shuffle = random.Random(7)
+
+    def cycle() -> None:
+        lock.acquire()
+        lock.release()
+
+    try:
+        for number in range(1, rounds + 1):
+            order = [(loop, mode) for loop in LOOPS for mode in ("on", "off")]
+            shuffle.shuffle(order)
+            for loop, mode in order:
+                paused = metrics_paused() if mode == "off" else nullcontext()
+                with paused:
+                    if loop == "lock":
+                        rate = _sync_rate(cycle, seconds)
+                    elif loop == "cache hit":
+                        rate = _sync_rate(lambda: cache.fetch("warm", dict), seconds)
+                    else:
+                        rate = asyncio.run(_async_rate(url, loop, seconds))
+                rates[loop][mode].append(rate)
+            line = ", ".join(f"{loop} {_ratio(rates[loop], number - 1):.3f}" for loop in LOOPS)
+            progress(f"round {number}/{rounds}: on/off {line}")
+    finally:
+        client.close()
+    return rates
+
+
+def _sync_rate(call: Callable[[], object], seconds: float) -> float:
+    calls = 0
+    began = time.perf_counter()
+    end = began + seconds
+    while time.perf_counter() < end:
+        call()
+        calls += 1
+    return calls / (time.perf_counter() - began)
+
+
+async def _async_rate(url: str, loop: str, seconds: float) -> float:
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        if loop == "async lock":
+            lock = tenure.AsyncLock(client, "bench-otel-alock", timeout=10)
+
+            async def call() -> None:
+                await lock.acquire()
+                await lock.release()
+        else:
+            cache = tenure.AsyncHerdCache(client, "bench-otel-acache", ttl=3600)
+
+            async def load() -> dict[str, int]:
+                return {"price": 990}
+
+            await cache.fetch("warm", load)
+
+            async def call() -> None:
+                await cache.fetch("warm", load)
+
+        return await _timed(call, seconds)
+    finally:
+        await client.aclose()
+
+
+async def _timed(call: Callable[[], Awaitable[object]], seconds: float) -> float:
+    calls = 0
+    began = time.perf_counter()
+    end = began + seconds
+    while time.perf_counter() < end:
+        await call()
+        calls += 1
+    return calls / (time.perf_counter() - began)
+
+
+def _ratio(rates: dict[str, list[float]], upto: int | None = None) -> float:
+    """Median over the rounds (up to round ``upto``) of on / off, each round its own pair."""
+    pairs = list(zip(rates["on"], rates["off"], strict=True))
+    if upto is not None:
+        pairs = pairs[: upto + 1]
+    return float(statistics.median(on / off for on, off in pairs))
+
+
+def render(rates: Rates, args: argparse.Namespace, command: Sequence[str], where: str) -> str:
+    """The report section: each loop's calls per second, on and off, and their ratio."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# What OpenTelemetry costs the fast paths",
+        "",
+        f"Generated by `{shlex.join(command)}` on {now}; do not edit: re-run it. "
+        f"{where}, Python {platform.python_version()}, {args.rounds} rounds of "
+        f"{args.seconds:g} s blocks, recording on and paused alternately in one process "
+        "(a meter provider with a reader attached and a tracer provider set).",
+        "",
+        f"| loop | calls/s, recording | calls/s, paused | on / off (target >= {TARGET}) |",
+        "|---|---:|---:|---:|",
+    ]
+    for loop in LOOPS:
+        on, off = statistics.median(rates[loop]["on"]), statistics.median(rates[loop]["off"])
+        ratio = _ratio(rates[loop])
+        verdict = "" if ratio >= TARGET else " (NOT MET)"
+        lines.append(f"| {loop} | {on:,.0f} | {off:,.0f} | {ratio:.3f}{verdict} |")
+    return "\n".join(lines) + "\n"
