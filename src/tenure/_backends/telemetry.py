@@ -138,45 +138,36 @@ class Recorder:
             found = self._attributes[pairs] = dict(zip(pairs[::2], pairs[1::2], strict=True))
         return found
 
+    def _by_primitive(self, record: Any, kind: str, outcome: str, value: float) -> None:
+        """Note ``value`` for a ``kind`` primitive, with ``outcome`` ("": none).
+
+        Its attributes are made once per class and outcome.
+        """
+        attributes = self._by_kind.get((kind, outcome))
+        if attributes is None:
+            pairs: tuple[str, ...] = (table.PRIMITIVE, table.primitive_label(kind))
+            if outcome:
+                pairs += (table.OUTCOME, outcome)
+            attributes = self._by_kind[(kind, outcome)] = self._labelled(*pairs)
+        self._pending.append((record, value, attributes))
+        if self._drainer is None:  # not started yet, or forked since
+            self._start()
+
     def lock_wait(self, kind: str, seconds: float, outcome: str) -> None:
         """An acquire of a ``kind`` primitive ended after ``seconds``, with ``outcome``."""
-        attributes = self._by_kind.get((kind, outcome))  # (the usual case, at once)
-        if attributes is not None:
-            self._pending.append((self._wait, seconds, attributes))
-            if self._drainer is None:
-                self._start()
-            return
-        label = table.primitive_label(kind)
-        self._by_kind[(kind, outcome)] = self._labelled(
-            table.PRIMITIVE, label, table.OUTCOME, outcome
-        )
-        self._note(
-            self._wait, seconds, self._labelled(table.PRIMITIVE, label, table.OUTCOME, outcome)
-        )
+        self._by_primitive(self._wait, kind, outcome, seconds)
 
     def lock_hold(self, kind: str, seconds: float) -> None:
         """A hold of a ``kind`` primitive was released after ``seconds``."""
-        attributes = self._by_kind.get((kind, ""))
-        if attributes is not None:
-            self._pending.append((self._hold, seconds, attributes))
-            if self._drainer is None:
-                self._start()
-            return
-        label = table.primitive_label(kind)
-        self._by_kind[(kind, "")] = self._labelled(table.PRIMITIVE, label)
-        self._note(self._hold, seconds, self._labelled(table.PRIMITIVE, label))
+        self._by_primitive(self._hold, kind, "", seconds)
 
     def lock_lost(self, kind: str) -> None:
         """A hold of a ``kind`` primitive was lost while held."""
-        self._note(self._lost, 1, self._labelled(table.PRIMITIVE, table.primitive_label(kind)))
+        self._by_primitive(self._lost, kind, "", 1)
 
     def lock_renewal(self, kind: str, ok: bool) -> None:
         """The watchdog renewed a ``kind`` primitive's hold (``ok``), or failed to."""
-        label = table.primitive_label(kind)
-        outcome = table.OK if ok else table.FAILED
-        self._note(
-            self._renewals, 1, self._labelled(table.PRIMITIVE, label, table.OUTCOME, outcome)
-        )
+        self._by_primitive(self._renewals, kind, table.OK if ok else table.FAILED, 1)
 
     def cache_request(self, result: str) -> None:
         """A cache request ended with ``result`` (``hit``, ``miss``, ...)."""
