@@ -25,6 +25,7 @@ __all__ = [
     "die_with_parent",
     "ignore_sigint",
     "sigint_blocked",
+    "spent",
     "start_helper",
     "stop_on_signals",
 ]
@@ -48,9 +49,18 @@ def stop_on_signals() -> None:
 
 
 def _stop(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, spent)
+    signal.signal(signal.SIGTERM, spent)
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def spent(signum: int, frame: object) -> None:
+    """The handler of a signal already acted on: later ones change nothing.
+
+    Not ``SIG_IGN``: a second signal that arrived while the first one's
+    handler ran is then still handled by Python, which otherwise raises
+    ``OSError: Signal 15 ignored due to race condition`` wherever it is.
+    """
 
 
 @contextmanager

@@ -42,7 +42,13 @@ from tenure import (
     TenureError,
 )
 from tenure._tooling import IngestKeys, Plan, check_name, check_seconds, parse_sink, read_status
-from tenure._tools.children import Terminated, die_with_parent, ignore_sigint, sigint_blocked
+from tenure._tools.children import (
+    Terminated,
+    die_with_parent,
+    ignore_sigint,
+    sigint_blocked,
+    spent,
+)
 
 __all__ = [
     "ProgressWriter",
@@ -126,7 +132,7 @@ def _work(
     interrupted: list[bool] = []
 
     def interrupt(_signal: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the give-back must not be cut
+        signal.signal(signal.SIGTERM, spent)  # once: the give-back must not be cut
         interrupted.append(True)
         # The interrupt can land inside SQLAlchemy's pool clean-up (a connection's
         # reset as it is collected), which logs it with a traceback: after the
@@ -155,7 +161,7 @@ def _work(
                 raise
             from tenure._tools.cli import _failure
 
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the message is not cut
+            signal.signal(signal.SIGTERM, spent)  # the message is not cut
             code, why = _failure(exc)
             failures.put((code, why, traceback.format_exc()))
             failed = True
@@ -170,7 +176,7 @@ def _work(
     finally:
         # Done: a terminate() that comes now (the parent stopping every worker) has
         # nothing to cut, and must not interrupt this process's exit with a traceback.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, spent)
     if reset:
         sys.exit(RESET_EXIT)
     if failed:
