@@ -55,6 +55,38 @@ _NOBODY = (
 )
 
 
+class _Totals:
+    """One counter's totals by attribute set, kept by tenure and observed by the SDK.
+
+    The SDK reads them when it collects (an observable counter), so counting
+    costs an addition, not the SDK's few microseconds a point.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[int, float] = {}
+        self._attributes: dict[int, dict[str, Any] | None] = {}
+        self._lock = threading.Lock()
+
+    def add(self, value: float, attributes: dict[str, Any] | None) -> None:
+        """Add ``value`` to the total of ``attributes`` (a dict made once and shared)."""
+        key = id(attributes)
+        with self._lock:
+            self._values[key] = self._values.get(key, 0) + value
+            self._attributes[key] = attributes
+
+    def observe(self, options: Any) -> list[Any]:
+        """The SDK's callback: every total so far, cumulative."""
+        observation = sys.modules["opentelemetry.metrics"].Observation
+        with self._lock:
+            return [
+                observation(value, self._attributes[key]) for key, value in self._values.items()
+            ]
+
+    def forked(self) -> None:
+        """In a forked child: counting starts from nothing."""
+        self._values, self._attributes, self._lock = {}, {}, threading.Lock()
+
+
 class Recorder:
     """The instruments on one meter provider, recorded with tenure's attributes.
 
@@ -68,12 +100,22 @@ class Recorder:
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider
+        self._totals: list[_Totals] = []
         meter = provider.get_meter(table.METER, _version())
         made: dict[str, Any] = {}
         for each in table.INSTRUMENTS:
-            create = meter.create_histogram if each.kind == "histogram" else meter.create_counter
-            instrument = create(each.name, unit=each.unit, description=each.description)
-            made[each.name] = instrument.record if each.kind == "histogram" else instrument.add
+            if each.kind == "histogram":
+                histogram = meter.create_histogram(
+                    each.name, unit=each.unit, description=each.description
+                )
+                made[each.name] = histogram.record
+            else:  # tenure's own totals, read by the SDK when it collects: free to add to
+                totals = _Totals()
+                meter.create_observable_counter(
+                    each.name, [totals.observe], unit=each.unit, description=each.description
+                )
+                made[each.name] = totals.add
+                self._totals.append(totals)
         self._wait = made[table.LOCK_WAIT.name]
         self._hold = made[table.LOCK_HOLD.name]
         self._lost = made[table.LOCK_LOST.name]
@@ -95,6 +137,10 @@ class Recorder:
         self._flushing = threading.Lock()
 
     def _note(self, record: Any, value: float, attributes: dict[str, Any] | None) -> None:
+        """A histogram's point, noted for the drainer; a counter's, added to its total now."""
+        if type(record.__self__) is _Totals:
+            record(value, attributes)
+            return
         self._pending.append((record, value, attributes))
         if self._drainer is None:  # not started yet, or forked since
             self._start()
@@ -109,10 +155,12 @@ class Recorder:
             self._drainer.start()
 
     def forked(self) -> None:
-        """In a forked child: no drainer runs here yet, and nothing noted is this process's."""
+        """In a forked child: no drainer runs here yet, and nothing counted is this process's."""
         self._drainer = None
         self._pending.clear()
         self._flushing = threading.Lock()
+        for totals in self._totals:
+            totals.forked()
 
     def _drain_forever(self) -> None:
         while True:
@@ -149,9 +197,7 @@ class Recorder:
             if outcome:
                 pairs += (table.OUTCOME, outcome)
             attributes = self._by_kind[(kind, outcome)] = self._labelled(*pairs)
-        self._pending.append((record, value, attributes))
-        if self._drainer is None:  # not started yet, or forked since
-            self._start()
+        self._note(record, value, attributes)
 
     def lock_wait(self, kind: str, seconds: float, outcome: str) -> None:
         """An acquire of a ``kind`` primitive ended after ``seconds``, with ``outcome``."""
