@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import functools
 import importlib.metadata
 import os
 import sys
@@ -108,7 +109,7 @@ class Recorder:
                 histogram = meter.create_histogram(
                     each.name, unit=each.unit, description=each.description
                 )
-                made[each.name] = histogram.record
+                made[each.name] = functools.partial(self._later, histogram.record)
             else:  # tenure's own totals, read by the SDK when it collects: free to add to
                 totals = _Totals()
                 meter.create_observable_counter(
@@ -136,11 +137,8 @@ class Recorder:
         self._drainer: threading.Thread | None = None
         self._flushing = threading.Lock()
 
-    def _note(self, record: Any, value: float, attributes: dict[str, Any] | None) -> None:
-        """A histogram's point, noted for the drainer; a counter's, added to its total now."""
-        if type(record.__self__) is _Totals:
-            record(value, attributes)
-            return
+    def _later(self, record: Any, value: float, attributes: dict[str, Any] | None) -> None:
+        """Note a histogram's point; the drainer records it into the SDK."""
         self._pending.append((record, value, attributes))
         if self._drainer is None:  # not started yet, or forked since
             self._start()
@@ -197,7 +195,7 @@ class Recorder:
             if outcome:
                 pairs += (table.OUTCOME, outcome)
             attributes = self._by_kind[(kind, outcome)] = self._labelled(*pairs)
-        self._note(record, value, attributes)
+        record(value, attributes)
 
     def lock_wait(self, kind: str, seconds: float, outcome: str) -> None:
         """An acquire of a ``kind`` primitive ended after ``seconds``, with ``outcome``."""
@@ -217,35 +215,35 @@ class Recorder:
 
     def cache_request(self, result: str) -> None:
         """A cache request ended with ``result`` (``hit``, ``miss``, ...)."""
-        self._note(self._requests, 1, self._labelled(table.RESULT, result))
+        self._requests(1, self._labelled(table.RESULT, result))
 
     def cache_load(self, seconds: float) -> None:
         """A loader took ``seconds``, and its value was stored."""
-        self._note(self._loads, seconds, None)
+        self._loads(seconds, None)
 
     def cache_load_error(self) -> None:
         """A load failed."""
-        self._note(self._load_errors, 1, None)
+        self._load_errors(1, None)
 
     def ingest_rows(self, rows: int) -> None:
         """An ingestion worker appended ``rows`` rows."""
-        self._note(self._rows, rows, None)
+        self._rows(rows, None)
 
     def ingest_chunk(self, outcome: str) -> None:
         """A chunk was finished (``done``) or claimed after its lease ran out (``taken_over``)."""
-        self._note(self._chunks, 1, self._labelled(table.OUTCOME, outcome))
+        self._chunks(1, self._labelled(table.OUTCOME, outcome))
 
     def stream_messages(self, count: int, outcome: str) -> None:
         """``count`` messages of a consumer were ``acked``, ``failed`` or ``dead_lettered``."""
-        self._note(self._messages, count, self._labelled(table.OUTCOME, outcome))
+        self._messages(count, self._labelled(table.OUTCOME, outcome))
 
     def idset_query(self, operation: str, seconds: float) -> None:
         """An id set query ``operation`` took ``seconds``."""
-        self._note(self._queries, seconds, self._labelled(table.OPERATION, operation))
+        self._queries(seconds, self._labelled(table.OPERATION, operation))
 
     def idset_compaction(self) -> None:
         """An id set's rebuilt compact form was swapped in by this process."""
-        self._note(self._compactions, 1, None)
+        self._compactions(1, None)
 
 
 def lock_waited(kind: str, started: float, outcome: str) -> None:

@@ -29,7 +29,7 @@ from tenure._backends.for_threads import (
     is_cancellation,
     taken_on_loop,
 )
-from tenure._backends.telemetry import metrics
+from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited, metrics
 from tenure._core.leased import (
     Hold,
 )
@@ -118,15 +118,12 @@ class Holds(OwnerSlot[Hold], Counters):
         """
         with self.mutex:
             self.timeouts += 1
-        if (recorder := metrics()) is not None:
-            recorder.lock_wait(self.kind, time.monotonic() - started, TIMEOUT)
+        lock_waited(self.kind, started, TIMEOUT)
         return False
 
     def gave_up(self, started: float, exc: BaseException) -> None:
         """Tell the metrics of an acquire that ended with ``exc`` (cancelled, or an error)."""
-        if (recorder := metrics()) is not None:
-            outcome = CANCELLED if is_cancellation(exc) else ERROR
-            recorder.lock_wait(self.kind, time.monotonic() - started, outcome)
+        lock_waited(self.kind, started, CANCELLED if is_cancellation(exc) else ERROR)
 
     # -- redis-py's local.token -----------------------------------------------------
 
@@ -163,8 +160,7 @@ class Holds(OwnerSlot[Hold], Counters):
                 return
             hold.lost = True
             self.lost += 1
-        if (recorder := metrics()) is not None:
-            recorder.lock_lost(self.kind)
+        lock_lost_found(self.kind)
         rules = self._rules
         logger.warning("tenure: %s %r: %s (fence %s)", rules.noun, rules.name, why, hold.fence)
         if self.cancel_on_lost and hold.guarded:
@@ -180,8 +176,7 @@ class Holds(OwnerSlot[Hold], Counters):
                 return
             hold.lost = True
             self.lost += 1
-        if (recorder := metrics()) is not None:
-            recorder.lock_lost(self.kind)
+        lock_lost_found(self.kind)
 
     def forget(self, hold: Hold) -> None:
         """Stop tracking (and renewing) ``hold``."""
@@ -210,8 +205,7 @@ class Holds(OwnerSlot[Hold], Counters):
         """Count ``hold``'s release."""
         with self.mutex:
             self.record_released(hold)
-        if (recorder := metrics()) is not None:
-            recorder.lock_hold(self.kind, time.monotonic() - hold.acquired_at)
+        lock_held(self.kind, hold.acquired_at)
 
     # -- reporting --------------------------------------------------------------
 
