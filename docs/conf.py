@@ -138,6 +138,12 @@ PAGES: dict[str, Page] = {
         "who holds them and who waits.",
         ("inspect.md",),
     ),
+    "observability": Page(
+        "Metrics and traces",
+        "What tenure reports through OpenTelemetry (the instruments are listed in the "
+        "guide), and which primitives carry their name on their measurements.",
+        ("observability.md",),
+    ),
     "cli": Page(
         "The command line",
         "The ``tenure`` command (also ``python -m tenure``). Each section below is what "
@@ -179,6 +185,7 @@ TOPICS: dict[str, tuple[str, str]] = {
     "consumer": ("ingest", "StreamConsumer"),
     "stream": ("ingest", "StreamConsumer"),
     "idset": ("idsets", ""),
+    "telemetry": ("observability", ""),
 }
 # Names placed one by one: their module (tenure._core.statistics) serves several topics.
 NAMED: dict[str, tuple[str, str]] = {

@@ -87,6 +87,11 @@ class Readings:
     def __init__(self) -> None:
         self._counts, self._sums = _snapshot()
 
+    def points(self) -> list[Point]:
+        """Every point recorded so far (its instrument's name and attributes)."""
+        counts, _ = _snapshot()
+        return list(counts)
+
     def count(self, instrument: Instrument, **attributes: str) -> int:
         """A counter's increase, or a histogram's new points, with these attributes."""
         counts, _ = _snapshot()

@@ -94,7 +94,16 @@ def test_api_reference_documents_every_public_name() -> None:
 
 def test_the_api_reference_is_organised_by_task() -> None:
     pages = api_pages()
-    order = ["locks", "semaphores", "caches", "ingest", "idsets", "testing", "inspection"]
+    order = [
+        "locks",
+        "semaphores",
+        "caches",
+        "ingest",
+        "idsets",
+        "testing",
+        "inspection",
+        "observability",
+    ]
     assert list(pages) == [f"{page}.rst" for page in [*order, "cli", "errors"]] + ["index.rst"]
     toctree = pages["index.rst"].split(".. toctree::")[1]
     assert re.findall(r"^   (\w+)$", toctree, re.MULTILINE) == [*order, "cli", "errors"]

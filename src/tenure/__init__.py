@@ -32,6 +32,7 @@ from tenure._async._lock import AsyncLock, AsyncReentrantLock
 from tenure._async._redlock import AsyncRedlock
 from tenure._async._rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from tenure._async._semaphore import AsyncSemaphore
+from tenure._backends.telemetry import set_metric_names
 from tenure._cached import cached
 from tenure._core.cache import CacheStatistics
 from tenure._core.codec import (
@@ -206,6 +207,7 @@ __all__ = [
     "ZstdCompressor",
     "__version__",
     "cached",
+    "set_metric_names",
 ]
 
 

@@ -53,6 +53,7 @@ def cached(
     serializer: Any = DEFAULT_SERIALIZER,
     compressor: Any = DEFAULT_COMPRESSOR,
     prefix: str | None = None,
+    metric_name: str | None = None,
 ) -> Callable[[F], F]:
     """Cache a function's results on the server; each result is loaded once.
 
@@ -60,7 +61,7 @@ def cached(
     function, a ``redis.asyncio`` client for an ``async def`` one. ``ttl`` is
     the results' freshness in seconds (``None``: until invalidated);
     ``herd_timeout``, ``load_lease``, ``early``, ``fallback``,
-    ``serializer``, ``compressor`` and ``prefix`` are
+    ``serializer``, ``compressor``, ``prefix`` and ``metric_name`` are
     :class:`~tenure.HerdCache`'s. Each duration (``error_ttl`` too) is
     checked here, as every primitive checks its own: a number of seconds,
     at most ten years, else :class:`~tenure.ArgumentError` naming it.
@@ -131,6 +132,7 @@ def cached(
             serializer=serializer,
             compressor=compressor,
             prefix=cache_prefix,
+            metric_name=metric_name,
         )
         key_of = CallNaming(func, cache.key_of, cache_key, cache_name).key_of
 

@@ -17,6 +17,7 @@ import redis
 from opentelemetry import trace
 
 from tenure import (
+    ArgumentError,
     Cache,
     CallableSource,
     ConnectionLock,
@@ -25,10 +26,12 @@ from tenure import (
     IngestJob,
     Lock,
     LockLostError,
+    Redlock,
     ReentrantLock,
     Semaphore,
     StreamConsumer,
     StreamMessage,
+    set_metric_names,
 )
 from tenure._core.telemetry import (
     CACHE_LOAD,
@@ -44,6 +47,7 @@ from tenure._core.telemetry import (
     LOCK_WAIT,
     STREAM_MESSAGES,
 )
+from tenure.server import ServerProcess
 from tests._backend_threads import gather, sleep, until
 from tests.metric_readings import Readings, reader, span_exporter, tenure_spans
 
@@ -312,3 +316,88 @@ def test_a_connection_lock_is_measured_as_the_others(
     assert seen.count(LOCK_WAIT, primitive="connection_lock", outcome="acquired") == 1
     assert seen.count(LOCK_WAIT, primitive="connection_lock", outcome="timeout") == 1
     assert seen.count(LOCK_HOLD, primitive="connection_lock") == 1
+
+
+def test_metric_name_adds_the_name_and_only_where_asked(
+    tenure_client: redis.Redis,
+) -> None:
+    seen = Readings()
+    with Lock(tenure_client, "otel-named-1", metric_name="checkout"):
+        pass
+    with Lock(tenure_client, "otel-unnamed"):
+        pass
+    cache = HerdCache(tenure_client, "otel-named-cache", ttl=30, metric_name="rates")
+    assert cache.fetch("k", lambda: 1) == 1
+    assert seen.count(LOCK_WAIT, primitive="lock", name="checkout") == 1
+    assert seen.count(LOCK_HOLD, primitive="lock", name="checkout") == 1
+    assert seen.count(LOCK_WAIT, primitive="lock") == 2
+    assert seen.count(CACHE_REQUESTS, result="miss", name="rates") == 1
+    assert seen.count(CACHE_LOAD, name="rates") == 1
+    # no name at all where none was asked for (not even the lock's own)
+    assert not any("otel-unnamed" in str(point) for point in seen.points())
+    for bad in ("", 7, "x" * 201, "tab\there"):
+        with pytest.raises(ArgumentError, match="metric_name"):
+            Lock(tenure_client, "otel-named-2", metric_name=bad)  # type: ignore[arg-type]
+
+
+def test_set_metric_names_names_the_primitives_made_after_it_that_match(
+    tenure_client: redis.Redis,
+) -> None:
+    seen = Readings()
+    set_metric_names("orders:*", "nightly")
+    try:
+        matched = Lock(tenure_client, "orders:42")
+        exact = Semaphore(tenure_client, "nightly", 2)
+        other = Lock(tenure_client, "billing:1")
+        own = Lock(tenure_client, "orders:43", metric_name="the-43")
+    finally:
+        set_metric_names()
+    later = Lock(tenure_client, "orders:44")  # made after: not named
+    for primitive in (matched, exact, other, own, later):
+        with primitive:
+            pass
+    assert seen.count(LOCK_WAIT, name="orders:42") == 1
+    assert seen.count(LOCK_WAIT, primitive="semaphore", name="nightly") == 1
+    assert seen.count(LOCK_WAIT, name="the-43") == 1
+    assert seen.count(LOCK_WAIT, name="billing:1") == 0
+    assert seen.count(LOCK_WAIT, name="orders:44") == 0
+    assert seen.count(LOCK_WAIT, primitive="lock") == 4
+    with pytest.raises(ArgumentError, match="set_metric_names"):
+        set_metric_names("")
+
+
+def test_a_redlock_that_waits_is_traced(
+    redlock_servers: tuple[ServerProcess, ...],
+) -> None:
+    since = len(span_exporter().get_finished_spans())
+    mine = [server.client() for server in redlock_servers]
+    theirs = [server.client() for server in redlock_servers]
+    try:
+        holder = Redlock(mine, "otel-redlock", timeout=10, thread_local=False)
+        waiter = Redlock(theirs, "otel-redlock", timeout=10, thread_local=False)
+        assert holder.acquire()
+
+        def release_soon() -> None:
+            sleep(0.3)
+            holder.release()
+
+        def wait_for_it() -> bool:
+            return waiter.acquire(blocking_timeout=10)
+
+        assert (gather(release_soon, wait_for_it))[1]
+        fence = waiter.fencing_token
+        waiter.release()
+        assert holder.acquire()  # free: taken at once, no span
+        holder.release()
+    finally:
+        for client in (*mine, *theirs):
+            client.close()
+    spans = [s for s in tenure_spans(since) if s.name == "tenure.lock.acquire"]
+    assert len(spans) == 1
+    traced = spans[0]
+    assert [event.name for event in traced.events] == ["queued", "granted"]
+    assert dict(traced.attributes or {}) == {
+        "tenure.primitive": "redlock",
+        "tenure.fencing_token": fence,
+        "tenure.outcome": "acquired",
+    }

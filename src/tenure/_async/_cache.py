@@ -45,6 +45,7 @@ from tenure._async._cache_store import AsyncCacheStore
 from tenure._async._scripting import AsyncClient
 from tenure._backends.for_asyncio import IS_ASYNC, Mutex, refuse_awaited_call
 from tenure._backends.owners import new_token
+from tenure._backends.telemetry import subject
 from tenure._core.cache import (
     DEFAULT_HERD_TIMEOUT,
     DEFAULT_LOAD_LEASE,
@@ -92,6 +93,7 @@ class _AsyncCacheBase:
         serializer: Any = DEFAULT_SERIALIZER,
         compressor: Any = DEFAULT_COMPRESSOR,
         prefix: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         require_bytes_replies(
@@ -109,7 +111,7 @@ class _AsyncCacheBase:
         )
         self._client = client
         self._codec = Codec(serializer, compressor)
-        self._counters = CacheCounters()
+        self._counters = CacheCounters(subject(None, self._naming.name, metric_name))
         self._store = AsyncCacheStore(
             client, self._naming, self._codec, self._counters, marks=self._marks
         )
@@ -202,6 +204,9 @@ class AsyncCache(_AsyncCacheBase):
       ``compress``/``decompress``, or ``None``.
     * ``prefix`` — key prefix (default ``tenure:cache:``); an entry is
       ``{prefix}{name}:{identity}`` with the identity as its hash tag.
+    * ``metric_name`` — report this cache's measurements with ``tenure.name``
+      set to it (docs/observability.md); by default no name is reported
+      unless :func:`~tenure.set_metric_names` matches ``name``.
 
     A stored value that fails to decode (another serializer, tampered,
     corrupt) reads as a miss, with one logged warning.
@@ -280,6 +285,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         serializer: Any = DEFAULT_SERIALIZER,
         compressor: Any = DEFAULT_COMPRESSOR,
         prefix: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -289,6 +295,7 @@ class AsyncHerdCache(_AsyncCacheBase):
             serializer=serializer,
             compressor=compressor,
             prefix=prefix,
+            metric_name=metric_name,
         )
         self._herd_timeout = check_herd_timeout(herd_timeout, name)
         self._load_lease = check_seconds(

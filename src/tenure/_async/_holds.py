@@ -71,6 +71,8 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
         """The primitive (weak: renewals reach the holds, and must not keep it alive)."""
         self.kind = type(primitive).__name__
         """The primitive's class name, for messages."""
+        self.subject = rules.subject
+        """Who its metrics are about."""
         OwnerSlot.__init__(self, per_owner=per_owner)
         self.mutex = _MUTEX
         self.on_lost = on_lost
@@ -91,7 +93,7 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
         self.track(hold)
         self.record_acquired(hold.waited, contended=contended)
         if (recorder := metrics()) is not None:
-            recorder.lock_wait(self.kind, hold.waited, ACQUIRED)
+            recorder.lock_wait(self.subject, hold.waited, ACQUIRED)
 
     def track(self, hold: Hold) -> None:
         """Make ``hold`` the current owner's (the mutex held)."""
@@ -103,7 +105,7 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
         if ok:
             self.renewals += 1
         if (recorder := metrics()) is not None:
-            recorder.lock_renewal(self.kind, ok)
+            recorder.lock_renewal(self.subject, ok)
 
     def add_waiter(self, count: int) -> None:
         """Count a waiter in line (``count`` 1) or out of it (-1)."""
@@ -117,12 +119,12 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
         """
         with self.mutex:
             self.timeouts += 1
-        lock_waited(self.kind, started, TIMEOUT)
+        lock_waited(self.subject, started, TIMEOUT)
         return False
 
     def gave_up(self, started: float, exc: BaseException) -> None:
         """Tell the metrics of an acquire that ended with ``exc`` (cancelled, or an error)."""
-        lock_waited(self.kind, started, CANCELLED if is_cancellation(exc) else ERROR)
+        lock_waited(self.subject, started, CANCELLED if is_cancellation(exc) else ERROR)
 
     # -- redis-py's local.token -----------------------------------------------------
 
@@ -159,7 +161,7 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
                 return
             hold.lost = True
             self.lost += 1
-        lock_lost_found(self.kind)
+        lock_lost_found(self.subject)
         rules = self._rules
         logger.warning("tenure: %s %r: %s (fence %s)", rules.noun, rules.name, why, hold.fence)
         if self.cancel_on_lost and hold.guarded:
@@ -175,7 +177,7 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
                 return
             hold.lost = True
             self.lost += 1
-        lock_lost_found(self.kind)
+        lock_lost_found(self.subject)
 
     def forget(self, hold: Hold) -> None:
         """Stop tracking (and renewing) ``hold``."""
@@ -204,7 +206,7 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
         """Count ``hold``'s release."""
         with self.mutex:
             self.record_released(hold)
-        lock_held(self.kind, hold.acquired_at)
+        lock_held(self.subject, hold.acquired_at)
 
     # -- reporting --------------------------------------------------------------
 

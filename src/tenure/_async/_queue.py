@@ -58,13 +58,12 @@ from tenure._backends.for_asyncio import (
     shielded,
     start_background,
 )
-from tenure._backends.telemetry import span
+from tenure._backends.telemetry import AcquireSpan
 from tenure._core.exceptions import BackendError, PrimitiveError
 from tenure._core.leased import (
     Acquired,
     Acquiring,
 )
-from tenure._core.telemetry import LOCK_ACQUIRE_SPAN, QUEUED, TIMEOUT
 
 __all__ = ["AsyncQueue"]
 
@@ -147,16 +146,10 @@ class AsyncQueue:
             if counted is None:
                 counted = start_waiting(self._rules.registry, self._rules.keys.owner)
             in_line = True
-            with span(LOCK_ACQUIRE_SPAN, self._holds.kind, started) as traced:
+            with AcquireSpan(self._holds.subject, started) as traced:
+                traced.queued()
                 got = await self._wait_in_line(call, tried)
-                if traced is not None:  # (the line joined: "queued", at the span's start)
-                    traced.event(QUEUED)
-                    hold = self._holds.peek()
-                    if got and hold is not None:
-                        traced.granted(hold.fence)
-                    else:
-                        traced.outcome(TIMEOUT)
-            return got
+                return traced.ended(got, self._holds.peek())
         except Overdue:
             # Given back in the background when the server answers.
             logger.warning(

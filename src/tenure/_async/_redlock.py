@@ -86,7 +86,7 @@ class AsyncRedlock(AsyncLeased):
     * ``thread_local``, ``raise_on_release_error`` — as for :class:`AsyncLock`.
 
     Keyword-only: ``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``,
-    ``waiter_lease``, ``owner_name`` as for :class:`AsyncLock` (each master
+    ``waiter_lease``, ``owner_name``, ``metric_name`` as for :class:`AsyncLock` (each master
     stores the owner name beside its part of the hold), and
 
     * ``cancel_on_lost`` — asyncio only: as for :class:`AsyncLock`.
@@ -125,6 +125,7 @@ class AsyncRedlock(AsyncLeased):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         master_timeout: float | None = None,
         owner_name: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         name = check_lock_name(name)
         described = check_masters(clients, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
@@ -144,6 +145,7 @@ class AsyncRedlock(AsyncLeased):
             handoff_lease=DEFAULT_HANDOFF_LEASE,
             prefix=prefix,
             owner_name=owner_name,
+            metric_name=metric_name,
         )
         super().__init__(
             rules,

@@ -28,7 +28,7 @@ from typing import Any
 
 from tenure._async._holds import AsyncHolds
 from tenure._async._lease import AsyncLease
-from tenure._async._masters import RELEASE_PATIENCE, RETRY_PAUSE, positive
+from tenure._async._masters import RELEASE_PATIENCE, RETRY_PAUSE, AsyncMasters, positive
 from tenure._async._redlock_rules import AsyncRedlockRules
 from tenure._async._wakeups import AsyncWaiter, listen
 from tenure._backends.for_asyncio import (
@@ -41,6 +41,7 @@ from tenure._backends.for_asyncio import (
     sleep,
     start_background,
 )
+from tenure._backends.telemetry import AcquireSpan
 from tenure._core.exceptions import BackendError, PrimitiveError, QuorumError
 from tenure._core.leased import (
     IDLE_TTL_MS,
@@ -124,6 +125,25 @@ class _Listener:
     def stop(self) -> None:
         for waiter in self.waiters:
             waiter.stop()
+
+    @staticmethod
+    async def up(masters: AsyncMasters, token: str) -> _Listener:
+        """Listen for wake-ups for ``token`` from every master.
+
+        Waits (a master timeout at most) until a quorum of the subscriptions
+        is up: a master that is down must not delay every waiter.
+        """
+        listener = _Listener()
+        for client in masters.clients:
+            waiter = await listen(client, token, 0.0, None, listener.event)
+            listener.waiters.append(waiter)
+        deadline = time.monotonic() + masters.call_timeout
+        up = 0
+        for waiter in sorted(listener.waiters, key=lambda w: not w.up):
+            if up >= masters.quorum:
+                break
+            up += await waiter.subscribed(deadline - time.monotonic())
+        return listener
 
 
 class _Turns:
@@ -232,6 +252,13 @@ class AsyncRedlockQueue:
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         acquiring = Acquiring(token, attempt, started, deadline, current_holder())
+        with AcquireSpan(self._holds.subject, started) as traced:
+            return traced.ended(await self._acquire(acquiring, wait, traced), self._holds.peek())
+
+    async def _acquire(self, acquiring: Acquiring, wait: bool, traced: AcquireSpan) -> bool:
+        token, attempt, started, deadline = (
+            acquiring.token, acquiring.attempt, acquiring.started, acquiring.deadline
+        )  # fmt: skip
         ticket = time.time_ns() // 1000  # the same on every master: one order of waiters
         settings = self._rules.settings
         listener: _Listener | None = None
@@ -248,7 +275,7 @@ class AsyncRedlockQueue:
         try:
             while True:
                 if listener is None and wait and self.seen_busy:
-                    listener = await self._listen(token)
+                    listener = await _Listener.up(self._masters, token)
                 sent = time.monotonic()
                 silent = 0.0
                 if first:
@@ -315,11 +342,12 @@ class AsyncRedlockQueue:
                 if listener is None:
                     before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
                     self.seen_busy = True
-                    listener = await self._listen(token)
+                    listener = await _Listener.up(self._masters, token)
                     continue  # take a place in line at once
                 if not acquiring.queued:
                     acquiring.queued = True
                     self._holds.add_waiter(1)
+                    traced.queued()
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if tried.free_in is not None:
                     wake_at = min(wake_at, now + tried.free_in + OWNER_EXPIRY_SLACK)
@@ -343,24 +371,6 @@ class AsyncRedlockQueue:
                 listener.stop()
             if acquiring.queued:
                 self._holds.add_waiter(-1)
-
-    async def _listen(self, token: str) -> _Listener:
-        """Listen for wake-ups from every master.
-
-        Waits (a master timeout at most) until a quorum of the subscriptions
-        is up: a master that is down must not delay every waiter.
-        """
-        listener = _Listener()
-        for client in self._masters.clients:
-            waiter = await listen(client, token, 0.0, None, listener.event)
-            listener.waiters.append(waiter)
-        deadline = time.monotonic() + self._masters.call_timeout
-        up = 0
-        for waiter in sorted(listener.waiters, key=lambda w: not w.up):
-            if up >= self._masters.quorum:
-                break
-            up += await waiter.subscribed(deadline - time.monotonic())
-        return listener
 
     async def _attempt(
         self, token: str, ticket: int, listener: _Listener | None, call: str, silent: float = 0.0

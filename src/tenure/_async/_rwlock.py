@@ -188,8 +188,8 @@ class AsyncReadWriteLock:
     released, renewed by the watchdog), but for ``reentrant`` (refused with an
     :class:`~tenure.ArgumentError`), and apply to both sides; the rest
     (``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``, ``waiter_lease``,
-    ``handoff_lease``, ``owner_name``, and ``cancel_on_lost`` where the lock has it)
-    are keyword-only.
+    ``handoff_lease``, ``owner_name``, ``metric_name``, and ``cancel_on_lost``
+    where the lock has it) are keyword-only.
 
     The policy is FIFO with a writer barrier: readers share the lock while no
     writer holds it; a writer waits for the holders in front of it, and every

@@ -193,7 +193,7 @@ class AsyncSemaphore(AsyncPermits):
     * ``auto_renew`` — refresh in the background (default: only when
       ``timeout`` is None).
     * ``on_lost``, ``max_hold``, ``prefix``, ``waiter_lease``,
-      ``handoff_lease``, ``owner_name`` — as for :class:`~tenure.AsyncLock`.
+      ``handoff_lease``, ``owner_name``, ``metric_name`` — as for :class:`~tenure.AsyncLock`.
     * ``cancel_on_lost`` — asyncio only: as for :class:`~tenure.AsyncLock`.
 
     ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
@@ -229,6 +229,7 @@ class AsyncSemaphore(AsyncPermits):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
@@ -246,6 +247,7 @@ class AsyncSemaphore(AsyncPermits):
             waiter_lease=waiter_lease,
             handoff_lease=handoff_lease,
             owner_name=owner_name,
+            metric_name=metric_name,
         )
         super().__init__(
             rules,

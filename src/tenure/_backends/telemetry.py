@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import fnmatch
 import functools
 import importlib.metadata
 import os
@@ -27,10 +28,14 @@ from typing import Any
 
 from tenure._core import telemetry as table
 from tenure._core.cache import CacheCounters
+from tenure._core.exceptions import ArgumentError
+from tenure._core.leased import Hold
 
 __all__ = [
+    "AcquireSpan",
     "Recorder",
     "Span",
+    "Subject",
     "flush",
     "lock_held",
     "lock_lost_found",
@@ -38,7 +43,9 @@ __all__ = [
     "metrics",
     "paused",
     "refresh",
+    "set_metric_names",
     "span",
+    "subject",
 ]
 
 LOOK_EVERY = 1.0
@@ -53,6 +60,117 @@ _NOBODY = (
     "NoOpMeterProvider",
     "ProxyTracerProvider",
     "NoOpTracerProvider",
+)
+
+_interned: dict[tuple[str, ...], dict[str, Any]] = {}
+
+
+def _attributes(pairs: tuple[str, ...]) -> dict[str, Any] | None:
+    """The attributes of ``pairs`` (key, value, ...): one shared dict per set (None: empty).
+
+    The totals are kept by dict, so equal attribute sets must be the same dict.
+    """
+    if not pairs:
+        return None
+    found = _interned.get(pairs)
+    if found is None:
+        found = _interned.setdefault(pairs, dict(zip(pairs[::2], pairs[1::2], strict=True)))
+    return found
+
+
+class Subject:
+    """Who measurements are about: a primitive's kind and, when asked for, its name.
+
+    Made once per primitive object (:func:`subject`); it keeps the attribute
+    sets its measurements carry, so a measurement costs one dict look-up.
+    """
+
+    __slots__ = ("_base", "_made", "name", "primitive")
+
+    def __init__(self, primitive: str | None, name: str | None) -> None:
+        self.primitive = primitive
+        """``tenure.primitive`` (``lock``, ``semaphore``...), or None (a cache, a job...)."""
+        self.name = name
+        """``tenure.name``, or None: the primitive's name is not reported."""
+        base: tuple[str, ...] = ()
+        if primitive is not None:
+            base += (table.PRIMITIVE, primitive)
+        if name is not None:
+            base += (table.NAME, name)
+        self._base = base
+        self._made: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def attributes(self, key: str = "", value: str = "") -> dict[str, Any] | None:
+        """The subject's attributes, with ``key`` set to ``value`` if given."""
+        try:
+            return self._made[key, value]
+        except KeyError:
+            pairs = self._base + ((key, value) if key else ())
+            made = self._made[key, value] = _attributes(pairs)
+            return made
+
+    def __repr__(self) -> str:
+        return f"<Subject {self.primitive} {self.name!r}>"
+
+
+_subjects: dict[tuple[str | None, str | None], Subject] = {}
+_named: tuple[str, ...] = ()
+METRIC_NAMES_VARIABLE = "TENURE_METRIC_NAMES"
+"""Read at import: patterns separated by commas, as :func:`set_metric_names` takes."""
+LONGEST_METRIC_NAME = 200
+"""The longest ``metric_name=`` taken (an attribute value every series carries)."""
+
+
+def set_metric_names(*patterns: str) -> None:
+    """Report ``tenure.name`` for the primitives whose name matches one of ``patterns``.
+
+    Shell-style patterns (``"orders:*"``, ``"nightly-report"``; ``"*"``: every
+    primitive), matched against the name a primitive is made with. They
+    apply to primitives made after the call: call it at start-up. No
+    patterns (the default): only primitives given ``metric_name=`` report a
+    name, since every distinct name is a series of its own in the metrics
+    backend. The environment variable ``TENURE_METRIC_NAMES`` (patterns
+    separated by commas) sets them at import.
+    """
+    global _named
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern:
+            raise ArgumentError("set_metric_names", f"patterns are non-empty strs, got {pattern!r}")
+    _named = tuple(patterns)
+
+
+def subject(kind: str | None, name: str, metric_name: object = None) -> Subject:
+    """The :class:`Subject` of a primitive named ``name`` (shared by equal ones).
+
+    ``kind``: its class name, for ``tenure.primitive`` (None: not reported);
+    ``metric_name``: the primitive's ``metric_name=`` (None: its name if it
+    matches :func:`set_metric_names`' patterns, else no name).
+    """
+    if metric_name is not None:
+        if not isinstance(metric_name, str) or not metric_name:
+            raise ArgumentError(
+                "metric_name", f"must be a non-empty str, got {metric_name!r}", name=name
+            )
+        if len(metric_name) > LONGEST_METRIC_NAME or not metric_name.isprintable():
+            raise ArgumentError(
+                "metric_name",
+                f"must be printable and at most {LONGEST_METRIC_NAME} characters",
+                name=name,
+            )
+        label: str | None = metric_name
+    elif _named and any(fnmatch.fnmatchcase(name, pattern) for pattern in _named):
+        label = name
+    else:
+        label = None
+    primitive = None if kind is None else table.primitive_label(kind)
+    found = _subjects.get((primitive, label))
+    if found is None:
+        found = _subjects.setdefault((primitive, label), Subject(primitive, label))
+    return found
+
+
+set_metric_names(
+    *(p.strip() for p in os.environ.get(METRIC_NAMES_VARIABLE, "").split(",") if p.strip())
 )
 
 
@@ -132,8 +250,6 @@ class Recorder:
         self._pending: collections.deque[tuple[Any, float, dict[str, Any] | None]] = (
             collections.deque()
         )
-        self._attributes: dict[tuple[str, ...], dict[str, Any]] = {}
-        self._by_kind: dict[tuple[str, str], dict[str, Any]] = {}  # a lock's, by class
         self._drainer: threading.Thread | None = None
         self._flushing = threading.Lock()
 
@@ -177,91 +293,71 @@ class Recorder:
                 record, value, attributes = pending.popleft()
                 record(value, attributes)
 
-    def _labelled(self, *pairs: str) -> dict[str, Any]:
-        """The attributes of ``pairs`` (key, value, ...), made once and shared."""
-        found = self._attributes.get(pairs)
-        if found is None:
-            found = self._attributes[pairs] = dict(zip(pairs[::2], pairs[1::2], strict=True))
-        return found
+    def lock_wait(self, who: Subject, seconds: float, outcome: str) -> None:
+        """An acquire of ``who`` ended after ``seconds``, with ``outcome``."""
+        self._wait(seconds, who.attributes(table.OUTCOME, outcome))
 
-    def _by_primitive(self, record: Any, kind: str, outcome: str, value: float) -> None:
-        """Note ``value`` for a ``kind`` primitive, with ``outcome`` ("": none).
+    def lock_hold(self, who: Subject, seconds: float) -> None:
+        """A hold of ``who`` was released after ``seconds``."""
+        self._hold(seconds, who.attributes())
 
-        Its attributes are made once per class and outcome.
-        """
-        attributes = self._by_kind.get((kind, outcome))
-        if attributes is None:
-            pairs: tuple[str, ...] = (table.PRIMITIVE, table.primitive_label(kind))
-            if outcome:
-                pairs += (table.OUTCOME, outcome)
-            attributes = self._by_kind[(kind, outcome)] = self._labelled(*pairs)
-        record(value, attributes)
+    def lock_lost(self, who: Subject) -> None:
+        """A hold of ``who`` was lost while held."""
+        self._lost(1, who.attributes())
 
-    def lock_wait(self, kind: str, seconds: float, outcome: str) -> None:
-        """An acquire of a ``kind`` primitive ended after ``seconds``, with ``outcome``."""
-        self._by_primitive(self._wait, kind, outcome, seconds)
+    def lock_renewal(self, who: Subject, ok: bool) -> None:
+        """The watchdog renewed a hold of ``who`` (``ok``), or failed to."""
+        self._renewals(1, who.attributes(table.OUTCOME, table.OK if ok else table.FAILED))
 
-    def lock_hold(self, kind: str, seconds: float) -> None:
-        """A hold of a ``kind`` primitive was released after ``seconds``."""
-        self._by_primitive(self._hold, kind, "", seconds)
+    def cache_request(self, who: Subject, result: str) -> None:
+        """A request to cache ``who`` ended with ``result`` (``hit``, ``miss``, ...)."""
+        self._requests(1, who.attributes(table.RESULT, result))
 
-    def lock_lost(self, kind: str) -> None:
-        """A hold of a ``kind`` primitive was lost while held."""
-        self._by_primitive(self._lost, kind, "", 1)
+    def cache_load(self, who: Subject, seconds: float) -> None:
+        """A loader of cache ``who`` took ``seconds``, and its value was stored."""
+        self._loads(seconds, who.attributes())
 
-    def lock_renewal(self, kind: str, ok: bool) -> None:
-        """The watchdog renewed a ``kind`` primitive's hold (``ok``), or failed to."""
-        self._by_primitive(self._renewals, kind, table.OK if ok else table.FAILED, 1)
+    def cache_load_error(self, who: Subject) -> None:
+        """A load of cache ``who`` failed."""
+        self._load_errors(1, who.attributes())
 
-    def cache_request(self, result: str) -> None:
-        """A cache request ended with ``result`` (``hit``, ``miss``, ...)."""
-        self._requests(1, self._labelled(table.RESULT, result))
+    def ingest_rows(self, who: Subject, rows: int) -> None:
+        """A worker of ingestion job ``who`` appended ``rows`` rows."""
+        self._rows(rows, who.attributes())
 
-    def cache_load(self, seconds: float) -> None:
-        """A loader took ``seconds``, and its value was stored."""
-        self._loads(seconds, None)
-
-    def cache_load_error(self) -> None:
-        """A load failed."""
-        self._load_errors(1, None)
-
-    def ingest_rows(self, rows: int) -> None:
-        """An ingestion worker appended ``rows`` rows."""
-        self._rows(rows, None)
-
-    def ingest_chunk(self, outcome: str) -> None:
+    def ingest_chunk(self, who: Subject, outcome: str) -> None:
         """A chunk was finished (``done``) or claimed after its lease ran out (``taken_over``)."""
-        self._chunks(1, self._labelled(table.OUTCOME, outcome))
+        self._chunks(1, who.attributes(table.OUTCOME, outcome))
 
-    def stream_messages(self, count: int, outcome: str) -> None:
+    def stream_messages(self, who: Subject, count: int, outcome: str) -> None:
         """``count`` messages of a consumer were ``acked``, ``failed`` or ``dead_lettered``."""
-        self._messages(count, self._labelled(table.OUTCOME, outcome))
+        self._messages(count, who.attributes(table.OUTCOME, outcome))
 
-    def idset_query(self, operation: str, seconds: float) -> None:
-        """An id set query ``operation`` took ``seconds``."""
-        self._queries(seconds, self._labelled(table.OPERATION, operation))
+    def idset_query(self, who: Subject, operation: str, seconds: float) -> None:
+        """An id set query ``operation`` on ``who`` took ``seconds``."""
+        self._queries(seconds, who.attributes(table.OPERATION, operation))
 
-    def idset_compaction(self) -> None:
-        """An id set's rebuilt compact form was swapped in by this process."""
-        self._compactions(1, None)
+    def idset_compaction(self, who: Subject) -> None:
+        """Id set ``who``'s rebuilt compact form was swapped in by this process."""
+        self._compactions(1, who.attributes())
 
 
-def lock_waited(kind: str, started: float, outcome: str) -> None:
-    """An acquire of a ``kind`` primitive, called at ``started`` (monotonic), ended so."""
+def lock_waited(who: Subject, started: float, outcome: str) -> None:
+    """An acquire of ``who``, called at ``started`` (monotonic), ended with ``outcome``."""
     if (recorder := metrics()) is not None:
-        recorder.lock_wait(kind, time.monotonic() - started, outcome)
+        recorder.lock_wait(who, time.monotonic() - started, outcome)
 
 
-def lock_held(kind: str, taken: float) -> None:
-    """A hold of a ``kind`` primitive, taken at ``taken`` (monotonic), was released."""
+def lock_held(who: Subject, taken: float) -> None:
+    """A hold of ``who``, taken at ``taken`` (monotonic), was released."""
     if (recorder := metrics()) is not None:
-        recorder.lock_hold(kind, time.monotonic() - taken)
+        recorder.lock_hold(who, time.monotonic() - taken)
 
 
-def lock_lost_found(kind: str) -> None:
-    """A hold of a ``kind`` primitive was found lost."""
+def lock_lost_found(who: Subject) -> None:
+    """A hold of ``who`` was found lost."""
     if (recorder := metrics()) is not None:
-        recorder.lock_lost(kind)
+        recorder.lock_lost(who)
 
 
 def flush() -> None:
@@ -291,9 +387,9 @@ def _version() -> str | None:
         return None
 
 
-def _cache_told(result: str) -> None:
+def _cache_told(who: Any, result: str) -> None:
     if (recorder := metrics()) is not None:
-        recorder.cache_request(result)
+        recorder.cache_request(who, result)
 
 
 CacheCounters.told = _cache_told
@@ -387,11 +483,11 @@ def _tracing() -> Any:
 
 @contextlib.contextmanager
 def span(
-    name: str, kind: str | None, started: float | None = None, *, current: bool = False
+    name: str, who: Subject, started: float | None = None, *, current: bool = False
 ) -> Iterator[Span | None]:
     """A span ``name`` around the block when a tracer provider is set (else None, for free).
 
-    ``kind``: the primitive's class name, as ``tenure.primitive``; ``started``:
+    ``who``: the primitive, its attributes the span's; ``started``:
     when the operation began (monotonic), if before the block; ``current``:
     the block's own spans (a loader's queries) are its children. An exception
     ends it as ``cancelled`` or ``error`` (with the exception recorded).
@@ -400,7 +496,7 @@ def span(
     if tracer is None:
         yield None
         return
-    attributes = {} if kind is None else {table.PRIMITIVE: table.primitive_label(kind)}
+    attributes = who.attributes()
     begun = None
     if started is not None:  # on the wall clock, as spans are
         begun = time.time_ns() - int((time.monotonic() - started) * 1e9)
@@ -424,3 +520,44 @@ def span(
         raise
     finally:
         current_span.end()
+
+
+class AcquireSpan:
+    """An acquire's span (``tenure.lock.acquire``), begun once it waits in line.
+
+    ``with AcquireSpan(who, started) as traced:`` around the acquire;
+    :meth:`queued` when it joins the line (the span starts at ``started``,
+    the call); :meth:`ended` with what it got. An acquire that never waits
+    has no span; one that ends in an exception has its outcome.
+    """
+
+    __slots__ = ("_span", "_started", "_who", "_within")
+
+    def __init__(self, who: Subject, started: float) -> None:
+        self._who, self._started = who, started
+        self._within: contextlib.AbstractContextManager[Span | None] | None = None
+        self._span: Span | None = None
+
+    def __enter__(self) -> AcquireSpan:
+        return self
+
+    def queued(self) -> None:
+        """The acquire joined the line (again: nothing more)."""
+        if self._within is None:
+            self._within = span(table.LOCK_ACQUIRE_SPAN, self._who, self._started)
+            self._span = self._within.__enter__()
+            if self._span is not None:
+                self._span.event(table.QUEUED)
+
+    def ended(self, got: bool, hold: Hold | None) -> bool:
+        """The acquire returns ``got``, holding ``hold`` if it got it; returns ``got``."""
+        if self._span is not None:
+            if got and hold is not None:
+                self._span.granted(hold.fence)
+            else:
+                self._span.outcome(table.TIMEOUT)
+        return got
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._within is not None:
+            self._within.__exit__(*exc_info)

@@ -439,14 +439,16 @@ class CacheCounters:
     fetch sees it ended (:meth:`recovered`).
     """
 
-    __slots__ = ("counts", "outage")
+    __slots__ = ("counts", "outage", "subject")
 
-    told: ClassVar[Callable[[str], None] | None] = None
-    """Told each request's result (``hit``, ``miss``...): the metrics' seam sets it."""
+    told: ClassVar[Callable[[Any, str], None] | None] = None
+    """Told each request's subject and result (``hit``, ``miss``...): the metrics' seam sets it."""
 
-    def __init__(self) -> None:
+    def __init__(self, subject: Any = None) -> None:
         self.counts = new_counters()
         self.outage: Outage | None = None  # the last outage a fetch went through
+        self.subject = subject
+        """Who the metrics are about (the seam's subject for this cache)."""
 
     def add(self, field: str, *, tell: bool = True) -> None:
         """Count one event of ``field``, and tell a request's result to the metrics.
@@ -456,7 +458,7 @@ class CacheCounters:
         self.counts[field] += 1
         told = CacheCounters.told
         if told is not None and tell and field in REQUEST_RESULTS:
-            told(REQUEST_RESULTS[field])
+            told(self.subject, REQUEST_RESULTS[field])
 
     def snapshot(self) -> CacheStatistics:
         """An immutable snapshot of the counters."""
@@ -467,7 +469,7 @@ class CacheCounters:
         self.counts["fallbacks"] += 1
         told = CacheCounters.told
         if told is not None:
-            told("fallback")
+            told(self.subject, "fallback")
         if outage is not None and self.outage is not outage:
             self.outage = outage
             self.counts["outages"] += 1

@@ -7,11 +7,13 @@ from typing import Any
 
 from redis.crc import key_slot
 
+from tenure._core.exceptions import ArgumentError
 from tenure._core.values import to_text
 
 __all__ = [
     "ConsumerStatistics",
     "StreamMessage",
+    "check_slots",
     "claim_record_key",
     "entry_message",
     "parse_claimed",
@@ -107,6 +109,28 @@ def read_messages(reply: Any) -> list[StreamMessage]:
                     )
                 )
     return found
+
+
+def check_slots(stream: str, dead_letter: str, claim_record: str, named: bool) -> None:
+    """Refuse, on a cluster, a stream whose keys cannot share its slot.
+
+    One script moves messages to ``dead_letter`` and records a claim at
+    ``claim_record``: both must hash to ``stream``'s slot. ``named``: the
+    dead-letter stream was given (else derived from ``stream``).
+    """
+    slot = key_slot(stream.encode())
+    if key_slot(dead_letter.encode()) != slot:
+        raise ArgumentError(
+            "dead_letter" if named else "stream",
+            f"on a cluster {stream!r} and its dead-letter stream {dead_letter!r} "
+            "must share a slot (one script moves messages between them): give the "
+            "stream a hash tag, e.g. '{jobs}', whose dead-letter stream is then '{jobs}:dead'",
+            name=stream,
+        )
+    if key_slot(claim_record.encode()) != slot:
+        raise ArgumentError(
+            "stream", f"{stream!r} has a stray brace: no key can share its slot", name=stream
+        )
 
 
 def claim_record_key(stream: str, consumer: str) -> str:

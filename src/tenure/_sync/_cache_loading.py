@@ -174,7 +174,7 @@ class HerdLoading:
         renewal = self._scripts.renew_while_loading(keys, token)
         started = time.monotonic()
         try:
-            with span(CACHE_LOAD_SPAN, None, current=True):
+            with span(CACHE_LOAD_SPAN, self._counters.subject, current=True):
                 value, ttl = unwrap_loaded(call_loader(loader, keys.entry), ttl)
                 # A value the serializer refuses fails like its loader: the lease
                 # is given back at once, for the next caller's loader to run.
@@ -183,12 +183,12 @@ class HerdLoading:
             watchdog().cancel(renewal)
             self._scripts.give_back(keys, token)
             if not is_cancellation(exc) and (recorder := metrics()) is not None:
-                recorder.cache_load_error()
+                recorder.cache_load_error(self._counters.subject)
             raise
         watchdog().cancel(renewal)
         took = time.monotonic() - started
         if (recorder := metrics()) is not None:
-            recorder.cache_load(took)
+            recorder.cache_load(self._counters.subject, took)
         try:
             self._scripts.commit(keys, token, data, took, ttl, herd)
         except BaseException as exc:

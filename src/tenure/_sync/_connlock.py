@@ -49,7 +49,7 @@ from tenure._backends.for_threads import (
     taken_on_loop,
 )
 from tenure._backends.owners import default_owner_name, generation
-from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited
+from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited, subject
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
     AcquireTimeoutError,
@@ -96,7 +96,7 @@ class ConnectionLock(TwinHints):
     ``blocking`` / ``blocking_timeout`` are the defaults of :meth:`acquire`;
     ``lease`` also expires the booking unless the holder calls
     :meth:`refresh` in time (a holder alive but hung keeps its connection,
-    and so the lock, without one); ``prefix`` and ``owner_name`` are as for
+    and so the lock, without one); ``prefix``, ``owner_name`` and ``metric_name`` are as for
     :class:`~tenure.Lock`. Not re-entrant. Standalone servers only (a
     cluster client raises :class:`~tenure.ClientTypeError`); the ACL must
     allow ``CLIENT ID``, ``CLIENT LIST``, ``WATCH``, ``MULTI``, ``GET``,
@@ -114,9 +114,11 @@ class ConnectionLock(TwinHints):
         poll_interval: float = 0.05,
         prefix: str = "tenure:connlock:",
         owner_name: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         name = check_lock_name(name)
         self._owner_name = check_owner_name(owner_name, name)
+        self._subject = subject(type(self).__name__, name, metric_name)
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         if is_cluster(client):
             raise ClientTypeError(
@@ -201,12 +203,12 @@ class ConnectionLock(TwinHints):
                     self._loop_thread = taken_on_loop(self.key)
                     self._generation = generation()
                     self._taken_at = time.monotonic()
-                    lock_waited(type(self).__name__, started, ACQUIRED)
+                    lock_waited(self._subject, started, ACQUIRED)
                     return True
                 if not wait or (deadline is not None and time.monotonic() >= deadline):
                     self._close(connection)
                     if wait:  # (a non-blocking try found it busy: not a wait)
-                        lock_waited(type(self).__name__, started, TIMEOUT)
+                        lock_waited(self._subject, started, TIMEOUT)
                     return False
                 pause = self.poll_interval
                 if deadline is not None:
@@ -224,10 +226,10 @@ class ConnectionLock(TwinHints):
                 timeout,
                 GRACE,
             )
-            lock_waited(type(self).__name__, started, TIMEOUT)
+            lock_waited(self._subject, started, TIMEOUT)
             return False
         except BaseException as exc:
-            lock_waited(type(self).__name__, started, CANCELLED if is_cancellation(exc) else ERROR)
+            lock_waited(self._subject, started, CANCELLED if is_cancellation(exc) else ERROR)
             shielded(self._close(connection))
             raise
 
@@ -302,9 +304,9 @@ class ConnectionLock(TwinHints):
         finally:
             shielded(self._close(connection))
         if int(deleted) != 1:
-            lock_lost_found(type(self).__name__)
+            lock_lost_found(self._subject)
             raise LockNotOwnedError("the booking was gone (lease ran out)", name=self.name)
-        lock_held(type(self).__name__, self._taken_at)
+        lock_held(self._subject, self._taken_at)
 
     def refresh(self) -> None:
         """Reset the opt-in lease; raise :class:`LockNotOwnedError` if no longer held."""

@@ -31,15 +31,15 @@ from collections.abc import Callable
 from typing import Any
 
 from redis import exceptions as redis_errors
-from redis.crc import key_slot
 
 from tenure._backends.for_threads import IS_ASYNC, on_signals, refuse_awaited_call
-from tenure._backends.telemetry import metrics
+from tenure._backends.telemetry import metrics, subject
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError
 from tenure._core.stream import (
     ConsumerStatistics,
     StreamMessage,
+    check_slots,
     claim_record_key,
     parse_claimed,
     read_messages,
@@ -77,6 +77,9 @@ class StreamConsumer:
       (``"{jobs}"``); a pair in two slots is refused with an ArgumentError.
     * ``start`` — where a new group starts: ``"0"`` (everything, default) or
       ``"$"`` (only what arrives from now on).
+    * ``metric_name`` — report this consumer's measurements with ``tenure.name``
+      set to it (docs/observability.md); by default no name is reported
+      unless :func:`~tenure.set_metric_names` matches ``stream``.
     """
 
     def __init__(
@@ -92,8 +95,10 @@ class StreamConsumer:
         max_deliveries: int = 5,
         dead_letter: str | None = None,
         start: str = "0",
+        metric_name: str | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=stream)
+        self._subject = subject(None, stream, metric_name)
         if not isinstance(count, int) or count < 1:
             raise ArgumentError("count", f"must be a positive int, got {count!r}", name=stream)
         if not isinstance(max_deliveries, int) or max_deliveries < 1:
@@ -109,23 +114,11 @@ class StreamConsumer:
         self.claim_idle_ms = to_ms(claim_idle)  # at least 1 ms: 0 would claim every message
         self.max_deliveries = max_deliveries
         self.dead_letter = dead_letter or f"{stream}:dead"
-        if is_cluster(client) and key_slot(stream.encode()) != key_slot(self.dead_letter.encode()):
-            raise ArgumentError(
-                "dead_letter" if dead_letter else "stream",
-                f"on a cluster {stream!r} and its dead-letter stream {self.dead_letter!r} "
-                "must share a slot (one script moves messages between them): give the "
-                "stream a hash tag, e.g. '{jobs}', whose dead-letter stream is then '{jobs}:dead'",
-                name=stream,
-            )
         self.start = start
         # where a claim is recorded, so a resent one answers the same messages
         self._claim_record = claim_record_key(stream, self.consumer)
-        if is_cluster(client) and key_slot(self._claim_record.encode()) != key_slot(
-            stream.encode()
-        ):
-            raise ArgumentError(
-                "stream", f"{stream!r} has a stray brace: no key can share its slot", name=stream
-            )
+        if is_cluster(client):
+            check_slots(stream, self.dead_letter, self._claim_record, dead_letter is not None)
         self._registry = registry_for(client)
         self._ready = False
         self._stopping = False
@@ -201,7 +194,7 @@ class StreamConsumer:
         self._cursor, messages, dead = parse_claimed(reply)
         self.dead_lettered += dead
         if dead and (recorder := metrics()) is not None:
-            recorder.stream_messages(dead, DEAD_LETTERED)
+            recorder.stream_messages(self._subject, dead, DEAD_LETTERED)
         return messages
 
     def ack(self, *messages: StreamMessage) -> int:
@@ -348,13 +341,13 @@ class StreamConsumer:
         )
         self.failed += 1
         if (recorder := metrics()) is not None:
-            recorder.stream_messages(1, FAILED)
+            recorder.stream_messages(self._subject, 1, FAILED)
 
     def _acked(self, count: int) -> None:
         """Count ``count`` messages handled and acknowledged."""
         self.processed += count
         if count and (recorder := metrics()) is not None:
-            recorder.stream_messages(count, ACKED)
+            recorder.stream_messages(self._subject, count, ACKED)
 
     def _hand_back(self, messages: list[StreamMessage]) -> None:
         """Let another consumer take ``messages`` (read, not handled) at once.

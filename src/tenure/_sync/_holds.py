@@ -72,6 +72,8 @@ class Holds(OwnerSlot[Hold], Counters):
         """The primitive (weak: renewals reach the holds, and must not keep it alive)."""
         self.kind = type(primitive).__name__
         """The primitive's class name, for messages."""
+        self.subject = rules.subject
+        """Who its metrics are about."""
         OwnerSlot.__init__(self, per_owner=per_owner)
         self.mutex = _MUTEX
         self.on_lost = on_lost
@@ -92,7 +94,7 @@ class Holds(OwnerSlot[Hold], Counters):
         self.track(hold)
         self.record_acquired(hold.waited, contended=contended)
         if (recorder := metrics()) is not None:
-            recorder.lock_wait(self.kind, hold.waited, ACQUIRED)
+            recorder.lock_wait(self.subject, hold.waited, ACQUIRED)
 
     def track(self, hold: Hold) -> None:
         """Make ``hold`` the current owner's (the mutex held)."""
@@ -104,7 +106,7 @@ class Holds(OwnerSlot[Hold], Counters):
         if ok:
             self.renewals += 1
         if (recorder := metrics()) is not None:
-            recorder.lock_renewal(self.kind, ok)
+            recorder.lock_renewal(self.subject, ok)
 
     def add_waiter(self, count: int) -> None:
         """Count a waiter in line (``count`` 1) or out of it (-1)."""
@@ -118,12 +120,12 @@ class Holds(OwnerSlot[Hold], Counters):
         """
         with self.mutex:
             self.timeouts += 1
-        lock_waited(self.kind, started, TIMEOUT)
+        lock_waited(self.subject, started, TIMEOUT)
         return False
 
     def gave_up(self, started: float, exc: BaseException) -> None:
         """Tell the metrics of an acquire that ended with ``exc`` (cancelled, or an error)."""
-        lock_waited(self.kind, started, CANCELLED if is_cancellation(exc) else ERROR)
+        lock_waited(self.subject, started, CANCELLED if is_cancellation(exc) else ERROR)
 
     # -- redis-py's local.token -----------------------------------------------------
 
@@ -160,7 +162,7 @@ class Holds(OwnerSlot[Hold], Counters):
                 return
             hold.lost = True
             self.lost += 1
-        lock_lost_found(self.kind)
+        lock_lost_found(self.subject)
         rules = self._rules
         logger.warning("tenure: %s %r: %s (fence %s)", rules.noun, rules.name, why, hold.fence)
         if self.cancel_on_lost and hold.guarded:
@@ -176,7 +178,7 @@ class Holds(OwnerSlot[Hold], Counters):
                 return
             hold.lost = True
             self.lost += 1
-        lock_lost_found(self.kind)
+        lock_lost_found(self.subject)
 
     def forget(self, hold: Hold) -> None:
         """Stop tracking (and renewing) ``hold``."""
@@ -205,7 +207,7 @@ class Holds(OwnerSlot[Hold], Counters):
         """Count ``hold``'s release."""
         with self.mutex:
             self.record_released(hold)
-        lock_held(self.kind, hold.acquired_at)
+        lock_held(self.subject, hold.acquired_at)
 
     # -- reporting --------------------------------------------------------------
 

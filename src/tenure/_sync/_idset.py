@@ -28,7 +28,7 @@ from tenure._backends.counting import top_counts
 from tenure._backends.for_threads import IS_ASYNC, refuse_awaited_call
 from tenure._backends.local_copies import LOCAL_COPIES
 from tenure._backends.owners import default_owner_name
-from tenure._backends.telemetry import metrics
+from tenure._backends.telemetry import Subject, metrics, subject
 from tenure._core.clients import map_exceptions, require_bytes_replies, require_client
 from tenure._core.exceptions import ArgumentError, IdSetCorruptError
 from tenure._core.idset import (
@@ -69,6 +69,9 @@ class IdSet:
     * ``delta_limit`` — ids written (added or removed) since the last
       compaction that make the write passing them compact the set.
     * ``chunk_bytes`` — the compact form is stored in chunks of at most this size.
+    * ``metric_name`` — report this set's measurements with ``tenure.name``
+      set to it (docs/observability.md); by default no name is reported
+      unless :func:`~tenure.set_metric_names` matches ``name``.
 
     Queries revalidate this process's copy of every set involved in one
     round trip per client and answer from memory; writes are one round trip.
@@ -82,8 +85,10 @@ class IdSet:
         prefix: str = "tenure:idset:",
         delta_limit: int = DEFAULT_DELTA_LIMIT,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        metric_name: str | None = None,
     ) -> None:
         check_settings(name, prefix, delta_limit, chunk_bytes)
+        self._subject = subject(None, name, metric_name)
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         require_bytes_replies(
             client, owner=type(self).__name__, stores="binary bitmaps and ids", name=name
@@ -191,7 +196,7 @@ class IdSet:
                 return False
             self._stats.compactions += 1
             if (recorder := metrics()) is not None:
-                recorder.idset_compaction()
+                recorder.idset_compaction(self._subject)
             LOCAL_COPIES.compacted(self.client, self.keys.meta, copy.epoch, copy.position)
             return True
         finally:
@@ -227,21 +232,21 @@ class IdSet:
         """How many ids are in this set and every one of ``others``."""
         started = time.monotonic()
         views = _views([self, *_check_sets(others, type(self), "others")])
-        return _queried("intersection_count", started, intersection_count(views))
+        return _queried(self._subject, "intersection_count", started, intersection_count(views))
 
     def intersection(self, *others: IdSet) -> npt.NDArray[np.uint32]:
         """The ids in this set and every one of ``others``, sorted, as uint32."""
         started = time.monotonic()
         views = _views([self, *_check_sets(others, type(self), "others")])
         found = np.frombuffer(intersection_of(views).to_array(), dtype=np.uint32)
-        return _queried("intersection", started, found)
+        return _queried(self._subject, "intersection", started, found)
 
     def jaccard(self, other: IdSet) -> float:
         """The Jaccard index: shared ids over all ids (1.0 equal, 0.0 disjoint or empty)."""
         started = time.monotonic()
         [checked] = _check_sets([other], type(self), "other")
         mine, theirs = _views([self, checked])
-        return _queried("jaccard", started, jaccard_of(mine, theirs))
+        return _queried(self._subject, "jaccard", started, jaccard_of(mine, theirs))
 
     def top_overlaps(self, others: Iterable[IdSet], k: int = 10) -> list[tuple[IdSet, int]]:
         """The ``k`` sets of ``others`` sharing the most ids with this one, with the count.
@@ -255,7 +260,7 @@ class IdSet:
         candidates = _check_sets(list(others), type(self), "others")
         views = _views([self, *candidates])
         top = [(candidates[i], count) for i, count in top_counts(views[0], views[1:], k)]
-        return _queried("top_overlaps", started, top)
+        return _queried(self._subject, "top_overlaps", started, top)
 
     # -- introspection --------------------------------------------------------
 
@@ -284,10 +289,10 @@ class IdSet:
 Q = TypeVar("Q")
 
 
-def _queried(operation: str, started: float, answer: Q) -> Q:
-    """``answer``, once the metrics were told how long its query took."""
+def _queried(who: Subject, operation: str, started: float, answer: Q) -> Q:
+    """``answer``, once the metrics were told how long ``who``'s query took."""
     if (recorder := metrics()) is not None:
-        recorder.idset_query(operation, time.monotonic() - started)
+        recorder.idset_query(who, operation, time.monotonic() - started)
     return answer
 
 

@@ -44,7 +44,7 @@ from tenure._backends.for_threads import (
     sleep,
     source_call,
 )
-from tenure._backends.telemetry import metrics
+from tenure._backends.telemetry import metrics, subject
 from tenure._core.clients import map_exceptions, require_client
 from tenure._core.exceptions import ArgumentError, BackendError, JobBusyError, PlanMismatchError
 from tenure._core.ingest import (
@@ -93,6 +93,9 @@ class IngestJob:
     * ``batch`` — rows per commit (500).
     * ``worker`` — how this worker is named in :meth:`status`'s holders
       (default ``host:pid``).
+    * ``metric_name`` — report this job's measurements with ``tenure.name``
+      set to it (docs/observability.md); by default no name is reported
+      unless :func:`~tenure.set_metric_names` matches ``name``.
     """
 
     def __init__(
@@ -107,9 +110,11 @@ class IngestJob:
         batch: int = 500,
         prefix: str = "tenure:ingest:",
         worker: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         check_name(name)  # (as a cache's: it is the keys' hash tag)
+        self._subject = subject(None, name, metric_name)
         for argument, value in (("chunk_size", chunk_size), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ArgumentError(argument, f"must be a positive int, got {value!r}", name=name)
@@ -238,7 +243,7 @@ class IngestJob:
                 assert isinstance(claim, Claim)
                 chunk = claim.chunk
                 if claim.taken_over and (recorder := metrics()) is not None:
-                    recorder.ingest_chunk(TAKEN_OVER)
+                    recorder.ingest_chunk(self._subject, TAKEN_OVER)
                 done, added = self._ingest_chunk(plan, claim, token)
             except BaseException as exc:
                 # Interrupted at any point (Ctrl-C, SIGTERM, a cancellation, a
@@ -250,7 +255,7 @@ class IngestJob:
             if done:
                 chunks += 1
                 if (recorder := metrics()) is not None:
-                    recorder.ingest_chunk(DONE)
+                    recorder.ingest_chunk(self._subject, DONE)
             else:
                 refused += 1
         if claim == REPLANNED:
@@ -306,7 +311,7 @@ class IngestJob:
                     return False, added
                 added += len(rows)
                 if (recorder := metrics()) is not None:
-                    recorder.ingest_rows(len(rows))
+                    recorder.ingest_rows(self._subject, len(rows))
                 after = batch[-2]
                 if final:
                     return True, added

@@ -64,6 +64,9 @@ class Lock(Leased):
     * ``owner_name`` — who holds and waits, as ``tenure inspect`` shows it
       (default ``host:pid``); stored on the server beside the hold. A
       printable str of at most 200 characters.
+    * ``metric_name`` — report this lock's measurements with ``tenure.name``
+      set to it (docs/observability.md); by default no name is reported
+      unless :func:`~tenure.set_metric_names` matches ``name``.
     * ``interop`` — ``"redis-py"``: also hold redis-py's own key of the lock
       (``name``, holding the token, with the hold's expiry) in the same
       script that takes, renews, hands on and releases the hold, so processes
@@ -95,6 +98,7 @@ class Lock(Leased):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
+        metric_name: str | None = None,
         interop: str | None = None,
     ) -> None:
         if interop not in (None, "redis-py"):
@@ -119,6 +123,7 @@ class Lock(Leased):
             handoff_lease=handoff_lease,
             prefix=prefix,
             owner_name=owner_name,
+            metric_name=metric_name,
         )
         check_seconds("sleep", sleep, allow_none=False, name=rules.name)
         if interop is not None:

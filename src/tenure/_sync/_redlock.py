@@ -87,7 +87,7 @@ class Redlock(Leased):
     * ``thread_local``, ``raise_on_release_error`` — as for :class:`Lock`.
 
     Keyword-only: ``auto_renew``, ``on_lost``, ``max_hold``, ``prefix``,
-    ``waiter_lease``, ``owner_name`` as for :class:`Lock` (each master
+    ``waiter_lease``, ``owner_name``, ``metric_name`` as for :class:`Lock` (each master
     stores the owner name beside its part of the hold), and
 
     * ``master_timeout`` — seconds an attempt waits for the masters (default
@@ -121,6 +121,7 @@ class Redlock(Leased):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         master_timeout: float | None = None,
         owner_name: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         name = check_lock_name(name)
         described = check_masters(clients, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
@@ -140,6 +141,7 @@ class Redlock(Leased):
             handoff_lease=DEFAULT_HANDOFF_LEASE,
             prefix=prefix,
             owner_name=owner_name,
+            metric_name=metric_name,
         )
         super().__init__(
             rules,

@@ -37,6 +37,7 @@ from tenure._backends.for_threads import (
     sleep,
     start_background,
 )
+from tenure._backends.telemetry import AcquireSpan
 from tenure._core.exceptions import BackendError, PrimitiveError, QuorumError
 from tenure._core.leased import (
     IDLE_TTL_MS,
@@ -49,7 +50,7 @@ from tenure._core.leased import (
 from tenure._core.redlock import FENCE_LIFETIME_MS, Tally, drift_ms
 from tenure._sync._holds import Holds
 from tenure._sync._lease import Lease
-from tenure._sync._masters import RELEASE_PATIENCE, RETRY_PAUSE, positive
+from tenure._sync._masters import RELEASE_PATIENCE, RETRY_PAUSE, Masters, positive
 from tenure._sync._redlock_rules import RedlockRules
 from tenure._sync._wakeups import Waiter, listen
 
@@ -125,6 +126,25 @@ class _Listener:
     def stop(self) -> None:
         for waiter in self.waiters:
             waiter.stop()
+
+    @staticmethod
+    def up(masters: Masters, token: str) -> _Listener:
+        """Listen for wake-ups for ``token`` from every master.
+
+        Waits (a master timeout at most) until a quorum of the subscriptions
+        is up: a master that is down must not delay every waiter.
+        """
+        listener = _Listener()
+        for client in masters.clients:
+            waiter = listen(client, token, 0.0, None, listener.event)
+            listener.waiters.append(waiter)
+        deadline = time.monotonic() + masters.call_timeout
+        up = 0
+        for waiter in sorted(listener.waiters, key=lambda w: not w.up):
+            if up >= masters.quorum:
+                break
+            up += waiter.subscribed(deadline - time.monotonic())
+        return listener
 
 
 class _Turns:
@@ -233,6 +253,13 @@ class RedlockQueue:
         started = time.monotonic()
         deadline = None if blocking_timeout is None else started + blocking_timeout
         acquiring = Acquiring(token, attempt, started, deadline, current_holder())
+        with AcquireSpan(self._holds.subject, started) as traced:
+            return traced.ended(self._acquire(acquiring, wait, traced), self._holds.peek())
+
+    def _acquire(self, acquiring: Acquiring, wait: bool, traced: AcquireSpan) -> bool:
+        token, attempt, started, deadline = (
+            acquiring.token, acquiring.attempt, acquiring.started, acquiring.deadline
+        )  # fmt: skip
         ticket = time.time_ns() // 1000  # the same on every master: one order of waiters
         settings = self._rules.settings
         listener: _Listener | None = None
@@ -249,7 +276,7 @@ class RedlockQueue:
         try:
             while True:
                 if listener is None and wait and self.seen_busy:
-                    listener = self._listen(token)
+                    listener = _Listener.up(self._masters, token)
                 sent = time.monotonic()
                 silent = 0.0
                 if first:
@@ -316,11 +343,12 @@ class RedlockQueue:
                 if listener is None:
                     before_waiting(self._holds.kind, self._rules.keys.owner, self._rules.name)
                     self.seen_busy = True
-                    listener = self._listen(token)
+                    listener = _Listener.up(self._masters, token)
                     continue  # take a place in line at once
                 if not acquiring.queued:
                     acquiring.queued = True
                     self._holds.add_waiter(1)
+                    traced.queued()
                 wake_at = now + settings.waiter_lease * WAITER_REFRESH
                 if tried.free_in is not None:
                     wake_at = min(wake_at, now + tried.free_in + OWNER_EXPIRY_SLACK)
@@ -344,24 +372,6 @@ class RedlockQueue:
                 listener.stop()
             if acquiring.queued:
                 self._holds.add_waiter(-1)
-
-    def _listen(self, token: str) -> _Listener:
-        """Listen for wake-ups from every master.
-
-        Waits (a master timeout at most) until a quorum of the subscriptions
-        is up: a master that is down must not delay every waiter.
-        """
-        listener = _Listener()
-        for client in self._masters.clients:
-            waiter = listen(client, token, 0.0, None, listener.event)
-            listener.waiters.append(waiter)
-        deadline = time.monotonic() + self._masters.call_timeout
-        up = 0
-        for waiter in sorted(listener.waiters, key=lambda w: not w.up):
-            if up >= self._masters.quorum:
-                break
-            up += waiter.subscribed(deadline - time.monotonic())
-        return listener
 
     def _attempt(
         self, token: str, ticket: int, listener: _Listener | None, call: str, silent: float = 0.0

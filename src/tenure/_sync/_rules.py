@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from tenure._backends.for_threads import IS_ASYNC
 from tenure._backends.owners import default_owner_name, new_token
+from tenure._backends.telemetry import subject
 from tenure._core.clients import require_client
 from tenure._core.exceptions import (
     ArgumentError,
@@ -133,6 +134,7 @@ class Rules:
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         name = check_lock_name(name)
         self.settings = LockSettings.build(
@@ -155,6 +157,8 @@ class Rules:
         self._auto_renew_asked = auto_renew
         self.keys = LockKeys.for_name(prefix, name)
         self.registry = registry_for(client)
+        self.subject = subject(kind, name, metric_name)
+        """Who this primitive's metrics are about (:mod:`tenure._backends.telemetry`)."""
 
     # -- settings --------------------------------------------------------------
 

@@ -192,7 +192,7 @@ class Semaphore(Permits):
     * ``auto_renew`` — refresh in the background (default: only when
       ``timeout`` is None).
     * ``on_lost``, ``max_hold``, ``prefix``, ``waiter_lease``,
-      ``handoff_lease``, ``owner_name`` — as for :class:`~tenure.Lock`.
+      ``handoff_lease``, ``owner_name``, ``metric_name`` — as for :class:`~tenure.Lock`.
 
     ``refresh()`` resets the lease and raises :class:`SemaphoreNotOwnedError`
     once the permit is gone. A holder's permit carries a fencing token.
@@ -223,6 +223,7 @@ class Semaphore(Permits):
         waiter_lease: float = DEFAULT_WAITER_LEASE,
         handoff_lease: float = DEFAULT_HANDOFF_LEASE,
         owner_name: str | None = None,
+        metric_name: str | None = None,
     ) -> None:
         name = check_lock_name(name)
         check_seconds("sleep", sleep, allow_none=False, name=name)
@@ -240,6 +241,7 @@ class Semaphore(Permits):
             waiter_lease=waiter_lease,
             handoff_lease=handoff_lease,
             owner_name=owner_name,
+            metric_name=metric_name,
         )
         super().__init__(
             rules,
