@@ -50,6 +50,7 @@ from benchmarks import (
     several,
 )
 from benchmarks.cache_contenders import CACHES, CacheContender, by_key
+from benchmarks.otel import OTEL_HELP, run_for
 from benchmarks.plot import plot_waits
 from benchmarks.sections import write_section
 from tenure.server._process import given_or_private
@@ -307,6 +308,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument("--fresh", type=float, default=1.0, help="freshness seconds (1.0)")
     parser.add_argument("--seconds", type=float, default=2.0, help="per hit run (2)")
     parser.add_argument("--only", help="comma-separated contenders (default: all)")
+    parser.add_argument(
+        "--otel", action="store_true", help=OTEL_HELP.format(what="the warm cache hit")
+    )
     add_output_arguments(parser, output, "caller-wait")
 
 
@@ -328,6 +332,8 @@ def _check(args: argparse.Namespace) -> None:
 def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     """Run with parsed ``args``; ``command`` is how it was called (for the report)."""
     _check(args)
+    if args.otel:
+        return run_for("caches", args, command, ("cache hit", "async cache hit"))
     contenders = _chosen(args.only)
 
     def run(url: str, server: str) -> None:

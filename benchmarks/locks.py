@@ -116,6 +116,7 @@ from benchmarks.names import (
     measure_names,
     wait_idle,
 )
+from benchmarks.otel import run_for
 from benchmarks.plot import plot_waits
 from benchmarks.pool import (
     PoolResult,
@@ -416,6 +417,10 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     that fails midway is reported on stderr and returns 1.
     """
     check_arguments(args)
+    if args.otel:
+        if parts(args) != ("solo",) or args.topology != "standalone":
+            raise BenchmarkError("--otel measures the solo lock loop: give --parts solo")
+        return run_for("locks", args, command, ("lock", "async lock"))
     contenders = select(args.only, args.topology)
     for contender in contenders:
         if contender.peer is not None:

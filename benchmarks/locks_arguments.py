@@ -13,6 +13,7 @@ import argparse
 from benchmarks import BenchmarkError, add_output_arguments
 from benchmarks.contenders import CONTENDERS, TOPOLOGIES, Contender
 from benchmarks.names import DEFAULT_IDLE_CAP
+from benchmarks.otel import OTEL_HELP
 
 __all__ = [
     "DEFAULT_PARTS",
@@ -52,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
         f"known: {','.join(PARTS)})",
     )
     parser.add_argument("--skip", default="", help="comma-separated parts not to run")
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="with --parts solo: " + OTEL_HELP.format(what="the solo lock loop"),
+    )
     parser.add_argument(
         "--single-tries", type=int, default=5, help="single-connection handoffs, median taken (5)"
     )

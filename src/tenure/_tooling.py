@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenure._async._wakeups import LINGER
 from tenure._backends.telemetry import paused as metrics_paused
+from tenure._backends.telemetry import unhanded as metrics_unhanded
 from tenure._core.ingest import IngestKeys, Plan, parse_sink
 from tenure._core.leased import IDLE_TTL, base_key, check_name, name_from_key
 from tenure._core.rows import encode_row
@@ -43,6 +44,7 @@ __all__ = [
     "encode_row",
     "load_script",
     "metrics_paused",
+    "metrics_unhanded",
     "name_from_key",
     "parse_sink",
     "ports_folder",

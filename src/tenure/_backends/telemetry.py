@@ -46,6 +46,7 @@ __all__ = [
     "set_metric_names",
     "span",
     "subject",
+    "unhanded",
 ]
 
 LOOK_EVERY = 1.0
@@ -252,6 +253,8 @@ class Recorder:
         )
         self._drainer: threading.Thread | None = None
         self._flushing = threading.Lock()
+        self.unhanded = False
+        """Drop the noted durations instead of handing them to the SDK (:func:`unhanded`)."""
 
     def _later(self, record: Any, value: float, attributes: dict[str, Any] | None) -> None:
         """Note a histogram's point; the drainer records it into the SDK."""
@@ -289,6 +292,8 @@ class Recorder:
         """
         pending = self._pending
         with self._flushing:
+            if self.unhanded:
+                pending.clear()
             while pending:
                 record, value, attributes = pending.popleft()
                 record(value, attributes)
@@ -421,6 +426,24 @@ def paused() -> Iterator[None]:
     finally:
         with _looking:
             _recorder, _looked = kept, float("-inf")
+
+
+@contextlib.contextmanager
+def unhanded() -> Iterator[None]:
+    """Within the block, note durations as usual but never hand them to the SDK.
+
+    For the cost benchmark: what tenure's own side costs, the SDK's taken away.
+    """
+    recorder = metrics()
+    if recorder is None:
+        yield
+        return
+    recorder.unhanded = True
+    try:
+        yield
+    finally:
+        recorder.flush()
+        recorder.unhanded = False
 
 
 def refresh() -> Recorder | None:
