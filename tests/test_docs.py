@@ -220,7 +220,7 @@ def test_every_command_is_on_the_command_line_page() -> None:
     page = api_pages()["cli.rst"]
     commands = conf()["commands"]()
     progs = [parser.prog for _, parser in commands]
-    subcommands = {"demo", "inspect", "ingest", "server", "bench"}
+    subcommands = {"demo", "inspect", "ingest", "metrics", "server", "bench"}
     assert {f"tenure {name}" for name in subcommands} <= set(progs)
     assert {"tenure ingest run", "tenure ingest status", "tenure ingest reset"} <= set(progs)
     assert {

@@ -8,6 +8,10 @@ own view; nothing else changes::
     from tenure.inspection import inspect
     for row in inspect(client):
         print(row.kind, row.name, row.state)
+
+Beside the primitives, the same SCANs find what ``tenure metrics`` exports:
+ingestion jobs (:func:`ingest_jobs`), stream consumer groups
+(:func:`stream_groups`) and id sets' sizes (:func:`idset_sizes`).
 """
 
 from __future__ import annotations
@@ -19,16 +23,24 @@ from typing import Any
 import redis
 import redis.cluster
 
+from tenure._core.ingest import IngestKeys, IngestStatus
 from tenure._core.leased import base_key, name_from_key
+from tenure._core.stream import dead_letter_key
 from tenure._core.values import to_text
+from tenure._sync._ingest import read_status
 
 __all__ = [
+    "IdSetSize",
     "Primitive",
+    "StreamGroup",
     "View",
     "elide",
+    "idset_sizes",
+    "ingest_jobs",
     "inspect",
     "register_view",
     "render_table",
+    "stream_groups",
     "views",
 ]
 
@@ -165,10 +177,18 @@ def _describe_connlock(client: Client, base: str, name: str, now_ms: int) -> Pri
     return Primitive("connlock", name, "held" if alive else "stale", None, [holder])
 
 
-def _describe_idset(client: Client, base: str, name: str, now_ms: int) -> Primitive:
-    """An id set: its size, the writes not folded in yet, and a running compaction."""
+def _idset_numbers(client: Client, base: str) -> tuple[int, int] | None:
+    """An id set's ids in its compact form and ids written since; None: no id set there."""
     count, pending, version = client.hmget(f"{base}:meta", ["count", "pending", "version"])
     if version is None:  # only a compaction's leftovers
+        return None
+    return int(count or 0), int(pending or 0)
+
+
+def _describe_idset(client: Client, base: str, name: str, now_ms: int) -> Primitive:
+    """An id set: its size, the writes not folded in yet, and a running compaction."""
+    numbers = _idset_numbers(client, base)
+    if numbers is None:
         return Primitive("idset", name, "free")
     holders = []
     compactor = client.get(f"{base}:lease")
@@ -176,10 +196,12 @@ def _describe_idset(client: Client, base: str, name: str, now_ms: int) -> Primit
         lease_ms = int(client.pttl(f"{base}:lease"))
         token, _, owner = to_text(compactor).partition(" ")  # "token host:pid"
         holders.append({"token": token, "owner": owner or None, "lease_ms": lease_ms})
-    size, writes = int(count or 0), int(pending or 0)
+    size, writes = numbers
     state = "compacting" if holders else f"{size:,} (+{writes:,})" if writes else f"{size:,} ids"
     return Primitive("idset", name, state, None, holders, idle=not holders)
 
+
+_IDSET_PREFIX = "tenure:idset:"
 
 for _view in (
     View("lock", "tenure:lock:", _describe_owner("lock")),
@@ -187,7 +209,7 @@ for _view in (
     View("rwlock", "tenure:rwlock:", _describe_leases("rwlock")),
     View("connlock", "tenure:connlock:", _describe_connlock),
     View("redlock", "tenure:redlock:", _describe_owner("redlock")),
-    View("idset", "tenure:idset:", _describe_idset),
+    View("idset", _IDSET_PREFIX, _describe_idset),
 ):
     register_view(_view)
 
@@ -225,6 +247,122 @@ def inspect(client: Client, prefix: str = "", *, include_free: bool = False) -> 
             if include_free or (row.state != "free" and not row.idle) or row.waiters:
                 found.append(row)
     return found
+
+
+@dataclass(frozen=True)
+class IdSetSize:
+    """An id set's size, as :func:`idset_sizes` reads it.
+
+    ``ids``: the ids in its compact form (as of its last compaction);
+    ``pending``: ids written since and not folded in yet (adds and removes);
+    ``compacting``: whether a compaction is running.
+    """
+
+    name: str
+    ids: int
+    pending: int
+    compacting: bool
+
+
+def idset_sizes(client: Client, prefix: str = "") -> list[IdSetSize]:
+    """Every id set whose name starts with ``prefix``, at rest or not, by name."""
+    found = []
+    for name in sorted(_names(client, _IDSET_PREFIX, prefix)):
+        base = base_key(_IDSET_PREFIX, name)
+        numbers = _idset_numbers(client, base)
+        if numbers is not None:
+            compacting = bool(client.exists(f"{base}:lease"))
+            found.append(IdSetSize(name, *numbers, compacting=compacting))
+    return found
+
+
+def ingest_jobs(client: Client, prefix: str = "tenure:ingest:") -> dict[str, IngestStatus]:
+    """Every ingestion job under ``prefix`` (:class:`~tenure.IngestJob`'s default), by name.
+
+    Each job is found by its plan's key (SCAN) and read as ``tenure ingest
+    status`` reads it (one script call, no source needed); a job reset
+    meanwhile is left out.
+    """
+    names = set()
+    for key in client.scan_iter(match=IngestKeys.for_job(_glob(prefix), "*").plan, count=500):
+        name = name_from_key(to_text(key), prefix)
+        if name and IngestKeys.for_job(prefix, name).plan == to_text(key):
+            names.add(name)
+    found = {}
+    for name in sorted(names):
+        status = read_status(client, IngestKeys.for_job(prefix, name), name=name)
+        if status.chunks:
+            found[name] = status
+    return found
+
+
+_DEAD_LETTERS_COUNTED = 10_000  # entries read of a dead-letter stream several groups share
+
+
+@dataclass(frozen=True)
+class StreamGroup:
+    """One consumer group of a stream, as the server holds it.
+
+    ``pending``: messages delivered to its consumers and not acknowledged;
+    ``lag``: entries not delivered to it yet (None where the server cannot
+    say: before Redis 7, or after entries were deleted); ``dead_letters``: its
+    messages in the stream's dead-letter stream ``<stream>:dead``
+    (:class:`~tenure.StreamConsumer`'s default), counted from the
+    ``tenure-group`` field of its first 10,000 entries when several groups
+    share it.
+    """
+
+    stream: str
+    group: str
+    consumers: int
+    pending: int
+    lag: int | None
+    dead_letters: int
+
+
+def stream_groups(client: Client, match: str = "*") -> list[StreamGroup]:
+    """The consumer groups of every stream whose key matches the SCAN pattern ``match``.
+
+    Streams without a group (a dead-letter stream, an ingestion sink nobody
+    reads yet) are left out. By stream, then group.
+    """
+    streams = {to_text(key) for key in client.scan_iter(match=match, count=500, _type="stream")}
+    found = []
+    for stream in sorted(streams):
+        groups: list[dict[str, Any]] = list(client.xinfo_groups(stream))
+        names = [to_text(group["name"]) for group in groups]
+        dead = _dead_letters(client, dead_letter_key(stream), names)
+        for name, group in zip(names, groups, strict=True):
+            lag = group.get("lag")
+            found.append(
+                StreamGroup(
+                    stream,
+                    name,
+                    int(group["consumers"]),
+                    int(group["pending"]),
+                    None if lag is None else int(lag),
+                    dead.get(name, 0),
+                )
+            )
+    return found
+
+
+def _dead_letters(client: Client, dead: str, groups: list[str]) -> dict[str, int]:
+    """Entries of dead-letter stream ``dead`` per group (each entry names its group)."""
+    if len(groups) <= 1:  # (no group: nothing asked; one: every entry is its)
+        return {group: int(client.xlen(dead)) for group in groups}
+    counts = dict.fromkeys(groups, 0)
+    start, page = "-", 1000
+    for _ in range(_DEAD_LETTERS_COUNTED // page):
+        entries: list[Any] = list(client.xrange(dead, start, "+", count=page) or [])
+        for _, fields in entries:
+            group = fields.get(b"tenure-group", fields.get("tenure-group"))
+            if group is not None and to_text(group) in counts:
+                counts[to_text(group)] += 1
+        if len(entries) < page:
+            break
+        start = "(" + to_text(entries[-1][0])
+    return counts
 
 
 TABLE_WIDTH = 100

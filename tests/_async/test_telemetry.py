@@ -10,6 +10,7 @@ durations and a failed load.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -256,32 +257,43 @@ async def test_an_acquire_that_waits_is_traced_and_one_taken_at_once_is_not(
     # (thread_local=False: the sync twin releases it from another thread)
     holder = AsyncLock(tenure_async_client, "otel-traced", timeout=10, thread_local=False)
     waiter = AsyncLock(other_client, "otel-traced", timeout=10, thread_local=False)
-    await holder.acquire()  # at once: no span
-
-    async def release_soon() -> None:
-        await sleep(0.2)
-        await holder.release()
-
-    async def wait_for_it() -> bool:
-        return await waiter.acquire(blocking_timeout=10)
-
-    assert (await gather(release_soon, wait_for_it))[1]
-    fence = waiter.fencing_token
-    await waiter.release()
+    fence = await _wait_behind(holder, waiter)
     quick = AsyncLock(other_client, "otel-traced", timeout=10)
     assert await quick.acquire(blocking=False)  # free, taken at once: no span
     await quick.release()
+    _one_acquire_span(since, "lock", fence)
+
+
+async def _wait_behind(holder: Any, waiter: Any) -> int:
+    """``waiter`` waits (traced) for ``holder``'s hold, released after 0.3 s; its fence."""
+    assert await holder.acquire()  # at once: no span
+
+    async def release_soon() -> None:
+        await sleep(0.3)
+        await holder.release()
+
+    async def wait_for_it() -> bool:
+        return bool(await waiter.acquire(blocking_timeout=10))
+
+    assert (await gather(release_soon, wait_for_it))[1]
+    fence = int(waiter.fencing_token)
+    await waiter.release()
+    return fence
+
+
+def _one_acquire_span(since: int, primitive: str, fence: int) -> None:
+    """Of the spans since ``since``, one waiting acquire's: its events, attributes, length."""
     spans = [s for s in tenure_spans(since) if s.name == "tenure.lock.acquire"]
     assert len(spans) == 1
     traced = spans[0]
     assert [event.name for event in traced.events] == ["queued", "granted"]
     assert dict(traced.attributes or {}) == {
-        "tenure.primitive": "lock",
+        "tenure.primitive": primitive,
         "tenure.fencing_token": fence,
         "tenure.outcome": "acquired",
     }
     assert traced.end_time is not None and traced.start_time is not None
-    assert (traced.end_time - traced.start_time) / 1e9 >= 0.15
+    assert (traced.end_time - traced.start_time) / 1e9 >= 0.25
 
 
 async def test_a_cache_load_is_traced_with_the_loaders_spans_inside_and_a_hit_is_not(
@@ -374,29 +386,10 @@ async def test_a_redlock_that_waits_is_traced(
     try:
         holder = AsyncRedlock(mine, "otel-redlock", timeout=10, thread_local=False)
         waiter = AsyncRedlock(theirs, "otel-redlock", timeout=10, thread_local=False)
-        assert await holder.acquire()
-
-        async def release_soon() -> None:
-            await sleep(0.3)
-            await holder.release()
-
-        async def wait_for_it() -> bool:
-            return await waiter.acquire(blocking_timeout=10)
-
-        assert (await gather(release_soon, wait_for_it))[1]
-        fence = waiter.fencing_token
-        await waiter.release()
+        fence = await _wait_behind(holder, waiter)
         assert await holder.acquire()  # free: taken at once, no span
         await holder.release()
     finally:
         for client in (*mine, *theirs):
             await client.aclose()
-    spans = [s for s in tenure_spans(since) if s.name == "tenure.lock.acquire"]
-    assert len(spans) == 1
-    traced = spans[0]
-    assert [event.name for event in traced.events] == ["queued", "granted"]
-    assert dict(traced.attributes or {}) == {
-        "tenure.primitive": "redlock",
-        "tenure.fencing_token": fence,
-        "tenure.outcome": "acquired",
-    }
+    _one_acquire_span(since, "redlock", fence)

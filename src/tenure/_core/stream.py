@@ -15,6 +15,7 @@ __all__ = [
     "StreamMessage",
     "check_slots",
     "claim_record_key",
+    "dead_letter_key",
     "entry_message",
     "parse_claimed",
     "read_messages",
@@ -109,6 +110,11 @@ def read_messages(reply: Any) -> list[StreamMessage]:
                     )
                 )
     return found
+
+
+def dead_letter_key(stream: str) -> str:
+    """The dead-letter stream of ``stream`` unless a consumer is given its own."""
+    return f"{stream}:dead"
 
 
 def check_slots(stream: str, dead_letter: str, claim_record: str, named: bool) -> None:

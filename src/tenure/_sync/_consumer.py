@@ -41,6 +41,7 @@ from tenure._core.stream import (
     StreamMessage,
     check_slots,
     claim_record_key,
+    dead_letter_key,
     parse_claimed,
     read_messages,
 )
@@ -113,7 +114,7 @@ class StreamConsumer:
         self.block_ms = to_ms(block)  # 0: a read does not wait
         self.claim_idle_ms = to_ms(claim_idle)  # at least 1 ms: 0 would claim every message
         self.max_deliveries = max_deliveries
-        self.dead_letter = dead_letter or f"{stream}:dead"
+        self.dead_letter = dead_letter or dead_letter_key(stream)
         self.start = start
         # where a claim is recorded, so a resent one answers the same messages
         self._claim_record = claim_record_key(stream, self.consumer)

@@ -84,14 +84,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 1..65535, got {text}")
-    return value
+def _port_from(lowest: int) -> Callable[[str], int]:
+    """An argparse type: a TCP port from ``lowest`` (0: a free one, chosen) to 65535."""
+
+    def port(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
+        if not lowest <= value <= 65535:
+            free = " (0: a free one)" if lowest == 0 else ""
+            raise argparse.ArgumentTypeError(f"must be {lowest}..65535{free}, got {text}")
+        return value
+
+    return port
+
+
+_port = _port_from(1)
 
 
 def _rows(text: str) -> list[tuple[int, int]]:
@@ -238,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_ingest(commands, _positive_int, _positive_float)
 
+    from tenure._tools.metrics_cli import add_metrics
+
+    add_metrics(commands, _positive_int, _positive_float, _port_from(0))
+
     server = commands.add_parser(
         "server",
         help="run an embedded server in the foreground",
@@ -347,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "server": lambda: _run_server(options),
         "inspect": lambda: _run_inspect(options),
         "ingest": lambda: _run_ingest(options),
+        "metrics": lambda: _run_metrics(options),
     }
     if options.command not in runners:
         parser.print_help()
@@ -404,6 +418,12 @@ def _run_ingest(options: argparse.Namespace) -> int:
     from tenure._tools.ingest_cli import run_ingest
 
     return run_ingest(options)
+
+
+def _run_metrics(options: argparse.Namespace) -> int:
+    from tenure._tools.metrics_cli import run_metrics
+
+    return run_metrics(options)
 
 
 def find_benchmarks() -> ModuleType:
