@@ -9,12 +9,15 @@ durations and a failed load.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis.asyncio
 from opentelemetry import trace
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from tenure import (
     ArgumentError,
@@ -30,6 +33,7 @@ from tenure import (
     AsyncSemaphore,
     AsyncStreamConsumer,
     LockLostError,
+    ServerUnavailableError,
     StreamMessage,
     set_metric_names,
 )
@@ -91,6 +95,22 @@ async def test_an_acquire_that_times_out_is_measured_with_its_wait(
         assert seen.count(LOCK_WAIT, primitive="lock", outcome="timeout") == 1
         assert 0.15 <= seen.total(LOCK_WAIT, outcome="timeout") < 5
         assert seen.count(LOCK_WAIT, outcome="acquired") == 0
+
+
+async def test_an_acquire_that_fails_is_measured_with_the_error_s_class() -> None:
+    seen = Readings()
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    client = redis.asyncio.Redis(port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    try:
+        with pytest.raises(ServerUnavailableError):
+            await AsyncLock(client, "otel-down", timeout=10).acquire()
+    finally:
+        await client.aclose()
+    errors = [dict(key[1]) for key in seen.points() if key[0] == LOCK_WAIT.name]
+    assert {"tenure.primitive": "lock", "tenure.outcome": "error",
+            "error.type": "tenure.ServerUnavailableError"} in errors  # fmt: skip
 
 
 async def test_renewals_and_a_lost_hold_are_measured(

@@ -10,12 +10,15 @@ durations and a failed load.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 from opentelemetry import trace
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tenure import (
     ArgumentError,
@@ -30,6 +33,7 @@ from tenure import (
     Redlock,
     ReentrantLock,
     Semaphore,
+    ServerUnavailableError,
     StreamConsumer,
     StreamMessage,
     set_metric_names,
@@ -92,6 +96,22 @@ def test_an_acquire_that_times_out_is_measured_with_its_wait(
         assert seen.count(LOCK_WAIT, primitive="lock", outcome="timeout") == 1
         assert 0.15 <= seen.total(LOCK_WAIT, outcome="timeout") < 5
         assert seen.count(LOCK_WAIT, outcome="acquired") == 0
+
+
+def test_an_acquire_that_fails_is_measured_with_the_error_s_class() -> None:
+    seen = Readings()
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    client = redis.Redis(port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    try:
+        with pytest.raises(ServerUnavailableError):
+            Lock(client, "otel-down", timeout=10).acquire()
+    finally:
+        client.close()
+    errors = [dict(key[1]) for key in seen.points() if key[0] == LOCK_WAIT.name]
+    assert {"tenure.primitive": "lock", "tenure.outcome": "error",
+            "error.type": "tenure.ServerUnavailableError"} in errors  # fmt: skip
 
 
 def test_renewals_and_a_lost_hold_are_measured(

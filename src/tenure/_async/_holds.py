@@ -30,7 +30,13 @@ from tenure._backends.for_asyncio import (
     is_cancellation,
     taken_on_loop,
 )
-from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited, metrics
+from tenure._backends.telemetry import (
+    lock_gave_up,
+    lock_held,
+    lock_lost_found,
+    lock_waited,
+    metrics,
+)
 from tenure._core.leased import (
     Hold,
 )
@@ -38,7 +44,7 @@ from tenure._core.statistics import (
     Counters,
     LeasedStatistics,
 )
-from tenure._core.telemetry import ACQUIRED, CANCELLED, ERROR, TIMEOUT
+from tenure._core.telemetry import ACQUIRED, TIMEOUT
 
 __all__ = ["AsyncHolds"]
 
@@ -124,7 +130,7 @@ class AsyncHolds(OwnerSlot[Hold], Counters):
 
     def gave_up(self, started: float, exc: BaseException) -> None:
         """Tell the metrics of an acquire that ended with ``exc`` (cancelled, or an error)."""
-        lock_waited(self.subject, started, CANCELLED if is_cancellation(exc) else ERROR)
+        lock_gave_up(self.subject, started, exc, is_cancellation(exc))
 
     # -- redis-py's local.token -----------------------------------------------------
 

@@ -37,6 +37,7 @@ __all__ = [
     "Span",
     "Subject",
     "flush",
+    "lock_gave_up",
     "lock_held",
     "lock_lost_found",
     "lock_waited",
@@ -99,15 +100,14 @@ class Subject:
         if name is not None:
             base += (table.NAME, name)
         self._base = base
-        self._made: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._made: dict[tuple[str, ...], dict[str, Any] | None] = {}
 
-    def attributes(self, key: str = "", value: str = "") -> dict[str, Any] | None:
-        """The subject's attributes, with ``key`` set to ``value`` if given."""
+    def attributes(self, *pairs: str) -> dict[str, Any] | None:
+        """The subject's attributes, and ``pairs`` (key, value, ...) if given."""
         try:
-            return self._made[key, value]
+            return self._made[pairs]
         except KeyError:
-            pairs = self._base + ((key, value) if key else ())
-            made = self._made[key, value] = _attributes(pairs)
+            made = self._made[pairs] = _attributes(self._base + pairs)
             return made
 
     def __repr__(self) -> str:
@@ -298,9 +298,12 @@ class Recorder:
                 record, value, attributes = pending.popleft()
                 record(value, attributes)
 
-    def lock_wait(self, who: Subject, seconds: float, outcome: str) -> None:
-        """An acquire of ``who`` ended after ``seconds``, with ``outcome``."""
-        self._wait(seconds, who.attributes(table.OUTCOME, outcome))
+    def lock_wait(self, who: Subject, seconds: float, outcome: str, error: str = "") -> None:
+        """An acquire of ``who`` took ``seconds``; ``outcome`` (``error``: the class raised)."""
+        if error:
+            self._wait(seconds, who.attributes(table.OUTCOME, outcome, table.ERROR_TYPE, error))
+        else:
+            self._wait(seconds, who.attributes(table.OUTCOME, outcome))
 
     def lock_hold(self, who: Subject, seconds: float) -> None:
         """A hold of ``who`` was released after ``seconds``."""
@@ -351,6 +354,16 @@ def lock_waited(who: Subject, started: float, outcome: str) -> None:
     """An acquire of ``who``, called at ``started`` (monotonic), ended with ``outcome``."""
     if (recorder := metrics()) is not None:
         recorder.lock_wait(who, time.monotonic() - started, outcome)
+
+
+def lock_gave_up(who: Subject, started: float, exc: BaseException, cancelled: bool) -> None:
+    """An acquire of ``who``, called at ``started``, ended with ``exc`` (``cancelled``, or not)."""
+    if (recorder := metrics()) is not None:
+        took = time.monotonic() - started
+        if cancelled:
+            recorder.lock_wait(who, took, table.CANCELLED)
+        else:
+            recorder.lock_wait(who, took, table.ERROR, table.error_type(exc))
 
 
 def lock_held(who: Subject, taken: float) -> None:
@@ -537,6 +550,7 @@ def span(
         )
         current_span.set_attribute(table.OUTCOME, table.CANCELLED if cancelled else table.ERROR)
         if not cancelled:
+            current_span.set_attribute(table.ERROR_TYPE, table.error_type(exc))
             current_span.record_exception(exc)
             error = api.Status(api.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
             current_span.set_status(error)

@@ -22,6 +22,7 @@ __all__ = [
     "CACHE_REQUESTS",
     "CANCELLED",
     "ERROR",
+    "ERROR_TYPE",
     "FAILED",
     "FENCING_TOKEN",
     "GRANTED",
@@ -47,6 +48,7 @@ __all__ = [
     "TIMEOUT",
     "TRACER",
     "Instrument",
+    "error_type",
     "primitive_label",
 ]
 
@@ -61,6 +63,8 @@ RESULT = "tenure.result"
 """What a cache request found: ``hit``, ``miss``, ``stale``, ``wait``, ``fallback``."""
 NAME = "tenure.name"
 """A primitive's name: only for those given ``metric_name=`` (cardinality)."""
+ERROR_TYPE = "error.type"
+"""The exception's class of an operation that ended in ``error`` (redis-py's name for it)."""
 
 ACQUIRED, TIMEOUT, CANCELLED, ERROR = "acquired", "timeout", "cancelled", "error"
 OK, FAILED = "ok", "failed"
@@ -83,8 +87,8 @@ LOCK_WAIT = Instrument(
     "tenure.lock.wait.duration",
     "histogram",
     "s",
-    "Time from calling acquire to its return, by how it ended.",
-    (PRIMITIVE, OUTCOME),
+    "Time from calling acquire to its return, by how it ended (an error: with its class).",
+    (PRIMITIVE, OUTCOME, ERROR_TYPE),
     (ACQUIRED, TIMEOUT, CANCELLED, ERROR),
 )
 LOCK_HOLD = Instrument(
@@ -209,6 +213,13 @@ QUEUED, GRANTED = "queued", "granted"
 """The events of an acquire's span."""
 
 _LABELS: dict[str, str] = {}
+
+
+def error_type(exc: BaseException) -> str:
+    """``error.type``'s value for ``exc``: its class, with its module unless a builtin."""
+    kind = type(exc)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
 
 def primitive_label(kind: str) -> str:

@@ -49,7 +49,13 @@ from tenure._backends.for_threads import (
     taken_on_loop,
 )
 from tenure._backends.owners import default_owner_name, generation
-from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited, subject
+from tenure._backends.telemetry import (
+    lock_gave_up,
+    lock_held,
+    lock_lost_found,
+    lock_waited,
+    subject,
+)
 from tenure._core.clients import is_cluster, map_exceptions, require_client
 from tenure._core.exceptions import (
     AcquireTimeoutError,
@@ -65,7 +71,7 @@ from tenure._core.leased import (
     check_prefix,
 )
 from tenure._core.owner_names import check_owner_name
-from tenure._core.telemetry import ACQUIRED, CANCELLED, ERROR, TIMEOUT
+from tenure._core.telemetry import ACQUIRED, TIMEOUT
 from tenure._core.values import check_seconds, to_ms, to_text
 from tenure._sync._deadline import GRACE, Overdue, by_deadline
 from tenure._sync._scripting import registry_for
@@ -229,7 +235,7 @@ class ConnectionLock(TwinHints):
             lock_waited(self._subject, started, TIMEOUT)
             return False
         except BaseException as exc:
-            lock_waited(self._subject, started, CANCELLED if is_cancellation(exc) else ERROR)
+            lock_gave_up(self._subject, started, exc, is_cancellation(exc))
             shielded(self._close(connection))
             raise
 

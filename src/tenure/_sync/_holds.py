@@ -29,7 +29,13 @@ from tenure._backends.for_threads import (
     is_cancellation,
     taken_on_loop,
 )
-from tenure._backends.telemetry import lock_held, lock_lost_found, lock_waited, metrics
+from tenure._backends.telemetry import (
+    lock_gave_up,
+    lock_held,
+    lock_lost_found,
+    lock_waited,
+    metrics,
+)
 from tenure._core.leased import (
     Hold,
 )
@@ -37,7 +43,7 @@ from tenure._core.statistics import (
     Counters,
     LeasedStatistics,
 )
-from tenure._core.telemetry import ACQUIRED, CANCELLED, ERROR, TIMEOUT
+from tenure._core.telemetry import ACQUIRED, TIMEOUT
 from tenure._sync._rules import Rules
 from tenure._sync._watchdog import watchdog
 
@@ -125,7 +131,7 @@ class Holds(OwnerSlot[Hold], Counters):
 
     def gave_up(self, started: float, exc: BaseException) -> None:
         """Tell the metrics of an acquire that ended with ``exc`` (cancelled, or an error)."""
-        lock_waited(self.subject, started, CANCELLED if is_cancellation(exc) else ERROR)
+        lock_gave_up(self.subject, started, exc, is_cancellation(exc))
 
     # -- redis-py's local.token -----------------------------------------------------
 
