@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -239,6 +240,9 @@ def test_max_names_lists_the_busiest_and_sums_the_rest(
         wait_for(lambda: tenure_client.zcard(locks[3].keys.queue) >= 1, 10, "the waiter")
         with exporter(tenure_server.url, "--max-names", "2") as (running, _):
             samples = scrape(running.url)
+            elsewhere = running.url.replace("/metrics", "/other")
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                urllib.request.urlopen(elsewhere, timeout=10)
         listed = {dict(labels)["name"] for name, labels in samples if name == "tenure_held"}
         assert listed == {"d", "a", OTHER}  # most waiters, then most holders, then by name
         assert value(samples, "tenure_held", kind="lock", name=OTHER) == 3  # b, c and e

@@ -88,3 +88,28 @@ def test_docs_list_every_instrument_as_the_table_has_it() -> None:
     text = (ROOT / "docs" / "observability.md").read_text()
     rows = re.findall(r"^\| `(tenure\.[a-z.]+)` \| (\w+) \| `([^`]+)` \|", text, re.M)
     assert rows == [(each.name, each.kind, each.unit) for each in table.INSTRUMENTS]
+
+
+def test_durations_noted_just_before_exit_are_exported_at_exit() -> None:
+    # tenure imported first, the provider set after (as the docs show): the SDK
+    # shuts down at exit after tenure has handed over its last notes.
+    said = _run(
+        """
+        import sys
+        import tenure
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import (
+            ConsoleMetricExporter, PeriodicExportingMetricReader,
+        )
+        from tenure.server import ServerProcess
+        exporter = ConsoleMetricExporter(out=sys.stdout)
+        reader = PeriodicExportingMetricReader(exporter, export_interval_millis=600_000)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        with ServerProcess() as server:
+            client = server.client()
+            with tenure.Lock(client, "last"):
+                pass
+        """
+    )
+    assert "tenure.lock.hold.duration" in said and "tenure.lock.wait.duration" in said

@@ -366,7 +366,7 @@ async def test_metric_name_adds_the_name_and_only_where_asked(
     assert seen.count(CACHE_LOAD, name="rates") == 1
     # no name at all where none was asked for (not even the lock's own)
     assert not any("otel-unnamed" in str(point) for point in seen.points())
-    for bad in ("", 7, "x" * 201, "tab\there"):
+    for bad in ("", " ", 7, b"name", "x" * 201, "tab\there"):
         with pytest.raises(ArgumentError, match="metric_name"):
             AsyncLock(tenure_async_client, "otel-named-2", metric_name=bad)  # type: ignore[arg-type]
 
@@ -393,8 +393,26 @@ async def test_set_metric_names_names_the_primitives_made_after_it_that_match(
     assert seen.count(LOCK_WAIT, name="billing:1") == 0
     assert seen.count(LOCK_WAIT, name="orders:44") == 0
     assert seen.count(LOCK_WAIT, primitive="lock") == 4
-    with pytest.raises(ArgumentError, match="set_metric_names"):
-        set_metric_names("")
+
+
+async def test_names_matched_by_a_pattern_are_escaped_and_cut_to_fit(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    seen = Readings()
+    set_metric_names("*")
+    try:
+        odd = AsyncLock(tenure_async_client, "line\nbreak")
+        long = AsyncLock(tenure_async_client, "x" * 1000)
+    finally:
+        set_metric_names()
+    for primitive in (odd, long):
+        async with primitive:
+            pass
+    assert seen.count(LOCK_WAIT, name="line\\nbreak") == 1
+    assert seen.count(LOCK_WAIT, name="x" * 197 + "...") == 1
+    for bad in ("", "a\nb", 3):
+        with pytest.raises(ArgumentError, match="set_metric_names"):
+            set_metric_names(bad)  # type: ignore[arg-type]
 
 
 async def test_a_redlock_that_waits_is_traced(

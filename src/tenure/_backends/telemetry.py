@@ -45,6 +45,7 @@ __all__ = [
     "paused",
     "refresh",
     "set_metric_names",
+    "shown_name",
     "span",
     "subject",
     "unhanded",
@@ -122,6 +123,20 @@ LONGEST_METRIC_NAME = 200
 """The longest ``metric_name=`` taken (an attribute value every series carries)."""
 
 
+def shown_name(name: str) -> str:
+    r"""``name`` as ``tenure.name`` carries it when a pattern matched it.
+
+    What ``metric_name=`` refuses is made to fit instead: characters that are
+    not printable escaped (``\n``, ``\x00``), and a name longer than
+    :data:`LONGEST_METRIC_NAME` cut, ending in ``...``.
+    """
+    if not name.isprintable():
+        name = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+    if len(name) > LONGEST_METRIC_NAME:
+        name = name[: LONGEST_METRIC_NAME - 3] + "..."
+    return name
+
+
 def set_metric_names(*patterns: str) -> None:
     """Report ``tenure.name`` for the primitives whose name matches one of ``patterns``.
 
@@ -130,13 +145,18 @@ def set_metric_names(*patterns: str) -> None:
     apply to primitives made after the call: call it at start-up. No
     patterns (the default): only primitives given ``metric_name=`` report a
     name, since every distinct name is a series of its own in the metrics
-    backend. The environment variable ``TENURE_METRIC_NAMES`` (patterns
-    separated by commas) sets them at import.
+    backend. A matched name that ``metric_name=`` would refuse (not
+    printable, or longer than 200 characters) is reported escaped and cut
+    (:func:`shown_name`). The environment variable ``TENURE_METRIC_NAMES``
+    (patterns separated by commas; spaces around each are ignored, and so are
+    empty items) sets them at import.
     """
     global _named
     for pattern in patterns:
-        if not isinstance(pattern, str) or not pattern:
-            raise ArgumentError("set_metric_names", f"patterns are non-empty strs, got {pattern!r}")
+        if not isinstance(pattern, str) or not pattern or not pattern.isprintable():
+            raise ArgumentError(
+                "set_metric_names", f"patterns are printable, non-empty strs, got {pattern!r}"
+            )
     _named = tuple(patterns)
 
 
@@ -152,15 +172,19 @@ def subject(kind: str | None, name: str, metric_name: object = None) -> Subject:
             raise ArgumentError(
                 "metric_name", f"must be a non-empty str, got {metric_name!r}", name=name
             )
-        if len(metric_name) > LONGEST_METRIC_NAME or not metric_name.isprintable():
+        if (
+            len(metric_name) > LONGEST_METRIC_NAME
+            or not metric_name.isprintable()
+            or metric_name.isspace()
+        ):
             raise ArgumentError(
                 "metric_name",
-                f"must be printable and at most {LONGEST_METRIC_NAME} characters",
+                f"must be printable, not blank, and at most {LONGEST_METRIC_NAME} characters",
                 name=name,
             )
         label: str | None = metric_name
     elif _named and any(fnmatch.fnmatchcase(name, pattern) for pattern in _named):
-        label = name
+        label = shown_name(name)
     else:
         label = None
     primitive = None if kind is None else table.primitive_label(kind)
@@ -253,6 +277,9 @@ class Recorder:
         )
         self._drainer: threading.Thread | None = None
         self._flushing = threading.Lock()
+        # At exit, before the SDK shuts down: its provider registered its own
+        # shutdown when it was made, before this, and exit handlers run last first.
+        atexit.register(self.flush)
         self.unhanded = False
         """Drop the noted durations instead of handing them to the SDK (:func:`unhanded`)."""
 
@@ -383,9 +410,6 @@ def flush() -> None:
     recorder = _recorder
     if recorder is not None:
         recorder.flush()
-
-
-atexit.register(flush)
 
 
 def _after_fork_in_child() -> None:

@@ -262,6 +262,18 @@ def _http_server(host: str, port: int, app: Any) -> WSGIServer:
         ) from None
 
 
+def _only_metrics(app: Any) -> Any:
+    """``app`` at ``/metrics``; any other path is 404 Not Found."""
+
+    def answer(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO", "") in ("/metrics", "/metrics/"):
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"tenure metrics: the metrics are at /metrics\n"]
+
+    return answer
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -296,7 +308,8 @@ class Exporter:
                 )
             registry = CollectorRegistry()
             registry.register(MetricsCollector(self.client, options, say))
-            self.httpd = _http_server(options.host, options.port, make_wsgi_app(registry))
+            app = _only_metrics(make_wsgi_app(registry))
+            self.httpd = _http_server(options.host, options.port, app)
         except BaseException:
             self.client.close()
             raise
