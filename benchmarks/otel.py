@@ -243,9 +243,9 @@ def render(rates: Rates, args: argparse.Namespace, command: Sequence[str], where
         f"{where}, Python {platform.python_version()}, {args.rounds} rounds of "
         f"{args.seconds:g} s blocks, recording on, paused and noted back to back in a new "
         "order for each loop and round, in one process (a meter provider with a reader "
-        "attached and a tracer provider set). Noted: tenure notes every measurement, but its thread drops the "
-        "durations instead of handing them to the SDK: tenure's own cost, the SDK's taken "
-        "away.",
+        "attached and a tracer provider set). Noted: tenure notes every measurement, but "
+        "its thread drops the durations instead of handing them to the SDK: tenure's own "
+        "cost, the SDK's taken away.",
         "",
         f"| loop | calls/s, recording | calls/s, paused | on / off (target >= {TARGET}) "
         "| noted / off |",
