@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tenure._async._wakeups import LINGER
+from tenure._backends.telemetry import lock_cycle_costs
 from tenure._backends.telemetry import paused as metrics_paused
 from tenure._backends.telemetry import unhanded as metrics_unhanded
 from tenure._core.ingest import IngestKeys, Plan, parse_sink
@@ -43,6 +44,7 @@ __all__ = [
     "check_seconds",
     "encode_row",
     "load_script",
+    "lock_cycle_costs",
     "metrics_paused",
     "metrics_unhanded",
     "name_from_key",
