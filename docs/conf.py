@@ -179,6 +179,7 @@ TOPICS: dict[str, tuple[str, str]] = {
     "rwlock": ("semaphores", "ReadWriteLock"),
     "cache": ("caches", "Cache and HerdCache"),
     "cached": ("caches", "@cached"),
+    "near": ("caches", "Near caching"),
     "codec": ("caches", "Serializers, compressors and entry names"),
     "ingest": ("ingest", "IngestJob"),
     "sources": ("ingest", "Sources"),

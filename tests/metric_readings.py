@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tenure._backends import telemetry
+from tenure._backends import telemetry, tracing
 from tenure._core.telemetry import Instrument
 
 _READER: InMemoryMetricReader | None = None
@@ -46,7 +46,7 @@ def span_exporter() -> InMemorySpanExporter:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(_SPANS))
         trace.set_tracer_provider(provider)
-    telemetry._traced = float("-inf")  # tenure looks for it at once
+    tracing._traced = float("-inf")  # tenure looks for it at once
     return _SPANS
 
 

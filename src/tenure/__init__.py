@@ -78,6 +78,7 @@ from tenure._core.exceptions import (
     WrongTypeError,
 )
 from tenure._core.ingest import ChunkHolder, IngestStatus, ResetReport, WorkerReport
+from tenure._core.near import NearCache
 from tenure._core.redlock import RedlockStatistics
 from tenure._core.sources import (
     AsyncCallableSource,
@@ -170,6 +171,7 @@ __all__ = [
     "LostError",
     "MissingDependencyError",
     "MsgpackSerializer",
+    "NearCache",
     "NotOwnedError",
     "PermissionDeniedError",
     "PickleSerializer",

@@ -40,6 +40,7 @@ from tenure._async import _cache_reentry as reentry
 from tenure._async._cache_fallback import AsyncCacheFallback
 from tenure._async._cache_flights import ABANDONED, AsyncFlights
 from tenure._async._cache_loading import AsyncHerdLoading
+from tenure._async._cache_near import AsyncNearLayer
 from tenure._async._cache_scripts import MISS, AsyncHerdScripts, Elected
 from tenure._async._cache_store import AsyncCacheStore
 from tenure._async._scripting import AsyncClient
@@ -65,6 +66,7 @@ from tenure._core.codec import (
     IdentityGenerator,
 )
 from tenure._core.exceptions import ArgumentError, CacheDecodeError
+from tenure._core.near import NearCache, near_settings
 from tenure._core.values import check_seconds
 
 __all__ = ["AsyncCache", "AsyncHerdCache"]
@@ -94,6 +96,7 @@ class _AsyncCacheBase:
         compressor: Any = DEFAULT_COMPRESSOR,
         prefix: str | None = None,
         metric_name: str | None = None,
+        near: bool | NearCache | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         require_bytes_replies(
@@ -115,6 +118,10 @@ class _AsyncCacheBase:
         self._store = AsyncCacheStore(
             client, self._naming, self._codec, self._counters, marks=self._marks
         )
+        settings = near_settings(near, self._naming.name)
+        if settings is not None:
+            prefix_of_keys = f"{self._naming.prefix}{self._naming.name}:"
+            self._store.near = AsyncNearLayer(client, prefix_of_keys, settings, self.name)
 
     # Read-only: the parts were made with these; a new value would be ignored.
 
@@ -204,6 +211,11 @@ class AsyncCache(_AsyncCacheBase):
       ``compress``/``decompress``, or ``None``.
     * ``prefix`` — key prefix (default ``tenure:cache:``); an entry is
       ``{prefix}{name}:{identity}`` with the identity as its hash tag.
+    * ``near`` — ``True`` or a :class:`~tenure.NearCache`: keep entries read
+      in this process's memory too, answered there with no round trip while
+      the server confirms no write replaced them more than ``max_staleness``
+      ago (docs/caches.md, "Near caching"). Standalone and replicated
+      servers (not yet a cluster or Sentinel client).
     * ``metric_name`` — report this cache's measurements with ``tenure.name``
       set to it (docs/observability.md); by default no name is reported
       unless :func:`~tenure.set_metric_names` matches ``name``.

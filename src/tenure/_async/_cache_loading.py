@@ -34,7 +34,8 @@ from tenure._async._wakeups import listen
 from tenure._async._watchdog import watchdog
 from tenure._backends.for_asyncio import Mutex, is_cancellation, start_background
 from tenure._backends.owners import new_token
-from tenure._backends.telemetry import metrics, span
+from tenure._backends.telemetry import metrics
+from tenure._backends.tracing import span
 from tenure._core.cache import (
     UNREACHABLE,
     WAIT_RECHECK,

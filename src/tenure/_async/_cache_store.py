@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tenure._async._cache_near import AsyncNearLayer
 from tenure._async._scripting import AsyncClient
 from tenure._core.cache import CacheCounters, CacheKeys, CacheNaming, as_bytes
 from tenure._core.clients import map_exceptions, translate_error
@@ -46,6 +47,8 @@ class AsyncCacheStore:
         self._codec = codec
         self._counters = counters
         self._warned_decode = False
+        self.near: AsyncNearLayer | None = None
+        """The cache's near entries (``near=``), or None."""
 
     def decode(self, data: bytes, key: str) -> Any:
         """The value stored as ``data`` at ``key``; a failure is counted and warned of once."""
@@ -79,8 +82,12 @@ class AsyncCacheStore:
     async def delete_key(self, stored: str) -> bool:
         if self._marks:
             return await self._delete_marked([stored]) == 1
-        with map_exceptions(name=self._name, doing="deleting a cache entry"):
-            return bool(await self._client.delete(stored))
+        try:
+            with map_exceptions(name=self._name, doing="deleting a cache entry"):
+                return bool(await self._client.delete(stored))
+        finally:
+            if self.near is not None:
+                self.near.dropped(stored)
 
     async def delete_many(self, keys: Iterable[str], param: Any) -> int:
         stored = [self._naming.key_of(key, param) for key in keys]
@@ -88,11 +95,15 @@ class AsyncCacheStore:
             return 0
         if self._marks:
             return await self._delete_marked(stored)
-        with map_exceptions(name=self._name, doing="deleting cache entries"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for key in stored:
-                    pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
-                return sum(int(n) for n in await pipe.execute())
+        try:
+            with map_exceptions(name=self._name, doing="deleting cache entries"):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for key in stored:
+                        pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
+                    return sum(int(n) for n in await pipe.execute())
+        finally:
+            if self.near is not None:
+                self.near.dropped(*stored)
 
     async def _delete_marked(self, stored: list[str]) -> int:
         """Delete herd entries with their refresh leases; how many held a value.
@@ -146,6 +157,8 @@ class AsyncCacheStore:
                     batch = []
             if batch:
                 deleted += await self._unlink(batch)
+        if self.near is not None:
+            self.near.flush()
         return deleted
 
     async def _unlink(self, keys: list[Any]) -> int:
@@ -156,7 +169,9 @@ class AsyncCacheStore:
 
     # -- the plain cache's values: GET, and SET with PX -------------------------
 
-    def _decoded_or_miss(self, data: bytes | None, key: str, default: Any) -> Any:
+    def _decoded_or_miss(
+        self, data: bytes | None, key: str, default: Any, hit: str = "hits"
+    ) -> Any:
         if data is None:
             self._counters.add("misses")
             return default
@@ -165,11 +180,19 @@ class AsyncCacheStore:
         except CacheDecodeError:
             self._counters.add("misses")
             return default
-        self._counters.add("hits")
+        self._counters.add(hit)
         return value
 
     async def get(self, key: str, param: Any, default: Any) -> Any:
         stored = self._naming.key_of(key, param)
+        near = self.near
+        if near is not None:
+            found, data = near.get(stored)
+            if found:
+                return self._decoded_or_miss(data, stored, default, "near_hits")
+            with map_exceptions(name=self._name, doing="reading a cache entry"):
+                data = await near.read(stored)
+            return self._decoded_or_miss(data, stored, default)
         with map_exceptions(name=self._name, doing="reading a cache entry"):
             data = await self._client.get(stored)
         return self._decoded_or_miss(as_bytes(data), stored, default)
@@ -191,8 +214,12 @@ class AsyncCacheStore:
     async def set(self, key: str, value: Any, param: Any, ttl: float | None) -> bool:
         stored = self._naming.key_of(key, param)
         data, ttl_ms = self._codec.encode(value), self._naming.ttl_ms(ttl)
-        with map_exceptions(name=self._name, doing="writing a cache entry"):
-            return bool(await self._client.set(stored, data, px=ttl_ms or None))
+        try:
+            with map_exceptions(name=self._name, doing="writing a cache entry"):
+                return bool(await self._client.set(stored, data, px=ttl_ms or None))
+        finally:
+            if self.near is not None:
+                self.near.dropped(stored)
 
     async def set_many(self, values: Mapping[str, Any], param: Any, ttl: float | None) -> bool:
         ttl_ms = self._naming.ttl_ms(ttl)
@@ -201,11 +228,15 @@ class AsyncCacheStore:
         ]
         if not entries:
             return True
-        with map_exceptions(name=self._name, doing="writing cache entries"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for stored, data in entries:
-                    pipe.set(stored, data, px=ttl_ms or None)
-                return all(await pipe.execute())
+        try:
+            with map_exceptions(name=self._name, doing="writing cache entries"):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for stored, data in entries:
+                        pipe.set(stored, data, px=ttl_ms or None)
+                    return all(await pipe.execute())
+        finally:
+            if self.near is not None:
+                self.near.dropped(*(stored for stored, _ in entries))
 
 
 def _a_value(first: Any) -> bool:

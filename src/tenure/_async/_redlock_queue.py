@@ -41,7 +41,7 @@ from tenure._backends.for_asyncio import (
     sleep,
     start_background,
 )
-from tenure._backends.telemetry import AcquireSpan
+from tenure._backends.tracing import AcquireSpan
 from tenure._core.exceptions import BackendError, PrimitiveError, QuorumError
 from tenure._core.leased import (
     IDLE_TTL_MS,

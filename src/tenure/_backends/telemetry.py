@@ -29,12 +29,11 @@ from typing import Any
 from tenure._core import telemetry as table
 from tenure._core.cache import CacheCounters
 from tenure._core.exceptions import ArgumentError
-from tenure._core.leased import Hold
 
 __all__ = [
-    "AcquireSpan",
+    "LOOK_EVERY",
+    "NOBODY",
     "Recorder",
-    "Span",
     "Subject",
     "flush",
     "lock_cycle_costs",
@@ -42,14 +41,15 @@ __all__ = [
     "lock_held",
     "lock_lost_found",
     "lock_waited",
+    "looking",
     "metrics",
     "paused",
     "refresh",
     "set_metric_names",
     "shown_name",
-    "span",
     "subject",
     "unhanded",
+    "version",
 ]
 
 LOOK_EVERY = 1.0
@@ -58,7 +58,7 @@ LOOK_EVERY = 1.0
 DRAIN_EVERY = 0.05
 """Seconds between two hand-overs of the noted measurements to the SDK."""
 
-_NOBODY = (
+NOBODY = (
     "_ProxyMeterProvider",
     "ProxyMeterProvider",
     "NoOpMeterProvider",
@@ -147,10 +147,11 @@ def set_metric_names(*patterns: str) -> None:
     patterns (the default): only primitives given ``metric_name=`` report a
     name, since every distinct name is a series of its own in the metrics
     backend. A matched name that ``metric_name=`` would refuse (not
-    printable, or longer than 200 characters) is reported escaped and cut
-    (:func:`shown_name`). The environment variable ``TENURE_METRIC_NAMES``
-    (patterns separated by commas; spaces around each are ignored, and so are
-    empty items) sets them at import.
+    printable, or longer than 200 characters) is reported escaped (a line
+    break as backslash n) and cut to 200 characters, ending in ``...``. The
+    environment variable ``TENURE_METRIC_NAMES`` (patterns separated by
+    commas; spaces around each are ignored, and so are empty items) sets
+    them at import.
     """
     global _named
     for pattern in patterns:
@@ -246,7 +247,7 @@ class Recorder:
     def __init__(self, provider: Any) -> None:
         self.provider = provider
         self._totals: list[_Totals] = []
-        meter = provider.get_meter(table.METER, _version())
+        meter = provider.get_meter(table.METER, version())
         made: dict[str, Any] = {}
         for each in table.INSTRUMENTS:
             if each.kind == "histogram":
@@ -291,7 +292,7 @@ class Recorder:
             self._start()
 
     def _start(self) -> None:
-        with _looking:
+        with looking:
             if self._drainer is not None:
                 return
             self._drainer = threading.Thread(
@@ -422,7 +423,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _version() -> str | None:
+def version() -> str | None:
     """The installed version of tenure, for the meter's scope (None if not installed)."""
     try:
         return importlib.metadata.version("tenure")
@@ -439,7 +440,7 @@ CacheCounters.told = _cache_told
 
 _recorder: Recorder | None = None
 _looked = float("-inf")
-_looking = threading.Lock()
+looking = threading.Lock()
 
 
 def metrics() -> Recorder | None:
@@ -457,12 +458,12 @@ def paused() -> Iterator[None]:
     same provider, with and without, alternately.
     """
     global _recorder, _looked
-    with _looking:
+    with looking:
         kept, _recorder, _looked = _recorder, None, float("inf")
     try:
         yield
     finally:
-        with _looking:
+        with looking:
             _recorder, _looked = kept, float("-inf")
 
 
@@ -487,142 +488,15 @@ def unhanded() -> Iterator[None]:
 def refresh() -> Recorder | None:
     """Look for the application's meter provider now (and at most a second later again)."""
     global _recorder, _looked
-    with _looking:
+    with looking:
         _looked = time.monotonic()
         api = sys.modules.get("opentelemetry.metrics")
         provider = None if api is None else api.get_meter_provider()
-        if provider is None or type(provider).__name__ in _NOBODY:
+        if provider is None or type(provider).__name__ in NOBODY:
             _recorder = None
         elif _recorder is None or _recorder.provider is not provider:
             _recorder = Recorder(provider)
         return _recorder
-
-
-class Span:
-    """A span in progress (:func:`span`): events, the outcome, the fencing token."""
-
-    __slots__ = ("_span",)
-
-    def __init__(self, started: Any) -> None:
-        self._span = started
-
-    def event(self, name: str) -> None:
-        """Add event ``name`` (``queued``, ``granted``) now."""
-        self._span.add_event(name)
-
-    def outcome(self, outcome: str) -> None:
-        """How the operation ended: ``tenure.outcome``."""
-        self._span.set_attribute(table.OUTCOME, outcome)
-
-    def granted(self, fence: int) -> None:
-        """The acquire was granted with fencing token ``fence``."""
-        self._span.add_event(table.GRANTED)
-        self._span.set_attribute(table.FENCING_TOKEN, fence)
-        self._span.set_attribute(table.OUTCOME, table.ACQUIRED)
-
-
-_tracer: Any = None
-_tracer_provider: Any = None
-_traced = float("-inf")
-
-
-def _tracing() -> Any:
-    """The tracer on the application's tracer provider, or None (looked at once a second)."""
-    global _tracer, _tracer_provider, _traced
-    if time.monotonic() - _traced < LOOK_EVERY:
-        return _tracer
-    with _looking:
-        _traced = time.monotonic()
-        api = sys.modules.get("opentelemetry.trace")
-        provider = None if api is None else api.get_tracer_provider()
-        if provider is None or type(provider).__name__ in _NOBODY:
-            _tracer = _tracer_provider = None
-        elif provider is not _tracer_provider:
-            _tracer, _tracer_provider = provider.get_tracer(table.TRACER, _version()), provider
-        return _tracer
-
-
-@contextlib.contextmanager
-def span(
-    name: str, who: Subject, started: float | None = None, *, current: bool = False
-) -> Iterator[Span | None]:
-    """A span ``name`` around the block when a tracer provider is set (else None, for free).
-
-    ``who``: the primitive, its attributes the span's; ``started``:
-    when the operation began (monotonic), if before the block; ``current``:
-    the block's own spans (a loader's queries) are its children. An exception
-    ends it as ``cancelled`` or ``error`` (with the exception recorded).
-    """
-    tracer = _tracing()
-    if tracer is None:
-        yield None
-        return
-    attributes = who.attributes()
-    begun = None
-    if started is not None:  # on the wall clock, as spans are
-        begun = time.time_ns() - int((time.monotonic() - started) * 1e9)
-    current_span = tracer.start_span(name, attributes=attributes, start_time=begun)
-    api = sys.modules["opentelemetry.trace"]
-    try:
-        if current:
-            with api.use_span(current_span, end_on_exit=False):
-                yield Span(current_span)
-        else:
-            yield Span(current_span)
-    except BaseException as exc:
-        cancelled = isinstance(exc, (KeyboardInterrupt, SystemExit)) or (
-            type(exc).__name__ == "CancelledError"
-        )
-        current_span.set_attribute(table.OUTCOME, table.CANCELLED if cancelled else table.ERROR)
-        if not cancelled:
-            current_span.set_attribute(table.ERROR_TYPE, table.error_type(exc))
-            current_span.record_exception(exc)
-            error = api.Status(api.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
-            current_span.set_status(error)
-        raise
-    finally:
-        current_span.end()
-
-
-class AcquireSpan:
-    """An acquire's span (``tenure.lock.acquire``), begun once it waits in line.
-
-    ``with AcquireSpan(who, started) as traced:`` around the acquire;
-    :meth:`queued` when it joins the line (the span starts at ``started``,
-    the call); :meth:`ended` with what it got. An acquire that never waits
-    has no span; one that ends in an exception has its outcome.
-    """
-
-    __slots__ = ("_span", "_started", "_who", "_within")
-
-    def __init__(self, who: Subject, started: float) -> None:
-        self._who, self._started = who, started
-        self._within: contextlib.AbstractContextManager[Span | None] | None = None
-        self._span: Span | None = None
-
-    def __enter__(self) -> AcquireSpan:
-        return self
-
-    def queued(self) -> None:
-        """The acquire joined the line (again: nothing more)."""
-        if self._within is None:
-            self._within = span(table.LOCK_ACQUIRE_SPAN, self._who, self._started)
-            self._span = self._within.__enter__()
-            if self._span is not None:
-                self._span.event(table.QUEUED)
-
-    def ended(self, got: bool, hold: Hold | None) -> bool:
-        """The acquire returns ``got``, holding ``hold`` if it got it; returns ``got``."""
-        if self._span is not None:
-            if got and hold is not None:
-                self._span.granted(hold.fence)
-            else:
-                self._span.outcome(table.TIMEOUT)
-        return got
-
-    def __exit__(self, *exc_info: Any) -> None:
-        if self._within is not None:
-            self._within.__exit__(*exc_info)
 
 
 def lock_cycle_costs(cycles: int = 20_000) -> tuple[float, float, float]:

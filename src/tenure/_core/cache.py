@@ -365,8 +365,9 @@ def early_factor(beta: float, rand: float | None = None) -> float:
 class CacheStatistics:
     """An immutable snapshot of one cache object's counters (this process only).
 
-    * ``hits`` — reads answered with a fresh value; ``stale_hits`` with a
-      stale one while someone refreshed it.
+    * ``hits`` — reads answered with a fresh value from the server;
+      ``near_hits`` from this process's memory (``near=``); ``stale_hits``
+      with a stale one while someone refreshed it.
     * ``misses`` — reads that found nothing (``get``), or found nothing and
       loaded or waited (``fetch``).
     * ``loads`` / ``refreshes`` — loader calls for a missing / stale entry.
@@ -384,6 +385,7 @@ class CacheStatistics:
     """
 
     hits: int = 0
+    near_hits: int = 0
     stale_hits: int = 0
     misses: int = 0
     loads: int = 0
@@ -426,7 +428,13 @@ class Outage(Protocol):
     ended: bool
 
 
-REQUEST_RESULTS = {"hits": "hit", "misses": "miss", "stale_hits": "stale", "waits": "wait"}
+REQUEST_RESULTS = {
+    "hits": "hit",
+    "near_hits": "near_hit",
+    "misses": "miss",
+    "stale_hits": "stale",
+    "waits": "wait",
+}
 """The counters that are a request's result, and the result each is (``fallback`` apart)."""
 
 

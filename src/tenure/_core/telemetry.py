@@ -114,7 +114,7 @@ LOCK_RENEWALS = Instrument(
     (OK, FAILED),
 )
 
-HIT, MISS, STALE, WAIT, FALLBACK = "hit", "miss", "stale", "wait", "fallback"
+HIT, NEAR_HIT, MISS, STALE, WAIT, FALLBACK = "hit", "near_hit", "miss", "stale", "wait", "fallback"
 
 CACHE_REQUESTS = Instrument(
     "tenure.cache.requests",
@@ -122,7 +122,7 @@ CACHE_REQUESTS = Instrument(
     "{request}",
     "Cache reads (get, fetch, @cached calls), one per request, by what it found.",
     (RESULT,),
-    (HIT, MISS, STALE, WAIT, FALLBACK),
+    (HIT, NEAR_HIT, MISS, STALE, WAIT, FALLBACK),
 )
 CACHE_LOAD = Instrument(
     "tenure.cache.load.duration",

@@ -59,11 +59,13 @@ from tenure._core.codec import (
     IdentityGenerator,
 )
 from tenure._core.exceptions import ArgumentError, CacheDecodeError
+from tenure._core.near import NearCache, near_settings
 from tenure._core.values import check_seconds
 from tenure._sync import _cache_reentry as reentry
 from tenure._sync._cache_fallback import CacheFallback
 from tenure._sync._cache_flights import ABANDONED, Flights
 from tenure._sync._cache_loading import HerdLoading
+from tenure._sync._cache_near import NearLayer
 from tenure._sync._cache_scripts import MISS, Elected, HerdScripts
 from tenure._sync._cache_store import CacheStore
 from tenure._sync._scripting import Client
@@ -95,6 +97,7 @@ class _AsyncCacheBase:
         compressor: Any = DEFAULT_COMPRESSOR,
         prefix: str | None = None,
         metric_name: str | None = None,
+        near: bool | NearCache | None = None,
     ) -> None:
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         require_bytes_replies(
@@ -116,6 +119,10 @@ class _AsyncCacheBase:
         self._store = CacheStore(
             client, self._naming, self._codec, self._counters, marks=self._marks
         )
+        settings = near_settings(near, self._naming.name)
+        if settings is not None:
+            prefix_of_keys = f"{self._naming.prefix}{self._naming.name}:"
+            self._store.near = NearLayer(client, prefix_of_keys, settings, self.name)
 
     # Read-only: the parts were made with these; a new value would be ignored.
 
@@ -205,6 +212,11 @@ class Cache(_AsyncCacheBase):
       ``compress``/``decompress``, or ``None``.
     * ``prefix`` — key prefix (default ``tenure:cache:``); an entry is
       ``{prefix}{name}:{identity}`` with the identity as its hash tag.
+    * ``near`` — ``True`` or a :class:`~tenure.NearCache`: keep entries read
+      in this process's memory too, answered there with no round trip while
+      the server confirms no write replaced them more than ``max_staleness``
+      ago (docs/caches.md, "Near caching"). Standalone and replicated
+      servers (not yet a cluster or Sentinel client).
     * ``metric_name`` — report this cache's measurements with ``tenure.name``
       set to it (docs/observability.md); by default no name is reported
       unless :func:`~tenure.set_metric_names` matches ``name``.

@@ -29,7 +29,8 @@ from typing import Any
 
 from tenure._backends.for_threads import Mutex, is_cancellation, start_background
 from tenure._backends.owners import new_token
-from tenure._backends.telemetry import metrics, span
+from tenure._backends.telemetry import metrics
+from tenure._backends.tracing import span
 from tenure._core.cache import (
     UNREACHABLE,
     WAIT_RECHECK,

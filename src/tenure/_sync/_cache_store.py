@@ -19,6 +19,7 @@ from tenure._core.cache import CacheCounters, CacheKeys, CacheNaming, as_bytes
 from tenure._core.clients import map_exceptions, translate_error
 from tenure._core.codec import Codec
 from tenure._core.exceptions import CacheDecodeError
+from tenure._sync._cache_near import NearLayer
 from tenure._sync._scripting import Client
 
 __all__ = ["CacheStore"]
@@ -47,6 +48,8 @@ class CacheStore:
         self._codec = codec
         self._counters = counters
         self._warned_decode = False
+        self.near: NearLayer | None = None
+        """The cache's near entries (``near=``), or None."""
 
     def decode(self, data: bytes, key: str) -> Any:
         """The value stored as ``data`` at ``key``; a failure is counted and warned of once."""
@@ -80,8 +83,12 @@ class CacheStore:
     def delete_key(self, stored: str) -> bool:
         if self._marks:
             return self._delete_marked([stored]) == 1
-        with map_exceptions(name=self._name, doing="deleting a cache entry"):
-            return bool(self._client.delete(stored))
+        try:
+            with map_exceptions(name=self._name, doing="deleting a cache entry"):
+                return bool(self._client.delete(stored))
+        finally:
+            if self.near is not None:
+                self.near.dropped(stored)
 
     def delete_many(self, keys: Iterable[str], param: Any) -> int:
         stored = [self._naming.key_of(key, param) for key in keys]
@@ -89,11 +96,15 @@ class CacheStore:
             return 0
         if self._marks:
             return self._delete_marked(stored)
-        with map_exceptions(name=self._name, doing="deleting cache entries"):
-            with self._client.pipeline(transaction=False) as pipe:
-                for key in stored:
-                    pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
-                return sum(int(n) for n in pipe.execute())
+        try:
+            with map_exceptions(name=self._name, doing="deleting cache entries"):
+                with self._client.pipeline(transaction=False) as pipe:
+                    for key in stored:
+                        pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
+                    return sum(int(n) for n in pipe.execute())
+        finally:
+            if self.near is not None:
+                self.near.dropped(*stored)
 
     def _delete_marked(self, stored: list[str]) -> int:
         """Delete herd entries with their refresh leases; how many held a value.
@@ -147,6 +158,8 @@ class CacheStore:
                     batch = []
             if batch:
                 deleted += self._unlink(batch)
+        if self.near is not None:
+            self.near.flush()
         return deleted
 
     def _unlink(self, keys: list[Any]) -> int:
@@ -157,7 +170,9 @@ class CacheStore:
 
     # -- the plain cache's values: GET, and SET with PX -------------------------
 
-    def _decoded_or_miss(self, data: bytes | None, key: str, default: Any) -> Any:
+    def _decoded_or_miss(
+        self, data: bytes | None, key: str, default: Any, hit: str = "hits"
+    ) -> Any:
         if data is None:
             self._counters.add("misses")
             return default
@@ -166,11 +181,19 @@ class CacheStore:
         except CacheDecodeError:
             self._counters.add("misses")
             return default
-        self._counters.add("hits")
+        self._counters.add(hit)
         return value
 
     def get(self, key: str, param: Any, default: Any) -> Any:
         stored = self._naming.key_of(key, param)
+        near = self.near
+        if near is not None:
+            found, data = near.get(stored)
+            if found:
+                return self._decoded_or_miss(data, stored, default, "near_hits")
+            with map_exceptions(name=self._name, doing="reading a cache entry"):
+                data = near.read(stored)
+            return self._decoded_or_miss(data, stored, default)
         with map_exceptions(name=self._name, doing="reading a cache entry"):
             data = self._client.get(stored)
         return self._decoded_or_miss(as_bytes(data), stored, default)
@@ -192,8 +215,12 @@ class CacheStore:
     def set(self, key: str, value: Any, param: Any, ttl: float | None) -> bool:
         stored = self._naming.key_of(key, param)
         data, ttl_ms = self._codec.encode(value), self._naming.ttl_ms(ttl)
-        with map_exceptions(name=self._name, doing="writing a cache entry"):
-            return bool(self._client.set(stored, data, px=ttl_ms or None))
+        try:
+            with map_exceptions(name=self._name, doing="writing a cache entry"):
+                return bool(self._client.set(stored, data, px=ttl_ms or None))
+        finally:
+            if self.near is not None:
+                self.near.dropped(stored)
 
     def set_many(self, values: Mapping[str, Any], param: Any, ttl: float | None) -> bool:
         ttl_ms = self._naming.ttl_ms(ttl)
@@ -202,11 +229,15 @@ class CacheStore:
         ]
         if not entries:
             return True
-        with map_exceptions(name=self._name, doing="writing cache entries"):
-            with self._client.pipeline(transaction=False) as pipe:
-                for stored, data in entries:
-                    pipe.set(stored, data, px=ttl_ms or None)
-                return all(pipe.execute())
+        try:
+            with map_exceptions(name=self._name, doing="writing cache entries"):
+                with self._client.pipeline(transaction=False) as pipe:
+                    for stored, data in entries:
+                        pipe.set(stored, data, px=ttl_ms or None)
+                    return all(pipe.execute())
+        finally:
+            if self.near is not None:
+                self.near.dropped(*(stored for stored, _ in entries))
 
 
 def _a_value(first: Any) -> bool:

@@ -46,7 +46,7 @@ from tenure._backends.for_threads import (
     shielded,
     start_background,
 )
-from tenure._backends.telemetry import AcquireSpan
+from tenure._backends.tracing import AcquireSpan
 from tenure._core.exceptions import BackendError, PrimitiveError
 from tenure._core.leased import (
     Acquired,

@@ -1,0 +1,271 @@
+"""The invalidation connection of near caching: one per process and server, in a thread.
+
+A :class:`Tracker` holds a connection of its own to one server, in RESP2
+whatever the application's clients speak: it turns on ``CLIENT TRACKING``
+in broadcast mode for the prefixes of the near caches registered with it,
+redirected to itself, and subscribes to ``__redis__:invalidate``. Every
+write under those prefixes, by any client, is then announced on it; a
+flush (``FLUSHALL``) too. It pings every quarter of the smallest
+``max_staleness`` registered, and each answer confirms the entries
+(:class:`~tenure._core.near.Confirmation`). A connection lost, or silent
+past its pings, ends that confirmation and drops every entry; the thread
+connects again (a new prefix does the same: a tracking connection cannot
+change its prefixes once subscribed). Serves sync and asyncio caches alike:
+the thread reads; the caches only look at what it has confirmed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tenure._core.exceptions import ArgumentError
+from tenure._core.near import Confirmation, NearEntries
+
+__all__ = ["Tracker", "tracker_for"]
+
+logger = logging.getLogger("tenure.cache")
+
+CHANNEL = b"__redis__:invalidate"
+SILENCE_PINGS = 8
+"""Pings unanswered in a row after which the connection is taken for lost."""
+CHANGE_WITHIN = 0.05
+"""Seconds within which a new prefix is tracked (on a new connection)."""
+RECONNECT_PAUSE = (0.05, 1.0)
+"""The first and the longest pause between two connection attempts (doubling)."""
+
+_COPIED = (
+    "host",
+    "port",
+    "path",
+    "db",
+    "username",
+    "password",
+    "client_name",
+    "socket_connect_timeout",
+    "ssl_keyfile",
+    "ssl_certfile",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_ca_data",
+    "ssl_check_hostname",
+)
+"""The connection settings taken from the application's client (its address, its login)."""
+
+
+class Tracker:
+    """One server's invalidation connection for this process (see the module docstring)."""
+
+    def __init__(self, make: Any, where: str) -> None:
+        self._make = make  # () -> a connected-on-demand RESP2 redis.Connection
+        self.where = where
+        self.confirmation = Confirmation()
+        self._mutex = threading.Lock()
+        self._stores: dict[str, weakref.WeakSet[NearEntries]] = {}
+        self._prefixes: tuple[str, ...] = ()  # those the live connection tracks
+        self._ping_every = 1.0
+        self._registered = 0  # registrations so far: a change makes the thread look again
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def register(self, prefix: str, entries: NearEntries) -> None:
+        """Announce writes of keys under ``prefix`` to ``entries`` (kept weakly).
+
+        A prefix the live connection tracks already serves ``entries`` at once;
+        a new one is tracked by a new connection within :data:`CHANGE_WITHIN`.
+        """
+        with self._mutex:
+            self._stores.setdefault(prefix, weakref.WeakSet()).add(entries)
+            self._ping_every = min(self._ping_every, entries.settings.ping_every)
+            self._registered += 1
+            if any(prefix.startswith(tracked) for tracked in self._prefixes):
+                entries.tracked_in = self.confirmation.epoch
+        self.start()
+
+    def start(self) -> None:
+        """Start the thread unless it runs (and after a fork, anew)."""
+        if self._thread is not None:
+            return
+        with self._mutex:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"tenure-near {self.where}", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def forked(self) -> None:
+        """In a forked child: the parent's thread and connection are not here."""
+        self._thread = None
+        self._mutex = threading.Lock()
+        self.confirmation.ended()
+        self._flush_all()
+
+    # -- the thread ------------------------------------------------------------
+
+    def _wanted(self) -> tuple[str, ...]:
+        """The prefixes to track: every registered one, those inside another left out."""
+        with self._mutex:
+            prefixes = sorted(p for p, stores in self._stores.items() if len(stores))
+        kept: list[str] = []
+        for prefix in prefixes:  # sorted: a prefix comes before those it contains
+            if not any(prefix.startswith(other) for other in kept):
+                kept.append(prefix)
+        return tuple(kept)
+
+    def _run(self) -> None:
+        pause = RECONNECT_PAUSE[0]
+        while True:
+            wanted = self._wanted()
+            if not wanted:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            try:
+                self._track(wanted)
+                pause = RECONNECT_PAUSE[0]
+            except Exception as exc:  # lost, refused, silent: drop everything, connect again
+                logger.debug("tenure near cache: tracking %s: %s", self.where, exc)
+                pause = min(pause * 2, RECONNECT_PAUSE[1])
+            finally:
+                self.confirmation.ended()
+                self._flush_all()
+            time.sleep(pause)
+
+    def _track(self, prefixes: tuple[str, ...]) -> None:
+        """One life of the connection: until it fails, goes silent or the prefixes change."""
+        connection = self._make()
+        try:
+            connection.connect()
+            connection.send_command("CLIENT", "ID")
+            own_id = connection.read_response()
+            arguments: list[Any] = ["CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST"]
+            for prefix in prefixes:
+                arguments += ["PREFIX", prefix]
+            connection.send_command(*arguments)
+            connection.read_response()
+            connection.send_command("SUBSCRIBE", CHANNEL)
+            connection.read_response()
+            self._flush_all()  # what was kept before this life is not covered by it
+            self.confirmation.began(time.monotonic())
+            with self._mutex:
+                stores = [(p, list(s)) for p, s in self._stores.items()]
+            for prefix, entries in stores:
+                if any(prefix.startswith(tracked) for tracked in prefixes):
+                    for each in entries:
+                        each.tracked_in = self.confirmation.epoch
+            self._prefixes = prefixes
+            self._listen(connection, prefixes)
+        finally:
+            connection.disconnect()
+
+    def _listen(self, connection: Any, prefixes: tuple[str, ...]) -> None:
+        registered = self._registered
+        pings: collections.deque[float] = collections.deque()
+        next_ping = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now >= next_ping:
+                if len(pings) >= SILENCE_PINGS:
+                    raise TimeoutError(f"{len(pings)} pings unanswered")
+                connection.send_command("PING")
+                pings.append(now)
+                next_ping = now + self._ping_every
+            if self._registered != registered and self._wanted() != prefixes:
+                return  # a new prefix: track it on a new connection
+            wait = min(CHANGE_WITHIN, max(0.0, next_ping - time.monotonic()))
+            if not connection.can_read(timeout=wait):
+                continue
+            message = connection.read_response()
+            kind = message[0] if isinstance(message, list) and message else None
+            if kind == b"pong":
+                if pings:
+                    self.confirmation.answered(pings.popleft())
+            elif kind == b"message" and len(message) == 3 and message[1] == CHANNEL:
+                self._invalidated(message[2])
+
+    def _invalidated(self, keys: Any) -> None:
+        """The server announced writes of ``keys`` (None: everything was flushed)."""
+        if keys is None:
+            self._flush_all()
+            return
+        with self._mutex:
+            stores = [(p, list(s)) for p, s in self._stores.items()]
+        for raw in keys:
+            key = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else str(raw)
+            for prefix, entries in stores:
+                if key.startswith(prefix):
+                    for each in entries:
+                        each.invalidate(key)
+
+    def _flush_all(self) -> None:
+        with self._mutex:
+            stores = [each for s in self._stores.values() for each in s]
+        for each in stores:
+            each.flush()
+
+
+_trackers: dict[tuple[Any, ...], Tracker] = {}
+_making = threading.Lock()
+
+
+def _sync_class(connection_class: type) -> type:
+    """The sync redis-py connection class of the same kind as ``connection_class``."""
+    name = connection_class.__name__
+    found = getattr(redis.connection, name, None)
+    if isinstance(found, type) and issubclass(found, redis.connection.AbstractConnection):
+        return found
+    return redis.connection.Connection
+
+
+def tracker_for(pool: Any) -> Tracker:
+    """The tracker of the server ``pool`` (a client's connection pool) connects to."""
+    settings = {k: v for k, v in pool.connection_kwargs.items() if k in _COPIED}
+    if "Sentinel" in type(pool).__name__ or not (settings.get("host") or settings.get("path")):
+        raise ArgumentError(
+            "near", "near caching needs a client of one server's address (not Sentinel, yet)"
+        )
+    kind = _sync_class(pool.connection_class)
+    where = (
+        kind.__name__,
+        settings.get("host"),
+        settings.get("port"),
+        settings.get("path"),
+        settings.get("username"),
+    )
+    found = _trackers.get(where)
+    if found is not None:
+        return found
+    with _making:
+        found = _trackers.get(where)
+        if found is None:
+
+            def make() -> Any:
+                return kind(
+                    **settings,
+                    protocol=2,
+                    socket_timeout=5.0,
+                    retry=Retry(NoBackoff(), 0),
+                )
+
+            label = settings.get("path") or f"{settings.get('host')}:{settings.get('port')}"
+            found = _trackers[where] = Tracker(make, str(label))
+        return found
+
+
+def _after_fork_in_child() -> None:
+    for tracker in list(_trackers.values()):
+        tracker.forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

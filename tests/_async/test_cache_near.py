@@ -1,0 +1,191 @@
+"""Near caching (``near=``) against a real server, written once for asyncio and generated.
+
+A near hit makes no round trip; a write by any client is announced and
+drops the entry; this process's own writes drop it at once; a tracking
+connection gone silent stops near hits within ``max_staleness``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from tenure import ArgumentError, AsyncCache, NearCache, ServerUnavailableError
+from tenure.server import FaultProxy, ServerProcess
+from tests._backend_asyncio import sleep, until
+
+pytestmark = pytest.mark.topologies("standalone")
+
+
+async def _gets(server: ServerProcess) -> int:
+    """GET calls the server has run so far (INFO commandstats)."""
+    admin = server.async_client()
+    try:
+        stats = await admin.info("commandstats")
+    finally:
+        await admin.aclose()
+    return int(stats.get("cmdstat_get", {}).get("calls", 0))
+
+
+async def _settled(cache: AsyncCache) -> None:
+    """Wait until ``cache``'s tracking connection confirms (its first PING answered)."""
+
+    async def confirmed() -> bool:
+        near = cache._store.near
+        assert near is not None
+        entries = near.entries
+        return entries.tracked and entries.confirmation.covers(time.monotonic(), 0.05)
+
+    await until(confirmed, 5, "the tracking connection up")
+
+
+async def _near(cache: AsyncCache, key: str) -> None:
+    """Read ``key`` until a read is answered from memory (at most 2 s)."""
+
+    async def answered_near() -> bool:
+        before = cache.statistics().near_hits
+        await cache.get(key)
+        return cache.statistics().near_hits > before
+
+    await until(answered_near, 2, f"{key!r} answered from memory")
+
+
+async def test_a_near_hit_makes_no_round_trip(
+    tenure_async_client: redis.asyncio.Redis, tenure_server: ServerProcess
+) -> None:
+    cache = AsyncCache(tenure_async_client, "near-rates", near=True)
+    await _settled(cache)
+    await cache.set("eur", {"rate": 1.08})
+    await _near(cache, "eur")  # (the announcement of its own write may drop the first read)
+    before, near_before = await _gets(tenure_server), cache.statistics().near_hits
+    for _ in range(100):
+        assert await cache.get("eur") == {"rate": 1.08}
+    assert await _gets(tenure_server) == before
+    assert cache.statistics().near_hits == near_before + 100
+    value = await cache.get("eur")
+    value["rate"] = 0  # each hit is decoded anew: a caller's change stays its own
+    assert await cache.get("eur") == {"rate": 1.08}
+
+
+async def test_a_write_by_any_client_is_seen(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    cache = AsyncCache(tenure_async_client, "near-seen", near=True)
+    elsewhere = AsyncCache(other_client, "near-seen")
+    await _settled(cache)
+    await elsewhere.set("k", 1)
+    assert await cache.get("k") == 1
+    assert await cache.get("k") == 1  # near now
+    await elsewhere.set("k", 2)  # another process, through tenure
+
+    async def sees(value: Any) -> bool:
+        return bool(await cache.get("k") == value)
+
+    await until(lambda: sees(2), 1, "the write seen")
+    # a client that is not tenure: a raw SET of the entry's key, and a DEL
+    await other_client.set(cache.key_of("k"), cache.codec.encode(3))
+    await until(lambda: sees(3), 1, "the raw write seen")
+    await other_client.delete(cache.key_of("k"))
+    await until(lambda: sees(None), 1, "the delete seen")
+    await other_client.set(cache.key_of("k"), cache.codec.encode(4))
+    assert await cache.get("k") == 4
+    await other_client.flushall()
+    await until(lambda: sees(None), 1, "the flush seen")
+
+
+async def test_this_process_reads_its_own_writes_at_once(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    cache = AsyncCache(tenure_async_client, "near-own", near=True)
+    await _settled(cache)
+    await cache.set("k", "first")
+    assert await cache.get("k") == "first"
+    await cache.set("k", "second")
+    assert await cache.get("k") == "second"
+    await cache.set_many({"k": "third"})
+    assert await cache.get("k") == "third"
+    await cache.delete("k")
+    assert await cache.get("k", default="gone") == "gone"
+    await cache.set("k", "back")
+    assert await cache.get("k") == "back"
+    await cache.clear()
+    assert await cache.get("k") is None
+
+
+async def test_an_entry_expires_with_its_server_copy(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    cache = AsyncCache(tenure_async_client, "near-ttl", near=True)
+    await _settled(cache)
+    await cache.set("k", "short", ttl=0.3)
+    assert await cache.get("k") == "short"
+    assert await cache.get("k") == "short"
+    await sleep(0.35)
+    assert await cache.get("k") is None
+
+
+async def test_a_silent_tracking_connection_stops_near_hits_within_the_bound(
+    tenure_proxy: FaultProxy, tenure_client: Any
+) -> None:
+    client = tenure_proxy.async_client(socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    try:
+        cache = AsyncCache(client, "near-cut", near=NearCache(max_staleness=0.1))
+        await _settled(cache)
+        await cache.set("k", "v")
+        await _near(cache, "k")
+        tenure_proxy.blackhole()  # the tracking connection (and every other) goes silent
+        cut = last_near = time.monotonic()
+        while time.monotonic() - cut < 5:
+            before = cache.statistics().near_hits
+            try:
+                assert await cache.get("k") == "v"
+            except ServerUnavailableError:
+                break  # read from the server, which cannot answer: the bound holds
+            if cache.statistics().near_hits > before:
+                last_near = time.monotonic()
+        else:
+            raise AssertionError("near hits went on past the bound")
+        assert last_near - cut <= 0.1 + 0.05  # max_staleness (and the loop's own step)
+        tenure_proxy.clear()
+
+        async def near_again() -> bool:
+            before = cache.statistics().near_hits
+            return await cache.get("k") == "v" and cache.statistics().near_hits > before
+
+        await until(near_again, 10, "near hits back once tracking is")
+    finally:
+        tenure_proxy.clear()
+        await client.aclose()
+
+
+async def test_resp3_clients_and_json_values_written_elsewhere(
+    tenure_server: ServerProcess, tenure_client: Any
+) -> None:
+    client = tenure_server.async_client(protocol=3)
+    try:
+        cache = AsyncCache(client, "near-resp3", near=True)
+        await _settled(cache)
+        await client.set(cache.key_of("k"), cache.codec.encode([1, 2]))
+        assert await cache.get("k") == [1, 2]
+        await _near(cache, "k")
+        await client.set(cache.key_of("k"), cache.codec.encode("changed"))
+        await until(lambda: _equals(cache, "changed"), 1, "the write seen on RESP3")
+    finally:
+        await client.aclose()
+
+
+async def _equals(cache: AsyncCache, value: Any) -> bool:
+    return bool(await cache.get("k") == value)
+
+
+async def test_bad_near_values_are_refused(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    for bad in ("yes", 1, {"max_entries": 3}):
+        with pytest.raises(ArgumentError, match="near"):
+            AsyncCache(tenure_async_client, "near-bad", near=bad)  # type: ignore[arg-type]
