@@ -30,6 +30,7 @@ from tenure._core.cached import UNKNOWN_ERROR, CallNaming, ErrorCodec
 from tenure._core.clients import require_bytes_replies, require_client
 from tenure._core.codec import DEFAULT_COMPRESSOR, DEFAULT_SERIALIZER
 from tenure._core.exceptions import ArgumentError
+from tenure._core.near import NearCache
 from tenure._core.values import check_seconds
 from tenure._sync._cache import HerdCache
 
@@ -54,6 +55,7 @@ def cached(
     compressor: Any = DEFAULT_COMPRESSOR,
     prefix: str | None = None,
     metric_name: str | None = None,
+    near: bool | NearCache | None = None,
 ) -> Callable[[F], F]:
     """Cache a function's results on the server; each result is loaded once.
 
@@ -61,8 +63,8 @@ def cached(
     function, a ``redis.asyncio`` client for an ``async def`` one. ``ttl`` is
     the results' freshness in seconds (``None``: until invalidated);
     ``herd_timeout``, ``load_lease``, ``early``, ``fallback``,
-    ``serializer``, ``compressor``, ``prefix`` and ``metric_name`` are
-    :class:`~tenure.HerdCache`'s. Each duration (``error_ttl`` too) is
+    ``serializer``, ``compressor``, ``prefix``, ``metric_name`` and ``near``
+    are :class:`~tenure.HerdCache`'s. Each duration (``error_ttl`` too) is
     checked here, as every primitive checks its own: a number of seconds,
     at most ten years, else :class:`~tenure.ArgumentError` naming it.
     ``name`` (default: the function's module and qualified name) names the
@@ -133,6 +135,7 @@ def cached(
             compressor=compressor,
             prefix=cache_prefix,
             metric_name=metric_name,
+            near=near,
         )
         key_of = CallNaming(func, cache.key_of, cache_key, cache_name).key_of
 

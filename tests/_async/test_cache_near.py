@@ -8,14 +8,21 @@ connection gone silent stops near hits within ``max_staleness``.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from tenure import ArgumentError, AsyncCache, NearCache, ServerUnavailableError
+from tenure import (
+    ArgumentError,
+    AsyncCache,
+    AsyncHerdCache,
+    NearCache,
+    ServerUnavailableError,
+    cached,
+)
 from tenure.server import FaultProxy, ServerProcess
 from tests._backend_asyncio import sleep, until
 
@@ -32,14 +39,14 @@ async def _gets(server: ServerProcess) -> int:
     return int(stats.get("cmdstat_get", {}).get("calls", 0))
 
 
-async def _settled(cache: AsyncCache) -> None:
+async def _settled(cache: Any) -> None:
     """Wait until ``cache``'s tracking connection confirms (its first PING answered)."""
 
     async def confirmed() -> bool:
         near = cache._store.near
         assert near is not None
         entries = near.entries
-        return entries.tracked and entries.confirmation.covers(time.monotonic(), 0.05)
+        return entries.tracked and bool(entries.confirmation.covers(time.monotonic(), 0.05))
 
     await until(confirmed, 5, "the tracking connection up")
 
@@ -189,3 +196,75 @@ async def test_bad_near_values_are_refused(
     for bad in ("yes", 1, {"max_entries": 3}):
         with pytest.raises(ArgumentError, match="near"):
             AsyncCache(tenure_async_client, "near-bad", near=bad)  # type: ignore[arg-type]
+
+
+async def _calls(server: ServerProcess) -> int:
+    """Reads and writes the server has run so far (INFO commandstats)."""
+    admin = server.async_client()
+    try:
+        stats = await admin.info("commandstats")
+    finally:
+        await admin.aclose()
+    counted = ("get", "set", "pttl", "evalsha", "eval", "getrange")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in counted)
+
+
+async def test_a_herd_cache_serves_fresh_entries_from_memory(
+    tenure_async_client: redis.asyncio.Redis,
+    other_client: redis.asyncio.Redis,
+    tenure_server: ServerProcess,
+) -> None:
+    cache = AsyncHerdCache(tenure_async_client, "near-herd", ttl=0.5, near=True)
+    elsewhere = AsyncHerdCache(other_client, "near-herd", ttl=0.5)
+    await _settled(cache)
+    loads = 0
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        return loads
+
+    assert await cache.fetch("k", load) == 1
+
+    async def near_hit() -> bool:
+        before = cache.statistics().near_hits
+        await cache.fetch("k", load)
+        return cache.statistics().near_hits > before
+
+    await until(near_hit, 2, "a fetch answered from memory")
+    before = await _calls(tenure_server)
+    for _ in range(50):
+        assert await cache.fetch("k", load) == 1
+    assert await _calls(tenure_server) == before
+    await elsewhere.set("k", 7)  # another process writes it
+
+    async def sees(value: Any) -> bool:
+        return bool(await cache.fetch("k", load) == value)
+
+    await until(lambda: sees(7), 1, "the write seen")
+    await sleep(0.55)  # past its freshness: not from memory, served stale and refreshed once
+    assert await cache.fetch("k", load) == 7
+    await until(lambda: sees(2), 2, "the refresh's value")
+    assert loads == 2
+
+
+async def test_cached_takes_near(tenure_async_client: redis.asyncio.Redis) -> None:
+    calls = 0
+
+    @cached(tenure_async_client, ttl=60, name="near-cached", near=True)
+    async def square(x: int) -> int:  # (typed Any below: the wrapper's methods)
+        nonlocal calls
+        calls += 1
+        return x * x
+
+    assert await square(3) == 9
+    await until(lambda: _near_square(square), 2, "a call answered from memory")
+    assert calls == 1
+    await cast(Any, square).invalidate(3)
+    assert await square(3) == 9 and calls == 2
+
+
+async def _near_square(square: Any) -> bool:
+    before = square.cache.statistics().near_hits
+    await square(3)
+    return bool(square.cache.statistics().near_hits > before)

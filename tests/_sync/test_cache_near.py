@@ -9,14 +9,21 @@ connection gone silent stops near hits within ``max_staleness``.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tenure import ArgumentError, Cache, NearCache, ServerUnavailableError
+from tenure import (
+    ArgumentError,
+    Cache,
+    HerdCache,
+    NearCache,
+    ServerUnavailableError,
+    cached,
+)
 from tenure.server import FaultProxy, ServerProcess
 from tests._backend_threads import sleep, until
 
@@ -33,14 +40,14 @@ def _gets(server: ServerProcess) -> int:
     return int(stats.get("cmdstat_get", {}).get("calls", 0))
 
 
-def _settled(cache: Cache) -> None:
+def _settled(cache: Any) -> None:
     """Wait until ``cache``'s tracking connection confirms (its first PING answered)."""
 
     def confirmed() -> bool:
         near = cache._store.near
         assert near is not None
         entries = near.entries
-        return entries.tracked and entries.confirmation.covers(time.monotonic(), 0.05)
+        return entries.tracked and bool(entries.confirmation.covers(time.monotonic(), 0.05))
 
     until(confirmed, 5, "the tracking connection up")
 
@@ -190,3 +197,75 @@ def test_bad_near_values_are_refused(
     for bad in ("yes", 1, {"max_entries": 3}):
         with pytest.raises(ArgumentError, match="near"):
             Cache(tenure_client, "near-bad", near=bad)  # type: ignore[arg-type]
+
+
+def _calls(server: ServerProcess) -> int:
+    """Reads and writes the server has run so far (INFO commandstats)."""
+    admin = server.client()
+    try:
+        stats = admin.info("commandstats")
+    finally:
+        admin.close()
+    counted = ("get", "set", "pttl", "evalsha", "eval", "getrange")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in counted)
+
+
+def test_a_herd_cache_serves_fresh_entries_from_memory(
+    tenure_client: redis.Redis,
+    other_client: redis.Redis,
+    tenure_server: ServerProcess,
+) -> None:
+    cache = HerdCache(tenure_client, "near-herd", ttl=0.5, near=True)
+    elsewhere = HerdCache(other_client, "near-herd", ttl=0.5)
+    _settled(cache)
+    loads = 0
+
+    def load() -> int:
+        nonlocal loads
+        loads += 1
+        return loads
+
+    assert cache.fetch("k", load) == 1
+
+    def near_hit() -> bool:
+        before = cache.statistics().near_hits
+        cache.fetch("k", load)
+        return cache.statistics().near_hits > before
+
+    until(near_hit, 2, "a fetch answered from memory")
+    before = _calls(tenure_server)
+    for _ in range(50):
+        assert cache.fetch("k", load) == 1
+    assert _calls(tenure_server) == before
+    elsewhere.set("k", 7)  # another process writes it
+
+    def sees(value: Any) -> bool:
+        return bool(cache.fetch("k", load) == value)
+
+    until(lambda: sees(7), 1, "the write seen")
+    sleep(0.55)  # past its freshness: not from memory, served stale and refreshed once
+    assert cache.fetch("k", load) == 7
+    until(lambda: sees(2), 2, "the refresh's value")
+    assert loads == 2
+
+
+def test_cached_takes_near(tenure_client: redis.Redis) -> None:
+    calls = 0
+
+    @cached(tenure_client, ttl=60, name="near-cached", near=True)
+    def square(x: int) -> int:  # (typed Any below: the wrapper's methods)
+        nonlocal calls
+        calls += 1
+        return x * x
+
+    assert square(3) == 9
+    until(lambda: _near_square(square), 2, "a call answered from memory")
+    assert calls == 1
+    cast(Any, square).invalidate(3)
+    assert square(3) == 9 and calls == 2
+
+
+def _near_square(square: Any) -> bool:
+    before = square.cache.statistics().near_hits
+    square(3)
+    return bool(square.cache.statistics().near_hits > before)

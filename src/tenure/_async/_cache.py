@@ -298,6 +298,7 @@ class AsyncHerdCache(_AsyncCacheBase):
         compressor: Any = DEFAULT_COMPRESSOR,
         prefix: str | None = None,
         metric_name: str | None = None,
+        near: bool | NearCache | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -308,6 +309,7 @@ class AsyncHerdCache(_AsyncCacheBase):
             compressor=compressor,
             prefix=prefix,
             metric_name=metric_name,
+            near=near,
         )
         self._herd_timeout = check_herd_timeout(herd_timeout, name)
         self._load_lease = check_seconds(
@@ -325,6 +327,7 @@ class AsyncHerdCache(_AsyncCacheBase):
             herd_timeout=self.herd_timeout,
             load_lease=self.load_lease,
         )
+        self._scripts.near = self._store.near
         self._fallback = AsyncCacheFallback(client, name, self.fallback, self.codec, counters)
         self._loading = AsyncHerdLoading(
             client,
@@ -510,6 +513,10 @@ class AsyncHerdCache(_AsyncCacheBase):
         """
         if ttl is not None or herd_timeout is not None:
             self._check_write(ttl, herd_timeout)
+        if self._scripts.near is not None:
+            value = self._scripts.near_hit(stored, self._early)
+            if value is not MISS:
+                return value
         if stored in reentry.LOADING.get():
             reentry.refuse(stored, self._naming.name)
         outage = self._fallback.outage()

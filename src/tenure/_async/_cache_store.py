@@ -113,13 +113,17 @@ class AsyncCacheStore:
         before the delete is never stored after it. A mark deleted is not
         counted: there was no value.
         """
-        with map_exceptions(name=self._name, doing="deleting cache entries"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for key in stored:
-                    pipe.getrange(key, 0, 0)
-                    pipe.execute_command("DEL", key)
-                    pipe.execute_command("DEL", CacheKeys.for_entry(key).lease)
-                replies = await pipe.execute(raise_on_error=False)
+        try:
+            with map_exceptions(name=self._name, doing="deleting cache entries"):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for key in stored:
+                        pipe.getrange(key, 0, 0)
+                        pipe.execute_command("DEL", key)
+                        pipe.execute_command("DEL", CacheKeys.for_entry(key).lease)
+                    replies = await pipe.execute(raise_on_error=False)
+        finally:
+            if self.near is not None:
+                self.near.dropped(*stored)
         for reply in replies[1::3]:  # a DEL refused (the ACL, say): raised as itself
             if isinstance(reply, Exception):
                 raise translate_error(reply, name=self._name, doing="deleting cache entries")

@@ -297,6 +297,7 @@ class HerdCache(_AsyncCacheBase):
         compressor: Any = DEFAULT_COMPRESSOR,
         prefix: str | None = None,
         metric_name: str | None = None,
+        near: bool | NearCache | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -307,6 +308,7 @@ class HerdCache(_AsyncCacheBase):
             compressor=compressor,
             prefix=prefix,
             metric_name=metric_name,
+            near=near,
         )
         self._herd_timeout = check_herd_timeout(herd_timeout, name)
         self._load_lease = check_seconds(
@@ -324,6 +326,7 @@ class HerdCache(_AsyncCacheBase):
             herd_timeout=self.herd_timeout,
             load_lease=self.load_lease,
         )
+        self._scripts.near = self._store.near
         self._fallback = CacheFallback(client, name, self.fallback, self.codec, counters)
         self._loading = HerdLoading(
             client,
@@ -507,6 +510,10 @@ class HerdCache(_AsyncCacheBase):
         """
         if ttl is not None or herd_timeout is not None:
             self._check_write(ttl, herd_timeout)
+        if self._scripts.near is not None:
+            value = self._scripts.near_hit(stored, self._early)
+            if value is not MISS:
+                return value
         if stored in reentry.LOADING.get():
             reentry.refuse(stored, self._naming.name)
         outage = self._fallback.outage()

@@ -23,7 +23,10 @@ from tenure._core.exceptions import ArgumentError
 from tenure._core.near import NearCache, NearEntries
 from tenure._sync._scripting import Client
 
-__all__ = ["NearLayer"]
+__all__ = ["NearLayer", "Reading"]
+
+Reading = tuple[float, tuple[int, int]]
+"""A read in flight: when it began (monotonic), and its ticket."""
 
 
 class NearLayer:
@@ -46,14 +49,23 @@ class NearLayer:
         """``(True, data)`` if ``stored`` is answered from memory now, else ``(False, None)``."""
         return self.entries.get(stored, time.monotonic())
 
+    def begin(self, stored: str) -> Reading:
+        """A read of ``stored`` goes to the server now: give its answer to :meth:`finish`."""
+        self._tracker.start()
+        return time.monotonic(), self.entries.begin(stored)
+
+    def finish(
+        self, stored: str, reading: Reading, data: bytes | None, until: float = math.inf
+    ) -> None:
+        """The read of ``stored`` answered ``data`` (None: nothing to keep), valid until."""
+        began, ticket = reading
+        self.entries.finish(stored, ticket, began, data, until)
+
     def read(self, stored: str) -> bytes | None:
         """Read ``stored`` from the server (GET and PTTL, one round trip), keeping it near."""
-        self._tracker.start()
-        entries = self.entries
-        began = time.monotonic()
-        ticket = entries.begin(stored)
+        reading = self.begin(stored)
         data: bytes | None = None
-        until = began
+        until = reading[0]
         try:
             with self._client.pipeline(transaction=False) as pipe:
                 pipe.get(stored)
@@ -61,9 +73,9 @@ class NearLayer:
                 raw, left = pipe.execute()
             data = as_bytes(raw)
             left = int(left)
-            until = math.inf if left == -1 else began + max(0, left) / 1000
+            until = math.inf if left == -1 else reading[0] + max(0, left) / 1000
         finally:
-            entries.finish(stored, ticket, began, data, until)
+            self.finish(stored, reading, data, until)
         return data
 
     def dropped(self, *stored: str) -> None:

@@ -42,6 +42,7 @@ from tenure._core.clients import map_exceptions, translate_error
 from tenure._core.codec import Codec
 from tenure._core.exceptions import CacheDecodeError, ServerUnavailableError
 from tenure._core.values import to_ms
+from tenure._sync._cache_near import NearLayer
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
@@ -96,6 +97,8 @@ class HerdScripts:
         self._naming = naming
         self._codec = codec
         self._counters = counters
+        self.near: NearLayer | None = None
+        """The cache's near entries (``near=``), or None."""
         self.herd_timeout = herd_timeout
         self.load_lease = load_lease
         self._lease_ms = to_ms(load_lease)
@@ -104,8 +107,51 @@ class HerdScripts:
         self._plain_until = float("-inf")  # monotonic: until then, first reads are plain GETs
         self._hit_share = 0.0  # of recent first reads (see HOT); a new cache's first ones miss
 
+    def near_hit(self, stored: str, early: float) -> Any:
+        """The value from this process's memory if it is surely fresh (``near=``); else MISS.
+
+        The near entry is the entry as the server stores it: its freshness is
+        judged as a first read's is, on this process's estimate of the
+        server's clock, with the same chance of an early refresh.
+        """
+        near = self.near
+        if near is None:
+            return MISS
+        found, raw = near.get(stored)
+        if not found:
+            return MISS
+        payload = self._clock.fresh_value(
+            raw, time.monotonic(), early_factor(early) if early else 0.0
+        )
+        if payload is None:
+            return MISS
+        try:
+            value = self._codec.decode(payload)
+        except CacheDecodeError:
+            return MISS
+        self._counters.add("near_hits")
+        return value
+
     def first_read(self, stored: str, early: float) -> Any:
+        """:meth:`_first_read`, answered from memory when it may be (``near=``), else kept."""
+        near = self.near
+        if near is None:
+            return (self._first_read(stored, early))[0]
+        value = self.near_hit(stored, early)
+        if value is not MISS:
+            return value
+        reading = near.begin(stored)
+        raw = None
+        try:
+            value, raw = self._first_read(stored, early)
+        finally:
+            near.finish(stored, reading, raw)
+        return value
+
+    def _first_read(self, stored: str, early: float) -> tuple[Any, bytes | None]:
         """The value if the entry is surely fresh; an :class:`Elected` or :data:`MISS` if not.
+
+        With it, the entry as read (None: no entry, or a load mark).
 
         One command, no script: ``SET stored l<token> NX PX load_lease GET``
         (or a GET, below). A stored entry comes back as a GET would give it,
@@ -139,7 +185,7 @@ class HerdScripts:
                     raise
                 if raw is None or raw == mark.encode():  # (resent: its own mark)
                     self._hit_share = share - share / HOT_MEMORY
-                    return Elected(token)
+                    return Elected(token), None
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
             # Out of reach (the client's retries spent): the caller falls back or raises.
             raise translate_error(exc, name=self._name, doing="fetching from the cache") from exc
@@ -148,8 +194,9 @@ class HerdScripts:
             # one key, say, is this key's own matter: the other keys go on.)
             if isinstance(exc, redis_errors.OutOfMemoryError) or "OOM" in str(exc)[:8]:
                 self._plain_until = time.monotonic() + PLAIN_READS
-            return MISS  # the script path decides, and raises a translated error
+            return MISS, None  # the script path decides, and raises a translated error
         value = MISS
+        data = None
         if raw is not None:
             data = raw if type(raw) is bytes else as_bytes(raw) or b""
             factor = early_factor(early) if early else 0.0
@@ -162,7 +209,7 @@ class HerdScripts:
                 else:
                     self._counters.add("hits")
         self._hit_share = share + ((value is not MISS) - share) / HOT_MEMORY
-        return value
+        return value, data if data and data[:1] == b"h" else None
 
     def fetch(self, keys: CacheKeys, token: str, channel: str, early: float) -> Fetched:
         """``cache_fetch``: the entry, and whether ``token`` loads it (or waits on ``channel``)."""
@@ -191,13 +238,17 @@ class HerdScripts:
         fresh_ms = self._naming.ttl_ms(ttl)
         herd_s = self.herd_timeout if herd is None else check_herd_timeout(herd, self._name)
         keep_ms = fresh_ms + to_ms(herd_s) if fresh_ms else 0
-        with map_exceptions(name=self._name, doing="writing a cache entry"):
-            stored = self._registry.run(
-                "cache_commit",
-                keys.as_tuple(),
-                (token, data, fresh_ms, keep_ms, round(took * 1000)),
-                name=self._name,
-            )
+        try:
+            with map_exceptions(name=self._name, doing="writing a cache entry"):
+                stored = self._registry.run(
+                    "cache_commit",
+                    keys.as_tuple(),
+                    (token, data, fresh_ms, keep_ms, round(took * 1000)),
+                    name=self._name,
+                )
+        finally:
+            if self.near is not None:  # this process reads its own write at once
+                self.near.dropped(keys.entry)
         if int(stored) != 1:
             self._counters.add("refused")
             return False
