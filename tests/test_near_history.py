@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from tenure.server import FaultProxy, ServerProcess
+from tests.conftest import ServerFactory
 
 STALENESS = 0.05
 SECONDS = 4.0
@@ -134,3 +135,21 @@ def test_announcements_late_past_the_bound_never_stretch_it(
     )
     assert not violations, violations[:10]
     assert reads >= 20 and near == 0
+
+
+def test_no_read_breaks_the_bound_across_a_server_restart(
+    tenure_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = tenure_server_factory(appendonly=True)
+
+    def restart() -> None:
+        time.sleep(1.0)
+        server.restart()  # the tracking connections drop; every near entry goes
+        time.sleep(0.5)
+        server.kill()  # a crash, then recovery from the log
+        server.restart()
+
+    thread = threading.Thread(target=restart)
+    reads, near, violations = _history(server.url, server.url, tmp_path, thread)
+    assert not violations, violations[:10]
+    assert reads >= 20_000 and near > 0
