@@ -16,7 +16,7 @@ def _entries(**settings: float) -> tuple[NearEntries, Confirmation]:
     confirmation = Confirmation()
     confirmation.began(0.0)
     entries = NearEntries(NearCache(**settings), confirmation)  # type: ignore[arg-type]
-    entries.tracked_in = confirmation.epoch  # the connection tracks its prefix
+    entries.mark_tracked(confirmation)  # the connection tracks its prefix
     return entries, confirmation
 
 
@@ -65,7 +65,7 @@ def test_nothing_is_kept_from_before_tracking_or_from_another_life() -> None:
     entries = NearEntries(NearCache(), confirmation)
     ticket = entries.begin("k")  # not tracking yet
     confirmation.began(1.0)
-    entries.tracked_in = confirmation.epoch
+    entries.mark_tracked(confirmation)
     entries.finish("k", ticket, 0.5, b"v", math.inf)  # the read began before tracking did
     assert entries.get("k", 1.01) == (False, None)
     _read(entries, "k", b"v", 1.1)
@@ -73,7 +73,7 @@ def test_nothing_is_kept_from_before_tracking_or_from_another_life() -> None:
     assert entries.get("k", 1.11) == (True, b"v")
     confirmation.ended()
     confirmation.began(2.0)  # a new connection: what the old one confirmed is not served
-    entries.tracked_in = confirmation.epoch
+    entries.mark_tracked(confirmation)
     assert entries.get("k", 2.01) == (False, None)
 
 

@@ -268,3 +268,31 @@ async def _near_square(square: Any) -> bool:
     before = square.cache.statistics().near_hits
     await square(3)
     return bool(square.cache.statistics().near_hits > before)
+
+
+@pytest.mark.topologies("cluster")
+async def test_a_cluster_is_tracked_on_every_primary(
+    tenure_async_client: Any, other_client: Any
+) -> None:
+    cache = AsyncCache(tenure_async_client, "near-cluster", near=True)
+    elsewhere = AsyncCache(other_client, "near-cluster")
+    keys = [f"k{n}" for n in range(12)]  # spread over the three primaries' slots
+    for n, key in enumerate(keys):
+        await elsewhere.set(key, n)
+    await cache.get(keys[0])  # the client learns its primaries; a tracker each
+
+    async def all_near() -> bool:
+        before = cache.statistics().near_hits
+        values = [await cache.get(key) for key in keys]
+        return values == list(range(12)) and cache.statistics().near_hits == before + 12
+
+    await until(all_near, 5, "every key answered from memory")
+    near = cache._store.near
+    assert near is not None and len(near._trackers) == 3
+    for n, key in enumerate(keys):
+        await elsewhere.set(key, n + 100)
+
+    async def all_seen() -> bool:
+        return [await cache.get(key) for key in keys] == [n + 100 for n in range(12)]
+
+    await until(all_seen, 2, "every primary's write seen")

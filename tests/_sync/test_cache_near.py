@@ -269,3 +269,29 @@ def _near_square(square: Any) -> bool:
     before = square.cache.statistics().near_hits
     square(3)
     return bool(square.cache.statistics().near_hits > before)
+
+
+@pytest.mark.topologies("cluster")
+def test_a_cluster_is_tracked_on_every_primary(tenure_client: Any, other_client: Any) -> None:
+    cache = Cache(tenure_client, "near-cluster", near=True)
+    elsewhere = Cache(other_client, "near-cluster")
+    keys = [f"k{n}" for n in range(12)]  # spread over the three primaries' slots
+    for n, key in enumerate(keys):
+        elsewhere.set(key, n)
+    cache.get(keys[0])  # the client learns its primaries; a tracker each
+
+    def all_near() -> bool:
+        before = cache.statistics().near_hits
+        values = [cache.get(key) for key in keys]
+        return values == list(range(12)) and cache.statistics().near_hits == before + 12
+
+    until(all_near, 5, "every key answered from memory")
+    near = cache._store.near
+    assert near is not None and len(near._trackers) == 3
+    for n, key in enumerate(keys):
+        elsewhere.set(key, n + 100)
+
+    def all_seen() -> bool:
+        return [cache.get(key) for key in keys] == [n + 100 for n in range(12)]
+
+    until(all_seen, 2, "every primary's write seen")

@@ -214,8 +214,8 @@ class AsyncCache(_AsyncCacheBase):
     * ``near`` — ``True`` or a :class:`~tenure.NearCache`: keep entries read
       in this process's memory too, answered there with no round trip while
       the server confirms no write replaced them more than ``max_staleness``
-      ago (docs/caches.md, "Near caching"). Standalone and replicated
-      servers (not yet a cluster or Sentinel client).
+      ago (docs/caches.md, "Near caching"). Standalone, replicated and
+      cluster servers (not yet a Sentinel client).
     * ``metric_name`` — report this cache's measurements with ``tenure.name``
       set to it (docs/observability.md); by default no name is reported
       unless :func:`~tenure.set_metric_names` matches ``name``.

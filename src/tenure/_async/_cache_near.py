@@ -1,11 +1,15 @@
 """AsyncNearLayer: a cache's entries in this process's memory, kept recent by the server.
 
-The layer answers from memory what its entries and its tracker's
+The layer answers from memory what its entries and its trackers'
 confirmation allow (:mod:`tenure._core.near`), and reads the rest from the
 server with the entry's time to live, protected against an invalidation
-that overtakes the reply. The tracker (:mod:`tenure._backends.near_tracking`)
-is the process's invalidation connection to the cache's server; this
-process's own writes drop their entries at once, without waiting for it.
+that overtakes the reply. A tracker (:mod:`tenure._backends.near_tracking`)
+is the process's invalidation connection to one server: the cache's
+server, or each primary of a cluster (a key may move between them, so every
+primary's connection must confirm a read). A cluster's primaries are looked
+at again, at most once a second, when a read goes to the server: a new
+primary (a failover, a node added) gets its tracker before anything is
+served again. This process's own writes drop their entries at once.
 """
 
 from __future__ import annotations
@@ -16,33 +20,54 @@ import time
 from typing import Any
 
 from tenure._async._scripting import AsyncClient
-from tenure._backends.near_tracking import tracker_for
+from tenure._backends.near_tracking import Tracker, servers_of, tracker_for
 from tenure._core.cache import as_bytes
 from tenure._core.clients import is_cluster
-from tenure._core.exceptions import ArgumentError
-from tenure._core.near import NearCache, NearEntries
+from tenure._core.near import Confirmations, NearCache, NearEntries
 
 __all__ = ["AsyncNearLayer", "Reading"]
 
 Reading = tuple[float, tuple[int, int]]
 """A read in flight: when it began (monotonic), and its ticket."""
 
+LOOK_AGAIN = 1.0
+"""Seconds between two looks at a cluster's primaries (on reads that go to the server)."""
+
 
 class AsyncNearLayer:
-    """One cache object's near entries (keys under ``prefix``) on ``client``'s server."""
+    """One cache object's near entries (keys under ``prefix``) on ``client``'s servers."""
 
     def __init__(self, client: AsyncClient, prefix: str, settings: NearCache, name: str) -> None:
-        if is_cluster(client):
-            raise ArgumentError(
-                "near",
-                "near caching runs on a standalone or replicated server for now, "
-                "not on a cluster client",
-                name=name,
-            )
         self._client = client
-        self._tracker = tracker_for(client.connection_pool)  # type: ignore[union-attr]
-        self.entries = NearEntries(settings, self._tracker.confirmation, threading.Lock())
-        self._tracker.register(prefix, self.entries)
+        self._prefix = prefix
+        self._cluster = is_cluster(client)
+        self._trackers = self._find_trackers()  # (a cluster client not yet used: none)
+        confirmation: Any
+        if self._cluster:
+            confirmation = Confirmations(tuple(t.confirmation for t in self._trackers))
+        else:
+            confirmation = self._trackers[0].confirmation
+        self.entries = NearEntries(settings, confirmation, threading.Lock())
+        self._looked = time.monotonic() if self._trackers else -math.inf
+        for tracker in self._trackers:
+            tracker.register(prefix, self.entries)
+
+    def _find_trackers(self) -> list[Tracker]:
+        return [tracker_for(kind, settings) for kind, settings in servers_of(self._client)]
+
+    def _look_again(self) -> None:
+        """A cluster: track every primary the client knows now (a new one gets a tracker)."""
+        self._looked = time.monotonic()
+        trackers = self._find_trackers()
+        if [id(t) for t in trackers] == [id(t) for t in self._trackers]:
+            return
+        self._trackers = trackers
+        for tracker in trackers:
+            tracker.register(self._prefix, self.entries)
+        confirmations = self.entries.confirmation
+        assert isinstance(confirmations, Confirmations)
+        confirmations.replace(tuple(t.confirmation for t in trackers))
+        self.entries.flush()
 
     def get(self, stored: str) -> tuple[bool, Any]:
         """``(True, data)`` if ``stored`` is answered from memory now, else ``(False, None)``."""
@@ -50,8 +75,12 @@ class AsyncNearLayer:
 
     def begin(self, stored: str) -> Reading:
         """A read of ``stored`` goes to the server now: give its answer to :meth:`finish`."""
-        self._tracker.start()
-        return time.monotonic(), self.entries.begin(stored)
+        now = time.monotonic()
+        if self._cluster and now - self._looked >= LOOK_AGAIN:
+            self._look_again()
+        for tracker in self._trackers:
+            tracker.start()
+        return now, self.entries.begin(stored)
 
     def finish(
         self, stored: str, reading: Reading, data: bytes | None, until: float = math.inf

@@ -31,7 +31,7 @@ from redis.retry import Retry
 from tenure._core.exceptions import ArgumentError
 from tenure._core.near import Confirmation, NearEntries
 
-__all__ = ["Tracker", "tracker_for"]
+__all__ = ["Tracker", "servers_of", "tracker_for"]
 
 logger = logging.getLogger("tenure.cache")
 
@@ -88,7 +88,7 @@ class Tracker:
             self._ping_every = min(self._ping_every, entries.settings.ping_every)
             self._registered += 1
             if any(prefix.startswith(tracked) for tracked in self._prefixes):
-                entries.tracked_in = self.confirmation.epoch
+                entries.mark_tracked(self.confirmation)
         self.start()
 
     def start(self) -> None:
@@ -162,7 +162,7 @@ class Tracker:
             for prefix, entries in stores:
                 if any(prefix.startswith(tracked) for tracked in prefixes):
                     for each in entries:
-                        each.tracked_in = self.confirmation.epoch
+                        each.mark_tracked(self.confirmation)
             self._prefixes = prefixes
             self._listen(connection, prefixes)
         finally:
@@ -227,14 +227,34 @@ def _sync_class(connection_class: type) -> type:
     return redis.connection.Connection
 
 
-def tracker_for(pool: Any) -> Tracker:
-    """The tracker of the server ``pool`` (a client's connection pool) connects to."""
-    settings = {k: v for k, v in pool.connection_kwargs.items() if k in _COPIED}
-    if "Sentinel" in type(pool).__name__ or not (settings.get("host") or settings.get("path")):
-        raise ArgumentError(
-            "near", "near caching needs a client of one server's address (not Sentinel, yet)"
-        )
-    kind = _sync_class(pool.connection_class)
+def servers_of(client: Any) -> list[tuple[type, dict[str, Any]]]:
+    """(connection class, connection settings) of each server ``client`` writes to.
+
+    A plain client's one server; a cluster client's primaries, as it knows
+    them now.
+    """
+    primaries = getattr(client, "get_primaries", None)
+    if primaries is None:
+        pool = client.connection_pool
+        if "Sentinel" in type(pool).__name__:
+            raise ArgumentError("near", "near caching does not follow Sentinel clients yet")
+        return [(pool.connection_class, pool.connection_kwargs)]
+    found = []
+    for node in primaries():
+        pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+        if pool is not None:  # a sync cluster's node
+            found.append((pool.connection_class, pool.connection_kwargs))
+        else:  # an asyncio cluster's node
+            found.append((node.connection_class, node.connection_kwargs))
+    return found
+
+
+def tracker_for(connection_class: type, connection_kwargs: dict[str, Any]) -> Tracker:
+    """The tracker of the server these connection settings (a client's pool's) reach."""
+    settings = {k: v for k, v in connection_kwargs.items() if k in _COPIED}
+    if not (settings.get("host") or settings.get("path")):
+        raise ArgumentError("near", "near caching needs a client of a server's address")
+    kind = _sync_class(connection_class)
     where = (
         kind.__name__,
         settings.get("host"),

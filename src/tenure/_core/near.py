@@ -28,7 +28,7 @@ from typing import Any
 from tenure._core.exceptions import ArgumentError
 from tenure._core.values import check_seconds
 
-__all__ = ["Confirmation", "NearCache", "NearEntries", "near_settings"]
+__all__ = ["Confirmation", "Confirmations", "NearCache", "NearEntries", "near_settings"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,45 @@ class Confirmation:
         """Whether a read at ``now`` may be served from memory, ``staleness`` allowed."""
         return now - self.confirmed <= staleness
 
+    @property
+    def members(self) -> tuple[Confirmation, ...]:
+        """The connections' confirmations this one is made of: itself."""
+        return (self,)
+
+
+class Confirmations:
+    """Several connections' confirmations as one: a cluster's, one per primary.
+
+    A read is served from memory only while every primary's connection
+    covers it (a key may move to another primary), and its ``epoch``
+    changes when any member's does, or when the members change.
+    """
+
+    __slots__ = ("_version", "members")
+
+    def __init__(self, members: tuple[Confirmation, ...] = ()) -> None:
+        self.members = members
+        self._version = 0
+
+    def replace(self, members: tuple[Confirmation, ...]) -> None:
+        """The primaries changed: these are the confirmations now."""
+        self.members = members
+        self._version += 1
+
+    @property
+    def epoch(self) -> int:
+        """A number that changes whenever a member's life or the members change."""
+        return self._version * 1_000_000_000 + sum(m.epoch for m in self.members)
+
+    @property
+    def up_since(self) -> float:
+        """Since when every member has tracked (``inf``: one does not)."""
+        return max((m.up_since for m in self.members), default=math.inf)
+
+    def covers(self, now: float, staleness: float) -> bool:
+        """Whether every member covers a read at ``now``."""
+        return bool(self.members) and all(m.covers(now, staleness) for m in self.members)
+
 
 class _Entry:
     __slots__ = ("data", "epoch", "until")
@@ -143,7 +182,7 @@ class NearEntries:
     def __init__(
         self,
         settings: NearCache,
-        confirmation: Confirmation,
+        confirmation: Confirmation | Confirmations,
         mutex: contextlib.AbstractContextManager[Any] | None = None,
     ) -> None:
         self.settings = settings
@@ -154,17 +193,24 @@ class NearEntries:
         self._flushed = 0  # self._seq when everything was last dropped
         self._in_flight: dict[str, int] = {}  # key -> reads of it in flight
         self._invalidated: dict[str, int] = {}  # key in flight -> seq of its last invalidation
-        self.tracked_in = -1
-        """The tracking connection's life (``epoch``) that tracks this cache's prefix: only
-        then are its reads kept (a connection made before the cache tracks other prefixes)."""
+        self._tracked: dict[int, int] = {}  # id(member confirmation) -> its epoch that tracks us
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def mark_tracked(self, confirmation: Confirmation) -> None:
+        """``confirmation``'s connection, in its current life, tracks this cache's prefix.
+
+        Only then are reads kept: a connection made before the cache was
+        tracks other prefixes, and would announce none of its writes.
+        """
+        self._tracked[id(confirmation)] = confirmation.epoch
+
     @property
     def tracked(self) -> bool:
-        """Whether the tracking connection's current life tracks this cache's keys."""
-        return self.tracked_in == self.confirmation.epoch
+        """Whether every connection's current life tracks this cache's keys."""
+        tracked = self._tracked
+        return all(tracked.get(id(m)) == m.epoch for m in self.confirmation.members)
 
     def get(self, key: str, now: float) -> tuple[bool, Any]:
         """``(True, data)`` if ``key`` may be answered from memory at ``now``; else no data."""
@@ -214,7 +260,7 @@ class NearEntries:
                 data is None
                 or overtaken
                 or epoch != confirmation.epoch
-                or epoch != self.tracked_in
+                or not self.tracked
                 or began < confirmation.up_since
             ):
                 return
