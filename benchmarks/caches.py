@@ -311,6 +311,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
     parser.add_argument(
         "--otel", action="store_true", help=OTEL_HELP.format(what="the warm cache hit")
     )
+    parser.add_argument(
+        "--near",
+        action="store_true",
+        help="measure instead near caching: hits from memory beside a bare GET, how soon "
+        "another process's write is seen, memory per entry (benchmarks/near.py)",
+    )
     add_output_arguments(parser, output, "caller-wait")
 
 
@@ -334,6 +340,10 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     _check(args)
     if args.otel:
         return run_for("caches", args, command, ("cache hit", "async cache hit"))
+    if args.near:
+        from benchmarks.near import run_near
+
+        return run_near(args, command)
     contenders = _chosen(args.only)
 
     def run(url: str, server: str) -> None:

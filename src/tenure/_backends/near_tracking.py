@@ -76,6 +76,7 @@ class Tracker:
         self._registered = 0  # registrations so far: a change makes the thread look again
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        self._stopped = False
 
     def register(self, prefix: str, entries: NearEntries) -> None:
         """Announce writes of keys under ``prefix`` to ``entries`` (kept weakly).
@@ -103,6 +104,14 @@ class Tracker:
                 self._thread.start()
         self._wake.set()
 
+    def stop(self) -> None:
+        """Close the connection and end the thread (for a tracker made on its own)."""
+        self._stopped = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(5)
+
     def forked(self) -> None:
         """In a forked child: the parent's thread and connection are not here."""
         self._thread = None
@@ -124,14 +133,15 @@ class Tracker:
 
     def _run(self) -> None:
         pause = RECONNECT_PAUSE[0]
-        while True:
+        while not self._stopped:
+            registered = self._registered  # (read first: a later registration is noticed)
             wanted = self._wanted()
             if not wanted:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
             try:
-                self._track(wanted)
+                self._track(wanted, registered)
                 pause = RECONNECT_PAUSE[0]
             except Exception as exc:  # lost, refused, silent: drop everything, connect again
                 logger.debug("tenure near cache: tracking %s: %s", self.where, exc)
@@ -141,7 +151,7 @@ class Tracker:
                 self._flush_all()
             time.sleep(pause)
 
-    def _track(self, prefixes: tuple[str, ...]) -> None:
+    def _track(self, prefixes: tuple[str, ...], registered: int) -> None:
         """One life of the connection: until it fails, goes silent or the prefixes change."""
         connection = self._make()
         try:
@@ -164,12 +174,11 @@ class Tracker:
                     for each in entries:
                         each.mark_tracked(self.confirmation)
             self._prefixes = prefixes
-            self._listen(connection, prefixes)
+            self._listen(connection, prefixes, registered)
         finally:
             connection.disconnect()
 
-    def _listen(self, connection: Any, prefixes: tuple[str, ...]) -> None:
-        registered = self._registered
+    def _listen(self, connection: Any, prefixes: tuple[str, ...], registered: int) -> None:
         pings: collections.deque[float] = collections.deque()
         next_ping = time.monotonic()
         while True:
@@ -180,8 +189,8 @@ class Tracker:
                 connection.send_command("PING")
                 pings.append(now)
                 next_ping = now + self._ping_every
-            if self._registered != registered and self._wanted() != prefixes:
-                return  # a new prefix: track it on a new connection
+            if self._stopped or (self._registered != registered and self._wanted() != prefixes):
+                return  # stopped, or a new prefix: track it on a new connection
             wait = min(CHANGE_WITHIN, max(0.0, next_ping - time.monotonic()))
             if not connection.can_read(timeout=wait):
                 continue
