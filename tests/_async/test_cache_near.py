@@ -21,6 +21,7 @@ from tenure import (
     AsyncHerdCache,
     NearCache,
     ServerUnavailableError,
+    WrongTypeError,
     cached,
 )
 from tenure.server import FaultProxy, ServerProcess
@@ -188,6 +189,15 @@ async def test_resp3_clients_and_json_values_written_elsewhere(
 
 async def _equals(cache: AsyncCache, value: Any) -> bool:
     return bool(await cache.get("k") == value)
+
+
+async def test_a_key_of_another_type_is_refused_as_without_near(
+    tenure_async_client: redis.asyncio.Redis,
+) -> None:
+    cache = AsyncCache(tenure_async_client, "near-type", near=True)
+    await tenure_async_client.rpush(cache.key_of("k"), "a")
+    with pytest.raises(WrongTypeError):
+        await cache.get("k")
 
 
 async def test_bad_near_values_are_refused(

@@ -22,6 +22,7 @@ from tenure import (
     HerdCache,
     NearCache,
     ServerUnavailableError,
+    WrongTypeError,
     cached,
 )
 from tenure.server import FaultProxy, ServerProcess
@@ -189,6 +190,15 @@ def test_resp3_clients_and_json_values_written_elsewhere(
 
 def _equals(cache: Cache, value: Any) -> bool:
     return bool(cache.get("k") == value)
+
+
+def test_a_key_of_another_type_is_refused_as_without_near(
+    tenure_client: redis.Redis,
+) -> None:
+    cache = Cache(tenure_client, "near-type", near=True)
+    tenure_client.rpush(cache.key_of("k"), "a")
+    with pytest.raises(WrongTypeError):
+        cache.get("k")
 
 
 def test_bad_near_values_are_refused(

@@ -98,7 +98,10 @@ class AsyncNearLayer:
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.get(stored)
                 pipe.pttl(stored)
-                raw, left = await pipe.execute()
+                raw, left = await pipe.execute(raise_on_error=False)
+            for reply in (raw, left):
+                if isinstance(reply, Exception):
+                    raise reply  # the server's own error (WRONGTYPE...), not the pipeline's
             data = as_bytes(raw)
             left = int(left)
             until = math.inf if left == -1 else reading[0] + max(0, left) / 1000

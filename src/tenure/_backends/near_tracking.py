@@ -77,6 +77,7 @@ class Tracker:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._stopped = False
+        self._said = ""  # the last failure logged
 
     def register(self, prefix: str, entries: NearEntries) -> None:
         """Announce writes of keys under ``prefix`` to ``entries`` (kept weakly).
@@ -144,7 +145,15 @@ class Tracker:
                 self._track(wanted, registered)
                 pause = RECONNECT_PAUSE[0]
             except Exception as exc:  # lost, refused, silent: drop everything, connect again
-                logger.debug("tenure near cache: tracking %s: %s", self.where, exc)
+                why = f"{type(exc).__name__}: {exc}"
+                if why != self._said:  # once per kind of failure, not once a second
+                    self._said = why
+                    logger.warning(
+                        "tenure near cache: cannot track writes on %s (%s); reads go to the "
+                        "server until it can",
+                        self.where,
+                        why,
+                    )
                 pause = min(pause * 2, RECONNECT_PAUSE[1])
             finally:
                 self.confirmation.ended()
@@ -167,6 +176,7 @@ class Tracker:
             connection.read_response()
             self._flush_all()  # what was kept before this life is not covered by it
             self.confirmation.began(time.monotonic())
+            self._said = ""  # tracking: the next failure is worth a line again
             with self._mutex:
                 stores = [(p, list(s)) for p, s in self._stores.items()]
             for prefix, entries in stores:
