@@ -222,6 +222,7 @@ class AsyncMasters:
             max(timeout, silent),
             patient,
             finished_late,
+            [self.clients[index] for index in live],
         )
         if settled(outcomes) is False:  # out of time: those still running failed this call
             for slot, index in enumerate(live):

@@ -172,7 +172,9 @@ class AsyncQueue:
                 if deadline is None:
                     await shielded(leave())
                 else:  # by the deadline: a leave the server does not answer goes on alone
-                    await race([leave], room_left(deadline), answered, ignore_late)
+                    await race(
+                        [leave], room_left(deadline), answered, ignore_late, [self._rules.client]
+                    )
             raise
         finally:
             if tried is not None:  # counted as this process's first waiter: one pass
@@ -281,7 +283,10 @@ class AsyncQueue:
         if call.deadline is None:  # no deadline: the call runs to its reply (shielded)
             return await shielded(run(*args))
         return await by_deadline(
-            call.deadline, partial(run, *args), _giving_back(self._rules, call.token, call.attempt)
+            call.deadline,
+            partial(run, *args),
+            _giving_back(self._rules, call.token, call.attempt),
+            self._rules.client,
         )
 
     async def _take_granted(self, call: Acquiring, granted: Acquired, at: float) -> bool:

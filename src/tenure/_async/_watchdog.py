@@ -317,7 +317,8 @@ class AsyncWatchdog:
         def late(index: int, outcome: Any) -> None:
             self._finish(batches[index], outcome)
 
-        outcomes = await race(calls, STALL_WAIT, partial(_all_in, len(calls)), late)
+        lanes = [jobs[0].client for jobs in batches]
+        outcomes = await race(calls, STALL_WAIT, partial(_all_in, len(calls)), late, lanes)
         for index, outcome in outcomes.items():
             self._finish(batches[index], outcome)
 

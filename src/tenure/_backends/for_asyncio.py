@@ -481,6 +481,7 @@ async def race(
     timeout: float,
     settled: Callable[[dict[int, T | BaseException]], bool | float],
     late: Callable[[int, T | BaseException], None],
+    lanes: Sequence[object] | None = None,
 ) -> dict[int, T | BaseException]:
     """Start every call at once; return the outcomes in by ``settled`` or ``timeout``.
 
@@ -493,6 +494,7 @@ async def race(
     call still running is handed to ``late`` the same way. A call cancelled
     itself is handed to nobody: only its event loop's end cancels what runs,
     and no loop is left then to act on it (what it took ends with its lease).
+    ``lanes`` (the server of each call) matters only to the threads' twin.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

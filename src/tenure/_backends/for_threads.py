@@ -6,11 +6,11 @@ code imports this module wherever the async source imports that one.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
 import os
-import queue
 import signal
 import threading
 import time
@@ -221,105 +221,137 @@ def node_pipeline(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
 
 
 class _Workers:
-    """Daemon threads that run the calls of :func:`race`, started on demand up to a limit.
+    """Daemon threads that run the calls of :func:`race`, started on demand within limits.
 
     Daemon threads, not a ``ThreadPoolExecutor``: a call stuck on a server
     that never answers must not keep the interpreter from exiting. Each job
-    is a call and what to do with its outcome (its result, or the exception
-    it raised), run in the worker's thread.
+    is a call, what to do with its outcome (its result, or the exception it
+    raised), run in the worker's thread, and its lane: the server it goes to.
 
-    ``limit`` threads at most, while they make progress. A worker whose call
-    has run :data:`STUCK_AFTER` seconds (a master that refuses connections
-    behind a client's retry backoff, or never answers) does not count against
-    it: calls to the healthy masters never queue behind calls stuck on a dead
-    one. ``ceiling`` bounds the threads whatever happens.
+    Per lane, ``limit`` threads at most while their calls make progress. A
+    lane is compared by identity (``None`` is one lane for every call that
+    names none), so calls to a healthy master never queue behind calls to a
+    dead one, however many of those a burst started before they could count
+    as stuck. A worker whose call has run :data:`STUCK_AFTER` seconds (a
+    master that refuses connections behind a client's retry backoff, or
+    never answers) does not count against its lane's limit either.
+    ``ceiling`` bounds the threads whatever happens; a thread idle for
+    :data:`IDLE_FOR` seconds ends.
     """
 
     def __init__(self, limit: int, ceiling: int) -> None:
         self._limit = limit
         self._ceiling = ceiling
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]]]
         self._mutex: threading.Lock
         self._reset()
 
     def _reset(self) -> None:
         self._mutex = threading.Lock()  # in a fork's child: a thread of the parent may hold it
-        self._jobs = queue.SimpleQueue()
+        self._more = threading.Condition(self._mutex)  # a job was queued
+        self._jobs: collections.deque[_Job] = collections.deque()
         self._threads = 0
         self._idle = 0  # threads waiting for a job
-        self._queued = 0  # jobs no thread took yet
-        self._busy_since: dict[int, float] = {}  # a busy worker's id -> when its call began
+        self._busy: dict[object, tuple[object, float]] = {}  # a call's mark -> (lane, began)
         self._rechecking = False  # a timer will look at the queued jobs again
 
-    def _room(self) -> bool:
-        """Whether one more thread may start (the mutex held)."""
-        if self._threads < self._limit:
-            return True
+    def _room(self, lane: object, now: float) -> bool:
+        """Whether a thread may start for a call in ``lane`` (the mutex held)."""
         if self._threads >= self._ceiling:
             return False
-        stuck = time.monotonic() - STUCK_AFTER
-        unstuck = sum(1 for began in self._busy_since.values() if began > stuck)
-        return unstuck + self._idle < self._limit
+        stuck = now - STUCK_AFTER
+        busy = sum(1 for on, began in self._busy.values() if on is lane and began > stuck)
+        return busy < self._limit
 
-    def submit(self, call: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
-        """Run ``call`` in a worker, then ``deliver(outcome)`` there."""
+    def _take(self, job: _Job, now: float) -> object:
+        """Count ``job`` as running in its lane from ``now`` (the mutex held); its mark."""
+        mark = object()
+        self._busy[mark] = (job[2], now)
+        return mark
+
+    def submit(
+        self, call: Callable[[], Any], deliver: Callable[[Any], None], lane: object = None
+    ) -> None:
+        """Run ``call`` in a worker, then ``deliver(outcome)`` there (``lane``: its server)."""
+        job = (call, deliver, lane)
+        mark = None
+        recheck = False
         with self._mutex:
-            self._queued += 1
-        self._jobs.put((call, deliver))
-        self._grow()
-
-    def _grow(self) -> None:
-        """Start a thread for each queued job no thread is free for, while there is room.
-
-        Jobs left queued (every thread busy, none stuck yet) are looked at
-        again :data:`STUCK_AFTER` later, in case the busy threads got stuck.
-        """
-        starts = 0
-        with self._mutex:
-            while self._queued > self._idle and self._room():
+            now = time.monotonic()
+            if self._idle <= len(self._jobs) and self._room(lane, now):
                 self._threads += 1
-                self._idle += 1
-                starts += 1
-            recheck = self._queued > self._idle and not self._rechecking
-            if recheck:
-                self._rechecking = True
-        for _ in range(starts):
-            threading.Thread(target=self._work, name="tenure-race", daemon=True).start()
-        if recheck:
-            timer = threading.Timer(STUCK_AFTER, self._recheck)
-            timer.daemon = True
-            timer.start()
+                mark = self._take(job, now)
+            else:  # an idle worker takes it, or it waits for room in its lane
+                self._jobs.append(job)
+                self._more.notify()
+                recheck = self._idle < len(self._jobs) and not self._rechecking
+                self._rechecking = self._rechecking or recheck
+        if mark is not None:
+            self._start(job, mark)
+        elif recheck:
+            self._recheck_later()
+
+    def _start(self, job: _Job, mark: object) -> None:
+        thread = threading.Thread(target=self._work, args=(job, mark), name="tenure-race")
+        thread.daemon = True
+        thread.start()
+
+    def _recheck_later(self) -> None:
+        """Jobs wait for room: look again once the busy calls may count as stuck."""
+        timer = threading.Timer(STUCK_AFTER, self._recheck)
+        timer.daemon = True
+        timer.start()
 
     def _recheck(self) -> None:
+        """Start a thread for each queued job whose lane has room now."""
+        starts: list[tuple[_Job, object]] = []
         with self._mutex:
-            self._rechecking = False
-        self._grow()
+            now = time.monotonic()
+            for job in list(self._jobs):
+                if len(self._jobs) <= self._idle:
+                    break  # the idle workers take the rest
+                if self._room(job[2], now):
+                    self._jobs.remove(job)
+                    self._threads += 1
+                    starts.append((job, self._take(job, now)))
+            self._rechecking = again = len(self._jobs) > self._idle
+        for job, mark in starts:
+            self._start(job, mark)
+        if again:
+            self._recheck_later()
 
-    def _work(self) -> None:
-        me = threading.get_ident()
+    def _work(self, job: _Job | None, mark: object) -> None:
         while True:
-            call, deliver = self._jobs.get()
-            with self._mutex:
-                self._idle -= 1
-                self._queued -= 1
-                self._busy_since[me] = time.monotonic()
+            if job is None:
+                with self._mutex:
+                    self._idle += 1
+                    while not self._jobs:
+                        if not self._more.wait(IDLE_FOR) and not self._jobs:
+                            self._idle -= 1
+                            self._threads -= 1
+                            return
+                    self._idle -= 1
+                    job = self._jobs.popleft()
+                    mark = self._take(job, time.monotonic())
             try:
                 try:
-                    outcome = call()
+                    outcome = job[0]()
                 except BaseException as exc:
                     outcome = exc
-                deliver(outcome)
+                job[1](outcome)
             except Exception:  # a late handler that failed: the worker goes on
                 logger.exception("tenure: handling a late call's outcome failed")
             finally:
-                outcome = None  # (an error's traceback would hold this frame)
+                outcome = job = None  # (a traceback would hold this frame)
                 with self._mutex:
-                    self._busy_since.pop(me, None)
-                    self._idle += 1
+                    self._busy.pop(mark, None)
 
+
+_Job = tuple[Callable[[], Any], Callable[[Any], None], object]
 
 STUCK_AFTER = 1.0
 """Seconds after which a race worker's call counts as stuck (see :class:`_Workers`)."""
+IDLE_FOR = 60.0
+"""Seconds after which a race worker with nothing to do ends."""
 
 _workers = _Workers(limit=64, ceiling=1024)
 
@@ -391,6 +423,7 @@ def race(
     timeout: float,
     settled: Callable[[dict[int, T | BaseException]], bool | float],
     late: Callable[[int, T | BaseException], None],
+    lanes: Sequence[object] | None = None,
 ) -> dict[int, T | BaseException]:
     """Start every call at once (worker threads); return the outcomes in by settled/timeout.
 
@@ -398,12 +431,14 @@ def race(
     index. The race ends as soon as ``settled(outcomes)`` is true (a number
     instead: wait at most that many seconds more) or ``timeout`` seconds
     passed; each call still running goes on, and its
-    outcome goes to ``late(index, outcome)`` when it comes.
+    outcome goes to ``late(index, outcome)`` when it comes. ``lanes`` names
+    the server each call goes to (compared by identity): calls to one server
+    never wait for worker threads held by calls to another.
     """
     deadline = time.monotonic() + timeout
     racing = _Race()
     for index, call in enumerate(calls):
-        _workers.submit(call, partial(racing.deliver, index))
+        _workers.submit(call, partial(racing.deliver, index), lanes and lanes[index])
     outcomes: dict[int, T | BaseException] = {}
     try:
         while len(outcomes) < len(calls):

@@ -202,9 +202,13 @@ class ConnectionLock(TwinHints):
         late = self._closing_later(connection)
         try:
             with map_exceptions(name=self.name, doing="acquiring", refine=self._refine):
-                my_id = str(by_deadline(deadline, lambda: connection.client_id(), late))
+                my_id = str(
+                    by_deadline(deadline, lambda: connection.client_id(), late, self.client)
+                )
             while True:
-                if by_deadline(deadline, lambda: self._try_book(connection, my_id), late):
+                if by_deadline(
+                    deadline, lambda: self._try_book(connection, my_id), late, self.client
+                ):
                     self._connection, self._owner_id = connection, my_id
                     self._loop_thread = taken_on_loop(self.key)
                     self._generation = generation()

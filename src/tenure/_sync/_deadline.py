@@ -37,17 +37,21 @@ class Overdue(Exception):
 
 
 def by_deadline(
-    deadline: float | None, call: Callable[[], Any], late: Callable[[int, Any], None]
+    deadline: float | None,
+    call: Callable[[], Any],
+    late: Callable[[int, Any], None],
+    lane: object = None,
 ) -> Any:
     """``call()``'s reply, or :class:`Overdue` if the server has not answered by ``deadline``.
 
     Without a deadline the call runs to its reply (shielded). With one, a call
     the server has not answered :data:`GRACE` seconds past it goes on alone,
-    its outcome handed to ``late(0, outcome)`` when it ends.
+    its outcome handed to ``late(0, outcome)`` when it ends. ``lane``: the
+    client called (see :func:`~tenure._backends.for_threads.race`).
     """
     if deadline is None:
         return shielded(call())
-    outcomes = race([call], room_left(deadline), answered, late)
+    outcomes = race([call], room_left(deadline), answered, late, [lane])
     if not outcomes:
         raise Overdue
     outcome = outcomes[0]

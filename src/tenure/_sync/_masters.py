@@ -223,6 +223,7 @@ class Masters:
             max(timeout, silent),
             patient,
             finished_late,
+            [self.clients[index] for index in live],
         )
         if settled(outcomes) is False:  # out of time: those still running failed this call
             for slot, index in enumerate(live):

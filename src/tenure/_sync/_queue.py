@@ -173,7 +173,7 @@ class Queue:
                 if deadline is None:
                     shielded(leave())
                 else:  # by the deadline: a leave the server does not answer goes on alone
-                    race([leave], room_left(deadline), answered, ignore_late)
+                    race([leave], room_left(deadline), answered, ignore_late, [self._rules.client])
             raise
         finally:
             if tried is not None:  # counted as this process's first waiter: one pass
@@ -276,7 +276,10 @@ class Queue:
         if call.deadline is None:  # no deadline: the call runs to its reply (shielded)
             return shielded(run(*args))
         return by_deadline(
-            call.deadline, partial(run, *args), _giving_back(self._rules, call.token, call.attempt)
+            call.deadline,
+            partial(run, *args),
+            _giving_back(self._rules, call.token, call.attempt),
+            self._rules.client,
         )
 
     def _take_granted(self, call: Acquiring, granted: Acquired, at: float) -> bool:

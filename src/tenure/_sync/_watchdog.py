@@ -318,7 +318,8 @@ class Watchdog:
         def late(index: int, outcome: Any) -> None:
             self._finish(batches[index], outcome)
 
-        outcomes = race(calls, STALL_WAIT, partial(_all_in, len(calls)), late)
+        lanes = [jobs[0].client for jobs in batches]
+        outcomes = race(calls, STALL_WAIT, partial(_all_in, len(calls)), late, lanes)
         for index, outcome in outcomes.items():
             self._finish(batches[index], outcome)
 
