@@ -38,6 +38,8 @@ logger = logging.getLogger("tenure.cache")
 CHANNEL = b"__redis__:invalidate"
 SILENCE_PINGS = 8
 """Pings unanswered in a row after which the connection is taken for lost."""
+WARN_AFTER = 1.0
+"""Seconds tracking must have failed for before a WARNING says so."""
 CHANGE_WITHIN = 0.05
 """Seconds within which a new prefix is tracked (on a new connection)."""
 RECONNECT_PAUSE = (0.05, 1.0)
@@ -78,6 +80,7 @@ class Tracker:
         self._wake = threading.Event()
         self._stopped = False
         self._said = ""  # the last failure logged
+        self._failing_since: float | None = None  # when tracking began to fail
 
     def register(self, prefix: str, entries: NearEntries) -> None:
         """Announce writes of keys under ``prefix`` to ``entries`` (kept weakly).
@@ -145,20 +148,33 @@ class Tracker:
                 self._track(wanted, registered)
                 pause = RECONNECT_PAUSE[0]
             except Exception as exc:  # lost, refused, silent: drop everything, connect again
-                why = f"{type(exc).__name__}: {exc}"
-                if why != self._said:  # once per kind of failure, not once a second
-                    self._said = why
-                    logger.warning(
-                        "tenure near cache: cannot track writes on %s (%s); reads go to the "
-                        "server until it can",
-                        self.where,
-                        why,
-                    )
+                self._failed(exc)
                 pause = min(pause * 2, RECONNECT_PAUSE[1])
             finally:
                 self.confirmation.ended()
                 self._flush_all()
             time.sleep(pause)
+
+    def _failed(self, exc: Exception) -> None:
+        """Say once, at WARNING, that tracking has failed for :data:`WARN_AFTER` seconds.
+
+        A connection lost once (a server restarted, a failover) and made again
+        at once is only worth a DEBUG line.
+        """
+        why = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        if now - self._failing_since < WARN_AFTER or why == self._said:
+            logger.debug("tenure near cache: tracking writes on %s: %s", self.where, why)
+            return
+        self._said = why
+        logger.warning(
+            "tenure near cache: cannot track writes on %s (%s); reads go to the server "
+            "until it can",
+            self.where,
+            why,
+        )
 
     def _track(self, prefixes: tuple[str, ...], registered: int) -> None:
         """One life of the connection: until it fails, goes silent or the prefixes change."""
@@ -176,7 +192,7 @@ class Tracker:
             connection.read_response()
             self._flush_all()  # what was kept before this life is not covered by it
             self.confirmation.began(time.monotonic())
-            self._said = ""  # tracking: the next failure is worth a line again
+            self._said, self._failing_since = "", None  # tracking: a failure is news again
             with self._mutex:
                 stores = [(p, list(s)) for p, s in self._stores.items()]
             for prefix, entries in stores:
