@@ -95,6 +95,7 @@ class Tracker:
             if any(prefix.startswith(tracked) for tracked in self._prefixes):
                 entries.mark_tracked(self.confirmation)
         self.start()
+        self._wake.set()  # an idle thread connects at once
 
     def start(self) -> None:
         """Start the thread unless it runs (and after a fork, anew)."""
@@ -155,6 +156,13 @@ class Tracker:
                 self._flush_all()
             time.sleep(pause)
 
+    def _idle(self) -> None:
+        """Every near cache of this server is gone: the next one sets the pings again."""
+        with self._mutex:
+            self._ping_every = 1.0
+            for prefix in [p for p, stores in self._stores.items() if not len(stores)]:
+                del self._stores[prefix]
+
     def _failed(self, exc: Exception) -> None:
         """Say once, at WARNING, that tracking has failed for :data:`WARN_AFTER` seconds.
 
@@ -193,16 +201,23 @@ class Tracker:
             self._flush_all()  # what was kept before this life is not covered by it
             self.confirmation.began(time.monotonic())
             self._said, self._failing_since = "", None  # tracking: a failure is news again
-            with self._mutex:
-                stores = [(p, list(s)) for p, s in self._stores.items()]
-            for prefix, entries in stores:
-                if any(prefix.startswith(tracked) for tracked in prefixes):
-                    for each in entries:
-                        each.mark_tracked(self.confirmation)
+            self._mark_tracked(prefixes)  # (a method: no frame of this life holds a cache)
             self._prefixes = prefixes
             self._listen(connection, prefixes, registered)
         finally:
             connection.disconnect()
+
+    def _mark_tracked(self, prefixes: tuple[str, ...]) -> None:
+        """Mark the caches under ``prefixes`` tracked by this life: they may keep reads."""
+        with self._mutex:
+            stores = [(p, list(s)) for p, s in self._stores.items()]
+            self._ping_every = min(
+                [1.0, *(each.settings.ping_every for _, s in stores for each in s)]
+            )
+        for prefix, entries in stores:
+            if any(prefix.startswith(tracked) for tracked in prefixes):
+                for each in entries:
+                    each.mark_tracked(self.confirmation)
 
     def _listen(self, connection: Any, prefixes: tuple[str, ...], registered: int) -> None:
         pings: collections.deque[float] = collections.deque()
@@ -212,6 +227,9 @@ class Tracker:
             if now >= next_ping:
                 if len(pings) >= SILENCE_PINGS:
                     raise TimeoutError(f"{len(pings)} pings unanswered")
+                if not self._wanted():
+                    self._idle()
+                    return  # no near cache of this server is left: no connection, no pings
                 connection.send_command("PING")
                 pings.append(now)
                 next_ping = now + self._ping_every
