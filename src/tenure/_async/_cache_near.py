@@ -82,9 +82,7 @@ class AsyncNearLayer:
             tracker.start()
         return now, self.entries.begin(stored)
 
-    def finish(
-        self, stored: str, reading: Reading, data: bytes | None, until: float = math.inf
-    ) -> None:
+    def finish(self, stored: str, reading: Reading, data: Any, until: float = math.inf) -> None:
         """The read of ``stored`` answered ``data`` (None: nothing to keep), valid until."""
         began, ticket = reading
         self.entries.finish(stored, ticket, began, data, until)

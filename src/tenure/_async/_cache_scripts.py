@@ -38,6 +38,7 @@ from tenure._core.cache import (
     as_bytes,
     check_herd_timeout,
     early_factor,
+    entry_parts,
     parse_fetch,
 )
 from tenure._core.clients import map_exceptions, translate_error
@@ -119,7 +120,7 @@ class AsyncHerdScripts:
         found, raw = near.get(stored)
         if not found:
             return MISS
-        payload = self._clock.fresh_value(
+        payload = self._clock.fresh_part(
             raw, time.monotonic(), early_factor(early) if early else 0.0
         )
         if payload is None:
@@ -143,8 +144,8 @@ class AsyncHerdScripts:
         raw = None
         try:
             value, raw = await self._first_read(stored, early)
-        finally:
-            near.finish(stored, reading, raw)
+        finally:  # kept parsed: a near hit only compares numbers
+            near.finish(stored, reading, None if raw is None else entry_parts(raw))
         return value
 
     async def _first_read(self, stored: str, early: float) -> tuple[Any, bytes | None]:

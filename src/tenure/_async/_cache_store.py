@@ -50,6 +50,11 @@ class AsyncCacheStore:
         self.near: AsyncNearLayer | None = None
         """The cache's near entries (``near=``), or None."""
 
+    def written(self, *stored: str) -> None:
+        """Drop the near entries of ``stored``, written or deleted by this process (``near=``)."""
+        if self.near is not None:
+            self.near.dropped(*stored)
+
     def decode(self, data: bytes, key: str) -> Any:
         """The value stored as ``data`` at ``key``; a failure is counted and warned of once."""
         try:
@@ -86,8 +91,7 @@ class AsyncCacheStore:
             with map_exceptions(name=self._name, doing="deleting a cache entry"):
                 return bool(await self._client.delete(stored))
         finally:
-            if self.near is not None:
-                self.near.dropped(stored)
+            self.written(stored)
 
     async def delete_many(self, keys: Iterable[str], param: Any) -> int:
         stored = [self._naming.key_of(key, param) for key in keys]
@@ -102,8 +106,7 @@ class AsyncCacheStore:
                         pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
                     return sum(int(n) for n in await pipe.execute())
         finally:
-            if self.near is not None:
-                self.near.dropped(*stored)
+            self.written(*stored)
 
     async def _delete_marked(self, stored: list[str]) -> int:
         """Delete herd entries with their refresh leases; how many held a value.
@@ -122,8 +125,7 @@ class AsyncCacheStore:
                         pipe.execute_command("DEL", CacheKeys.for_entry(key).lease)
                     replies = await pipe.execute(raise_on_error=False)
         finally:
-            if self.near is not None:
-                self.near.dropped(*stored)
+            self.written(*stored)
         for reply in replies[1::3]:  # a DEL refused (the ACL, say): raised as itself
             if isinstance(reply, Exception):
                 raise translate_error(reply, name=self._name, doing="deleting cache entries")
@@ -222,8 +224,7 @@ class AsyncCacheStore:
             with map_exceptions(name=self._name, doing="writing a cache entry"):
                 return bool(await self._client.set(stored, data, px=ttl_ms or None))
         finally:
-            if self.near is not None:
-                self.near.dropped(stored)
+            self.written(stored)
 
     async def set_many(self, values: Mapping[str, Any], param: Any, ttl: float | None) -> bool:
         ttl_ms = self._naming.ttl_ms(ttl)
@@ -239,8 +240,7 @@ class AsyncCacheStore:
                         pipe.set(stored, data, px=ttl_ms or None)
                     return all(await pipe.execute())
         finally:
-            if self.near is not None:
-                self.near.dropped(*(stored for stored, _ in entries))
+            self.written(*(stored for stored, _ in entries))
 
 
 def _a_value(first: Any) -> bool:

@@ -38,6 +38,8 @@ logger = logging.getLogger("tenure.cache")
 CHANNEL = b"__redis__:invalidate"
 SILENCE_PINGS = 8
 """Pings unanswered in a row after which the connection is taken for lost."""
+WARN_AFTER = 1.0
+"""Seconds tracking must have failed for before a WARNING says so."""
 CHANGE_WITHIN = 0.05
 """Seconds within which a new prefix is tracked (on a new connection)."""
 RECONNECT_PAUSE = (0.05, 1.0)
@@ -78,6 +80,7 @@ class Tracker:
         self._wake = threading.Event()
         self._stopped = False
         self._said = ""  # the last failure logged
+        self._failing_since: float | None = None  # when tracking began to fail
 
     def register(self, prefix: str, entries: NearEntries) -> None:
         """Announce writes of keys under ``prefix`` to ``entries`` (kept weakly).
@@ -92,6 +95,7 @@ class Tracker:
             if any(prefix.startswith(tracked) for tracked in self._prefixes):
                 entries.mark_tracked(self.confirmation)
         self.start()
+        self._wake.set()  # an idle thread connects at once
 
     def start(self) -> None:
         """Start the thread unless it runs (and after a fork, anew)."""
@@ -145,20 +149,40 @@ class Tracker:
                 self._track(wanted, registered)
                 pause = RECONNECT_PAUSE[0]
             except Exception as exc:  # lost, refused, silent: drop everything, connect again
-                why = f"{type(exc).__name__}: {exc}"
-                if why != self._said:  # once per kind of failure, not once a second
-                    self._said = why
-                    logger.warning(
-                        "tenure near cache: cannot track writes on %s (%s); reads go to the "
-                        "server until it can",
-                        self.where,
-                        why,
-                    )
+                self._failed(exc)
                 pause = min(pause * 2, RECONNECT_PAUSE[1])
             finally:
                 self.confirmation.ended()
                 self._flush_all()
             time.sleep(pause)
+
+    def _idle(self) -> None:
+        """Every near cache of this server is gone: the next one sets the pings again."""
+        with self._mutex:
+            self._ping_every = 1.0
+            for prefix in [p for p, stores in self._stores.items() if not len(stores)]:
+                del self._stores[prefix]
+
+    def _failed(self, exc: Exception) -> None:
+        """Say once, at WARNING, that tracking has failed for :data:`WARN_AFTER` seconds.
+
+        A connection lost once (a server restarted, a failover) and made again
+        at once is only worth a DEBUG line.
+        """
+        why = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        if now - self._failing_since < WARN_AFTER or why == self._said:
+            logger.debug("tenure near cache: tracking writes on %s: %s", self.where, why)
+            return
+        self._said = why
+        logger.warning(
+            "tenure near cache: cannot track writes on %s (%s); reads go to the server "
+            "until it can",
+            self.where,
+            why,
+        )
 
     def _track(self, prefixes: tuple[str, ...], registered: int) -> None:
         """One life of the connection: until it fails, goes silent or the prefixes change."""
@@ -176,17 +200,24 @@ class Tracker:
             connection.read_response()
             self._flush_all()  # what was kept before this life is not covered by it
             self.confirmation.began(time.monotonic())
-            self._said = ""  # tracking: the next failure is worth a line again
-            with self._mutex:
-                stores = [(p, list(s)) for p, s in self._stores.items()]
-            for prefix, entries in stores:
-                if any(prefix.startswith(tracked) for tracked in prefixes):
-                    for each in entries:
-                        each.mark_tracked(self.confirmation)
+            self._said, self._failing_since = "", None  # tracking: a failure is news again
+            self._mark_tracked(prefixes)  # (a method: no frame of this life holds a cache)
             self._prefixes = prefixes
             self._listen(connection, prefixes, registered)
         finally:
             connection.disconnect()
+
+    def _mark_tracked(self, prefixes: tuple[str, ...]) -> None:
+        """Mark the caches under ``prefixes`` tracked by this life: they may keep reads."""
+        with self._mutex:
+            stores = [(p, list(s)) for p, s in self._stores.items()]
+            self._ping_every = min(
+                [1.0, *(each.settings.ping_every for _, s in stores for each in s)]
+            )
+        for prefix, entries in stores:
+            if any(prefix.startswith(tracked) for tracked in prefixes):
+                for each in entries:
+                    each.mark_tracked(self.confirmation)
 
     def _listen(self, connection: Any, prefixes: tuple[str, ...], registered: int) -> None:
         pings: collections.deque[float] = collections.deque()
@@ -196,6 +227,9 @@ class Tracker:
             if now >= next_ping:
                 if len(pings) >= SILENCE_PINGS:
                     raise TimeoutError(f"{len(pings)} pings unanswered")
+                if not self._wanted():
+                    self._idle()
+                    return  # no near cache of this server is left: no connection, no pings
                 connection.send_command("PING")
                 pings.append(now)
                 next_ping = now + self._ping_every

@@ -42,6 +42,7 @@ __all__ = [
     "CacheNaming",
     "CacheStatistics",
     "Entry",
+    "EntryParts",
     "Fetched",
     "Loaded",
     "ServerClock",
@@ -50,6 +51,7 @@ __all__ = [
     "check_herd_timeout",
     "early_factor",
     "entry_key",
+    "entry_parts",
     "new_counters",
     "parse_fetch",
     "split_entry",
@@ -284,15 +286,29 @@ class ServerClock:
         format): the script decides. Every hit comes here: it parses the
         header in place, with no :class:`Entry` made.
         """
-        head, _, rest = raw.partition(b":")
-        took, found, value = rest.partition(b":")
-        if not found or head[:1] != b"h":
-            return None
-        try:
-            fresh_until, took_ms = int(head[1:]), int(took)
-        except ValueError:
-            return None
+        parts = entry_parts(raw)
+        return None if parts is None else self.fresh_part(parts, now, early)
+
+    def fresh_part(self, parts: EntryParts, now: float, early: float = 0.0) -> bytes | None:
+        """:meth:`fresh_value` of an entry parsed by :func:`entry_parts` (a near entry)."""
+        fresh_until, took_ms, value = parts
         return value if self._fresh(fresh_until, took_ms, now, early) else None
+
+
+EntryParts = tuple[int, int, bytes]
+"""A herd entry parsed: (fresh until, in server ms; its load's ms; the stored value)."""
+
+
+def entry_parts(raw: bytes) -> EntryParts | None:
+    """Entry ``raw`` parsed, or None if it is not an entry (a load mark, another format)."""
+    head, _, rest = raw.partition(b":")
+    took, found, value = rest.partition(b":")
+    if not found or head[:1] != b"h":
+        return None
+    try:
+        return int(head[1:]), int(took), value
+    except ValueError:
+        return None
 
 
 class Status(enum.IntEnum):

@@ -36,6 +36,7 @@ from tenure._core.cache import (
     as_bytes,
     check_herd_timeout,
     early_factor,
+    entry_parts,
     parse_fetch,
 )
 from tenure._core.clients import map_exceptions, translate_error
@@ -120,7 +121,7 @@ class HerdScripts:
         found, raw = near.get(stored)
         if not found:
             return MISS
-        payload = self._clock.fresh_value(
+        payload = self._clock.fresh_part(
             raw, time.monotonic(), early_factor(early) if early else 0.0
         )
         if payload is None:
@@ -144,8 +145,8 @@ class HerdScripts:
         raw = None
         try:
             value, raw = self._first_read(stored, early)
-        finally:
-            near.finish(stored, reading, raw)
+        finally:  # kept parsed: a near hit only compares numbers
+            near.finish(stored, reading, None if raw is None else entry_parts(raw))
         return value
 
     def _first_read(self, stored: str, early: float) -> tuple[Any, bytes | None]:

@@ -51,6 +51,11 @@ class CacheStore:
         self.near: NearLayer | None = None
         """The cache's near entries (``near=``), or None."""
 
+    def written(self, *stored: str) -> None:
+        """Drop the near entries of ``stored``, written or deleted by this process (``near=``)."""
+        if self.near is not None:
+            self.near.dropped(*stored)
+
     def decode(self, data: bytes, key: str) -> Any:
         """The value stored as ``data`` at ``key``; a failure is counted and warned of once."""
         try:
@@ -87,8 +92,7 @@ class CacheStore:
             with map_exceptions(name=self._name, doing="deleting a cache entry"):
                 return bool(self._client.delete(stored))
         finally:
-            if self.near is not None:
-                self.near.dropped(stored)
+            self.written(stored)
 
     def delete_many(self, keys: Iterable[str], param: Any) -> int:
         stored = [self._naming.key_of(key, param) for key in keys]
@@ -103,8 +107,7 @@ class CacheStore:
                         pipe.execute_command("DEL", key)  # a cluster pipeline splits delete()
                     return sum(int(n) for n in pipe.execute())
         finally:
-            if self.near is not None:
-                self.near.dropped(*stored)
+            self.written(*stored)
 
     def _delete_marked(self, stored: list[str]) -> int:
         """Delete herd entries with their refresh leases; how many held a value.
@@ -123,8 +126,7 @@ class CacheStore:
                         pipe.execute_command("DEL", CacheKeys.for_entry(key).lease)
                     replies = pipe.execute(raise_on_error=False)
         finally:
-            if self.near is not None:
-                self.near.dropped(*stored)
+            self.written(*stored)
         for reply in replies[1::3]:  # a DEL refused (the ACL, say): raised as itself
             if isinstance(reply, Exception):
                 raise translate_error(reply, name=self._name, doing="deleting cache entries")
@@ -223,8 +225,7 @@ class CacheStore:
             with map_exceptions(name=self._name, doing="writing a cache entry"):
                 return bool(self._client.set(stored, data, px=ttl_ms or None))
         finally:
-            if self.near is not None:
-                self.near.dropped(stored)
+            self.written(stored)
 
     def set_many(self, values: Mapping[str, Any], param: Any, ttl: float | None) -> bool:
         ttl_ms = self._naming.ttl_ms(ttl)
@@ -240,8 +241,7 @@ class CacheStore:
                         pipe.set(stored, data, px=ttl_ms or None)
                     return all(pipe.execute())
         finally:
-            if self.near is not None:
-                self.near.dropped(*(stored for stored, _ in entries))
+            self.written(*(stored for stored, _ in entries))
 
 
 def _a_value(first: Any) -> bool:
