@@ -317,6 +317,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, output: str | None = None)
         help="measure instead near caching: hits from memory beside a bare GET, how soon "
         "another process's write is seen, memory per entry (benchmarks/near.py)",
     )
+    parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="measure instead get_many of 100 warm entries beside one MGET + json.loads "
+        "(benchmarks/batch.py)",
+    )
     add_output_arguments(parser, output, "caller-wait")
 
 
@@ -344,6 +350,10 @@ def run_command(args: argparse.Namespace, command: Sequence[str]) -> int:
         from benchmarks.near import run_near
 
         return run_near(args, command)
+    if args.batch:
+        from benchmarks.batch import run_batch
+
+        return run_batch(args, command)
     contenders = _chosen(args.only)
 
     def run(url: str, server: str) -> None:

@@ -10,7 +10,12 @@ per second, medians of the rounds, each ratio to the bare GET in the same
 round (target: a near hit >= 20x). Then how soon a write by another process
 is seen by a reader that reads every 100 µs (p50 / p99 / max over 200
 writes; target p99 <= 1 ms on loopback), and the memory an entry takes
-(tracemalloc, 10,000 entries of a small dict).
+(tracemalloc, 10,000 entries of a small dict). Last, the bound under the
+fault proxy's faults: a writer process replaces a key every 3 ms while a
+reader process reads it through a proxy that adds latency, goes silent,
+resets connections and delays replies one way; each read is checked against
+the writes (:mod:`benchmarks.near_worker`), and the worst staleness seen in
+each phase is reported beside ``max_staleness``.
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ import multiprocessing
 import platform
 import shlex
 import statistics
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 import tracemalloc
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +41,10 @@ from typing import Any
 import redis
 
 import tenure
-from benchmarks import BenchmarkError, progress, run_timed, several
+from benchmarks import ROOT, BenchmarkError, progress, run_timed, several
+from benchmarks.near_worker import judge
 from benchmarks.sections import write_section
+from tenure.server import FaultProxy
 from tenure.server._process import given_or_private
 
 __all__ = ["run_near"]
@@ -49,7 +61,7 @@ def run_near(args: argparse.Namespace, command: Sequence[str]) -> int:
     """Run with the caches benchmark's ``args`` (its --rounds, --url, --output)."""
     if not 1 <= args.rounds <= 20:
         raise BenchmarkError("--rounds must be in 1..20")
-    estimate = 3.0 + args.rounds * 4 * SECONDS + WRITES * 0.01 + 2.0
+    estimate = 3.0 + args.rounds * 4 * SECONDS + WRITES * 0.01 + 2.0 + FAULTS_SECONDS + 4.0
 
     def run() -> None:
         with given_or_private(args.url, name="bench-near") as (url, server):
@@ -61,7 +73,8 @@ def run_near(args: argparse.Namespace, command: Sequence[str]) -> int:
             rates = _hits(url, args.rounds)
             seen = _seen(url)
             per_entry = _memory(url)
-        text = _render(rates, seen, per_entry, args, command, where)
+            bound = _bound_under_faults(url)
+        text = _render(rates, seen, per_entry, args, command, where) + _render_bound(bound)
         print(text.split("\n\n", 2)[-1], flush=True)
         if args.output:
             write_section(Path(args.output), "near", text)
@@ -211,6 +224,93 @@ def _memory(url: str) -> float:
     held = cache._store.near
     kept = len(held.entries) if held is not None else 0
     return (after - before) / max(kept, 1)
+
+
+STALENESS = 0.1
+"""The reader's ``max_staleness`` under the faults (the default)."""
+PHASES = (
+    ("quiet", 0.6, lambda proxy: proxy.clear()),
+    ("latency 30 ms (slower than the pings)", 0.6, lambda proxy: proxy.set_latency(0.03)),
+    ("quiet again", 0.4, lambda proxy: proxy.clear()),
+    ("blackhole (no announcement, no answer)", 0.6, lambda proxy: proxy.blackhole()),
+    ("connections reset", 0.5, lambda proxy: (proxy.clear(), proxy.reset_connections())),
+    ("replies 200 ms late, one way", 0.6, lambda proxy: proxy.set_latency(0.2, "downstream")),
+    ("quiet at last", 0.5, lambda proxy: proxy.clear()),
+)
+FAULTS_SECONDS = sum(seconds for _, seconds, _ in PHASES)
+
+
+def _bound_under_faults(url: str) -> list[tuple[str, int, int, float, int]]:
+    """Per phase: (phase, reads, near reads, worst staleness in ms, violations)."""
+    parts = urllib.parse.urlsplit(url)
+    who = parts.netloc.rpartition("@")[0]
+    with tempfile.TemporaryDirectory(prefix="tenure-bench-near-") as folder:
+        writes, reads = Path(folder) / "writes", Path(folder) / "reads"
+        with FaultProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+            through = parts._replace(netloc=f"{who}{'@' if who else ''}{proxy.host}:{proxy.port}")
+            writer = _worker("writer", url, 4 * FAULTS_SECONDS, 3.0, writes)
+            reader = _worker("reader", through.geturl(), FAULTS_SECONDS + 1.2, STALENESS, reads)
+            starts: list[float] = []
+
+            def faults() -> None:
+                time.sleep(1.0)  # the reader started (Python, imports), connected, tracking
+                for _, seconds, fault in PHASES:
+                    starts.append(time.monotonic())
+                    fault(proxy)
+                    time.sleep(seconds)
+                proxy.clear()
+
+            thread = threading.Thread(target=faults, daemon=True)
+            thread.start()
+            said = reader.communicate(timeout=FAULTS_SECONDS + 60)[0]
+            thread.join(30)
+            writes.with_name("writes.stop").touch()
+            writer.communicate(timeout=60)
+            if reader.returncode or writer.returncode:
+                raise BenchmarkError(f"the near history's processes failed: {said.strip()}")
+        history = judge(writes, [reads], STALENESS)
+        lines = [line.split() for line in reads.read_text().splitlines()]
+    progress(f"bound under faults: {history.reads:,} reads, {len(history.violations)} violations")
+    ends = [*starts[1:], float("inf")]
+    phases = []
+    for (name, _, _), start, end in zip(PHASES, starts, ends, strict=True):
+        mine = [line for line in lines if start <= float(line[0]) < end]
+        late = [ms for began, ms in history.late if start <= began < end]
+        worst = 1000 * max(late, default=0.0)
+        broken = sum(1 for ms in late if ms > STALENESS)
+        phases.append((name, len(mine), sum(int(line[3]) > 0 for line in mine), worst, broken))
+    return phases
+
+
+def _worker(role: str, url: str, seconds: float, setting: float, out: Path) -> Any:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.near_worker",
+            role,
+            url,
+            *map(str, (seconds, setting, out)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,  # where python -m finds the benchmarks package
+    )
+
+
+def _render_bound(phases: list[tuple[str, int, int, float, int]]) -> str:
+    lines = [
+        "",
+        f"The bound under the fault proxy's faults (`max_staleness` {1000 * STALENESS:g} ms): "
+        "a writer process replaces a key every 3 ms; a reader process reads it through the "
+        "proxy; staleness is how long before a read began its version had been replaced.",
+        "",
+        "| phase | reads | from memory | worst staleness | reads past the bound |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, reads, near, worst, broken in phases:
+        lines.append(f"| {name} | {reads:,} | {near:,} | {worst:.1f} ms | {broken} |")
+    return "\n".join(lines) + "\n"
 
 
 def _render(

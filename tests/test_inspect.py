@@ -15,13 +15,14 @@ import pytest
 import redis
 import redis.cluster
 
-from tenure import ConnectionLock, IdSet, Lock, ReadWriteLock, Redlock, Semaphore
+from tenure import Cache, ConnectionLock, IdSet, Lock, ReadWriteLock, Redlock, Semaphore
 from tenure.inspection import (
     TABLE_WIDTH,
     Primitive,
     View,
     elide,
     inspect,
+    near_tracking,
     register_view,
     render_table,
     views,
@@ -382,3 +383,60 @@ def test_cli_help_names_what_it_shows() -> None:
     for shown in ("Redlocks", "id sets", "semaphores", "read-write locks", "connection locks"):
         assert shown in text
     assert "host:pid" in text and "--wide" in text
+
+
+NEAR_PROCESS = """
+import sys, time, redis, tenure
+client = redis.Redis.from_url(sys.argv[1])
+cache = tenure.Cache(client, "inspect-near", near=True)
+cache.set("k", 1)
+while not cache.statistics().near_hits:
+    cache.get("k")
+    time.sleep(0.01)
+print("near", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_inspect_near_lists_the_processes_that_near_cache(tenure_server: ServerProcess) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", NEAR_PROCESS, tenure_server.url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    command = [sys.executable, "-m", "tenure", "inspect", "--near", "--url", tenure_server.url]
+    who = f"{socket.gethostname()}:{process.pid}"
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "near\n"
+        table = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        assert who in table.stdout and "tenure process(es) near-caching" in table.stdout
+        done = subprocess.run(
+            [*command, "--json"], capture_output=True, text=True, timeout=60, check=True
+        )
+        [server] = json.loads(done.stdout)
+        assert server["tracking_clients"] >= 1 and server["prefixes"] >= 1
+        [idle] = [idle for name, _, idle in server["processes"] if name == who]
+        assert idle <= 1  # pinging
+    finally:
+        process.communicate("", timeout=30)
+    admin = tenure_server.client()
+
+    def gone() -> bool:
+        return who not in [name for name, _, _ in near_tracking(admin)[0].processes]
+
+    wait_for(gone, 5, "its connection gone with it")
+    admin.close()
+
+
+def test_near_tracking_on_a_cluster(tenure_cluster_client: redis.cluster.RedisCluster) -> None:
+    cache = Cache(tenure_cluster_client, "inspect-near-cluster", near=True)
+    cache.set("k", 1)
+    cache.get("k")
+    mine = f"{socket.gethostname()}:{os.getpid()}"
+
+    def every_primary() -> bool:
+        found = near_tracking(tenure_cluster_client)
+        return len(found) == 3 and all(mine in [p[0] for p in s.processes] for s in found)
+
+    wait_for(every_primary, 5, "this process tracking on every primary")

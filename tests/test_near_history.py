@@ -11,13 +11,13 @@ connections, and across a server restart.
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from benchmarks.near_worker import judge
 from tenure.server import FaultProxy, ServerProcess
 from tests.conftest import ServerFactory
 
@@ -29,7 +29,15 @@ READERS = 2
 def _start(
     role: str, url: str, seconds: float, setting: float, *more: object
 ) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "tests.near_worker", role, url, str(seconds), str(setting)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.near_worker",
+        role,
+        url,
+        str(seconds),
+        str(setting),
+    ]
     return subprocess.Popen([*command, *map(str, more)], stdout=subprocess.PIPE, text=True)
 
 
@@ -56,29 +64,9 @@ def _history(
     if faults is not None:
         faults.join(SECONDS + 30)
     assert all(p.returncode == 0 for p in (writer, *readers)), said
-    began: dict[int, float] = {}
-    ended: dict[int, float] = {}
-    for line in writes_file.read_text().splitlines():
-        written, start, end = line.split()
-        began[int(written)], ended[int(written)] = float(start), float(end)
-    violations = []
-    reads = near = 0
-    for n in range(READERS):
-        for line in (folder / f"reads{n}").read_text().splitlines():
-            start, end, got, _ = line.split()
-            read_began, read_ended, version = float(start), float(end), int(got)
-            reads += 1
-            if began.get(version, math.inf) > read_ended:
-                violations.append(f"read at {read_began:.4f} got {version}, not yet written")
-            replaced = ended.get(version + 1, math.inf)  # when its successor surely landed
-            if replaced < read_began - STALENESS:
-                late = read_began - replaced
-                violations.append(
-                    f"read at {read_began:.4f} got {version}, replaced {late:.4f}s before"
-                )
-        near += int(said[1 + n].split()[3])  # "reads R near N errors E"
-    print(f"{reads} reads, {near} near, writes {said[0].strip()}")
-    return reads, near, violations
+    history = judge(writes_file, [folder / f"reads{n}" for n in range(READERS)], STALENESS)
+    print(f"{history.reads} reads, {history.near} near, writes {said[0].strip()}")
+    return history.reads, history.near, history.violations
 
 
 def test_no_read_breaks_the_bound_on_a_quiet_server(

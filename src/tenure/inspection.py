@@ -11,7 +11,9 @@ own view; nothing else changes::
 
 Beside the primitives, the same SCANs find what ``tenure metrics`` exports:
 ingestion jobs (:func:`ingest_jobs`), stream consumer groups
-(:func:`stream_groups`) and id sets' sizes (:func:`idset_sizes`).
+(:func:`stream_groups`) and id sets' sizes (:func:`idset_sizes`); and
+:func:`near_tracking` lists the processes that near-cache (``near=``) on
+each server.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import redis
 import redis.cluster
 
+from tenure._backends.near_tracking import NAME_PREFIX
 from tenure._core.ingest import IngestKeys, IngestStatus
 from tenure._core.leased import base_key, name_from_key
 from tenure._core.stream import dead_letter_key
@@ -31,6 +34,7 @@ from tenure._sync._ingest import read_status
 
 __all__ = [
     "IdSetSize",
+    "NearTracking",
     "Primitive",
     "StreamGroup",
     "View",
@@ -38,7 +42,9 @@ __all__ = [
     "idset_sizes",
     "ingest_jobs",
     "inspect",
+    "near_tracking",
     "register_view",
+    "render_near",
     "render_table",
     "stream_groups",
     "views",
@@ -296,6 +302,50 @@ def ingest_jobs(client: Client, prefix: str = "tenure:ingest:") -> dict[str, Ing
     return found
 
 
+@dataclass
+class NearTracking:
+    """One server's near caching, as :func:`near_tracking` reads it.
+
+    ``tracking_clients`` and ``prefixes``: the server's own count of the
+    connections that track keys (tenure's and any other) and of the prefixes
+    tracked (INFO). ``processes``: each tenure process's tracking connection,
+    as ``(host:pid, seconds connected, seconds idle)``: it pings four times
+    per ``max_staleness``, so one idle longer than that has stopped (and its
+    process's near caches read from the server meanwhile).
+    """
+
+    server: str
+    tracking_clients: int
+    prefixes: int
+    processes: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+def near_tracking(client: Client) -> list[NearTracking]:
+    """Near caching on each server of ``client`` (each primary of a cluster), by server."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        nodes = [(str(n.name), n.redis_connection) for n in client.get_primaries()]  # type: ignore[no-untyped-call]
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+        nodes = [(str(where), client)]
+    found = []
+    for where, node in nodes:
+        if node is None:
+            continue
+        info = node.info()  # (tracking_clients: clients; tracking_total_prefixes: stats)
+        seen = NearTracking(
+            where, int(info.get("tracking_clients", 0)), int(info.get("tracking_total_prefixes", 0))
+        )
+        for each in node.client_list():
+            name = to_text(each.get("name", ""))
+            if name.startswith(NAME_PREFIX):
+                process = name.removeprefix(NAME_PREFIX)
+                seen.processes.append((process, int(each["age"]), int(each["idle"])))
+        seen.processes.sort()
+        found.append(seen)
+    return found
+
+
 _DEAD_LETTERS_COUNTED = 10_000  # entries read of a dead-letter stream several groups share
 
 
@@ -418,6 +468,19 @@ def _seconds(ms: int | None) -> str:
     if ms is None:
         return "-"
     return f"{ms / 1000:.2f}s" if ms < 100_000 else f"{ms / 1000:.0f}s"
+
+
+def render_near(rows: list[NearTracking]) -> str:
+    """:func:`near_tracking`'s findings as text: a line per server, a line per process."""
+    lines = []
+    for row in rows:
+        lines.append(
+            f"{row.server}: {len(row.processes)} tenure process(es) near-caching; the server "
+            f"counts {row.tracking_clients} tracking client(s), {row.prefixes} prefix(es)"
+        )
+        for process, age, idle in row.processes:
+            lines.append(f"  {elide(printable(process), 50):<50}  connected {age:,}s  idle {idle}s")
+    return "\n".join(lines)
 
 
 def _lease(holder: dict[str, Any]) -> str:

@@ -125,6 +125,40 @@ async def test_this_process_reads_its_own_writes_at_once(
     assert await cache.get("k") is None
 
 
+async def test_writes_through_any_cache_object_of_this_process_drop_near_entries_at_once(
+    tenure_proxy: FaultProxy, tenure_async_client: redis.asyncio.Redis
+) -> None:
+    """Another object of this process (without ``near=``, on another client) writes:
+    the near entries go at once, not when the server's announcement comes."""
+    client = tenure_proxy.async_client(socket_timeout=2)
+    try:
+        cache = AsyncCache(client, "near-others", near=True)
+        herd = AsyncHerdCache(client, "near-others-herd", ttl=60, near=True)
+        plain = AsyncCache(tenure_async_client, "near-others")
+        plain_herd = AsyncHerdCache(tenure_async_client, "near-others-herd", ttl=60)
+        await _settled(cache)
+        await plain.set("k", 1)
+        await plain_herd.set("k", 1)
+        await herd.get("k")  # (the server's clock learnt)
+        await _near(cache, "k")
+
+        async def herd_near() -> bool:
+            before = herd.statistics().near_hits
+            return await herd.get("k") == 1 and herd.statistics().near_hits > before
+
+        await until(herd_near, 2, "the herd entry answered from memory")
+        tenure_proxy.set_latency(0.3, "downstream")  # the announcements come late
+        await plain.set("k", 2)
+        await plain_herd.set("k", 2)
+        assert await cache.get("k") == 2
+        assert await herd.get("k") == 2
+        await plain.delete("k")
+        assert await cache.get("k") is None
+    finally:
+        tenure_proxy.clear()
+        await client.aclose()
+
+
 async def test_an_entry_expires_with_its_server_copy(
     tenure_async_client: redis.asyncio.Redis,
 ) -> None:

@@ -126,6 +126,40 @@ def test_this_process_reads_its_own_writes_at_once(
     assert cache.get("k") is None
 
 
+def test_writes_through_any_cache_object_of_this_process_drop_near_entries_at_once(
+    tenure_proxy: FaultProxy, tenure_client: redis.Redis
+) -> None:
+    """Another object of this process (without ``near=``, on another client) writes:
+    the near entries go at once, not when the server's announcement comes."""
+    client = tenure_proxy.client(socket_timeout=2)
+    try:
+        cache = Cache(client, "near-others", near=True)
+        herd = HerdCache(client, "near-others-herd", ttl=60, near=True)
+        plain = Cache(tenure_client, "near-others")
+        plain_herd = HerdCache(tenure_client, "near-others-herd", ttl=60)
+        _settled(cache)
+        plain.set("k", 1)
+        plain_herd.set("k", 1)
+        herd.get("k")  # (the server's clock learnt)
+        _near(cache, "k")
+
+        def herd_near() -> bool:
+            before = herd.statistics().near_hits
+            return herd.get("k") == 1 and herd.statistics().near_hits > before
+
+        until(herd_near, 2, "the herd entry answered from memory")
+        tenure_proxy.set_latency(0.3, "downstream")  # the announcements come late
+        plain.set("k", 2)
+        plain_herd.set("k", 2)
+        assert cache.get("k") == 2
+        assert herd.get("k") == 2
+        plain.delete("k")
+        assert cache.get("k") is None
+    finally:
+        tenure_proxy.clear()
+        client.close()
+
+
 def test_an_entry_expires_with_its_server_copy(
     tenure_client: redis.Redis,
 ) -> None:

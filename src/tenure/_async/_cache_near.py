@@ -17,15 +17,16 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenure._async._scripting import AsyncClient
-from tenure._backends.near_tracking import Tracker, servers_of, tracker_for
+from tenure._backends.near_tracking import Tracker, dropped_here, servers_of, tracker_for
 from tenure._core.cache import as_bytes
 from tenure._core.clients import is_cluster
 from tenure._core.near import Confirmations, NearCache, NearEntries
 
-__all__ = ["AsyncNearLayer", "Reading"]
+__all__ = ["AsyncNearLayer", "Reading", "written"]
 
 Reading = tuple[float, tuple[int, int]]
 """A read in flight: when it began (monotonic), and its ticket."""
@@ -89,22 +90,67 @@ class AsyncNearLayer:
 
     async def read(self, stored: str) -> bytes | None:
         """Read ``stored`` from the server (GET and PTTL, one round trip), keeping it near."""
-        reading = self.begin(stored)
-        data: bytes | None = None
-        until = reading[0]
+        reply = (await self.read_many((stored,)))[0]
+        if isinstance(reply, Exception):
+            raise reply  # the server's own error (WRONGTYPE...), not the pipeline's
+        return reply  # type: ignore[no-any-return]
+
+    async def read_many(
+        self,
+        stored: Sequence[str],
+        *,
+        expiry: bool = True,
+        kept: Callable[[bytes], Any] | None = None,
+    ) -> list[Any]:
+        """Read every key of ``stored`` in one round trip (one pipeline), keeping them near.
+
+        Each key's data (None: no entry), or the server's error for it. With
+        ``expiry``, a PTTL beside each GET bounds its near entry by the key's
+        time to live (a herd entry carries its freshness: no need).
+        ``kept(data)`` is what is kept of a reply (None: nothing; no ``kept``:
+        the data itself).
+        """
+        readings = [self.begin(key) for key in stored]
+        answers: list[Any] = []
         try:
             async with self._client.pipeline(transaction=False) as pipe:
-                pipe.get(stored)
-                pipe.pttl(stored)
-                raw, left = await pipe.execute(raise_on_error=False)
-            for reply in (raw, left):
-                if isinstance(reply, Exception):
-                    raise reply  # the server's own error (WRONGTYPE...), not the pipeline's
-            data = as_bytes(raw)
-            left = int(left)
-            until = math.inf if left == -1 else reading[0] + max(0, left) / 1000
-        finally:
-            self.finish(stored, reading, data, until)
+                for key in stored:
+                    pipe.get(key)
+                    if expiry:
+                        pipe.pttl(key)
+                answers = await pipe.execute(raise_on_error=False)
+        finally:  # a read that failed keeps nothing, and its ticket ends all the same
+            replies = [
+                self._finished(key, reading, answers, index, expiry, kept)
+                for index, (key, reading) in enumerate(zip(stored, readings, strict=True))
+            ]
+        return replies
+
+    def _finished(
+        self,
+        key: str,
+        reading: Reading,
+        answers: list[Any],
+        index: int,
+        expiry: bool,
+        kept: Callable[[bytes], Any] | None,
+    ) -> Any:
+        """Key ``index`` of :meth:`read_many`'s ``answers`` (none: it failed), kept near."""
+        began = reading[0]
+        if not answers:
+            self.finish(key, reading, None, began)
+            return None
+        step = 2 if expiry else 1
+        raw = answers[index * step]
+        left = answers[index * step + 1] if expiry else -1
+        for reply in (raw, left):
+            if isinstance(reply, Exception):  # the server's own error (WRONGTYPE...)
+                self.finish(key, reading, None, began)
+                return reply
+        data = as_bytes(raw)
+        left = int(left)
+        until = math.inf if left == -1 else began + max(0, left) / 1000
+        self.finish(key, reading, data if data is None or kept is None else kept(data), until)
         return data
 
     def dropped(self, *stored: str) -> None:
@@ -115,3 +161,14 @@ class AsyncNearLayer:
     def flush(self) -> None:
         """Every entry goes (the cache was cleared)."""
         self.entries.flush()
+
+
+def written(near: AsyncNearLayer | None, stored: Sequence[str]) -> None:
+    """Drop every near entry of ``stored`` in this process, in every cache, at once.
+
+    This process wrote or deleted them through a cache object with ``near``
+    (or without: None).
+    """
+    if near is not None:
+        near.dropped(*stored)
+    dropped_here(stored)

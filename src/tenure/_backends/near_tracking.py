@@ -17,17 +17,20 @@ the thread reads; the caches only look at what it has confirmed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tenure._backends.owners import default_owner_name
 from tenure._core.exceptions import ArgumentError
 from tenure._core.near import Confirmation, NearEntries
 
@@ -36,6 +39,9 @@ __all__ = ["Tracker", "servers_of", "tracker_for"]
 logger = logging.getLogger("tenure.cache")
 
 CHANNEL = b"__redis__:invalidate"
+NAME_PREFIX = "tenure-near:"
+"""The tracking connections' client names open with this, then the process's
+``host:pid`` (``tenure inspect --near`` finds them by it)."""
 SILENCE_PINGS = 8
 """Pings unanswered in a row after which the connection is taken for lost."""
 WARN_AFTER = 1.0
@@ -191,6 +197,9 @@ class Tracker:
             connection.connect()
             connection.send_command("CLIENT", "ID")
             own_id = connection.read_response()
+            connection.send_command("CLIENT", "SETNAME", client_name())
+            with contextlib.suppress(redis.ResponseError):  # (an ACL may refuse names only)
+                connection.read_response()
             arguments: list[Any] = ["CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST"]
             for prefix in prefixes:
                 arguments += ["PREFIX", prefix]
@@ -244,10 +253,10 @@ class Tracker:
                 if pings:
                     self.confirmation.answered(pings.popleft())
             elif kind == b"message" and len(message) == 3 and message[1] == CHANNEL:
-                self._invalidated(message[2])
+                self.invalidated(message[2])
 
-    def _invalidated(self, keys: Any) -> None:
-        """The server announced writes of ``keys`` (None: everything was flushed)."""
+    def invalidated(self, keys: Any) -> None:
+        """Drop the entries of ``keys`` (None: every entry): the server announced their writes."""
         if keys is None:
             self._flush_all()
             return
@@ -300,6 +309,25 @@ def servers_of(client: Any) -> list[tuple[type, dict[str, Any]]]:
         else:  # an asyncio cluster's node
             found.append((node.connection_class, node.connection_kwargs))
     return found
+
+
+def client_name() -> str:
+    """The client name of this process's tracking connections (no spaces, as servers need)."""
+    owner = default_owner_name()
+    return NAME_PREFIX + "".join(c if c.isprintable() and not c.isspace() else "_" for c in owner)
+
+
+def dropped_here(keys: Sequence[str]) -> None:
+    """Drop every near entry of ``keys`` at once: this process wrote or deleted them.
+
+    Whatever cache object wrote them, with ``near=`` or not, and whichever
+    near caches of this process keep them (on every server: a key of the
+    same name elsewhere only costs a read). Nothing to do, and nearly
+    nothing done, while this process has no near cache.
+    """
+    if _trackers:
+        for tracker in list(_trackers.values()):
+            tracker.invalidated(keys)
 
 
 def tracker_for(connection_class: type, connection_kwargs: dict[str, Any]) -> Tracker:

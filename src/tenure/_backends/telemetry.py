@@ -346,9 +346,9 @@ class Recorder:
         """The watchdog renewed a hold of ``who`` (``ok``), or failed to."""
         self._renewals(1, who.attributes(table.OUTCOME, table.OK if ok else table.FAILED))
 
-    def cache_request(self, who: Subject, result: str) -> None:
-        """A request to cache ``who`` ended with ``result`` (``hit``, ``miss``, ...)."""
-        self._requests(1, who.attributes(table.RESULT, result))
+    def cache_request(self, who: Subject, result: str, count: int = 1) -> None:
+        """``count`` requests to cache ``who`` ended with ``result`` (``hit``, ``miss``...)."""
+        self._requests(count, who.attributes(table.RESULT, result))
 
     def cache_load(self, who: Subject, seconds: float) -> None:
         """A loader of cache ``who`` took ``seconds``, and its value was stored."""
@@ -431,9 +431,9 @@ def version() -> str | None:
         return None
 
 
-def _cache_told(who: Any, result: str) -> None:
+def _cache_told(who: Any, result: str, count: int) -> None:
     if (recorder := metrics()) is not None:
-        recorder.cache_request(who, result)
+        recorder.cache_request(who, result, count)
 
 
 CacheCounters.told = _cache_told

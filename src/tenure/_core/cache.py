@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -289,6 +289,29 @@ class ServerClock:
         parts = entry_parts(raw)
         return None if parts is None else self.fresh_part(parts, now, early)
 
+    def fresh_values(self, raws: Sequence[Any], now: float) -> list[bytes | None]:
+        """:meth:`fresh_value` of each of ``raws`` (no early refresh), the clock read once.
+
+        A batch's hits come here: anything but an entry's bytes is None.
+        """
+        trusted = now - self._at <= self.MAX_AGE
+        server_now = now * 1000 + self._offset_ms + self._error_ms + self.MARGIN_MS
+        found: list[bytes | None] = []
+        for raw in raws:
+            value = None
+            if type(raw) is bytes and raw[:1] == b"h":
+                head, _, rest = raw.partition(b":")
+                took, parted, stored = rest.partition(b":")
+                try:
+                    fresh_until = int(head[1:])
+                    int(took)
+                except ValueError:
+                    fresh_until = -1
+                if parted and (fresh_until == 0 or (trusted and server_now < fresh_until)):
+                    value = stored
+            found.append(value)
+        return found
+
     def fresh_part(self, parts: EntryParts, now: float, early: float = 0.0) -> bytes | None:
         """:meth:`fresh_value` of an entry parsed by :func:`entry_parts` (a near entry)."""
         fresh_until, took_ms, value = parts
@@ -465,7 +488,7 @@ class CacheCounters:
 
     __slots__ = ("counts", "outage", "subject")
 
-    told: ClassVar[Callable[[Any, str], None] | None] = None
+    told: ClassVar[Callable[[Any, str, int], None] | None] = None
     """Told each request's subject and result (``hit``, ``miss``...): the metrics' seam sets it."""
 
     def __init__(self, subject: Any = None) -> None:
@@ -474,15 +497,15 @@ class CacheCounters:
         self.subject = subject
         """Who the metrics are about (the seam's subject for this cache)."""
 
-    def add(self, field: str, *, tell: bool = True) -> None:
-        """Count one event of ``field``, and tell a request's result to the metrics.
+    def add(self, field: str, count: int = 1, *, tell: bool = True) -> None:
+        """Count ``count`` events of ``field``, and tell requests' results to the metrics.
 
         ``tell`` False: counted, not told (a waiter's hit, told as a wait).
         """
-        self.counts[field] += 1
+        self.counts[field] += count
         told = CacheCounters.told
         if told is not None and tell and field in REQUEST_RESULTS:
-            told(self.subject, REQUEST_RESULTS[field])
+            told(self.subject, REQUEST_RESULTS[field], count)
 
     def snapshot(self) -> CacheStatistics:
         """An immutable snapshot of the counters."""
@@ -493,7 +516,7 @@ class CacheCounters:
         self.counts["fallbacks"] += 1
         told = CacheCounters.told
         if told is not None:
-            told(self.subject, "fallback")
+            told(self.subject, "fallback", 1)
         if outage is not None and self.outage is not outage:
             self.outage = outage
             self.counts["outages"] += 1

@@ -47,6 +47,7 @@ from tenure._core.cache import (
     CacheKeys,
     CacheNaming,
     CacheStatistics,
+    Fetched,
     Status,
     check_herd_timeout,
     unwrap_loaded,
@@ -382,6 +383,10 @@ class HerdCache(_AsyncCacheBase):
             return first  # a fresh hit, counted
         token = new_token()
         fetched = self._scripts.fetch(CacheKeys.for_entry(stored), token, "", 0.0)
+        return self._read(stored, token, fetched, default)
+
+    def _read(self, stored: str, token: str, fetched: Fetched, default: Any) -> Any:
+        """What :meth:`get` returns for ``cache_fetch``'s answer to ``token``."""
         if fetched.status in (Status.REFRESH, Status.LOAD):
             with self._mutex:
                 self._leases[stored] = token
@@ -397,8 +402,26 @@ class HerdCache(_AsyncCacheBase):
         return value
 
     def get_many(self, keys: Iterable[str], param: Any = None, default: Any = None) -> list[Any]:
-        """:meth:`get` of each of ``keys`` (all with the same ``param``), in order."""
-        return [self.get(key, param, default) for key in keys]
+        """:meth:`get` of each of ``keys`` (all with the same ``param``), in order.
+
+        One round trip for the entries surely fresh (a pipeline of GETs; on a
+        cluster, one per node), none for those answered from memory
+        (``near=``); the others (stale, missing, loading) take one more for
+        them all, and each follows :meth:`get`'s rules: the one caller who
+        must refresh or load an entry, across processes, gets ``default`` and
+        its next :meth:`set` of it is the refresh. A key given twice is read
+        once.
+        """
+        stored = [self._naming.key_of(key, param) for key in keys]
+        unique = list(dict.fromkeys(stored))
+        found = dict(zip(unique, self._scripts.first_reads(unique), strict=True))
+        rest = [key for key, value in found.items() if value is MISS]
+        if rest:
+            tokens = [new_token() for _ in rest]
+            fetched = self._scripts.fetch_many([CacheKeys.for_entry(key) for key in rest], tokens)
+            for key, token, each in zip(rest, tokens, fetched, strict=True):
+                found[key] = self._read(key, token, each, default)
+        return [found[key] for key in stored]
 
     def set(
         self,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -43,7 +44,8 @@ from tenure._core.clients import map_exceptions, translate_error
 from tenure._core.codec import Codec
 from tenure._core.exceptions import CacheDecodeError, ServerUnavailableError
 from tenure._core.values import to_ms
-from tenure._sync._cache_near import NearLayer
+from tenure._sync._cache_near import NearLayer, written
+from tenure._sync._cache_store import read_values
 from tenure._sync._scripting import Client, registry_for
 from tenure._sync._watchdog import Job, watchdog
 
@@ -212,6 +214,62 @@ class HerdScripts:
         self._hit_share = share + ((value is not MISS) - share) / HOT_MEMORY
         return value, data if data and data[:1] == b"h" else None
 
+    def first_reads(self, stored: Sequence[str]) -> list[Any]:
+        """:meth:`first_read` of many keys: each value if surely fresh, else :data:`MISS`.
+
+        Answered from memory where it may be (``near=``); the rest are plain
+        GETs in one round trip (a pipeline; on a cluster, one per node). No
+        load mark is put: the keys not surely fresh go to :meth:`fetch_many`.
+        """
+        values: list[Any] = [MISS] * len(stored)
+        near = self.near
+        ask = list(range(len(stored)))
+        if near is not None:
+            for index, key in enumerate(stored):
+                values[index] = self.near_hit(key, 0.0)
+            ask = [index for index in ask if values[index] is MISS]
+        if not ask:
+            return values
+        keys = [stored[index] for index in ask]
+        with map_exceptions(name=self._name, doing="reading cache entries"):
+            if near is not None:  # kept parsed, as a first read keeps them
+                replies = near.read_many(keys, expiry=False, kept=entry_parts)
+            else:  # (a key of another type reads None: the script raises its error)
+                replies = read_values(self._client, keys)
+        # Missing, not surely fresh, or the key's own error (another type): MISS, and the
+        # script decides (or raises). A value that fails to decode too: the script counts it.
+        hits = 0
+        decode = self._codec.decode
+        fresh = self._clock.fresh_values(replies, time.monotonic())
+        for index, payload in zip(ask, fresh, strict=True):
+            if payload is not None:
+                try:
+                    values[index] = decode(payload)
+                except CacheDecodeError:
+                    continue
+                hits += 1
+        if hits:
+            self._counters.add("hits", hits)
+        return values
+
+    def fetch_many(self, keys: Sequence[CacheKeys], tokens: Sequence[str]) -> list[Fetched]:
+        """:meth:`fetch` of many entries (no channel, no early refresh), in one round trip."""
+        sent = time.monotonic()
+        replies = self._registry.run_many(
+            "cache_fetch",
+            [
+                (each.as_tuple(), (token, self._lease_ms, "", "0.0"))
+                for each, token in zip(keys, tokens, strict=True)
+            ],
+            name=self._name,
+            doing="reading cache entries",
+        )
+        received = time.monotonic()
+        fetched = [parse_fetch(reply) for reply in replies]
+        for each in fetched:
+            self._clock.observe(each.server_ms, sent, received)
+        return fetched
+
     def fetch(self, keys: CacheKeys, token: str, channel: str, early: float) -> Fetched:
         """``cache_fetch``: the entry, and whether ``token`` loads it (or waits on ``channel``)."""
         sent = time.monotonic()
@@ -248,8 +306,7 @@ class HerdScripts:
                     name=self._name,
                 )
         finally:
-            if self.near is not None:  # this process reads its own write at once
-                self.near.dropped(keys.entry)
+            written(self.near, (keys.entry,))  # this process reads its own write at once
         if int(stored) != 1:
             self._counters.add("refused")
             return False

@@ -15,14 +15,17 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from redis import exceptions as redis_errors
+
+from tenure._backends.near_tracking import dropped_here
 from tenure._core.cache import CacheCounters, CacheKeys, CacheNaming, as_bytes
-from tenure._core.clients import map_exceptions, translate_error
+from tenure._core.clients import is_cluster, map_exceptions, translate_error
 from tenure._core.codec import Codec
 from tenure._core.exceptions import CacheDecodeError
-from tenure._sync._cache_near import NearLayer
+from tenure._sync._cache_near import NearLayer, written
 from tenure._sync._scripting import Client
 
-__all__ = ["CacheStore"]
+__all__ = ["CacheStore", "a_value", "read_values"]
 
 logger = logging.getLogger("tenure.cache")
 
@@ -52,9 +55,8 @@ class CacheStore:
         """The cache's near entries (``near=``), or None."""
 
     def written(self, *stored: str) -> None:
-        """Drop the near entries of ``stored``, written or deleted by this process (``near=``)."""
-        if self.near is not None:
-            self.near.dropped(*stored)
+        """Drop every near entry of ``stored`` in this process: it wrote or deleted them."""
+        written(self.near, stored)
 
     def decode(self, data: bytes, key: str) -> Any:
         """The value stored as ``data`` at ``key``; a failure is counted and warned of once."""
@@ -169,10 +171,15 @@ class CacheStore:
         return deleted
 
     def _unlink(self, keys: list[Any]) -> int:
-        with self._client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.execute_command("UNLINK", key)
-            return sum(int(n) for n in pipe.execute())
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.execute_command("UNLINK", key)
+                return sum(int(n) for n in pipe.execute())
+        finally:  # other cache objects' near entries of them too
+            dropped_here(
+                [k.decode("utf-8", "surrogateescape") if type(k) is bytes else k for k in keys]
+            )
 
     # -- the plain cache's values: GET, and SET with PX -------------------------
 
@@ -189,6 +196,30 @@ class CacheStore:
             return default
         self._counters.add(hit)
         return value
+
+    def _decoded_many(
+        self, datas: list[Any], stored: list[str], default: Any, hit: str = "hits"
+    ) -> list[Any]:
+        """:meth:`_decoded_or_miss` of a batch, counted once."""
+        values: list[Any] = []
+        hits = 0
+        for data, key in zip(datas, stored, strict=True):
+            if data is not None:
+                try:
+                    values.append(
+                        self.decode(data if type(data) is bytes else as_bytes(data) or b"", key)
+                    )
+                except CacheDecodeError:
+                    pass
+                else:
+                    hits += 1
+                    continue
+            values.append(default)
+        if hits:
+            self._counters.add(hit, hits)
+        if len(values) - hits:
+            self._counters.add("misses", len(values) - hits)
+        return values
 
     def get(self, key: str, param: Any, default: Any) -> Any:
         stored = self._naming.key_of(key, param)
@@ -208,15 +239,33 @@ class CacheStore:
         stored = [self._naming.key_of(key, param) for key in keys]
         if not stored:
             return []
-        with map_exceptions(name=self._name, doing="reading cache entries"):
-            with self._client.pipeline(transaction=False) as pipe:
-                for key in stored:
-                    pipe.get(key)
-                replies = pipe.execute()
-        return [
-            self._decoded_or_miss(as_bytes(d), k, default)
-            for d, k in zip(replies, stored, strict=True)
-        ]
+        near = self.near
+        if near is None:
+            with map_exceptions(name=self._name, doing="reading cache entries"):
+                replies = read_values(self._client, stored)
+            return self._decoded_many(replies, stored, default)
+        values: list[Any] = [default] * len(stored)
+        kept: list[int] = []  # answered from memory
+        datas: list[Any] = []
+        ask: list[int] = []  # the others: one round trip for them all
+        for index, key in enumerate(stored):
+            found, data = near.get(key)
+            if found:
+                kept.append(index)
+                datas.append(data)
+            else:
+                ask.append(index)
+        if kept:
+            decoded = self._decoded_many(datas, [stored[i] for i in kept], default, "near_hits")
+            for index, value in zip(kept, decoded, strict=True):
+                values[index] = value
+        if ask:
+            asked = [stored[index] for index in ask]
+            with map_exceptions(name=self._name, doing="reading cache entries"):
+                read = [a_value(reply) for reply in near.read_many(asked)]
+            for index, value in zip(ask, self._decoded_many(read, asked, default), strict=True):
+                values[index] = value
+        return values
 
     def set(self, key: str, value: Any, param: Any, ttl: float | None) -> bool:
         stored = self._naming.key_of(key, param)
@@ -248,3 +297,29 @@ def _a_value(first: Any) -> bool:
     """Whether an entry's first byte (GETRANGE 0 0) is a value's: not nothing, not a mark."""
     head = as_bytes(first)
     return bool(head) and head != b"l"
+
+
+def read_values(client: Client, stored: list[str]) -> list[Any]:
+    """The values at ``stored`` in one round trip: None for a key missing or of another type.
+
+    MGET (whose rule that is); on a cluster, a pipeline of GETs (one per
+    node, the keys spread over slots), each reply read by :func:`a_value`.
+    """
+    if not is_cluster(client):
+        return list(client.mget(stored))
+    with client.pipeline(transaction=False) as pipe:
+        for key in stored:
+            pipe.get(key)
+        return [a_value(reply) for reply in pipe.execute(raise_on_error=False)]
+
+
+def a_value(reply: Any) -> Any:
+    """A GET's ``reply`` in a batch: None for a key of another type (as MGET has it).
+
+    Any other error is raised.
+    """
+    if isinstance(reply, Exception):
+        if isinstance(reply, redis_errors.ResponseError) and str(reply).startswith("WRONGTYPE"):
+            return None
+        raise reply
+    return reply

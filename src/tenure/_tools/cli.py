@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import redis
 
@@ -240,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also list free primitives (used in the last minute) and id sets at rest",
     )
+    look.add_argument(
+        "--near",
+        action="store_true",
+        help="list instead the processes that near-cache (near=) on each server: their "
+        "tracking connections, and the server's count of tracking clients and prefixes",
+    )
     look.add_argument("--watch", type=_positive_float, help="refresh every N seconds")
     look.add_argument("--count", type=_positive_int, help="with --watch: stop after N rounds")
 
@@ -301,7 +307,7 @@ def _run_inspect(options: argparse.Namespace) -> int:
     import redis
     import redis.cluster
 
-    from tenure.inspection import inspect, render_table
+    from tenure.inspection import inspect, near_tracking, render_near, render_table
 
     if options.count is not None and options.watch is None:
         raise ArgumentError("--count", "counts --watch rounds: give --watch too")
@@ -324,12 +330,18 @@ def _run_inspect(options: argparse.Namespace) -> int:
     rounds = 0
     try:
         while True:
-            rows = inspect(client, options.prefix, include_free=options.all)
+            rows: list[Any] = (
+                near_tracking(client)
+                if options.near
+                else inspect(client, options.prefix, include_free=options.all)
+            )
             if options.json:
                 found = [dataclasses.asdict(row) for row in rows]
                 # one document; with --watch one compact line per round (JSON Lines)
                 indent = None if options.watch is not None else 2
                 print(json.dumps(found, indent=indent), flush=True)
+            elif options.near:
+                print(render_near(rows), flush=True)
             else:
                 print(render_table(rows, wide=options.wide), flush=True)
             rounds += 1

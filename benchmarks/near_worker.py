@@ -1,7 +1,7 @@
-"""A writer or a reader of one near-cached key, for tests/test_near_history.py.
+"""A writer or a reader of one near-cached key (tests/test_near_history.py, bench caches --near).
 
-    python -m tests.near_worker writer URL SECONDS EVERY_MS OUT
-    python -m tests.near_worker reader URL SECONDS STALENESS OUT [MIN_READS]
+    python -m benchmarks.near_worker writer URL SECONDS EVERY_MS OUT
+    python -m benchmarks.near_worker reader URL SECONDS STALENESS OUT [MIN_READS]
 
 The writer replaces the key ``history`` of cache ``near-history`` with
 versions 1, 2, 3... every EVERY_MS milliseconds, until the file OUT.stop
@@ -17,8 +17,11 @@ read on.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -80,6 +83,53 @@ def reader(url: str, seconds: float, staleness: float, out: str, least: int = 0)
     with open(out, "w", encoding="utf-8") as file:
         file.write("\n".join(lines) + "\n")
     print(f"reads {len(lines)} near {near} errors {errors}")
+
+
+@dataclass
+class History:
+    """A run's reads checked against its writes (:func:`judge`)."""
+
+    reads: int = 0
+    near: int = 0
+    """Reads answered from memory."""
+    violations: list[str] = field(default_factory=list)
+    late: list[tuple[float, float]] = field(default_factory=list)
+    """(when a read began, how long before its version had been replaced), for every
+    read of a replaced version: the staleness the bound limits."""
+
+
+def judge(writes: Path, reads: Sequence[Path], staleness: float) -> History:
+    """Check every read of ``reads`` files against the ``writes`` file.
+
+    A violation: a read that returned a version whose successor had finished
+    writing more than ``staleness`` seconds before the read began (the
+    bound), or a version not yet begun when the read ended.
+    """
+    began: dict[int, float] = {}
+    ended: dict[int, float] = {}
+    for line in writes.read_text().splitlines():
+        written, start, end = line.split()
+        began[int(written)], ended[int(written)] = float(start), float(end)
+    history = History()
+    for path in reads:
+        for line in path.read_text().splitlines():
+            start, end, got, was_near = line.split()
+            read_began, read_ended, version = float(start), float(end), int(got)
+            history.reads += 1
+            history.near += int(was_near) > 0
+            if began.get(version, math.inf) > read_ended:
+                history.violations.append(
+                    f"read at {read_began:.4f} got {version}, not yet written"
+                )
+            replaced = ended.get(version + 1, math.inf)  # when its successor surely landed
+            if replaced < read_began:
+                history.late.append((read_began, read_began - replaced))
+                if replaced < read_began - staleness:
+                    history.violations.append(
+                        f"read at {read_began:.4f} got {version}, "
+                        f"replaced {read_began - replaced:.4f}s before"
+                    )
+    return history
 
 
 if __name__ == "__main__":
