@@ -511,6 +511,34 @@ def test_bench_caches_measures_stampedes_and_hits(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--callers 1..200" in bad.stderr
 
 
+def test_bench_caches_batch_measures_every_loop_beside_mget(tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    done = run("bench", "caches", "--batch", "--rounds", "1", "--output", str(report))
+    assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "caches --batch")
+    for loop in ("| MGET + json.loads |", "| HerdCache.get_many |", "| Cache.get_many, near |"):
+        assert loop in done.stdout, loop
+    row = next(
+        line for line in done.stdout.splitlines() if line.startswith("| HerdCache.get_many |")
+    )
+    assert row.rstrip(" |").endswith("mget 1")  # one round trip, no script: every entry fresh
+    assert "<!-- tenure-bench:batch:start -->" in report.read_text()
+
+
+def test_bench_caches_near_measures_hits_writes_seen_memory_and_the_bound(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "report.md"
+    done = run("bench", "caches", "--near", "--rounds", "1", "--output", str(report))
+    assert done.returncode == 0, done.stderr
+    assert_timed(done.stderr, "caches --near")
+    for line in ("| Cache.get, near |", "| near cache |", "Memory per near entry", "| blackhole"):
+        assert line in done.stdout, line
+    phases = [line for line in done.stdout.splitlines() if line.endswith(" | 0 |")]
+    assert len(phases) == 7, done.stdout  # no read past the bound in any phase
+    assert "<!-- tenure-bench:near:start -->" in report.read_text()
+
+
 @pytest.mark.timeout(400)  # about 30 s alone here (the fault run waits out killed workers' claims)
 def test_bench_ingest_measures_speed_faults_and_memory(tmp_path: Path) -> None:
     report = tmp_path / "report.md"

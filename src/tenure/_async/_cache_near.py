@@ -53,6 +53,11 @@ class AsyncNearLayer:
         for tracker in self._trackers:
             tracker.register(prefix, self.entries)
 
+    @property
+    def client(self) -> AsyncClient:
+        """The client whose servers the entries are kept for."""
+        return self._client
+
     def _find_trackers(self) -> list[Tracker]:
         return [tracker_for(kind, settings) for kind, settings in servers_of(self._client)]
 

@@ -55,6 +55,15 @@ class LocalCopies:
             copy = self._copies.get((id(client), key))
             return None if copy is None else Copy(**vars(copy))
 
+    def view_at(self, client: Any, key: str, at: tuple[str, int]) -> SetView | None:
+        """The view of the copy of ``key`` if it stands at ``at`` (epoch, position), else None."""
+        with self._lock:
+            copy = self._copies.get((id(client), key))
+            if copy is None or copy.position != at[1] or copy.epoch != at[0]:
+                return None
+            self._copies.move_to_end((id(client), key))
+            return copy.view
+
     def absorb(
         self, client: Any, key: str, sent: tuple[str, int], reply: ReadReply, where: str
     ) -> SetView | None:

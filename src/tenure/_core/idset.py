@@ -504,7 +504,8 @@ class IdSetStatistics:
     set whole; ``bytes_read`` is what came from the server for them.
     ``writes`` and ``ids_written`` count writes; ``compactions`` those this
     object made, and ``compaction_conflicts`` those refused because another
-    compaction or a clear came first.
+    compaction or a clear came first. ``near_reads`` counts the reads of a
+    set with ``near=`` answered from this process's copy with no round trip.
     """
 
     reads: int = 0
@@ -516,6 +517,7 @@ class IdSetStatistics:
     ids_written: int = 0
     compactions: int = 0
     compaction_conflicts: int = 0
+    near_reads: int = 0
 
     def count_read(self, kind: int, received: int) -> None:
         """Count one revalidation of ``kind`` (0, 1, 2) that received ``received`` bytes."""

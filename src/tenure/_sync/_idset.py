@@ -7,7 +7,10 @@ on the server, one command at a time. An id set keeps about 2 bytes per id
 (a Roaring bitmap in its portable form, in plain Redis strings, no module
 needed), and answers intersections from a decoded copy in this process,
 revalidated against the server in one round trip per query (for any number
-of sets), so an answer is never older than the query.
+of sets), so an answer is never older than the query. With ``near=``, the
+server announces writes (:mod:`tenure._sync._cache_near`, as near caching
+does) and a copy it has not announced a write to is answered with no round
+trip at all, never older than ``max_staleness``.
 
 Writes append to a log (:mod:`tenure._core.idset` draws the layout); the
 write that takes the log past ``delta_limit`` ids folds it into a new
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import secrets
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -27,6 +31,7 @@ import numpy.typing as npt
 from tenure._backends.counting import top_counts
 from tenure._backends.for_threads import IS_ASYNC, refuse_awaited_call
 from tenure._backends.local_copies import LOCAL_COPIES
+from tenure._backends.near_tracking import dropped_here
 from tenure._backends.owners import default_owner_name
 from tenure._backends.telemetry import Subject, metrics, subject
 from tenure._core.clients import map_exceptions, require_bytes_replies, require_client
@@ -49,6 +54,8 @@ from tenure._core.idset import (
     pack,
     to_ids,
 )
+from tenure._core.near import NearCache, near_settings
+from tenure._sync._cache_near import NearLayer, Reading
 from tenure._sync._scripting import Client, registry_for
 
 __all__ = ["IdSet"]
@@ -72,6 +79,12 @@ class IdSet:
     * ``metric_name`` — report this set's measurements with ``tenure.name``
       set to it (docs/observability.md); by default no name is reported
       unless :func:`~tenure.set_metric_names` matches ``name``.
+    * ``near`` — ``True`` or a :class:`~tenure.NearCache`: the server
+      announces writes to the sets under ``prefix`` (client-side caching, as
+      near caches have it), and a query of sets with no write announced is
+      answered from this process's copies with no round trip. Never older
+      than ``max_staleness`` (0.1 s by default); this process's own writes
+      are seen at once (docs/idsets.md).
 
     Queries revalidate this process's copy of every set involved in one
     round trip per client and answer from memory; writes are one round trip.
@@ -86,8 +99,10 @@ class IdSet:
         delta_limit: int = DEFAULT_DELTA_LIMIT,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         metric_name: str | None = None,
+        near: bool | NearCache | None = None,
     ) -> None:
         check_settings(name, prefix, delta_limit, chunk_bytes)
+        settings = near_settings(near, name)
         self._subject = subject(None, name, metric_name)
         require_client(client, is_async=IS_ASYNC, owner=type(self).__name__, name=name)
         require_bytes_replies(
@@ -100,6 +115,7 @@ class IdSet:
         self.chunk_bytes = chunk_bytes
         self.keys = IdSetKeys.for_name(prefix, name)
         self._stats = IdSetStatistics()
+        self._near = None if settings is None else _near_layer(client, prefix, settings, name)
 
     # -- writes ---------------------------------------------------------------
 
@@ -126,18 +142,24 @@ class IdSet:
     def clear(self) -> None:
         """Remove every id (the version moves on, like any write)."""
         refuse_awaited_call(type(self).__name__, "clear", 1)
-        registry_for(self.client).run(
-            "idset_clear", self.keys.read, (_new_epoch(),), name=self.name
-        )
+        try:
+            registry_for(self.client).run(
+                "idset_clear", self.keys.read, (_new_epoch(),), name=self.name
+            )
+        finally:
+            dropped_here((self.keys.meta,))  # this process reads its own writes at once
         self._stats.writes += 1
 
     def _write(self, sign: bytes, ids: npt.NDArray[np.uint32]) -> None:
         if not len(ids):
             return
         elements = pack(sign, ids)
-        reply = registry_for(self.client).run(
-            "idset_write", self.keys.read, (_new_epoch(), len(ids), *elements), name=self.name
-        )
+        try:
+            reply = registry_for(self.client).run(
+                "idset_write", self.keys.read, (_new_epoch(), len(ids), *elements), name=self.name
+            )
+        finally:
+            dropped_here((self.keys.meta,))  # this process reads its own writes at once
         self._stats.writes += 1
         self._stats.ids_written += len(ids)
         LOCAL_COPIES.absorb_write(self.client, self.keys.meta, reply, elements)
@@ -307,11 +329,41 @@ def _check_sets(sets: Iterable[Any], kind: type[IdSet], argument: str) -> list[I
     return checked
 
 
+_near_layers: weakref.WeakValueDictionary[tuple[int, str, NearCache], NearLayer] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _near_layer(client: Client, prefix: str, settings: NearCache, name: str) -> NearLayer:
+    """The near layer of the id sets under ``prefix`` on ``client`` (one for them all).
+
+    Shared: one tracked prefix, and one set of entries (a set's is where
+    its copy stood when last read), however many set objects there are.
+    """
+    key = (id(client), prefix, settings)
+    layer = _near_layers.get(key)
+    if layer is None or layer.client is not client:
+        layer = NearLayer(client, prefix, settings, name)
+        _near_layers[key] = layer
+    return layer
+
+
 def _views(sets: Sequence[IdSet]) -> list[SetView]:
-    """The current view of each set: one round trip per client (more only on a race)."""
+    """The current view of each set: one round trip per client (more only on a race).
+
+    None for sets with ``near=`` whose copy no write was announced to since
+    it was read.
+    """
     views: list[SetView | None] = [None] * len(sets)
     by_client: dict[int, list[int]] = {}
     for index, item in enumerate(sets):
+        near = item._near
+        if near is not None:
+            found, at = near.get(item.keys.meta)
+            if found and (view := LOCAL_COPIES.view_at(item.client, item.keys.meta, at)):
+                views[index] = view
+                item._stats.near_reads += 1
+                continue
         by_client.setdefault(id(item.client), []).append(index)
     for indices in by_client.values():
         _read(sets, indices, views, force=False)
@@ -330,13 +382,26 @@ def _read(
         for i in indices
     }
     calls = [(sets[i].keys.read, sent[i]) for i in indices]
-    replies = registry_for(client).run_many("idset_read", calls, name=sets[indices[0]].name)
-    for i, raw in zip(indices, replies, strict=True):
-        item = sets[i]
-        try:
-            reply = ReadReply.parse(raw, item.keys.meta)
-            views[i] = LOCAL_COPIES.absorb(client, item.keys.meta, sent[i], reply, item.keys.meta)
-        except IdSetCorruptError as exc:
-            exc.name = exc.lock_name = item.name
-            raise
-        item._stats.count_read(reply.kind, reply.received)
+    readings: dict[int, Reading] = {}
+    for i in indices:  # (begun before the read: a write announced meanwhile wins)
+        near = sets[i]._near
+        if near is not None:
+            readings[i] = near.begin(sets[i].keys.meta)
+    try:
+        replies = registry_for(client).run_many("idset_read", calls, name=sets[indices[0]].name)
+        for i, raw in zip(indices, replies, strict=True):
+            item = sets[i]
+            try:
+                reply = ReadReply.parse(raw, item.keys.meta)
+                views[i] = LOCAL_COPIES.absorb(
+                    client, item.keys.meta, sent[i], reply, item.keys.meta
+                )
+            except IdSetCorruptError as exc:
+                exc.name = exc.lock_name = item.name
+                raise
+            item._stats.count_read(reply.kind, reply.received)
+    finally:
+        for i, reading in readings.items():
+            meta = sets[i].keys.meta
+            at = LOCAL_COPIES.position(client, meta) if views[i] is not None else None
+            sets[i]._near.finish(meta, reading, at)  # type: ignore[union-attr]
