@@ -44,7 +44,7 @@ from benchmarks import (
     several,
 )
 from benchmarks.sections import write_section
-from tenure._tooling import lock_cycle_costs, metrics_paused, metrics_unhanded
+from tenure._tooling import metrics_paused, metrics_unhanded, telemetry_seam, telemetry_table
 from tenure.server._process import given_or_private
 
 __all__ = ["LOOPS", "OTEL_HELP", "add_arguments", "estimated_seconds", "run_command", "run_for"]
@@ -79,6 +79,44 @@ OTEL_HELP = (
     "recording on, paused and noted in --rounds rounds of 1 s blocks, as `tenure bench otel` "
     "does for every fast path"
 )
+
+
+def lock_cycle_costs(cycles: int = 20_000) -> tuple[float, float, float]:
+    """Microseconds a lock cycle's recording takes: (paused, noted, handed to the SDK).
+
+    What the lock's acquire and release record (a wait and a hold), timed
+    ``cycles`` times without a server: with recording paused (the check
+    alone), noted (tenure's side: the notes, dropped by the drainer), and
+    noted then handed to the SDK at once (tenure's side and the SDK's). For
+    the cost breakdown; needs a meter provider set.
+    """
+    seam = telemetry_seam
+    who = seam.subject("Lock", "bench-breakdown")
+
+    def cycle() -> None:
+        if (recorder := seam.metrics()) is not None:
+            recorder.lock_wait(who, 0.001, telemetry_table.ACQUIRED)
+        seam.lock_held(who, time.monotonic())
+
+    def timed(each: Callable[[], None]) -> float:
+        began = time.perf_counter()
+        for _ in range(cycles):
+            each()
+        return (time.perf_counter() - began) / cycles * 1e6
+
+    recorder = seam.refresh()
+    if recorder is None:
+        raise BenchmarkError("no meter provider is set")
+
+    def handed() -> None:
+        cycle()
+        recorder.flush()
+
+    with metrics_paused():
+        off = timed(cycle)
+    with metrics_unhanded():
+        noted = timed(cycle)
+    return off, noted, timed(handed)
 
 
 def run_for(

@@ -613,15 +613,19 @@ def test_bench_idsets_measures_every_row_and_judges_the_targets(tmp_path: Path) 
     assert_timed(done.stderr, "idsets")
     out = done.stdout
     assert "### (a) spread over the 32-bit range:" in out and "### (b) dense below 200,000:" in out
-    for label in ("numpy `intersect1d`", "pyroaring alone", "`IdSet` cold", "`IdSet` warm"):
+    for label in (
+        "numpy `intersect1d`", "pyroaring alone", "`IdSet` cold", "`IdSet` warm (",
+        "`IdSet` warm, `near=True`",
+    ):  # fmt: skip
         assert out.count(label) == 2, label
     assert out.count("Redis `SINTERCARD` on native sets") == 2
     assert "| warm count <= 6 ms in (a) |" in out and "| warm count <= 1 ms in (b) |" in out
+    assert "| warm count with near=True <= 0.3 ms in (b) |" in out
     assert "top_overlaps against 30 sets of 2,000 ids warm < 0.5 s" in out
     data = json.loads(raw.read_text())
     for scenario in data["scenarios"].values():
         assert {row["count"] for row in scenario["rows"]} == {scenario["expected"]}
-        assert len(scenario["rows"]) == 5
+        assert len(scenario["rows"]) == 6
     assert "<!-- tenure-bench:idsets:start -->" in report.read_text()
     bad = run("bench", "idsets", "--skip", "native,nonesuch")
     assert bad.returncode == 2

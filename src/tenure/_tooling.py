@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tenure._async._wakeups import LINGER
-from tenure._backends.telemetry import lock_cycle_costs
+from tenure._backends import telemetry as telemetry_seam
 from tenure._backends.telemetry import paused as metrics_paused
 from tenure._backends.telemetry import unhanded as metrics_unhanded
+from tenure._core import telemetry as telemetry_table
 from tenure._core.ingest import IngestKeys, Plan, parse_sink
 from tenure._core.leased import IDLE_TTL, base_key, check_name, name_from_key
 from tenure._core.rows import encode_row
@@ -44,7 +45,6 @@ __all__ = [
     "check_seconds",
     "encode_row",
     "load_script",
-    "lock_cycle_costs",
     "metrics_paused",
     "metrics_unhanded",
     "name_from_key",
@@ -53,6 +53,8 @@ __all__ = [
     "read_status",
     "registry_for",
     "sweep_ports",
+    "telemetry_seam",
+    "telemetry_table",
     "to_text",
 ]
 

@@ -327,8 +327,8 @@ class AsyncHerdCache(_AsyncCacheBase):
             counters,
             herd_timeout=self.herd_timeout,
             load_lease=self.load_lease,
+            near=self._store.near,
         )
-        self._scripts.near = self._store.near
         self._fallback = AsyncCacheFallback(client, name, self.fallback, self.codec, counters)
         self._loading = AsyncHerdLoading(
             client,

@@ -93,14 +93,15 @@ class AsyncHerdScripts:
         *,
         herd_timeout: float,
         load_lease: float,
+        near: AsyncNearLayer | None = None,
     ) -> None:
         self._client = client
         self._name = naming.name
         self._naming = naming
         self._codec = codec
         self._counters = counters
-        self.near: AsyncNearLayer | None = None
-        """The cache's near entries (``near=``), or None."""
+        self.near = near
+        """The cache's near entries (``near=``, its store's), or None."""
         self.herd_timeout = herd_timeout
         self.load_lease = load_lease
         self._lease_ms = to_ms(load_lease)

@@ -36,7 +36,6 @@ __all__ = [
     "Recorder",
     "Subject",
     "flush",
-    "lock_cycle_costs",
     "lock_gave_up",
     "lock_held",
     "lock_lost_found",
@@ -497,40 +496,3 @@ def refresh() -> Recorder | None:
         elif _recorder is None or _recorder.provider is not provider:
             _recorder = Recorder(provider)
         return _recorder
-
-
-def lock_cycle_costs(cycles: int = 20_000) -> tuple[float, float, float]:
-    """Microseconds a lock cycle's recording takes: (paused, noted, handed to the SDK).
-
-    What the lock's acquire and release record (a wait and a hold), timed
-    ``cycles`` times without a server: with recording paused (the check
-    alone), noted (tenure's side: the notes, dropped by the drainer), and
-    noted then handed to the SDK at once (tenure's side and the SDK's). For
-    the cost benchmark's breakdown; needs a meter provider set.
-    """
-    who = subject("Lock", "bench-breakdown")
-
-    def cycle() -> None:
-        if (recorder := metrics()) is not None:
-            recorder.lock_wait(who, 0.001, table.ACQUIRED)
-        lock_held(who, time.monotonic())
-
-    def timed(each: Any) -> float:
-        began = time.perf_counter()
-        for _ in range(cycles):
-            each()
-        return (time.perf_counter() - began) / cycles * 1e6
-
-    recorder = refresh()
-    if recorder is None:
-        raise RuntimeError("no meter provider is set")
-
-    def handed() -> None:
-        cycle()
-        recorder.flush()
-
-    with paused():
-        off = timed(cycle)
-    with unhanded():
-        noted = timed(cycle)
-    return off, noted, timed(handed)

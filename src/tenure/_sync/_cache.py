@@ -326,8 +326,8 @@ class HerdCache(_AsyncCacheBase):
             counters,
             herd_timeout=self.herd_timeout,
             load_lease=self.load_lease,
+            near=self._store.near,
         )
-        self._scripts.near = self._store.near
         self._fallback = CacheFallback(client, name, self.fallback, self.codec, counters)
         self._loading = HerdLoading(
             client,
