@@ -1,7 +1,7 @@
 """A writer or a reader of one near-cached key (tests/test_near_history.py, bench caches --near).
 
     python -m benchmarks.near_worker writer URL SECONDS EVERY_MS OUT
-    python -m benchmarks.near_worker reader URL SECONDS STALENESS OUT [MIN_READS]
+    python -m benchmarks.near_worker reader URL SECONDS STALENESS OUT [MIN_READS [CHURN]]
 
 The writer replaces the key ``history`` of cache ``near-history`` with
 versions 1, 2, 3... every EVERY_MS milliseconds, until the file OUT.stop
@@ -10,9 +10,10 @@ OUT (monotonic seconds: one clock for every process of the machine). A
 reader reads it through a near cache (``max_staleness`` = STALENESS) as fast
 as it can, and writes ``start end version near`` per read
 that found one (near: 1 if it was answered from memory), for SECONDS and
-until it has MIN_READS reads (three times SECONDS at most). Errors (the
-server out of reach during a fault) are counted, printed at the end, and
-read on.
+until it has MIN_READS reads (three times SECONDS at most); every CHURN
+seconds (0: never) it makes a near cache of a new name, which hands the
+tracking over to a new connection. Errors (the server out of reach during a
+fault) are counted, printed at the end, and read on.
 """
 
 from __future__ import annotations
@@ -58,15 +59,20 @@ def writer(url: str, seconds: float, every_ms: float, out: str) -> None:
     print(f"writes {version} errors {errors}")
 
 
-def reader(url: str, seconds: float, staleness: float, out: str, least: int = 0) -> None:
+def reader(
+    url: str, seconds: float, staleness: float, out: str, least: int = 0, churn: float = 0.0
+) -> None:
     """Read through a near cache, recording when each read began and ended, and what it got."""
     client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
     cache = Cache(client, NAME, near=NearCache(max_staleness=staleness))
     lines: list[str] = []
     errors = near = 0
     started = time.monotonic()
+    made: list[Cache] = []  # the caches of new names (kept: each stays tracked)
     while True:
         began = time.monotonic()
+        if churn and began - started >= churn * (len(made) + 1):
+            made.append(Cache(client, f"{NAME}-new{len(made)}", near=True))
         if began - started >= seconds and (len(lines) >= least or began - started >= 3 * seconds):
             break
         before = cache.statistics().near_hits
@@ -137,4 +143,8 @@ if __name__ == "__main__":
     if role == "writer":
         writer(url, float(seconds), float(setting), out)
     else:
-        reader(url, float(seconds), float(setting), out, int(sys.argv[6]) if sys.argv[6:] else 0)
+        least, churn = (
+            (int(sys.argv[6]) if sys.argv[6:] else 0),
+            float(sys.argv[7]) if sys.argv[7:] else 0.0,
+        )
+        reader(url, float(seconds), float(setting), out, least, churn)

@@ -47,13 +47,14 @@ def _history(
     folder: Path,
     faults: threading.Thread | None = None,
     every_ms: float = 3.0,
+    churn: float = 0.0,
 ) -> tuple[int, int, list[str]]:
     """Run the writer (a write every ``every_ms``) and the readers; (reads, near, violations)."""
     writes_file = folder / "writes"
     writer = _start("writer", writer_url, 10 * SECONDS, every_ms, writes_file)
-    least = 60_000 if faults is None else 0  # (100,000 reads in all on a quiet server)
+    least = 60_000 if faults is None and not churn else 0  # (100,000 reads in all, quiet)
     readers = [
-        _start("reader", reader_url, SECONDS, STALENESS, folder / f"reads{n}", least)
+        _start("reader", reader_url, SECONDS, STALENESS, folder / f"reads{n}", least, churn)
         for n in range(READERS)
     ]
     if faults is not None:
@@ -141,3 +142,13 @@ def test_no_read_breaks_the_bound_across_a_server_restart(
     reads, near, violations = _history(server.url, server.url, tmp_path, thread)
     assert not violations, violations[:10]
     assert reads >= 20_000 and near > 0
+
+
+def test_no_read_breaks_the_bound_while_caches_of_new_names_are_made(
+    tenure_server: ServerProcess, tenure_client: object, tmp_path: Path
+) -> None:
+    """Every 0.2 s each reader makes a near cache of a new name: the tracking is handed
+    over to a new connection each time, its entries kept (near reads go on)."""
+    reads, near, violations = _history(tenure_server.url, tenure_server.url, tmp_path, churn=0.2)
+    assert not violations, violations[:10]
+    assert reads >= 20_000 and near >= reads * 0.8

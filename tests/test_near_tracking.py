@@ -49,3 +49,41 @@ def test_a_cache_registered_while_the_connection_connects_is_tracked(
         wait_for(lambda: not late.get("late:k", time.monotonic())[0], 2, "the write announced")
     finally:
         tracker.stop()
+
+
+def test_a_new_prefix_is_handed_over_without_losing_an_entry(
+    tenure_server: ServerProcess, tenure_client: redis.Redis
+) -> None:
+    """A cache of a new name takes a new connection; what the old one confirmed stays
+    served, writes are announced all along, and the new cache keeps only reads begun
+    once the new connection tracked."""
+    kind, settings = servers_of(tenure_client)[0]
+    tracker = Tracker(tracker_for(kind, settings)._make, "test")
+    first = _entries(tracker)
+    try:
+        tracker.register("first:", first)
+        wait_for(lambda: first.tracked, 5, "the first cache tracked")
+        epoch = tracker.confirmation.epoch
+        ticket = first.begin("first:k")
+        first.finish("first:k", ticket, time.monotonic(), b"v", math.inf)
+        wait_for(lambda: first.get("first:k", time.monotonic())[0], 2, "a near read")
+        second = _entries(tracker)
+        before = time.monotonic()
+        early = second.begin("second:k")  # begun before the new connection tracked
+        tracker.register("second:", second)
+        wait_for(lambda: second.tracked, 5, "the second cache tracked")
+        assert tracker.confirmation.epoch == epoch  # the same life: nothing dropped
+        assert first.get("first:k", time.monotonic()) == (True, b"v")
+        second.finish("second:k", early, before, b"old", math.inf)
+        assert not second.get("second:k", time.monotonic())[0]  # might have missed a write
+        ticket = second.begin("second:k")
+        second.finish("second:k", ticket, time.monotonic(), b"new", math.inf)
+        wait_for(lambda: second.get("second:k", time.monotonic())[0], 2, "a near read of it")
+        tenure_client.set("first:k", "w")  # announced on the new connection: dropped
+        wait_for(lambda: not first.get("first:k", time.monotonic())[0], 2, "first's write")
+        tenure_client.set("second:k", "w")
+        wait_for(lambda: not second.get("second:k", time.monotonic())[0], 2, "second's write")
+        clients = [c for c in tenure_client.client_list() if "t" in c["flags"]]
+        assert len([c for c in clients if c["name"].startswith("tenure-near:")]) == 1
+    finally:
+        tracker.stop()

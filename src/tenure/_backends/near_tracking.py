@@ -191,7 +191,29 @@ class Tracker:
         )
 
     def _track(self, prefixes: tuple[str, ...], registered: int) -> None:
-        """One life of the connection: until it fails, goes silent or the prefixes change."""
+        """One life of the connection: until it fails, goes silent or is not wanted.
+
+        A new prefix is handed over to a new connection within the same life
+        (:meth:`_hand_over`): what the old one confirmed stays served.
+        """
+        connection = self._open(prefixes)
+        try:
+            self._flush_all()  # what was kept before this life is not covered by it
+            self.confirmation.began(time.monotonic())
+            self._said, self._failing_since = "", None  # tracking: a failure is news again
+            self._mark_tracked(prefixes)  # (a method: no frame of this life holds a cache)
+            self._prefixes = prefixes
+            pings: collections.deque[float] = collections.deque()
+            while self._listen(connection, prefixes, registered, pings):
+                registered = self._registered  # (read first: a later registration is noticed)
+                prefixes = self._wanted()
+                connection = self._hand_over(connection, prefixes, pings)
+                pings = collections.deque()
+        finally:
+            connection.disconnect()
+
+    def _open(self, prefixes: tuple[str, ...]) -> Any:
+        """A new connection, tracking ``prefixes`` (redirected to itself) and subscribed."""
         connection = self._make()
         try:
             connection.connect()
@@ -207,16 +229,43 @@ class Tracker:
             connection.read_response()
             connection.send_command("SUBSCRIBE", CHANNEL)
             connection.read_response()
-            self._flush_all()  # what was kept before this life is not covered by it
-            self.confirmation.began(time.monotonic())
-            self._said, self._failing_since = "", None  # tracking: a failure is news again
-            self._mark_tracked(prefixes)  # (a method: no frame of this life holds a cache)
-            self._prefixes = prefixes
-            self._listen(connection, prefixes, registered)
-        finally:
+        except BaseException:
             connection.disconnect()
+            raise
+        return connection
 
-    def _mark_tracked(self, prefixes: tuple[str, ...]) -> None:
+    def _hand_over(self, old: Any, prefixes: tuple[str, ...], pings: Any) -> Any:
+        """Track ``prefixes`` on a new connection, then close ``old``: no entry is lost.
+
+        The new one announces every write from its tracking on; ``old`` is
+        read up to the answer of a PING sent after that (every announcement
+        it owed for the writes before, applied), then closed. Its pings
+        answered meanwhile confirm as before (the PING sent as a barrier
+        does not: the new connection's announcements are not read yet);
+        the caches under a new prefix keep only reads begun once the new
+        connection tracked.
+        """
+        new = self._open(prefixes)
+        since = time.monotonic()
+        try:
+            old.send_command("PING")
+            barrier = time.monotonic()
+            deadline = barrier + SILENCE_PINGS * self._ping_every
+            while True:
+                if not old.can_read(timeout=max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError("no answer to the handover's PING")
+                barrier_next = not pings  # every earlier ping answered: a PONG now is the barrier's
+                if self._apply(old.read_response(), pings) and barrier_next:
+                    break
+        except BaseException:
+            new.disconnect()
+            raise
+        old.disconnect()
+        self._mark_tracked(prefixes, since)
+        self._prefixes = prefixes
+        return new
+
+    def _mark_tracked(self, prefixes: tuple[str, ...], since: float | None = None) -> None:
         """Mark the caches under ``prefixes`` tracked by this life: they may keep reads."""
         with self._mutex:
             stores = [(p, list(s)) for p, s in self._stores.items()]
@@ -226,10 +275,16 @@ class Tracker:
         for prefix, entries in stores:
             if any(prefix.startswith(tracked) for tracked in prefixes):
                 for each in entries:
-                    each.mark_tracked(self.confirmation)
+                    each.mark_tracked(self.confirmation, since)
 
-    def _listen(self, connection: Any, prefixes: tuple[str, ...], registered: int) -> None:
-        pings: collections.deque[float] = collections.deque()
+    def _listen(
+        self,
+        connection: Any,
+        prefixes: tuple[str, ...],
+        registered: int,
+        pings: collections.deque[float],
+    ) -> bool:
+        """Read announcements and ping; True when a new prefix is to be tracked."""
         next_ping = time.monotonic()
         while True:
             now = time.monotonic()
@@ -238,22 +293,32 @@ class Tracker:
                     raise TimeoutError(f"{len(pings)} pings unanswered")
                 if not self._wanted():
                     self._idle()
-                    return  # no near cache of this server is left: no connection, no pings
+                    return False  # no near cache of this server is left: no connection
                 connection.send_command("PING")
                 pings.append(now)
                 next_ping = now + self._ping_every
-            if self._stopped or (self._registered != registered and self._wanted() != prefixes):
-                return  # stopped, or a new prefix: track it on a new connection
+            if self._stopped:
+                return False
+            if self._registered != registered and self._wanted() != prefixes:
+                return True  # a new prefix: handed over to a new connection
             wait = min(CHANGE_WITHIN, max(0.0, next_ping - time.monotonic()))
-            if not connection.can_read(timeout=wait):
-                continue
-            message = connection.read_response()
-            kind = message[0] if isinstance(message, list) and message else None
-            if kind == b"pong":
-                if pings:
-                    self.confirmation.answered(pings.popleft())
-            elif kind == b"message" and len(message) == 3 and message[1] == CHANNEL:
-                self.invalidated(message[2])
+            if connection.can_read(timeout=wait):
+                self._apply(connection.read_response(), pings)
+
+    def _apply(self, message: Any, pings: collections.deque[float]) -> bool:
+        """Apply one message of the connection (True if it was a PING's answer).
+
+        A PING's answer confirms its ping, the oldest still unanswered; one
+        with none left is a handover's barrier, which confirms nothing.
+        """
+        kind = message[0] if isinstance(message, list) and message else None
+        if kind == b"pong":
+            if pings:
+                self.confirmation.answered(pings.popleft())
+            return True
+        if kind == b"message" and len(message) == 3 and message[1] == CHANNEL:
+            self.invalidated(message[2])
+        return False
 
     def invalidated(self, keys: Any) -> None:
         """Drop the entries of ``keys`` (None: every entry): the server announced their writes."""

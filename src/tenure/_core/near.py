@@ -202,24 +202,42 @@ class NearEntries:
         self._flushed = 0  # self._seq when everything was last dropped
         self._in_flight: dict[str, int] = {}  # key -> reads of it in flight
         self._invalidated: dict[str, int] = {}  # key in flight -> seq of its last invalidation
-        self._tracked: dict[int, int] = {}  # id(member confirmation) -> its epoch that tracks us
+        # id(member confirmation) -> (its epoch that tracks us, since when: reads begun
+        # earlier may have missed a write's announcement)
+        self._tracked: dict[int, tuple[int, float]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def mark_tracked(self, confirmation: Confirmation) -> None:
+    def mark_tracked(self, confirmation: Confirmation, since: float | None = None) -> None:
         """``confirmation``'s connection, in its current life, tracks this cache's prefix.
 
-        Only then are reads kept: a connection made before the cache was
-        tracks other prefixes, and would announce none of its writes.
+        Only then are reads kept, and only those begun ``since`` (by default
+        since the life began): a connection made before the cache was tracks
+        other prefixes, and would announce none of its writes; one that took
+        the prefix on later (a handover) announces the writes after that.
         """
-        self._tracked[id(confirmation)] = confirmation.epoch
+        self._tracked[id(confirmation)] = (
+            confirmation.epoch,
+            confirmation.up_since if since is None else since,
+        )
 
     @property
     def tracked(self) -> bool:
         """Whether every connection's current life tracks this cache's keys."""
         tracked = self._tracked
-        return all(tracked.get(id(m)) == m.epoch for m in self.confirmation.members)
+        return all(
+            (found := tracked.get(id(m))) is not None and found[0] == m.epoch
+            for m in self.confirmation.members
+        )
+
+    def _tracked_since(self) -> float:
+        """Reads begun before this may have missed an announcement (see :meth:`mark_tracked`)."""
+        tracked = self._tracked
+        return max(
+            (tracked[id(m)][1] for m in self.confirmation.members if id(m) in tracked),
+            default=math.inf,
+        )
 
     def get(self, key: str, now: float) -> tuple[bool, Any]:
         """``(True, data)`` if ``key`` may be answered from memory at ``now``; else no data."""
@@ -272,6 +290,7 @@ class NearEntries:
                 or epoch != confirmation.epoch
                 or not self.tracked
                 or began < confirmation.up_since
+                or began < self._tracked_since()
             ):
                 return
             until = min(until, began + settings.max_age)
