@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import redis.asyncio
 
-from tenure import ArgumentError, AsyncIdSet, NearCache
+from tenure import ArgumentError, AsyncIdSet, IdSetCorruptError, NearCache
 from tenure.server import FaultProxy, ServerProcess
 from tests._backend_asyncio import until
 
@@ -81,6 +81,28 @@ async def test_another_clients_write_is_seen_and_own_writes_at_once(
     assert await ids.intersection_count(other) == 3
     await plain.clear()
     assert await ids.intersection_count(other) == 0
+
+
+@pytest.mark.topologies("standalone")
+async def test_a_write_to_any_key_of_the_set_is_seen(
+    tenure_async_client: redis.asyncio.Redis, other_client: redis.asyncio.Redis
+) -> None:
+    """A client not tenure's that touches only the set's log (or its compact form)."""
+    ids = AsyncIdSet(tenure_async_client, "near-keys", near=True)
+    other = AsyncIdSet(tenure_async_client, "near-keys-other", near=True)
+    await ids.add_many([1, 2, 3])
+    await other.add_many([2, 3])
+    await _near_count(ids, other, 2)
+    await other_client.rpush(ids.keys.log, b"garbage")  # only the log: announced, read again
+
+    async def refused() -> bool:
+        try:
+            await ids.intersection_count(other)
+        except IdSetCorruptError:
+            return True
+        return False
+
+    await until(refused, 2, "the corrupt log element read and refused")
 
 
 @pytest.mark.topologies("standalone")

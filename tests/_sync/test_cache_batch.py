@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import redis
 
-from tenure import Cache, HerdCache, WrongTypeError
+from tenure import ArgumentError, Cache, HerdCache, WrongTypeError
 from tenure.server import ServerProcess
 from tests._backend_threads import sleep, until
 
-COUNTED = ("get", "mget", "pttl", "evalsha", "eval", "set")
+COUNTED = ("get", "mget", "pttl", "evalsha", "eval", "set", "time")
 
 
 def _commands(server: ServerProcess) -> dict[str, int]:
@@ -43,14 +43,18 @@ def _sent(server: ServerProcess, before: dict[str, int]) -> dict[str, int]:
 def test_a_warm_herd_batch_is_one_mget(
     tenure_client: redis.Redis, tenure_server: ServerProcess
 ) -> None:
-    cache = HerdCache(tenure_client, "batch-warm", ttl=60)
+    writer = HerdCache(tenure_client, "batch-warm", ttl=60)
     keys = [f"k{n}" for n in range(100)]
-    assert cache.set_many({key: {"n": n} for n, key in enumerate(keys)})
-    cache.get("k0")  # a script call: this process learns the server's clock
+    assert writer.set_many({key: {"n": n} for n, key in enumerate(keys)})
+    cache = HerdCache(tenure_client, "batch-warm", ttl=60)  # as a new process's
     before = _commands(tenure_server)
     assert cache.get_many(keys) == [{"n": n} for n in range(100)]
-    assert _sent(tenure_server, before) == {"mget": 1}  # no script: one round trip
-    assert cache.statistics().hits >= 100
+    # No script: the server's clock learnt with TIME (once: its estimate lasts), one MGET.
+    assert _sent(tenure_server, before) == {"time": 1, "mget": 1}
+    before = _commands(tenure_server)
+    assert cache.get_many(keys) == [{"n": n} for n in range(100)]
+    assert _sent(tenure_server, before) == {"mget": 1}
+    assert cache.statistics().hits == 200
 
 
 @pytest.mark.topologies("standalone")
@@ -168,3 +172,15 @@ def test_near_batches_read_only_what_memory_cannot_answer(
         assert (plain.get_many(keys))[3] == 33
     sent = _sent(tenure_server, before)
     assert sent.get("get", 0) <= 1, sent
+
+
+def test_a_batch_is_an_iterable_of_keys(tenure_client: Any) -> None:
+    """A str is an iterable of one-letter keys: refused, as None is, naming the argument."""
+    cache = HerdCache(tenure_client, "batch-bad", ttl=60)
+    plain = Cache(tenure_client, "batch-bad-plain")
+    bads: list[Any] = ["ab", b"ab", None, 3]
+    for bad in bads:
+        for call in (cache.get_many, plain.get_many, plain.delete_many, cache.delete_many):
+            with pytest.raises(ArgumentError, match="keys"):
+                call(bad)
+    assert plain.get_many(key for key in ("a", "b")) == [None, None]

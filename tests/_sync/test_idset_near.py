@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import redis
 
-from tenure import ArgumentError, IdSet, NearCache
+from tenure import ArgumentError, IdSet, IdSetCorruptError, NearCache
 from tenure.server import FaultProxy, ServerProcess
 from tests._backend_threads import until
 
@@ -82,6 +82,28 @@ def test_another_clients_write_is_seen_and_own_writes_at_once(
     assert ids.intersection_count(other) == 3
     plain.clear()
     assert ids.intersection_count(other) == 0
+
+
+@pytest.mark.topologies("standalone")
+def test_a_write_to_any_key_of_the_set_is_seen(
+    tenure_client: redis.Redis, other_client: redis.Redis
+) -> None:
+    """A client not tenure's that touches only the set's log (or its compact form)."""
+    ids = IdSet(tenure_client, "near-keys", near=True)
+    other = IdSet(tenure_client, "near-keys-other", near=True)
+    ids.add_many([1, 2, 3])
+    other.add_many([2, 3])
+    _near_count(ids, other, 2)
+    other_client.rpush(ids.keys.log, b"garbage")  # only the log: announced, read again
+
+    def refused() -> bool:
+        try:
+            ids.intersection_count(other)
+        except IdSetCorruptError:
+            return True
+        return False
+
+    until(refused, 2, "the corrupt log element read and refused")
 
 
 @pytest.mark.topologies("standalone")

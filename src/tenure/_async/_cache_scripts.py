@@ -222,6 +222,8 @@ class AsyncHerdScripts:
         load mark is put: the keys not surely fresh go to :meth:`fetch_many`.
         """
         values: list[Any] = [MISS] * len(stored)
+        if stored and not self._clock.trusted(time.monotonic()):
+            await self._calibrate()  # (else every entry of the batch would go to a script)
         near = self.near
         ask = list(range(len(stored)))
         if near is not None:
@@ -251,6 +253,16 @@ class AsyncHerdScripts:
         if hits:
             self._counters.add("hits", hits)
         return values
+
+    async def _calibrate(self) -> None:
+        """Learn the server's clock from ``TIME`` (a batch's entries are judged by it)."""
+        sent = time.monotonic()
+        with map_exceptions(name=self._name, doing="reading the server's clock"):
+            found: Any = await self._client.time()
+        if isinstance(found, dict):  # (a cluster client's: one node's answer)
+            found = next(iter(found.values()))
+        seconds, micros = found
+        self._clock.observe(int(seconds) * 1000 + int(micros) // 1000, sent, time.monotonic())
 
     async def fetch_many(self, keys: Sequence[CacheKeys], tokens: Sequence[str]) -> list[Fetched]:
         """:meth:`fetch` of many entries (no channel, no early refresh), in one round trip."""

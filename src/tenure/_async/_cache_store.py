@@ -96,7 +96,7 @@ class AsyncCacheStore:
             self.written(stored)
 
     async def delete_many(self, keys: Iterable[str], param: Any) -> int:
-        stored = [self._naming.key_of(key, param) for key in keys]
+        stored = self._naming.keys_of(keys, param)
         if not stored:
             return 0
         if self._marks:
@@ -235,7 +235,7 @@ class AsyncCacheStore:
         return self._decoded_or_miss(as_bytes(data), stored, default)
 
     async def get_many(self, keys: Iterable[str], param: Any, default: Any) -> list[Any]:
-        stored = [self._naming.key_of(key, param) for key in keys]
+        stored = self._naming.keys_of(keys, param)
         if not stored:
             return []
         near = self.near

@@ -146,7 +146,7 @@ class AsyncIdSet:
                 "idset_clear", self.keys.read, (_new_epoch(),), name=self.name
             )
         finally:
-            dropped_here((self.keys.meta,))  # this process reads its own writes at once
+            dropped_here(self.keys.read)  # this process reads its own writes at once
         self._stats.writes += 1
 
     async def _write(self, sign: bytes, ids: npt.NDArray[np.uint32]) -> None:
@@ -158,7 +158,7 @@ class AsyncIdSet:
                 "idset_write", self.keys.read, (_new_epoch(), len(ids), *elements), name=self.name
             )
         finally:
-            dropped_here((self.keys.meta,))  # this process reads its own writes at once
+            dropped_here(self.keys.read)  # this process reads its own writes at once
         self._stats.writes += 1
         self._stats.ids_written += len(ids)
         LOCAL_COPIES.absorb_write(self.client, self.keys.meta, reply, elements)
@@ -352,6 +352,21 @@ def _near_layer(client: AsyncClient, prefix: str, settings: NearCache, name: str
     return layer
 
 
+def _near_at(near: AsyncNearLayer, keys: Sequence[str]) -> tuple[str, int] | None:
+    """Where a set's copy stood when read, if no write to any of its ``keys`` was announced.
+
+    Every key of the set is kept near, with the same position: a write to
+    any of them (a client not tenure's may touch one alone) drops it.
+    """
+    at = None
+    for key in keys:
+        found, data = near.get(key)
+        if not found or (at is not None and data != at):
+            return None
+        at = data
+    return at
+
+
 async def _views(sets: Sequence[AsyncIdSet]) -> list[SetView]:
     """The current view of each set: one round trip per client (more only on a race).
 
@@ -362,12 +377,11 @@ async def _views(sets: Sequence[AsyncIdSet]) -> list[SetView]:
     by_client: dict[int, list[int]] = {}
     for index, item in enumerate(sets):
         near = item._near
-        if near is not None:
-            found, at = near.get(item.keys.meta)
-            if found and (view := LOCAL_COPIES.view_at(item.client, item.keys.meta, at)):
-                views[index] = view
-                item._stats.near_reads += 1
-                continue
+        at = None if near is None else _near_at(near, item.keys.read)
+        if at is not None and (view := LOCAL_COPIES.view_at(item.client, item.keys.meta, at)):
+            views[index] = view
+            item._stats.near_reads += 1
+            continue
         by_client.setdefault(id(item.client), []).append(index)
     for indices in by_client.values():
         await _read(sets, indices, views, force=False)
@@ -386,11 +400,11 @@ async def _read(
         for i in indices
     }
     calls = [(sets[i].keys.read, sent[i]) for i in indices]
-    readings: dict[int, Reading] = {}
+    readings: dict[int, list[Reading]] = {}
     for i in indices:  # (begun before the read: a write announced meanwhile wins)
         near = sets[i]._near
         if near is not None:
-            readings[i] = near.begin(sets[i].keys.meta)
+            readings[i] = [near.begin(key) for key in sets[i].keys.read]
     try:
         replies = await registry_for(client).run_many(
             "idset_read", calls, name=sets[indices[0]].name
@@ -407,7 +421,8 @@ async def _read(
                 raise
             item._stats.count_read(reply.kind, reply.received)
     finally:
-        for i, reading in readings.items():
-            meta = sets[i].keys.meta
-            at = LOCAL_COPIES.position(client, meta) if views[i] is not None else None
-            sets[i]._near.finish(meta, reading, at)  # type: ignore[union-attr]
+        for i, begun in readings.items():
+            keys = sets[i].keys
+            at = LOCAL_COPIES.position(client, keys.meta) if views[i] is not None else None
+            for key, reading in zip(keys.read, begun, strict=True):
+                sets[i]._near.finish(key, reading, at)  # type: ignore[union-attr]

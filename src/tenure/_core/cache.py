@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -135,6 +135,17 @@ class CacheNaming:
             raise ArgumentError(
                 "prefix", f"must not contain '{{' or '}}': {self.prefix!r}", name=name
             )
+
+    def keys_of(self, keys: Iterable[str], param: Any = None) -> list[str]:
+        """:meth:`key_of` of each of ``keys``: a batch's, refused whole if it is not one."""
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+            raise ArgumentError(
+                "keys",
+                f"must be an iterable of keys (a list, say), got {type(keys).__name__} "
+                f"{keys!r:.60}",
+                name=self.name,
+            )
+        return [self.key_of(key, param) for key in keys]
 
     def key_of(self, key: str, param: Any = None) -> str:
         """The server key of the entry named by ``key`` and ``param``."""
@@ -270,6 +281,10 @@ class ServerClock:
         expired = received - self._at > self.MAX_AGE
         if expired or error <= self._error_ms:
             self._offset_ms, self._error_ms, self._at = server_ms - midpoint, error, received
+
+    def trusted(self, now: float) -> bool:
+        """Whether the estimate is recent enough to judge a hit by at monotonic ``now``."""
+        return now - self._at <= self.MAX_AGE
 
     def _fresh(self, fresh_until: int, took_ms: int, now: float, early: float) -> bool:
         if fresh_until == 0:

@@ -412,7 +412,7 @@ class HerdCache(_AsyncCacheBase):
         its next :meth:`set` of it is the refresh. A key given twice is read
         once.
         """
-        stored = [self._naming.key_of(key, param) for key in keys]
+        stored = self._naming.keys_of(keys, param)
         unique = list(dict.fromkeys(stored))
         found = dict(zip(unique, self._scripts.first_reads(unique), strict=True))
         rest = [key for key, value in found.items() if value is MISS]
