@@ -313,18 +313,9 @@ class ServerClock:
         server_now = now * 1000 + self._offset_ms + self._error_ms + self.MARGIN_MS
         found: list[bytes | None] = []
         for raw in raws:
-            value = None
-            if type(raw) is bytes and raw[:1] == b"h":
-                head, _, rest = raw.partition(b":")
-                took, parted, stored = rest.partition(b":")
-                try:
-                    fresh_until = int(head[1:])
-                    int(took)
-                except ValueError:
-                    fresh_until = -1
-                if parted and (fresh_until == 0 or (trusted and server_now < fresh_until)):
-                    value = stored
-            found.append(value)
+            parts = entry_parts(raw) if type(raw) is bytes else None
+            fresh = parts is not None and (parts[0] == 0 or (trusted and server_now < parts[0]))
+            found.append(parts[2] if fresh and parts is not None else None)
         return found
 
     def fresh_part(self, parts: EntryParts, now: float, early: float = 0.0) -> bytes | None:
