@@ -21,28 +21,63 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 import redis
+import redis.sentinel
 
 from tenure import Cache, NearCache, TenureError
 
 KEY = "history"
 NAME = "near-history"
+RECONNECT_EVERY = 0.02
+"""Seconds between two reconnections of a Sentinel client (see the module docstring)."""
+
+
+class _Client:
+    """The worker's client of URL, and its reconnections when it is a Sentinel client's."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.sentinel = url.startswith("sentinel://")
+        if self.sentinel:
+            parts = urlsplit(url)
+            sentinel: Any = cast("Callable[..., Any]", redis.sentinel.Sentinel)(
+                [(parts.hostname or "127.0.0.1", parts.port or 26379)], socket_timeout=timeout
+            )
+            self.redis: redis.Redis = sentinel.master_for(
+                parts.path.strip("/"), socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+        else:
+            self.redis = redis.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+        self._reconnected = time.monotonic()
+
+    def tick(self) -> None:
+        """A Sentinel client closes its connections every RECONNECT_EVERY seconds."""
+        if self.sentinel and time.monotonic() - self._reconnected >= RECONNECT_EVERY:
+            self.redis.connection_pool.disconnect()
+            self._reconnected = time.monotonic()
 
 
 def writer(url: str, seconds: float, every_ms: float, out: str) -> None:
     """Write increasing versions, recording when each write began and ended."""
-    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-    cache = Cache(client, NAME)
+    client = _Client(url, 1.0)
+    cache = Cache(client.redis, NAME)
     lines: list[str] = []
     version = 0
     errors = 0
     end = time.monotonic() + seconds
-    stop = Path(out + ".stop")
+    stop, pause = Path(out + ".stop"), Path(out + ".pause")
     while time.monotonic() < end and not stop.exists():
+        if pause.exists():
+            time.sleep(0.001)
+            continue
+        client.tick()
         version += 1
         began = time.monotonic()
         try:
@@ -63,16 +98,17 @@ def reader(
     url: str, seconds: float, staleness: float, out: str, least: int = 0, churn: float = 0.0
 ) -> None:
     """Read through a near cache, recording when each read began and ended, and what it got."""
-    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-    cache = Cache(client, NAME, near=NearCache(max_staleness=staleness))
+    client = _Client(url, 0.5)
+    cache = Cache(client.redis, NAME, near=NearCache(max_staleness=staleness))
     lines: list[str] = []
     errors = near = 0
     started = time.monotonic()
     made: list[Cache] = []  # the caches of new names (kept: each stays tracked)
     while True:
+        client.tick()  # (before the read begins: a reconnection's close is not timed)
         began = time.monotonic()
         if churn and began - started >= churn * (len(made) + 1):
-            made.append(Cache(client, f"{NAME}-new{len(made)}", near=True))
+            made.append(Cache(client.redis, f"{NAME}-new{len(made)}", near=True))
         if began - started >= seconds and (len(lines) >= least or began - started >= 3 * seconds):
             break
         before = cache.statistics().near_hits

@@ -5,11 +5,14 @@ confirmation allow (:mod:`tenure._core.near`), and reads the rest from the
 server with the entry's time to live, protected against an invalidation
 that overtakes the reply. A tracker (:mod:`tenure._backends.near_tracking`)
 is the process's invalidation connection to one server: the cache's
-server, or each primary of a cluster (a key may move between them, so every
-primary's connection must confirm a read). A cluster's primaries are looked
-at again, at most once a second, when a read goes to the server: a new
-primary (a failover, a node added) gets its tracker before anything is
-served again. This process's own writes drop their entries at once.
+server, each primary of a cluster (a key may move between them, so every
+primary's connection must confirm a read), or each server of a Sentinel
+service (:mod:`tenure._backends.near_sentinel`: a failover moves the
+master). A cluster's primaries, or a service's servers, are looked at
+again, at most once a second, when a read goes to the server (and at each
+such read while none is known): a new one (a failover, a node added) gets
+its tracker before anything is served again. This process's own writes
+drop their entries at once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenure._async._scripting import AsyncClient
+from tenure._backends.near_sentinel import is_sentinel_pool
 from tenure._backends.near_tracking import Tracker, dropped_here, servers_of, tracker_for
 from tenure._core.cache import as_bytes
 from tenure._core.clients import is_cluster
@@ -32,7 +36,8 @@ Reading = tuple[float, tuple[int, int]]
 """A read in flight: when it began (monotonic), and its ticket."""
 
 LOOK_AGAIN = 1.0
-"""Seconds between two looks at a cluster's primaries (on reads that go to the server)."""
+"""Seconds between two looks at a cluster's primaries or a Sentinel service's servers
+(on reads that go to the server)."""
 
 
 class AsyncNearLayer:
@@ -41,10 +46,11 @@ class AsyncNearLayer:
     def __init__(self, client: AsyncClient, prefix: str, settings: NearCache, name: str) -> None:
         self._client = client
         self._prefix = prefix
-        self._cluster = is_cluster(client)
+        # several servers, which may change: a cluster's primaries, a Sentinel service's servers
+        self._many = is_cluster(client) or is_sentinel_pool(getattr(client, "connection_pool", 0))
         self._trackers = self._find_trackers()  # (a cluster client not yet used: none)
         confirmation: Any
-        if self._cluster:
+        if self._many:
             confirmation = Confirmations(tuple(t.confirmation for t in self._trackers))
         else:
             confirmation = self._trackers[0].confirmation
@@ -62,7 +68,7 @@ class AsyncNearLayer:
         return [tracker_for(kind, settings) for kind, settings in servers_of(self._client)]
 
     def _look_again(self) -> None:
-        """A cluster: track every primary the client knows now (a new one gets a tracker)."""
+        """Track every server known now (a cluster's primaries; a Sentinel service's servers)."""
         self._looked = time.monotonic()
         trackers = self._find_trackers()
         if [id(t) for t in trackers] == [id(t) for t in self._trackers]:
@@ -82,7 +88,7 @@ class AsyncNearLayer:
     def begin(self, stored: str) -> Reading:
         """A read of ``stored`` goes to the server now: give its answer to :meth:`finish`."""
         now = time.monotonic()
-        if self._cluster and now - self._looked >= LOOK_AGAIN:
+        if self._many and (now - self._looked >= LOOK_AGAIN or not self._trackers):
             self._look_again()
         for tracker in self._trackers:
             tracker.start()

@@ -30,6 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tenure._backends import near_sentinel
 from tenure._backends.owners import default_owner_name
 from tenure._core.exceptions import ArgumentError
 from tenure._core.near import Confirmation, NearEntries
@@ -346,25 +347,37 @@ _making = threading.Lock()
 
 
 def _sync_class(connection_class: type) -> type:
-    """The sync redis-py connection class of the same kind as ``connection_class``."""
-    name = connection_class.__name__
+    """The sync redis-py connection class of the same kind as ``connection_class``.
+
+    (A Sentinel client's ``SentinelManaged...`` connection: the plain kind, to an address.)
+    """
+    name = connection_class.__name__.removeprefix("SentinelManaged")
     found = getattr(redis.connection, name, None)
     if isinstance(found, type) and issubclass(found, redis.connection.AbstractConnection):
         return found
     return redis.connection.Connection
 
 
+def _copied(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a client's connections a connection of tenure's own takes."""
+    return {k: v for k, v in connection_kwargs.items() if k in _COPIED}
+
+
 def servers_of(client: Any) -> list[tuple[type, dict[str, Any]]]:
-    """(connection class, connection settings) of each server ``client`` writes to.
+    """(connection class, connection settings) of each server ``client`` may write to.
 
     A plain client's one server; a cluster client's primaries, as it knows
-    them now.
+    them now; a Sentinel client's master and replicas, as its sentinels
+    last said (:mod:`tenure._backends.near_sentinel`: none before they answer).
     """
     primaries = getattr(client, "get_primaries", None)
     if primaries is None:
         pool = client.connection_pool
-        if "Sentinel" in type(pool).__name__:
-            raise ArgumentError("near", "near caching does not follow Sentinel clients yet")
+        if near_sentinel.is_sentinel_pool(pool):
+            watch = near_sentinel.watch_for(pool, _copied, _sync_class)
+            kind = _sync_class(pool.connection_class)
+            settings = _copied(pool.connection_kwargs)
+            return [(kind, {**settings, "host": h, "port": p}) for h, p in watch.servers()]
         return [(pool.connection_class, pool.connection_kwargs)]
     found = []
     for node in primaries():
@@ -397,7 +410,7 @@ def dropped_here(keys: Sequence[str]) -> None:
 
 def tracker_for(connection_class: type, connection_kwargs: dict[str, Any]) -> Tracker:
     """The tracker of the server these connection settings (a client's pool's) reach."""
-    settings = {k: v for k, v in connection_kwargs.items() if k in _COPIED}
+    settings = _copied(connection_kwargs)
     if not (settings.get("host") or settings.get("path")):
         raise ArgumentError("near", "near caching needs a client of a server's address")
     kind = _sync_class(connection_class)
@@ -431,6 +444,7 @@ def tracker_for(connection_class: type, connection_kwargs: dict[str, Any]) -> Tr
 def _after_fork_in_child() -> None:
     for tracker in list(_trackers.values()):
         tracker.forked()
+    near_sentinel.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):
