@@ -216,7 +216,7 @@ class AsyncCache(_AsyncCacheBase):
       in this process's memory too, answered there with no round trip while
       the server confirms no write replaced them more than ``max_staleness``
       ago (docs/caches.md, "Near caching"). Standalone, replicated and
-      cluster servers (not yet a Sentinel client).
+      cluster servers, and clients of ``Sentinel.master_for``.
     * ``metric_name`` — report this cache's measurements with ``tenure.name``
       set to it (docs/observability.md); by default no name is reported
       unless :func:`~tenure.set_metric_names` matches ``name``.

@@ -73,6 +73,8 @@ class AsyncNearLayer:
         trackers = self._find_trackers()
         if [id(t) for t in trackers] == [id(t) for t in self._trackers]:
             return
+        for gone in set(self._trackers) - set(trackers):
+            gone.unregister(self.entries)  # (its thread idles once no cache is left)
         self._trackers = trackers
         for tracker in trackers:
             tracker.register(self._prefix, self.entries)

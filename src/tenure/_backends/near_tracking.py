@@ -104,6 +104,16 @@ class Tracker:
         self.start()
         self._wake.set()  # an idle thread connects at once
 
+    def unregister(self, entries: NearEntries) -> None:
+        """Announce nothing more to ``entries`` (its server left the cluster or the service).
+
+        Once no near cache is left, the thread closes its connection and idles.
+        """
+        with self._mutex:
+            for stores in self._stores.values():
+                stores.discard(entries)
+        self._wake.set()
+
     def start(self) -> None:
         """Start the thread unless it runs (and after a fork, anew)."""
         if self._thread is not None:
