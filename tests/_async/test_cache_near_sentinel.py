@@ -2,7 +2,8 @@
 
 Every server of the service is tracked (the master and each replica): a
 write to any of them is announced, so a failover that moves the master
-loses no announcement. The history across failovers is in
+loses no announcement; a client left reading the old master gets nothing
+from memory. The history across failovers is in
 ``tests/test_near_history.py``.
 """
 
@@ -14,8 +15,8 @@ from typing import Any
 import pytest
 
 from tenure import ArgumentError, AsyncCache, AsyncHerdCache, AsyncIdSet
-from tenure.server import Sentinel
-from tests._backend_asyncio import until
+from tenure.server import Engine, Sentinel
+from tests._backend_asyncio import sleep, until
 
 pytestmark = pytest.mark.topologies("standalone")
 
@@ -110,3 +111,44 @@ async def test_a_client_of_slave_for_is_refused(sentinel_service: Sentinel) -> N
             AsyncCache(replica, "near-sentinel", near=True)
     finally:
         await _closed(replica)
+
+
+async def test_a_client_left_on_the_old_master_gets_nothing_from_memory(
+    tenure_engine: Engine,
+) -> None:
+    """redis-py's client keeps its connection to the old master after ``SENTINEL FAILOVER``
+    until Sentinel reconfigures that server, seconds later: its reads are stale meanwhile,
+    near or not. Within a second of the sentinels naming the new master, nothing is served
+    from memory; near reads come back once the client reads from the new master."""
+    with Sentinel(replicas=1, sentinels=1, engine=tenure_engine) as topology:
+        name = topology.service_name
+        sentinel: Any = topology.async_sentinel()
+        client = sentinel.master_for(name)
+        admin: Any = topology.sentinels[0].async_client()
+        try:
+            cache = AsyncCache(client, "near-old-master", near=True)
+            await cache.set("k", 1)
+
+            async def near() -> bool:
+                return await _near_hits(cache, "k")
+
+            await until(near, 5, "a read answered from memory")
+            old = await sentinel.discover_master(name)
+            await admin.execute_command("SENTINEL", "FAILOVER", name)
+
+            async def switched() -> bool:
+                return bool(await sentinel.discover_master(name) != old)
+
+            await until(switched, 30, "the sentinels naming the new master")
+            await sleep(1.5)  # (tenure asks the sentinels once a second)
+            assert client.connection_pool.master_address == old  # still reads the old one
+            before = cache.statistics().near_hits
+            for _ in range(50):
+                assert await cache.get("k") == 1
+            assert cache.statistics().near_hits == before  # all from the (old) server
+            await client.connection_pool.disconnect()  # its next connection: the new master
+            await until(near, 5, "near reads again, from the new master")
+            assert client.connection_pool.master_address != old
+        finally:
+            await admin.aclose()
+            await _closed(client)

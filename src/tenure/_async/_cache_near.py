@@ -24,8 +24,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenure._async._scripting import AsyncClient
-from tenure._backends.near_sentinel import is_sentinel_pool
-from tenure._backends.near_tracking import Tracker, dropped_here, servers_of, tracker_for
+from tenure._backends.near_tracking import (
+    Tracker,
+    dropped_here,
+    master_check,
+    servers_of,
+    tracker_for,
+)
 from tenure._core.cache import as_bytes
 from tenure._core.clients import is_cluster
 from tenure._core.near import Confirmations, NearCache, NearEntries
@@ -46,8 +51,12 @@ class AsyncNearLayer:
     def __init__(self, client: AsyncClient, prefix: str, settings: NearCache, name: str) -> None:
         self._client = client
         self._prefix = prefix
+        # a Sentinel client: entries are kept and served only while it reads from the master
+        self._master = master_check(client)
+        self._seen: Any = None  # the master check's state at the last read from the server
+        self._agreed: Any = None  # that state, if it agreed (a read compares with it)
         # several servers, which may change: a cluster's primaries, a Sentinel service's servers
-        self._many = is_cluster(client) or is_sentinel_pool(getattr(client, "connection_pool", 0))
+        self._many = is_cluster(client) or self._master is not None
         self._trackers = self._find_trackers()  # (a cluster client not yet used: none)
         confirmation: Any
         if self._many:
@@ -85,13 +94,26 @@ class AsyncNearLayer:
 
     def get(self, stored: str) -> tuple[bool, Any]:
         """``(True, data)`` if ``stored`` is answered from memory now, else ``(False, None)``."""
+        if self._master is not None and self._master.state() != self._agreed:
+            return False, None  # a Sentinel client not on the master, or something changed
         return self.entries.get(stored, time.monotonic())
+
+    def _check_master(self) -> None:
+        """A Sentinel client: a change of its server or of the master drops every entry."""
+        assert self._master is not None
+        state = self._master.state()
+        if state != self._seen:
+            self._seen = state
+            self._agreed = state if self._master.agreed(state) else None
+            self.entries.flush()
 
     def begin(self, stored: str) -> Reading:
         """A read of ``stored`` goes to the server now: give its answer to :meth:`finish`."""
         now = time.monotonic()
         if self._many and (now - self._looked >= LOOK_AGAIN or not self._trackers):
             self._look_again()
+        if self._master is not None:
+            self._check_master()
         for tracker in self._trackers:
             tracker.start()
         return now, self.entries.begin(stored)
@@ -99,6 +121,8 @@ class AsyncNearLayer:
     def finish(self, stored: str, reading: Reading, data: Any, until: float = math.inf) -> None:
         """The read of ``stored`` answered ``data`` (None: nothing to keep), valid until."""
         began, ticket = reading
+        if self._master is not None and self._master.state() != self._agreed:
+            data = None  # (read from a server the sentinels no longer name, or just changed)
         self.entries.finish(stored, ticket, began, data, until)
 
     async def read(self, stored: str) -> bytes | None:

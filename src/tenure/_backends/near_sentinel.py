@@ -34,7 +34,7 @@ from redis.retry import Retry
 
 from tenure._core.exceptions import ArgumentError
 
-__all__ = ["SentinelWatch", "is_sentinel_pool", "watch_for"]
+__all__ = ["MasterCheck", "SentinelWatch", "is_sentinel_pool", "watch_for"]
 
 logger = logging.getLogger("tenure.cache")
 
@@ -75,6 +75,9 @@ class SentinelWatch:
         self._makers = sentinels  # each: () -> a new, unconnected sync redis Connection
         self._connections: list[Any] = [None] * len(sentinels)
         self._servers: tuple[Address, ...] = ()
+        self.masters: frozenset[Address] = frozenset()
+        """The master each sentinel that answered the last look names (the same object
+        while they do not change)."""
         self._looked = 0  # looks that found the service
         self._asked = time.monotonic()
         self._thread: threading.Thread | None = None
@@ -127,16 +130,21 @@ class SentinelWatch:
     def look(self) -> None:
         """Ask every sentinel for the master and the replicas; keep the union of the answers."""
         found: set[Address] = set()
+        masters: set[Address] = set()
         answered = 0
         failures: list[str] = []
         for index in range(len(self._makers)):
             try:
-                found.update(self._ask(index))
+                master, servers = self._ask(index)
+                masters.add(master)
+                found.update(servers)
                 answered += 1
             except (redis.RedisError, OSError, ValueError, IndexError) as exc:
                 failures.append(f"{type(exc).__name__}: {exc}")
                 self._drop(index)
         if answered:
+            if masters != self.masters:
+                self.masters = frozenset(masters)
             self._servers = tuple(sorted(found))
             self._looked += 1
             self._said = ""
@@ -149,7 +157,8 @@ class SentinelWatch:
                 failures[0],
             )
 
-    def _ask(self, index: int) -> set[Address]:
+    def _ask(self, index: int) -> tuple[Address, set[Address]]:
+        """The master sentinel ``index`` names, and every server of the service it knows."""
         connection = self._connections[index]
         if connection is None:
             connection = self._connections[index] = self._makers[index]()
@@ -158,11 +167,12 @@ class SentinelWatch:
         master = _pairs(connection.read_response())
         connection.send_command("SENTINEL", "REPLICAS", self.service)
         replicas = [_pairs(each) for each in connection.read_response()]
-        found = {(master["ip"], int(master["port"]))}
+        named = (master["ip"], int(master["port"]))
+        found = {named}
         for replica in replicas:
             if not DOWN_FLAGS & set(replica.get("flags", "").split(",")):
                 found.add((replica["ip"], int(replica["port"])))
-        return found
+        return named, found
 
     def _drop(self, index: int) -> None:
         connection, self._connections[index] = self._connections[index], None
@@ -173,6 +183,33 @@ class SentinelWatch:
     def _close(self) -> None:
         for index in range(len(self._makers)):
             self._drop(index)
+
+
+class MasterCheck:
+    """Whether a ``master_for`` client reads from the server its sentinels name master.
+
+    redis-py's Sentinel client keeps its connections to the old master after
+    a failover until Sentinel reconfigures that server (seconds after a
+    manual failover): its reads are stale meanwhile, near or not. A near
+    layer keeps and serves nothing while :meth:`state` is not one that
+    :meth:`agreed` (and drops everything when it changes).
+    """
+
+    __slots__ = ("_pool", "_watch")
+
+    def __init__(self, pool: Any, watch: SentinelWatch) -> None:
+        self._pool = pool
+        self._watch = watch
+
+    def state(self) -> tuple[Any, frozenset[Address]]:
+        """(the address the client's pool connects to, the masters the sentinels name)."""
+        return self._pool.master_address, self._watch.masters
+
+    @staticmethod
+    def agreed(state: tuple[Any, frozenset[Address]]) -> bool:
+        """Whether the client reads from a server the sentinels name master, in ``state``."""
+        address, masters = state
+        return address is not None and tuple(address) in masters
 
 
 _watches: dict[tuple[Any, ...], SentinelWatch] = {}

@@ -35,7 +35,7 @@ from tenure._backends.owners import default_owner_name
 from tenure._core.exceptions import ArgumentError
 from tenure._core.near import Confirmation, NearEntries
 
-__all__ = ["Tracker", "servers_of", "tracker_for"]
+__all__ = ["Tracker", "master_check", "servers_of", "tracker_for"]
 
 logger = logging.getLogger("tenure.cache")
 
@@ -397,6 +397,14 @@ def servers_of(client: Any) -> list[tuple[type, dict[str, Any]]]:
         else:  # an asyncio cluster's node
             found.append((node.connection_class, node.connection_kwargs))
     return found
+
+
+def master_check(client: Any) -> near_sentinel.MasterCheck | None:
+    """For a Sentinel client, whether it reads from the master now; None for any other."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or not near_sentinel.is_sentinel_pool(pool):
+        return None
+    return near_sentinel.MasterCheck(pool, near_sentinel.watch_for(pool, _copied, _sync_class))
 
 
 def client_name() -> str:
