@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
+import select
 import threading
 import time
 from typing import Any
 
+import pytest
 import redis
 
-from tenure import NearCache
+from tenure import Cache, NearCache
 from tenure._backends.near_tracking import Tracker, servers_of, tracker_for
 from tenure._core.near import NearEntries
 from tenure.server import ServerProcess
@@ -87,3 +90,54 @@ def test_a_new_prefix_is_handed_over_without_losing_an_entry(
         assert len([c for c in clients if c["name"].startswith("tenure-near:")]) == 1
     finally:
         tracker.stop()
+
+
+def _near_hit(cache: Cache, key: str) -> bool:
+    before = cache.statistics().near_hits
+    cache.get(key)
+    return cache.statistics().near_hits > before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_a_forked_child_tracks_on_its_own(
+    tenure_server: ServerProcess, tenure_client: redis.Redis
+) -> None:
+    """The parent's tracking thread and connection are not in the child: it drops what it
+    inherited, tracks on a connection of its own, answers near again, and sees writes."""
+    cache = Cache(tenure_client, "near-fork", near=True)
+    cache.set("k", 1)
+    wait_for(lambda: _near_hit(cache, "k"), 5, "the parent's near hit")
+    from_parent, to_child = os.pipe()  # (read end, write end)
+    from_child, to_parent = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 if all held
+        code = 1
+        try:
+            assert not _near_hit(cache, "k")  # what it inherited is dropped
+            wait_for(lambda: _near_hit(cache, "k"), 5, "the child's near hit")
+            os.write(to_parent, b"r")
+            assert os.read(from_parent, 1) == b"w"  # the parent wrote 2
+            wait_for(lambda: cache.get("k") == 2, 2, "the write seen")
+            wait_for(lambda: _near_hit(cache, "k"), 5, "near again")
+            code = 0
+        finally:
+            os._exit(code)
+    done = (0, 0)
+    try:
+        ready, _, _ = select.select([from_child], [], [], 30)
+        assert ready and os.read(from_child, 1) == b"r", "the child never answered near"
+        with tenure_server.client() as other:
+            Cache(other, "near-fork").set("k", 2)
+        os.write(to_child, b"w")
+        deadline = time.monotonic() + 30
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0
+        assert cache.get("k") == 2  # the parent's tracking goes on
+    finally:
+        if done[0] != pid and os.waitpid(pid, os.WNOHANG)[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        for fd in (from_parent, to_child, from_child, to_parent):
+            os.close(fd)
