@@ -12,6 +12,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -321,6 +322,52 @@ def test_an_outage_costs_one_call_then_fetches_go_straight_to_the_loader(
         assert other.statistics().recoveries == 1
     finally:
         proxy.clear()
+        client.close()
+
+
+def test_during_an_outage_get_and_set_raise_at_once(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """Calls with no loader to fall back on (get, get_many, set) raise the typed error at
+    once while an outage goes on, instead of spending the client's retries each time
+    (redis-py's default Retry makes each take seconds); after the probe finds the server
+    again, they ask it as before."""
+    server = tenure_server_factory()
+    client = server.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+    try:
+        cache = HerdCache(client, "outage-get", ttl=60)
+        cache.set("k", 1)
+        server.kill()
+        with pytest.raises(ServerUnavailableError):
+            cache.get("k")  # finds the outage: the client's retries spent once
+        calls: list[Callable[[], Any]] = [
+            lambda: cache.get("k"),
+            lambda: cache.get_many(["k", "j"]),
+            lambda: cache.set("k", 2),
+            lambda: cache.set_many({"k": 2}),
+        ]
+        for call in calls:
+            started = time.monotonic()
+            with pytest.raises(ServerUnavailableError, match="out of reach") as raised:
+                call()
+            assert time.monotonic() - started < 0.2
+            assert isinstance(raised.value.__cause__, ServerUnavailableError)
+
+        def load() -> int:
+            return 3
+
+        assert cache.fetch("k", load) == 3  # straight to the loader
+        server.restart()
+
+        def answers() -> bool:
+            try:
+                return cache.get("k") is None  # (the restarted server kept nothing)
+            except ServerUnavailableError:
+                return False
+
+        until(answers, 5, "get asking the server again")
+        assert cache.set("k", 4) and cache.get("k") == 4
+    finally:
         client.close()
 
 

@@ -5,18 +5,23 @@ client's connection pool exhausted) returns its loader's value instead of
 raising. An outage found by one call sends every cache of that client
 straight to the loaders until a background probe finds the server again
 (:mod:`tenure._async._outage`); an exhausted pool is this process's own
-limit, not an outage, and is logged once.
+limit, not an outage, and is logged once. While an outage goes on, the
+calls that have no loader to fall back on (``get``, ``get_many``, ``set``)
+raise :class:`~tenure.ServerUnavailableError` at once (:meth:`asking`)
+instead of spending the client's retries again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tenure._async import _cache_reentry as reentry
-from tenure._async._outage import AsyncOutage, outage_found, outage_of
+from tenure._async._outage import PROBE_EVERY, AsyncOutage, outage_found, outage_of
 from tenure._core.cache import CacheCounters, unwrap_loaded
 from tenure._core.codec import Codec
 from tenure._core.exceptions import ServerUnavailableError, TenureError
@@ -55,6 +60,32 @@ class AsyncCacheFallback:
             self._exhaustion_logged = True
             logger.warning("tenure cache %r: %s; computing without the cache", self._name, error)
         return None
+
+    @contextlib.contextmanager
+    def asking(self) -> Iterator[None]:
+        """Around a call without a loader that asks the server (``get``, ``set``).
+
+        While the client's outage goes on (``fallback`` on), the call raises
+        :class:`~tenure.ServerUnavailableError` at once, the outage's first
+        error as its cause; a call that finds the server out of reach starts
+        the outage, so the next ones do not spend the client's retries again.
+        """
+        outage = self.outage()
+        if outage is not None:
+            since = time.monotonic() - outage.started
+            error = ServerUnavailableError(
+                f"the server is out of reach (found {since:.1f} s ago by an earlier call; "
+                f"it is asked again every {PROBE_EVERY:g} s, and calls go to it once it answers)",
+                name=self._name,
+            )
+            error.never_sent = True  # (nothing was sent: the same call can be made again)
+            raise error from outage.error
+        try:
+            yield
+        except ServerUnavailableError as exc:
+            if self.enabled:
+                outage_found(self._client, exc)
+            raise
 
     def reached(self) -> None:
         """A fetch got through: an exhausted pool met again is logged again."""

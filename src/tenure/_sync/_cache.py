@@ -268,7 +268,9 @@ class HerdCache(_AsyncCacheBase):
       load time (1.0 is the paper's default). 0 (default) never refreshes early.
     * ``fallback`` — when the server is unavailable (or the client's
       connection pool is exhausted), :meth:`fetch` calls the loader and
-      returns its value (the outage logged once) instead of raising.
+      returns its value (the outage logged once) instead of raising; while
+      an outage goes on, :meth:`get`, :meth:`get_many` and :meth:`set`
+      raise :class:`~tenure.ServerUnavailableError` at once.
 
     ``ttl``, ``herd_timeout`` and ``load_lease`` are bounded like every
     duration tenure takes: at most ten years, ``ttl`` and
@@ -373,16 +375,17 @@ class HerdCache(_AsyncCacheBase):
         the refresh.
         """
         stored = self._naming.key_of(key, param)
-        first = self._scripts.first_read(stored, 0.0)
-        if type(first) is Elected:
-            with self._mutex:
-                self._leases[stored] = first.token
-            self._counters.add("misses")
-            return default
-        if first is not MISS:
-            return first  # a fresh hit, counted
-        token = new_token()
-        fetched = self._scripts.fetch(CacheKeys.for_entry(stored), token, "", 0.0)
+        with self._fallback.asking():
+            first = self._scripts.first_read(stored, 0.0)
+            if type(first) is Elected:
+                with self._mutex:
+                    self._leases[stored] = first.token
+                self._counters.add("misses")
+                return default
+            if first is not MISS:
+                return first  # a fresh hit, counted
+            token = new_token()
+            fetched = self._scripts.fetch(CacheKeys.for_entry(stored), token, "", 0.0)
         return self._read(stored, token, fetched, default)
 
     def _read(self, stored: str, token: str, fetched: Fetched, default: Any) -> Any:
@@ -414,13 +417,16 @@ class HerdCache(_AsyncCacheBase):
         """
         stored = self._naming.keys_of(keys, param)
         unique = list(dict.fromkeys(stored))
-        found = dict(zip(unique, self._scripts.first_reads(unique), strict=True))
-        rest = [key for key, value in found.items() if value is MISS]
-        if rest:
-            tokens = [new_token() for _ in rest]
-            fetched = self._scripts.fetch_many([CacheKeys.for_entry(key) for key in rest], tokens)
-            for key, token, each in zip(rest, tokens, fetched, strict=True):
-                found[key] = self._read(key, token, each, default)
+        with self._fallback.asking():
+            found = dict(zip(unique, self._scripts.first_reads(unique), strict=True))
+            rest = [key for key, value in found.items() if value is MISS]
+            if rest:
+                tokens = [new_token() for _ in rest]
+                fetched = self._scripts.fetch_many(
+                    [CacheKeys.for_entry(key) for key in rest], tokens
+                )
+                for key, token, each in zip(rest, tokens, fetched, strict=True):
+                    found[key] = self._read(key, token, each, default)
         return [found[key] for key in stored]
 
     def set(
@@ -439,7 +445,8 @@ class HerdCache(_AsyncCacheBase):
         """
         refuse_awaited_call(type(self).__name__, "set", 1)
         self._check_write(ttl, herd_timeout)
-        return self._store_key(self._naming.key_of(key, param), value, ttl, herd_timeout)
+        with self._fallback.asking():
+            return self._store_key(self._naming.key_of(key, param), value, ttl, herd_timeout)
 
     def _check_write(self, ttl: float | None, herd_timeout: float | None) -> None:
         """A call's ``ttl`` and ``herd_timeout`` checked before anything is loaded or written."""
