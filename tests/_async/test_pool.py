@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.connection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from tenure import (
     AsyncLock,
@@ -184,3 +187,41 @@ async def test_a_release_to_a_server_that_died_was_never_sent_and_keeps_the_hold
         assert lock.statistics().held is not IS_ASYNC
     finally:
         await client.aclose()
+
+
+class _CountingConnection(redis.asyncio.connection.Connection):
+    """Counts its attempts to connect (each of the client's retries makes one)."""
+
+    attempts = 0
+
+    async def _connect(self) -> None:
+        type(self).attempts += 1
+        connect: Any = super()._connect  # (untyped in redis-py)
+        await connect()
+
+
+async def test_an_acquire_a_dead_server_refused_costs_the_clients_retries_once(
+    tenure_server_factory: ServerFactory,
+) -> None:
+    """redis-py's pools connect a new connection as they hand it out: an acquire whose
+    connection the server refused never ran and took nothing, so nothing is given back,
+    and it costs the client's retries once, as a GET does (the give-back after it cost
+    them a second time)."""
+    server = tenure_server_factory()
+    host, port = server.address
+    pool = redis.asyncio.ConnectionPool(
+        connection_class=_CountingConnection, host=host, port=port, retry=Retry(NoBackoff(), 2)
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        server.kill()
+        with pytest.raises(redis.ConnectionError):
+            await client.get("baseline")
+        per_call, _CountingConnection.attempts = _CountingConnection.attempts, 0
+        assert per_call >= 1
+        with pytest.raises(ServerUnavailableError):
+            await AsyncLock(client, "refused").acquire(blocking=False)
+        assert _CountingConnection.attempts == per_call
+    finally:
+        await client.aclose()
+        await pool.disconnect()

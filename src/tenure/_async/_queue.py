@@ -165,8 +165,12 @@ class AsyncQueue:
         except BaseException as exc:
             self._holds.gave_up(started, exc)
             # Cancelled, interrupted or failed after a script may have taken it
-            # (or queued us) for this token: give back whatever it did.
-            if not isinstance(exc, PrimitiveError) and not in_line:
+            # (or queued us) for this token: give back whatever it did. (A call
+            # that never left the client, its server refusing the connection,
+            # took nothing: no give-back, which would spend the client's
+            # retries a second time.)
+            never_sent = isinstance(exc, BackendError) and exc.never_sent
+            if not isinstance(exc, PrimitiveError) and not in_line and not never_sent:
                 quiet = isinstance(exc, BackendError)
                 leave = partial(self._rules.leave_quietly, token, quiet=quiet, attempt=attempt)
                 if deadline is None:
