@@ -55,6 +55,17 @@ def test_version_and_help() -> None:
         ),
         (("inspect", "--url", "notaurl"), 2, "tenure: inspect: --url: Redis URL must specify"),
         (
+            ("inspect", "--cluster", "--near", "--url", "redis://127.0.0.1:1"),
+            1,
+            "tenure: inspect: cannot reach the server",
+        ),
+        (
+            ("inspect", "--url", "redis://user:secret@127.0.0.1:notaport"),
+            2,
+            "tenure: inspect: --url: Port could not be cast to integer value as 'notaport' "
+            "(got 'redis://user:***@127.0.0.1:notaport')",
+        ),
+        (
             ("demo", "market", "--url", "redis://127.0.0.1:1", "--seconds", "0.2"),
             1,
             "tenure: demo: ",

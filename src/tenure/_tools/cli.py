@@ -304,9 +304,7 @@ def _run_inspect(options: argparse.Namespace) -> int:
     import os
     import time
 
-    import redis
-    import redis.cluster
-
+    from tenure._tools.server_urls import connect
     from tenure.inspection import inspect, near_tracking, render_near, render_table
 
     if options.count is not None and options.watch is None:
@@ -317,16 +315,7 @@ def _run_inspect(options: argparse.Namespace) -> int:
     if not url:
         raise ArgumentError("--url", "give --url or set REDIS_URL")
     source = "--url" if options.url else "REDIS_URL"
-    try:
-        client: redis.Redis | redis.cluster.RedisCluster = (
-            redis.cluster.RedisCluster.from_url(url)
-            if options.cluster
-            else redis.Redis.from_url(url)
-        )
-    except ValueError as exc:
-        raise ArgumentError(source, f"{exc} (got {url!r})") from exc
-    except redis.exceptions.RedisClusterException as exc:  # --cluster on a plain server
-        raise ArgumentError("--cluster", f"cannot use {url} as a cluster node: {exc}") from None
+    client = connect(url, source, options.cluster)
     rounds = 0
     try:
         while True:

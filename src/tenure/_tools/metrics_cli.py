@@ -21,7 +21,6 @@ import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import redis
@@ -30,6 +29,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tenure import ArgumentError, MissingDependencyError
+from tenure._tools.server_urls import connect, shown
 from tenure.inspection import Primitive, idset_sizes, ingest_jobs, inspect, stream_groups
 
 if TYPE_CHECKING:
@@ -210,28 +210,7 @@ def _connect(url: str, source: str, cluster: bool, timeout: float) -> Client:
         "socket_connect_timeout": timeout,
         "retry": Retry(NoBackoff(), 0),  # a scrape answers at once: no retry, no backoff
     }
-    try:
-        if not cluster:
-            return redis.Redis.from_url(url, **settings)
-        return redis.cluster.RedisCluster.from_url(url, **settings)
-    except ValueError as exc:
-        raise ArgumentError(source, f"{exc} (got {_shown(url)!r})") from exc
-    except redis.exceptions.RedisClusterException as exc:  # --cluster on a plain server
-        with redis.Redis.from_url(url, **settings) as plain:
-            plain.ping()  # (unreachable: say that instead)
-        raise ArgumentError(
-            "--cluster", f"cannot use {_shown(url)} as a cluster node: {exc}"
-        ) from None
-
-
-def _shown(url: str) -> str:
-    """``url`` without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return connect(url, source, cluster, **settings)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -298,7 +277,7 @@ class Exporter:
         if not url:
             raise ArgumentError("--url", "give --url or set REDIS_URL")
         source = "--url" if options.url else "REDIS_URL"
-        self.server_url = _shown(url)
+        self.server_url = shown(url)
         self.client = _connect(url, source, options.cluster, options.timeout)
         try:
             self.client.ping()
