@@ -105,11 +105,13 @@ async def test_expired_permit_returns_and_refresh_fails(
 
 
 async def test_refresh_extends_the_lease(clients: list[redis.asyncio.Redis]) -> None:
-    permit = AsyncSemaphore(clients[0], "refreshed", limit=1, timeout=0.3)
+    # Three pauses of 0.4 s outlast the 1 s lease: only the refreshes keep it. (With a
+    # 0.3 s lease and 0.15 s pauses, a loaded CI machine stretched one pause past it.)
+    permit = AsyncSemaphore(clients[0], "refreshed", limit=1, timeout=1.0)
     other = AsyncSemaphore(clients[1], "refreshed", limit=1)
     await permit.acquire()
     for _ in range(3):
-        await sleep(0.15)  # the duration under test: half the lease between refreshes
+        await sleep(0.4)  # the duration under test: 0.4 of the lease between refreshes
         assert await permit.refresh()
     assert not await other.acquire(blocking=False)
     assert await permit.owned()

@@ -106,11 +106,13 @@ def test_expired_permit_returns_and_refresh_fails(
 
 
 def test_refresh_extends_the_lease(clients: list[redis.Redis]) -> None:
-    permit = Semaphore(clients[0], "refreshed", limit=1, timeout=0.3)
+    # Three pauses of 0.4 s outlast the 1 s lease: only the refreshes keep it. (With a
+    # 0.3 s lease and 0.15 s pauses, a loaded CI machine stretched one pause past it.)
+    permit = Semaphore(clients[0], "refreshed", limit=1, timeout=1.0)
     other = Semaphore(clients[1], "refreshed", limit=1)
     permit.acquire()
     for _ in range(3):
-        sleep(0.15)  # the duration under test: half the lease between refreshes
+        sleep(0.4)  # the duration under test: 0.4 of the lease between refreshes
         assert permit.refresh()
     assert not other.acquire(blocking=False)
     assert permit.owned()
