@@ -360,6 +360,7 @@ async def test_during_an_outage_get_and_set_raise_at_once(
             return 3
 
         assert await cache.fetch("k", load) == 3  # straight to the loader
+        assert (cache.statistics().outages, cache.statistics().recoveries) == (1, 0)
         server.restart()
 
         async def answers() -> bool:
@@ -370,6 +371,7 @@ async def test_during_an_outage_get_and_set_raise_at_once(
 
         await until(answers, 5, "get asking the server again")
         assert await cache.set("k", 4) and await cache.get("k") == 4
+        assert (cache.statistics().outages, cache.statistics().recoveries) == (1, 1)
     finally:
         await client.aclose()
 

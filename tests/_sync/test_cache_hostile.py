@@ -357,6 +357,7 @@ def test_during_an_outage_get_and_set_raise_at_once(
             return 3
 
         assert cache.fetch("k", load) == 3  # straight to the loader
+        assert (cache.statistics().outages, cache.statistics().recoveries) == (1, 0)
         server.restart()
 
         def answers() -> bool:
@@ -367,6 +368,7 @@ def test_during_an_outage_get_and_set_raise_at_once(
 
         until(answers, 5, "get asking the server again")
         assert cache.set("k", 4) and cache.get("k") == 4
+        assert (cache.statistics().outages, cache.statistics().recoveries) == (1, 1)
     finally:
         client.close()
 

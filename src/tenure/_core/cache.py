@@ -422,11 +422,12 @@ class CacheStatistics:
     * ``refused`` — write-backs refused because the lease had passed on.
     * ``decode_errors`` — stored values this cache could not decode.
     * ``fallbacks`` — fetches computed without the cache (server unavailable).
-    * ``outages`` — outages of the server this cache's fetches went through:
-      once one call finds it out of reach, the fetches of every cache of that
-      client go straight to their loaders (``fallback``) until a background
-      probe finds the server again; ``recoveries`` — of those, the ones this
-      cache saw end (a fetch asked the server again).
+    * ``outages`` — outages of the server this cache's calls met: once one
+      call finds it out of reach, the fetches of every cache of that client
+      go straight to their loaders (``fallback``), and its ``get``,
+      ``get_many`` and ``set`` raise at once, until a background probe finds
+      the server again; ``recoveries`` — of those, the ones this cache saw
+      end (a call asked the server again).
     """
 
     hits: int = 0
@@ -523,12 +524,17 @@ class CacheCounters:
         told = CacheCounters.told
         if told is not None:
             told(self.subject, "fallback", 1)
-        if outage is not None and self.outage is not outage:
+        if outage is not None:
+            self.met(outage)
+
+    def met(self, outage: Outage) -> None:
+        """A call of this cache met ``outage`` (each outage counted once)."""
+        if self.outage is not outage:
             self.outage = outage
             self.counts["outages"] += 1
 
     def recovered(self) -> None:
-        """A fetch asks the server again: the last outage, if it has ended, counts as over."""
+        """A call asks the server again: the last outage, if it has ended, counts as over."""
         if self.outage is not None and self.outage.ended:
             self.outage = None
             self.counts["recoveries"] += 1

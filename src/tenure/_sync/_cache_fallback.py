@@ -69,9 +69,12 @@ class CacheFallback:
         :class:`~tenure.ServerUnavailableError` at once, the outage's first
         error as its cause; a call that finds the server out of reach starts
         the outage, so the next ones do not spend the client's retries again.
+        Each outage met is counted once (``outages``), and its end when a call
+        gets through again (``recoveries``).
         """
         outage = self.outage()
         if outage is not None:
+            self._counters.met(outage)
             since = time.monotonic() - outage.started
             error = ServerUnavailableError(
                 f"the server is out of reach (found {since:.1f} s ago by an earlier call; "
@@ -84,8 +87,9 @@ class CacheFallback:
             yield
         except ServerUnavailableError as exc:
             if self.enabled:
-                outage_found(self._client, exc)
+                self._counters.met(outage_found(self._client, exc))
             raise
+        self._counters.recovered()
 
     def reached(self) -> None:
         """A fetch got through: an exhausted pool met again is logged again."""
