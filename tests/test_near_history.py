@@ -182,10 +182,20 @@ def test_no_read_breaks_the_bound_across_sentinel_failovers(
             except redis.sentinel.MasterNotFoundError:
                 return None
 
+        def replicated(address: tuple[str, int] | None) -> None:
+            """Every write the master at ``address`` acknowledged is on its replicas."""
+            for process in topology.replication.processes:
+                if process.address == address:
+                    with process.client() as admin:
+                        admin.set("near-history-barrier", 1)  # after the writer's last write
+                        connected = int(admin.info("replication")["connected_slaves"])
+                        admin.wait(connected, 10_000)
+
         def switch(how: str) -> None:
             old = master()
             pause.touch()
-            time.sleep(0.2)  # every acknowledged write on the replicas
+            time.sleep(0.05)  # (a write in flight lands)
+            replicated(old)  # whichever replica is promoted has every acknowledged write
             if how == "manual":
                 admin: Any = topology.sentinels[0].client()
                 admin.execute_command("SENTINEL", "FAILOVER", name)
