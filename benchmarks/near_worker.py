@@ -72,11 +72,13 @@ def writer(url: str, seconds: float, every_ms: float, out: str) -> None:
     version = 0
     errors = 0
     end = time.monotonic() + seconds
-    stop, pause = Path(out + ".stop"), Path(out + ".pause")
+    stop, pause, paused = Path(out + ".stop"), Path(out + ".pause"), Path(out + ".paused")
     while time.monotonic() < end and not stop.exists():
         if pause.exists():
+            paused.touch()  # (said after the check: no write of this process follows it)
             time.sleep(0.001)
             continue
+        paused.unlink(missing_ok=True)
         client.tick()
         version += 1
         began = time.monotonic()

@@ -191,10 +191,12 @@ def test_no_read_breaks_the_bound_across_sentinel_failovers(
                         connected = int(admin.info("replication")["connected_slaves"])
                         admin.wait(connected, 10_000)
 
+        paused = tmp_path / "writes.paused"
+
         def switch(how: str) -> None:
             old = master()
             pause.touch()
-            time.sleep(0.05)  # (a write in flight lands)
+            wait_for(paused.exists, 30, "the writer pausing")  # no write in flight
             replicated(old)  # whichever replica is promoted has every acknowledged write
             if how == "manual":
                 admin: Any = topology.sentinels[0].client()
@@ -206,6 +208,7 @@ def test_no_read_breaks_the_bound_across_sentinel_failovers(
             wait_for(lambda: master() not in (None, old), 30, f"the {how} failover")
             switched.append(time.monotonic())
             pause.unlink()
+            wait_for(lambda: not paused.exists(), 30, "the writer writing again")
 
         def failovers() -> None:
             time.sleep(1.0)
